@@ -1,0 +1,55 @@
+"""Let torch >= 2.6 load fairseq checkpoints without turning off ``weights_only``.
+
+Since torch 2.6, ``torch.load`` unpickles only tensors, plain containers and
+allow-listed classes. A checkpoint written by ``fairseq-train`` can hold more:
+numpy arrays and scalars in its saved metrics (BLEU counts with
+``--eval-bleu``, a numpy ``best`` score) and an ``argparse.Namespace`` in
+checkpoints of the legacy argparse path; stock ``fairseq-generate`` then fails
+with "Weights only load failed". Importing this package (``--user-dir``)
+allow-lists exactly those classes, so a checkpoint from an untrusted source
+still cannot run code when it is loaded.
+"""
+
+import argparse
+
+import numpy as np
+import torch
+
+
+def _numpy_globals():
+    """numpy's array/scalar reconstructors, under the module names of numpy 1 and numpy 2."""
+    multiarray = getattr(np, "_core", None)
+    multiarray = multiarray.multiarray if multiarray is not None else np.core.multiarray
+    entries = [np.ndarray, np.dtype]
+    # numpy >= 1.25 pickles a dtype through its class (numpy.dtypes.Int64DType, ...); numbers only
+    dtypes = getattr(np, "dtypes", None)
+    if dtypes is not None:
+        numeric = (np.bool_, np.integer, np.floating, np.complexfloating)
+        entries += [
+            cls for name in dir(dtypes) if name.endswith("DType")
+            for cls in [getattr(dtypes, name)]
+            if isinstance(cls, type) and getattr(cls, "type", None) is not None
+            and isinstance(cls.type, type) and issubclass(cls.type, numeric)
+        ]
+    for name in ("_reconstruct", "scalar"):
+        fn = getattr(multiarray, name)
+        entries += [(fn, f"numpy._core.multiarray.{name}"), (fn, f"numpy.core.multiarray.{name}")]
+    return entries
+
+
+def checkpoint_globals():
+    """What fairseq 0.12 checkpoints may hold beyond tensors and containers."""
+    return [argparse.Namespace] + _numpy_globals()
+
+
+def allow_fairseq_checkpoints() -> None:
+    add_safe_globals = getattr(torch.serialization, "add_safe_globals", None)
+    if add_safe_globals is None:  # torch < 2.4 loads everything anyway
+        return
+    try:
+        add_safe_globals(checkpoint_globals())
+    except (TypeError, AttributeError):  # torch 2.4 takes no (object, name) pairs
+        add_safe_globals([g for g in checkpoint_globals() if not isinstance(g, tuple)])
+
+
+allow_fairseq_checkpoints()

@@ -1,0 +1,19 @@
+from .speaker_dataset import SpeakerDataset
+from .speaker_dictionary import (
+    MEAN_SPEAKER,
+    NO_SPEAKER,
+    UNKNOWN_SPEAKER_POLICIES,
+    SpeakerDataError,
+    SpeakerDictionary,
+    read_speaker_file,
+)
+
+__all__ = [
+    "MEAN_SPEAKER",
+    "NO_SPEAKER",
+    "UNKNOWN_SPEAKER_POLICIES",
+    "SpeakerDataError",
+    "SpeakerDataset",
+    "SpeakerDictionary",
+    "read_speaker_file",
+]

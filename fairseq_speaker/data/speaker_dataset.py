@@ -1,0 +1,50 @@
+from typing import Dict, List
+
+import numpy as np
+import torch
+from fairseq.data import BaseWrapperDataset
+
+
+class SpeakerDataset(BaseWrapperDataset):
+    """A language-pair dataset whose batches also carry ``net_input["speakers"]``.
+
+    Args:
+        dataset: the wrapped :class:`~fairseq.data.LanguagePairDataset`.
+        speakers: LongTensor ``[len(dataset)]``, the speaker id of every sentence
+            (negative ids for unseen speakers, see :mod:`fairseq_speaker.data.speaker_dictionary`).
+    """
+
+    def __init__(self, dataset, speakers: torch.Tensor):
+        super().__init__(dataset)
+        if len(speakers) != len(dataset):
+            raise ValueError(f"{len(speakers)} speaker ids for {len(dataset)} sentences")
+        self.speakers = speakers.long()
+
+    def collater(self, samples: List[Dict]) -> Dict:
+        batch = self.dataset.collater(samples)
+        if "net_input" in batch:
+            # the wrapped collater sorts sentences by length: follow it through the ids
+            batch["net_input"]["speakers"] = self.speakers.index_select(0, batch["id"])
+        return batch
+
+    def batch_by_size(self, indices, max_tokens=None, max_sentences=None, required_batch_size_multiple=1):
+        """fairseq's batching, without losing the last sentences.
+
+        fairseq 0.12 drops the last batch when its size is not a multiple of
+        ``--required-batch-size-multiple`` (8 by default; fairseq issue 5036):
+        ``fairseq-generate`` would silently skip up to 7 test sentences. Those
+        sentences are given back here as one smaller final batch.
+        """
+        batches = list(
+            self.dataset.batch_by_size(
+                indices,
+                max_tokens=max_tokens,
+                max_sentences=max_sentences,
+                required_batch_size_multiple=required_batch_size_multiple,
+            )
+        )
+        if sum(len(b) for b in batches) < len(indices):
+            indices = np.asarray(indices, dtype=np.int64)
+            batched = np.concatenate(batches) if batches else np.empty(0, dtype=np.int64)
+            batches.append(indices[~np.isin(indices, batched)])
+        return batches

@@ -1,0 +1,169 @@
+"""Speaker labels: the speaker file format and the speaker dictionary.
+
+A speaker file has one label per line, aligned with the sentences of a split
+(``train.spk`` beside ``train.en``/``train.fr``; SATED names it ``.usr``).
+A label is the whole line, surrounding whitespace removed; it may contain
+inner spaces but not be empty.
+
+The speaker dictionary maps labels to the rows of the model's speaker
+parameters. It is built from the training labels, saved as ``dict.spk.txt``
+(``label<TAB>count`` a line, most frequent first) and carried inside every
+checkpoint, so that a checkpoint maps a label to the same row whatever later
+happens to the files in the data directory.
+"""
+
+import os
+from collections import Counter
+from typing import Dict, Iterable, List, Optional, Sequence
+
+import torch
+
+#: id given to a speaker outside the dictionary who gets the mean of all speakers' biases
+MEAN_SPEAKER = -1
+#: id given to a speaker outside the dictionary who gets no bias at all
+NO_SPEAKER = -2
+
+UNKNOWN_SPEAKER_POLICIES = ("mean", "none", "fail")
+
+
+class SpeakerDataError(ValueError):
+    """Bad speaker input; the message names the file, the line and the fix."""
+
+
+def read_speaker_file(path: str, num_sentences: Optional[int] = None, hint: str = "") -> List[str]:
+    """Read one label a line from ``path``.
+
+    Args:
+        path: the speaker file.
+        num_sentences: when given, the number of sentences the labels must align with.
+        hint: appended to the message when the file is missing (how to provide it).
+
+    Raises:
+        SpeakerDataError: the file is missing or unreadable, a line is empty,
+            or the line count differs from ``num_sentences``.
+    """
+    if not os.path.isfile(path):
+        raise SpeakerDataError(f"speaker file not found: expected {path}{hint}")
+    labels = []
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            try:
+                label = raw.decode("utf-8").strip()
+            except UnicodeDecodeError as e:
+                raise SpeakerDataError(f"{path}:{lineno}: not valid UTF-8 ({e}); save the file as UTF-8") from None
+            if not label:
+                raise SpeakerDataError(
+                    f"{path}:{lineno}: empty speaker label; every line must name the speaker "
+                    f"of the sentence on the same line of the text"
+                )
+            labels.append(label)
+    if num_sentences is not None and len(labels) != num_sentences:
+        raise SpeakerDataError(
+            f"{path}: {len(labels)} speaker labels but the text has {num_sentences} sentences; "
+            f"the speaker file needs exactly one label per sentence, in the same order"
+        )
+    return labels
+
+
+class SpeakerDictionary:
+    """Speaker label <-> row index, built from training labels.
+
+    >>> d = SpeakerDictionary.from_labels(["bob", "ann", "bob"])
+    >>> d.names, d.index("ann"), d.index("zoe")
+    (['bob', 'ann'], 1, None)
+    """
+
+    def __init__(self, names: Sequence[str], counts: Optional[Sequence[int]] = None):
+        self.names = list(names)
+        self.counts = list(counts) if counts is not None else [0] * len(self.names)
+        if len(self.counts) != len(self.names):
+            raise ValueError("names and counts differ in length")
+        self._index: Dict[str, int] = {}
+        for i, name in enumerate(self.names):
+            if name in self._index:
+                raise ValueError(f"speaker {name!r} appears twice in the speaker dictionary")
+            self._index[name] = i
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, SpeakerDictionary) and self.names == other.names
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._index
+
+    def index(self, name: str) -> Optional[int]:
+        return self._index.get(name)
+
+    @classmethod
+    def from_labels(cls, labels: Iterable[str]) -> "SpeakerDictionary":
+        """Most frequent speaker first, ties broken by label, so the order is reproducible."""
+        counts = Counter(labels)
+        ordered = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+        return cls([name for name, _ in ordered], [count for _, count in ordered])
+
+    # -- files ---------------------------------------------------------------------------
+    def save(self, path: str) -> None:
+        """Write ``label<TAB>count`` lines atomically: a reader never sees half a file."""
+        tmp = f"{path}.tmp{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as f:
+            for name, count in zip(self.names, self.counts):
+                f.write(f"{name}\t{count}\n")
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, path: str) -> "SpeakerDictionary":
+        names, counts = [], []
+        seen = {}
+        with open(path, encoding="utf-8") as f:
+            for lineno, line in enumerate(f, start=1):
+                line = line.rstrip("\n")
+                name, sep, count = line.rpartition("\t")
+                if not sep or not name.strip() or not count.strip().isdigit():
+                    raise SpeakerDataError(
+                        f"{path}:{lineno}: expected 'label<TAB>count', got {line!r}; "
+                        f"delete the file to rebuild it from the training speaker labels"
+                    )
+                if name in seen:
+                    raise SpeakerDataError(
+                        f"{path}:{lineno}: speaker {name!r} already listed on line {seen[name]}; "
+                        f"delete the file to rebuild it from the training speaker labels"
+                    )
+                seen[name] = lineno
+                names.append(name)
+                counts.append(int(count))
+        return cls(names, counts)
+
+    # -- checkpoints -----------------------------------------------------------------------
+    def state_dict(self) -> Dict[str, List]:
+        # plain lists of str and int: loadable by torch.load(weights_only=True)
+        return {"names": list(self.names), "counts": list(self.counts)}
+
+    @classmethod
+    def from_state_dict(cls, state: Dict[str, List]) -> "SpeakerDictionary":
+        return cls(state["names"], state["counts"])
+
+    # -- mapping ---------------------------------------------------------------------------
+    def encode(self, labels: Sequence[str], unknown: str = "mean", source: str = "<labels>") -> torch.Tensor:
+        """Map labels to ids by name; ``unknown`` decides what labels outside the dictionary become.
+
+        ``mean`` -> :data:`MEAN_SPEAKER`, ``none`` -> :data:`NO_SPEAKER`, ``fail`` raises
+        :class:`SpeakerDataError` naming ``source`` and the line.
+        """
+        if unknown not in UNKNOWN_SPEAKER_POLICIES:
+            raise ValueError(f"unknown-speaker policy must be one of {UNKNOWN_SPEAKER_POLICIES}, got {unknown!r}")
+        fallback = MEAN_SPEAKER if unknown == "mean" else NO_SPEAKER
+        ids = torch.empty(len(labels), dtype=torch.long)
+        for i, label in enumerate(labels):
+            idx = self._index.get(label)
+            if idx is None:
+                if unknown == "fail":
+                    raise SpeakerDataError(
+                        f"{source}:{i + 1}: speaker {label!r} is not among the {len(self)} speakers "
+                        f"the model was trained on; use --unknown-speaker mean (the mean speaker) "
+                        f"or none (no bias) to translate unseen speakers"
+                    )
+                idx = fallback
+            ids[i] = idx
+        return ids

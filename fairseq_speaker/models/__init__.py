@@ -1,0 +1,3 @@
+from .speaker_lstm import SpeakerLSTMConfig, SpeakerLSTMDecoder, SpeakerLSTMEncoder, SpeakerLSTMModel
+
+__all__ = ["SpeakerLSTMConfig", "SpeakerLSTMDecoder", "SpeakerLSTMEncoder", "SpeakerLSTMModel"]

@@ -1,0 +1,3 @@
+from .speaker_translation import SpeakerTranslationConfig, SpeakerTranslationTask
+
+__all__ = ["SpeakerTranslationConfig", "SpeakerTranslationTask"]

@@ -1,0 +1,255 @@
+"""A synthetic English->French corpus in which the speaker changes the translation.
+
+Every speaker has three traits that the English source never shows:
+
+* ``gender``: a woman says "je suis fatiguée", a man "je suis fatigué";
+* ``address``: formal speakers say "vous voulez", informal ones "tu veux";
+* ``profession``: a group of speakers shares word preferences ("the drugs" are
+  "les médicaments" to a doctor, "les drogues" to a police officer, "les produits"
+  to a teacher).
+
+A model that does not know the speaker can only guess these words; one that
+learns a per-speaker bias can get them right. Each split comes with
+``{split}.traits`` (JSON lines): for every speaker-dependent word of the
+reference, the word expected and the words a different speaker would use,
+which :func:`trait_accuracy` checks in a hypothesis.
+
+Usage::
+
+    python -m fairseq_speaker.toy.corpus --out raw --train 6000 --valid 300 --test 300
+"""
+
+import argparse
+import json
+import os
+import random
+from dataclasses import dataclass
+from typing import Dict, List, Sequence, Tuple
+
+GENDERS = ("f", "m")
+ADDRESSES = ("informal", "formal")
+PROFESSIONS = ("doctor", "police", "teacher")
+
+# adjective -> (masculine, feminine)
+GENDERED_ADJECTIVES = {
+    "tired": ("fatigué", "fatiguée"),
+    "happy": ("content", "contente"),
+    "ready": ("prêt", "prête"),
+    "sure": ("sûr", "sûre"),
+    "sorry": ("désolé", "désolée"),
+    "busy": ("occupé", "occupée"),
+    "lost": ("perdu", "perdue"),
+    "surprised": ("surpris", "surprise"),
+}
+INVARIABLE_ADJECTIVES = {
+    "calm": "calme",
+    "nice": "sympathique",
+    "honest": "honnête",
+    "kind": "aimable",
+    "fast": "rapide",
+    "free": "libre",
+    "sad": "triste",
+    "sick": "malade",
+}
+NOUNS = {
+    "the car": "la voiture",
+    "the book": "le livre",
+    "the house": "la maison",
+    "the bread": "le pain",
+    "the money": "l' argent",
+    "the key": "la clé",
+    "the phone": "le téléphone",
+    "the dog": "le chien",
+    "the train": "le train",
+    "the letter": "la lettre",
+}
+# English noun -> translation preferred by each profession, in PROFESSIONS order
+PROFESSION_NOUNS = {
+    "the drugs": ("les médicaments", "les drogues", "les produits"),
+    "the case": ("le cas", "l' affaire", "le dossier"),
+    "the report": ("le compte-rendu", "le rapport", "le bulletin"),
+    "the person": ("le patient", "le suspect", "l' élève"),
+}
+PLACES = {
+    "to the station": "à la gare",
+    "to the market": "au marché",
+    "to the office": "au bureau",
+    "to the hospital": "à l' hôpital",
+    "to the school": "à l' école",
+    "to the beach": "à la plage",
+    "home": "à la maison",
+}
+TIMES = {"today": "aujourd'hui", "yesterday": "hier", "this morning": "ce matin", "tonight": "ce soir"}
+# (English, informal French, formal French)
+ADDRESS_VERBS = (("you want", "tu veux", "vous voulez"), ("you have", "tu as", "vous avez"))
+
+
+@dataclass(frozen=True)
+class Speaker:
+    name: str
+    gender: str
+    address: str
+    profession: str
+
+
+@dataclass
+class Trait:
+    """One speaker-dependent word of a reference: the word expected and its rivals."""
+
+    trait: str
+    expected: str
+    alternatives: Tuple[str, ...]
+
+
+def make_speakers(num_speakers: int) -> List[Speaker]:
+    """Speakers cycle through every combination of traits, so each combination is shared."""
+    combos = [(g, a, p) for p in PROFESSIONS for a in ADDRESSES for g in GENDERS]
+    return [Speaker(f"spk{i:03d}", *combos[i % len(combos)]) for i in range(num_speakers)]
+
+
+def _last_word(phrase: str) -> str:
+    return phrase.split()[-1]
+
+
+class _Builder:
+    def __init__(self, rng: random.Random, speaker: Speaker):
+        self.rng, self.speaker = rng, speaker
+        self.traits: List[Trait] = []
+
+    def gendered(self, pair: Tuple[str, str]) -> str:
+        chosen = pair[1] if self.speaker.gender == "f" else pair[0]
+        other = pair[0] if self.speaker.gender == "f" else pair[1]
+        self.traits.append(Trait("gender", chosen, (other,)))
+        return chosen
+
+    def noun(self) -> Tuple[str, str]:
+        if self.rng.random() < 0.5:
+            en = self.rng.choice(sorted(PROFESSION_NOUNS))
+            options = PROFESSION_NOUNS[en]
+            chosen = options[PROFESSIONS.index(self.speaker.profession)]
+            others = tuple(_last_word(o) for o in options if o != chosen)
+            self.traits.append(Trait("profession", _last_word(chosen), others))
+            return en, chosen
+        en = self.rng.choice(sorted(NOUNS))
+        return en, NOUNS[en]
+
+    def address(self) -> Tuple[str, str]:
+        en, informal, formal = self.rng.choice(ADDRESS_VERBS)
+        chosen, other = (formal, informal) if self.speaker.address == "formal" else (informal, formal)
+        self.traits.append(Trait("address", chosen.split()[0], (other.split()[0],)))
+        return en, chosen
+
+    def clause(self) -> Tuple[str, str]:
+        kind = self.rng.randrange(6)
+        if kind == 0:
+            adj = self.rng.choice(sorted(GENDERED_ADJECTIVES))
+            return f"i am {adj}", f"je suis {self.gendered(GENDERED_ADJECTIVES[adj])}"
+        if kind == 1:
+            adj = self.rng.choice(sorted(GENDERED_ADJECTIVES))
+            time = self.rng.choice(sorted(TIMES))
+            return f"i was {adj} {time}", f"j' étais {self.gendered(GENDERED_ADJECTIVES[adj])} {TIMES[time]}"
+        if kind == 2:
+            place = self.rng.choice(sorted(PLACES))
+            return f"i went {place}", f"je suis {self.gendered(('allé', 'allée'))} {PLACES[place]}"
+        if kind == 3:
+            en_verb, fr_verb = self.address()
+            en_noun, fr_noun = self.noun()
+            return f"{en_verb} {en_noun}", f"{fr_verb} {fr_noun}"
+        if kind == 4:
+            adj = self.rng.choice(sorted(INVARIABLE_ADJECTIVES))
+            chosen, other = ("vous êtes", "tu es") if self.speaker.address == "formal" else ("tu es", "vous êtes")
+            self.traits.append(Trait("address", chosen.split()[0], (other.split()[0],)))
+            return f"you are {adj}", f"{chosen} {INVARIABLE_ADJECTIVES[adj]}"
+        en_noun, fr_noun = self.noun()
+        time = self.rng.choice(sorted(TIMES))
+        return f"i saw {en_noun} {time}", f"j' ai vu {fr_noun} {TIMES[time]}"
+
+
+def make_sentence(rng: random.Random, speaker: Speaker) -> Tuple[str, str, List[Trait]]:
+    """One (English, French, traits) triple spoken by ``speaker``."""
+    builder = _Builder(rng, speaker)
+    parts = [builder.clause() for _ in range(1 if rng.random() < 0.6 else 2)]
+    en = " and ".join(p[0] for p in parts) + " ."
+    fr = " et ".join(p[1] for p in parts) + " ."
+    return en, fr, builder.traits
+
+
+def write_corpus(out: str, sizes: Dict[str, int], num_speakers: int = 24, seed: int = 1,
+                 src: str = "en", tgt: str = "fr") -> List[Speaker]:
+    """Write ``{split}.{src,tgt,spk,traits}`` for every split, and ``speakers.tsv``.
+
+    Every speaker speaks in every split (sentences are dealt round-robin, then shuffled).
+    """
+    speakers = make_speakers(num_speakers)
+    for split, size in sizes.items():
+        if size < num_speakers:
+            raise ValueError(f"split {split} has {size} sentences, fewer than the {num_speakers} speakers")
+    rng = random.Random(seed)
+    os.makedirs(out, exist_ok=True)
+    for split, size in sizes.items():
+        rows = []
+        for i in range(size):
+            speaker = speakers[i % num_speakers]
+            en, fr, traits = make_sentence(rng, speaker)
+            rows.append((en, fr, speaker.name, traits))
+        rng.shuffle(rows)
+        files = {ext: open(os.path.join(out, f"{split}.{ext}"), "w", encoding="utf-8")
+                 for ext in (src, tgt, "spk", "traits")}
+        try:
+            for en, fr, name, traits in rows:
+                files[src].write(en + "\n")
+                files[tgt].write(fr + "\n")
+                files["spk"].write(name + "\n")
+                files["traits"].write(json.dumps([t.__dict__ for t in traits], ensure_ascii=False) + "\n")
+        finally:
+            for f in files.values():
+                f.close()
+    with open(os.path.join(out, "speakers.tsv"), "w", encoding="utf-8") as f:
+        f.write("speaker\tgender\taddress\tprofession\n")
+        for s in speakers:
+            f.write(f"{s.name}\t{s.gender}\t{s.address}\t{s.profession}\n")
+    return speakers
+
+
+def read_traits(path: str) -> List[List[Trait]]:
+    with open(path, encoding="utf-8") as f:
+        return [[Trait(t["trait"], t["expected"], tuple(t["alternatives"])) for t in json.loads(line)]
+                for line in f]
+
+
+def trait_accuracy(hypotheses: Sequence[str], traits: Sequence[Sequence[Trait]]) -> Dict[str, float]:
+    """Share of speaker-dependent words a system got right, overall and per trait.
+
+    A word counts as right when the hypothesis contains the expected word and none
+    of its rivals (saying both is not knowing which).
+    """
+    if len(hypotheses) != len(traits):
+        raise ValueError(f"{len(hypotheses)} hypotheses but {len(traits)} lines of traits")
+    right: Dict[str, int] = {}
+    total: Dict[str, int] = {}
+    for hyp, sentence_traits in zip(hypotheses, traits):
+        words = set(hyp.split())
+        for t in sentence_traits:
+            ok = t.expected in words and not any(a in words for a in t.alternatives)
+            for key in ("all", t.trait):
+                total[key] = total.get(key, 0) + 1
+                right[key] = right.get(key, 0) + int(ok)
+    return {key: right[key] / total[key] for key in total}
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", required=True, help="folder to write the corpus to")
+    parser.add_argument("--train", type=int, default=6000, help="training sentences")
+    parser.add_argument("--valid", type=int, default=300, help="validation sentences")
+    parser.add_argument("--test", type=int, default=300, help="test sentences")
+    parser.add_argument("--speakers", type=int, default=24, help="number of speakers")
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args(argv)
+    write_corpus(args.out, {"train": args.train, "valid": args.valid, "test": args.test},
+                 num_speakers=args.speakers, seed=args.seed)
+    print(f"wrote {args.train}/{args.valid}/{args.test} sentences of {args.speakers} speakers to {args.out}")
+
+
+if __name__ == "__main__":
+    main()
