@@ -1,0 +1,27 @@
+"""Reading the output of ``fairseq-generate``."""
+
+import re
+from typing import Dict, List
+
+_HYPOTHESIS = re.compile(r"^H-(\d+)\t[^\t]*\t?(.*)$")
+
+
+def read_generate_output(text: str, source: str = "<fairseq-generate output>") -> List[str]:
+    """The best hypothesis of every sentence, in the order of the input (by sentence id).
+
+    ``fairseq-generate`` prints sentences in batch order; each ``H-<id>`` line
+    holds the id, the score and the tokenized hypothesis. With ``--nbest`` > 1
+    the first hypothesis of an id is the best one.
+
+    Raises:
+        ValueError: ids are missing (a sentence was not translated).
+    """
+    best: Dict[int, str] = {}
+    for line in text.splitlines():
+        match = _HYPOTHESIS.match(line)
+        if match:
+            best.setdefault(int(match.group(1)), match.group(2))
+    missing = sorted(set(range(max(best) + 1)) - set(best)) if best else []
+    if missing:
+        raise ValueError(f"{source}: no hypothesis for sentence ids {missing[:10]}{'...' if len(missing) > 10 else ''}")
+    return [best[i] for i in range(len(best))]
