@@ -1,0 +1,107 @@
+"""Speaker files and the speaker dictionary."""
+
+import os
+
+import pytest
+import torch
+
+from fairseq_speaker.data import (
+    MEAN_SPEAKER,
+    NO_SPEAKER,
+    SpeakerDataError,
+    SpeakerDictionary,
+    read_speaker_file,
+)
+
+
+def write(path, text):
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    return str(path)
+
+
+def test_most_frequent_first_ties_by_name():
+    d = SpeakerDictionary.from_labels(["carol", "bob", "ann", "bob", "carol", "dave", "carol"])
+    assert d.names == ["carol", "bob", "ann", "dave"]
+    assert d.counts == [3, 2, 1, 1]
+
+
+def test_encode_maps_by_name_with_the_unknown_policies():
+    d = SpeakerDictionary(["ann", "bob"])
+    assert d.encode(["bob", "ann", "zoe"], "mean").tolist() == [1, 0, MEAN_SPEAKER]
+    assert d.encode(["zoe"], "none").tolist() == [NO_SPEAKER]
+    with pytest.raises(SpeakerDataError, match=r"test.spk:3: speaker 'zoe' is not among the 2 speakers"):
+        d.encode(["bob", "ann", "zoe"], "fail", source="test.spk")
+
+
+def test_save_load_round_trip_keeps_labels_with_spaces(tmp_path):
+    d = SpeakerDictionary.from_labels(["Dr. Jane Doe", "talk 12", "talk 12"])
+    path = str(tmp_path / "dict.spk.txt")
+    d.save(path)
+    assert os.listdir(tmp_path) == ["dict.spk.txt"]  # no temporary file left behind
+    loaded = SpeakerDictionary.load(path)
+    assert loaded == d and loaded.counts == [2, 1]
+    assert loaded.index("Dr. Jane Doe") == 1
+
+
+def test_checkpoint_state_is_plain_data_and_keeps_the_mapping(tmp_path):
+    d = SpeakerDictionary.from_labels(["b", "a", "a"])
+    state = d.state_dict()
+    path = str(tmp_path / "state.pt")
+    torch.save(state, path)
+    restored = SpeakerDictionary.from_state_dict(torch.load(path, weights_only=True))
+    assert restored.encode(["a", "b"]).tolist() == d.encode(["a", "b"]).tolist() == [0, 1]
+
+
+def test_a_reordered_dictionary_file_cannot_change_what_a_checkpoint_maps(tmp_path):
+    """Labels are mapped through the dictionary a model was trained with, by name."""
+    trained = SpeakerDictionary.from_labels(["ann", "ann", "bob", "cy"])
+    path = str(tmp_path / "dict.spk.txt")
+    trained.save(path)
+    lines = open(path, encoding="utf-8").read().splitlines()
+    write(path, "\n".join(reversed(lines)) + "\n")
+    on_disk = SpeakerDictionary.load(path)
+    assert on_disk.index("ann") != trained.index("ann")
+    restored = SpeakerDictionary.from_state_dict(trained.state_dict())
+    assert restored.encode(["ann", "bob", "cy"]).tolist() == [0, 1, 2]
+
+
+@pytest.mark.parametrize("text,message", [
+    ("ann\t3\nann\t2\n", r"dict.spk.txt:2: speaker 'ann' already listed on line 1"),
+    ("ann 3\n", r"dict.spk.txt:1: expected 'label<TAB>count'"),
+    ("ann\tmany\n", r"dict.spk.txt:1: expected 'label<TAB>count'"),
+])
+def test_malformed_dictionary_file(tmp_path, text, message):
+    path = write(tmp_path / "dict.spk.txt", text)
+    with pytest.raises(SpeakerDataError, match=message):
+        SpeakerDictionary.load(path)
+
+
+def test_read_speaker_file(tmp_path):
+    path = write(tmp_path / "train.spk", "ann\n  bob  \nann\n")
+    assert read_speaker_file(path, num_sentences=3) == ["ann", "bob", "ann"]
+
+
+def test_missing_speaker_file_names_the_expected_path(tmp_path):
+    path = str(tmp_path / "valid.spk")
+    with pytest.raises(SpeakerDataError, match=rf"speaker file not found: expected {path}; copy it"):
+        read_speaker_file(path, hint="; copy it")
+
+
+def test_empty_label_names_file_and_line(tmp_path):
+    path = write(tmp_path / "train.spk", "ann\nbob\n\nann\n")
+    with pytest.raises(SpeakerDataError, match=r"train.spk:3: empty speaker label"):
+        read_speaker_file(path)
+
+
+def test_line_count_mismatch(tmp_path):
+    path = write(tmp_path / "train.spk", "ann\nbob\n")
+    with pytest.raises(SpeakerDataError, match=r"train.spk: 2 speaker labels but the text has 3 sentences"):
+        read_speaker_file(path, num_sentences=3)
+
+
+def test_invalid_utf8_names_the_line(tmp_path):
+    path = tmp_path / "train.spk"
+    path.write_bytes(b"ann\n\xff\xfe\n")
+    with pytest.raises(SpeakerDataError, match=r"train.spk:2: not valid UTF-8"):
+        read_speaker_file(str(path))
