@@ -1,0 +1,37 @@
+# Set up a virtual environment and run the demo or the tests.
+#   make demo              toy corpus -> train lstm_base and lstm_fact_bias -> BLEU / speaker-word table
+#   make test              unit and integration tests (a few minutes)
+#   make test-slow         the slow tier: trains on the toy corpus and checks that the biases learn
+# torch is installed first, pinned, so that no CUDA build is pulled on a CPU machine;
+# choose another with e.g. `make test TORCH="torch==2.5.1 --index-url https://download.pytorch.org/whl/cu121"`.
+
+PYTHON ?= python3
+VENV ?= .venv
+TORCH ?= torch==2.13.0
+BIN := $(VENV)/bin
+# one thread per process: the tests run two workers on two cores
+TEST_ENV := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
+
+.PHONY: install demo test test-slow clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --upgrade pip "setuptools>=64" wheel
+	$(BIN)/pip install $(TORCH) cython numpy
+	# fairseq builds C++/Cython extensions against the torch above (no isolated build, no second torch)
+	$(BIN)/pip install --no-build-isolation -e ".[test]"
+	touch $@
+
+demo: install
+	$(BIN)/fairseq-speaker-demo --workdir demo-work
+
+test: install
+	$(TEST_ENV) $(BIN)/python -m pytest -n 2 tests
+
+test-slow: install
+	$(BIN)/python -m pytest -m slow tests
+
+clean:
+	rm -rf $(VENV) demo-work build *.egg-info

@@ -1,0 +1,206 @@
+"""The README's flow through the real fairseq command lines, on tiny data."""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from fairseq_speaker.data import SpeakerDictionary
+from fairseq_speaker.evaluation import read_generate_output
+from tests.integration.conftest import SIZES, TINY, USER_DIR, copy_data, run, train_args
+
+GENERATE = ["--user-dir", USER_DIR, "--task", "speaker_translation", "--beam", "5", "--max-len-b", "6"]
+
+
+def hypotheses(proc):
+    return read_generate_output(proc.stdout)
+
+
+@pytest.mark.parametrize("arch", ["lstm_base", "lstm_full_bias", "lstm_fact_bias"])
+def test_train_then_generate_every_test_sentence(toy, trained, arch):
+    checkpoint = trained(arch)
+    state = torch.load(checkpoint, weights_only=True)  # the plugin's allow-list is in force here
+    assert state["cfg"]["model"]["_name"] == arch
+    assert len(state["task_state"]["speaker_dictionary"]["names"]) == 8
+    proc = run("generate", [toy["bin"], *GENERATE, "--path", checkpoint,
+                            "--speaker-file", os.path.join(toy["raw"], "test.spk")])
+    assert len(hypotheses(proc)) == SIZES["test"]
+    assert f"Translated {SIZES['test']} sentences" in proc.stderr
+
+
+def test_checkpoints_need_the_allow_list_and_get_nothing_more(trained):
+    """With --eval-bleu a checkpoint holds numpy values, which plain torch.load refuses."""
+    checkpoint = trained("lstm_fact_bias")
+    plain = subprocess.run([sys.executable, "-c", f"import torch; torch.load({checkpoint!r})"],
+                           stderr=subprocess.PIPE, text=True)
+    assert plain.returncode != 0 and "Weights only load failed" in plain.stderr
+    import fairseq_speaker.checkpoints as allow
+
+    names = {g[1] if isinstance(g, tuple) else f"{g.__module__}.{g.__qualname__}" for g in allow.checkpoint_globals()}
+    assert not any("eval" in n or "system" in n or "builtins" in n for n in names)
+
+
+def doctored_checkpoint(checkpoint, path, boosts, tgt_dict_path):
+    """A full_bias checkpoint where each named speaker's bias strongly favours one word."""
+    state = torch.load(checkpoint, weights_only=True)
+    names = state["task_state"]["speaker_dictionary"]["names"]
+    words = [line.split()[0] for line in open(tgt_dict_path, encoding="utf-8")]
+    weight = state["model"]["decoder.speaker_bias.weight"]
+    for speaker, word in boosts.items():
+        weight[names.index(speaker), 4 + words.index(word)] += 100.0  # 4 special symbols come first
+    torch.save(state, path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def speaker_words(toy, trained, tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("doctored") / "checkpoint.pt")
+    boosts = {"spk000": "chien", "spk001": "voiture"}
+    doctored_checkpoint(trained("lstm_full_bias"), path, boosts, os.path.join(toy["bin"], "dict.fr.txt"))
+    return path, boosts
+
+
+def test_generate_translates_each_sentence_as_its_speaker(toy, speaker_words, tmp_path):
+    checkpoint, boosts = speaker_words
+    # the checkpoint carries the speaker dictionary: the data directory needs neither
+    # dict.spk.txt nor the training labels at generation time
+    data = copy_data(toy, tmp_path)
+    os.remove(os.path.join(data, "train.spk"))
+    speakers = ["spk000" if i % 3 else "spk001" for i in range(SIZES["test"])]
+    spk_file = tmp_path / "alternating.spk"
+    spk_file.write_text("\n".join(speakers) + "\n")
+    proc = run("generate", [data, *GENERATE, "--path", checkpoint, "--speaker-file", str(spk_file)])
+    hyps = hypotheses(proc)
+    assert len(hyps) == SIZES["test"]
+    for speaker, hyp in zip(speakers, hyps):
+        assert hyp.split()[0] == boosts[speaker], (speaker, hyp)
+
+
+def test_unknown_speaker_policy_none_gives_no_bias(toy, speaker_words, tmp_path):
+    checkpoint, _ = speaker_words
+    spk_file = tmp_path / "strangers.spk"
+    spk_file.write_text("nobody\n" * SIZES["test"])
+    proc = run("generate", [toy["bin"], *GENERATE, "--path", checkpoint, "--speaker-file", str(spk_file),
+                            "--unknown-speaker", "none"])
+    assert "37 of 37 sentences have speakers unseen in training" in proc.stderr
+    assert not any(h.split()[:1] in (["chien"], ["voiture"]) for h in hypotheses(proc))
+
+
+def test_unknown_speaker_policy_fail(toy, speaker_words, tmp_path):
+    checkpoint, _ = speaker_words
+    spk_file = tmp_path / "test.spk"
+    spk_file.write_text("spk000\n" * 5 + "nobody\n" + "spk000\n" * (SIZES["test"] - 6))
+    proc = run("generate", [toy["bin"], *GENERATE, "--path", checkpoint, "--speaker-file", str(spk_file),
+                            "--unknown-speaker", "fail"], check=False)
+    assert proc.returncode != 0
+    assert re.search(rf"{re.escape(str(spk_file))}:6: speaker 'nobody' is not among the 8 speakers", proc.stderr)
+    assert "--unknown-speaker mean" in proc.stderr
+
+
+def test_interactive_with_one_speaker_and_with_a_speaker_per_line(toy, speaker_words):
+    checkpoint, boosts = speaker_words
+    common = [toy["bin"], *GENERATE, "--path", checkpoint, "--source-lang", "en", "--target-lang", "fr"]
+    proc = run("interactive", [*common, "--speaker", "spk001"], stdin="i am tired .\nyou have the car .\n")
+    hyps = hypotheses(proc)
+    assert len(hyps) == 2 and all(h.split()[0] == "voiture" for h in hyps)
+
+    lines = ["spk000\ti am tired .", "spk001\ti am tired .", "spk000\tyou want the key ."] * 3
+    proc = run("interactive", [*common, "--speaker-per-line", "--buffer-size", "4"], stdin="\n".join(lines) + "\n")
+    hyps = hypotheses(proc)
+    assert [h.split()[0] for h in hyps] == [boosts[line.split("\t")[0]] for line in lines]
+
+    proc = run("interactive", [*common, "--speaker-per-line"], stdin="spk000\ti am tired .\nno tab here\n",
+               check=False)
+    assert proc.returncode != 0 and "<input>:2: expected 'SPEAKER<TAB>sentence'" in proc.stderr
+
+    proc = run("interactive", common, stdin="i am tired .\n", check=False)
+    assert proc.returncode != 0 and "pass --speaker NAME, or --speaker-per-line" in proc.stderr
+
+
+def test_hydra_train_with_the_packaged_config(toy, tmp_path):
+    config_dir = os.path.join(USER_DIR, "config")
+    overrides = [f"model.{flag[2:].replace('-', '_')}={value}" for flag, value in zip(TINY[::2], TINY[1::2])]
+    proc = subprocess.run(
+        [os.path.join(os.path.dirname(sys.executable), "fairseq-hydra-train"),
+         "--config-dir", config_dir, "--config-name", "lstm_fact_bias",
+         f"task.data={toy['bin']}", f"common.user_dir={USER_DIR}", f"checkpoint.save_dir={tmp_path}/ckpt",
+         "optimization.max_epoch=1", "dataset.batch_size=16", *overrides, f"hydra.run.dir={tmp_path}/hydra"],
+        env=dict(os.environ, OMP_NUM_THREADS="1"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    state = torch.load(os.path.join(tmp_path, "ckpt", "checkpoint_last.pt"), weights_only=True)
+    assert state["cfg"]["model"]["speaker_bias"] == "fact"
+    assert state["cfg"]["model"]["encoder_hidden_size"] == 8
+    assert state["model"]["decoder.speaker_bias.speaker_weights"].shape == (8, 3)
+
+
+def test_sated_speaker_suffix(toy, tmp_path):
+    data = copy_data(toy, tmp_path)
+    for split in SIZES:
+        os.rename(os.path.join(data, f"{split}.spk"), os.path.join(data, f"{split}.usr"))
+    proc = run("train", train_args(data, str(tmp_path / "ckpt"), "lstm_full_bias", "--max-epoch", "1",
+                                   "--speaker-suffix", "usr"))
+    assert f"speaker dictionary: 8 speakers, saved to {data}/dict.spk.txt" in proc.stdout + proc.stderr
+    assert os.path.exists(os.path.join(data, "dict.spk.txt"))
+
+
+# -- bad input: a clear message naming file and line, nothing half-written -------------------------
+
+
+def failed_training(data, tmp_path, training_labels_ok=False):
+    """Train on broken data: it must fail, write no checkpoint, and write the speaker
+    dictionary only when the training labels themselves are sound (then all of it)."""
+    save_dir = tmp_path / "ckpt"
+    proc = run("train", train_args(data, str(save_dir), "lstm_fact_bias"), check=False)
+    assert proc.returncode != 0
+    assert not (save_dir.exists() and list(save_dir.glob("*.pt")))
+    dict_path = os.path.join(data, "dict.spk.txt")
+    if training_labels_ok:
+        labels = open(os.path.join(data, "train.spk")).read().split()
+        assert SpeakerDictionary.load(dict_path) == SpeakerDictionary.from_labels(labels)
+    else:
+        assert not os.path.exists(dict_path)
+    return proc.stderr
+
+
+def test_speaker_file_shorter_than_the_text(toy, tmp_path):
+    data = copy_data(toy, tmp_path)
+    path = os.path.join(data, "train.spk")
+    labels = open(path).read().splitlines()
+    with open(path, "w") as f:
+        f.write("\n".join(labels[:-3]) + "\n")
+    err = failed_training(data, tmp_path)
+    assert f"{path}: 157 speaker labels but the text has 160 sentences" in err
+
+
+def test_missing_speaker_file_says_which_path_was_expected(toy, tmp_path):
+    data = copy_data(toy, tmp_path)
+    os.remove(os.path.join(data, "valid.spk"))
+    err = failed_training(data, tmp_path, training_labels_ok=True)
+    assert f"speaker file not found: expected {os.path.join(data, 'valid.spk')}" in err
+    assert "cp raw/valid.spk" in err
+
+
+def test_empty_speaker_label(toy, tmp_path):
+    data = copy_data(toy, tmp_path)
+    path = os.path.join(data, "train.spk")
+    labels = open(path).read().splitlines()
+    labels[41] = "   "
+    with open(path, "w") as f:
+        f.write("\n".join(labels) + "\n")
+    err = failed_training(data, tmp_path)
+    assert f"{path}:42: empty speaker label" in err
+
+
+def test_stale_speaker_dictionary(toy, tmp_path):
+    data = copy_data(toy, tmp_path)
+    with open(os.path.join(data, "dict.spk.txt"), "w") as f:
+        f.write("spk000\t20\nspk001\t20\n")
+    proc = run("train", train_args(data, str(tmp_path / "ckpt"), "lstm_fact_bias"), check=False)
+    assert proc.returncode != 0
+    assert re.search(r"train.spk:\d+: speaker 'spk00[2-7]' is not among the 2 speakers", proc.stderr)
+    assert "delete" in proc.stderr and "dict.spk.txt to rebuild it" in proc.stderr
