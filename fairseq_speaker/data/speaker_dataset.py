@@ -1,4 +1,4 @@
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import numpy as np
 import torch
@@ -12,13 +12,22 @@ class SpeakerDataset(BaseWrapperDataset):
         dataset: the wrapped :class:`~fairseq.data.LanguagePairDataset`.
         speakers: LongTensor ``[len(dataset)]``, the speaker id of every sentence
             (negative ids for unseen speakers, see :mod:`fairseq_speaker.data.speaker_dictionary`).
+        target_prefix: optional LongTensor ``[len(dataset)]``, a token put before every
+            target sentence (the speaker token of the spk_token baseline).
     """
 
-    def __init__(self, dataset, speakers: torch.Tensor):
+    def __init__(self, dataset, speakers: torch.Tensor, target_prefix: Optional[torch.Tensor] = None):
         super().__init__(dataset)
         if len(speakers) != len(dataset):
             raise ValueError(f"{len(speakers)} speaker ids for {len(dataset)} sentences")
         self.speakers = speakers.long()
+        self.target_prefix = target_prefix
+
+    def __getitem__(self, index):
+        item = self.dataset[index]
+        if self.target_prefix is not None and item.get("target") is not None:
+            item["target"] = torch.cat([self.target_prefix[index : index + 1].to(item["target"]), item["target"]])
+        return item
 
     def collater(self, samples: List[Dict]) -> Dict:
         batch = self.dataset.collater(samples)

@@ -31,6 +31,7 @@ from fairseq.modules import FairseqDropout
 from torch import Tensor, nn
 
 from fairseq_speaker.modules.mlp_attention import MLPAttention
+from fairseq_speaker.modules.variational_lstm import sentence_mask, variational_bilstm
 from fairseq_speaker.modules.speaker_bias import SPEAKER_BIAS_REGISTRY, SpeakerBias, build_speaker_bias
 
 EncoderOut = Dict[str, Optional[Tensor]]
@@ -52,6 +53,15 @@ class SpeakerLSTMConfig(FairseqDataclass):
     attention_dim: int = field(default=256, metadata={"help": "hidden size of the MLP attention"})
     dropout: float = field(
         default=0.4, metadata={"help": "dropout on o_t before the softmax (the authors' rate is 0.4)"}
+    )
+    lstm_dropout: float = field(
+        default=0.4,
+        metadata={"help": "variational dropout inside the encoder and decoder LSTMs: one mask per sentence "
+                  "on the inputs and on the recurrent state, the same at every time step (Gal & Ghahramani)"},
+    )
+    target_word_dropout: float = field(
+        default=0.1,
+        metadata={"help": "probability of replacing a decoder input word by <unk> during training (Iyyer et al.)"},
     )
     speaker_bias: str = field(
         default="none",
@@ -127,6 +137,7 @@ class SpeakerLSTMEncoder(FairseqEncoder):
         self.max_source_positions = cfg.max_source_positions
         self.embed_tokens = Embedding(len(dictionary), cfg.encoder_embed_dim, self.padding_idx)
         self.lstm = nn.LSTM(cfg.encoder_embed_dim, cfg.encoder_hidden_size, bidirectional=True)
+        self.lstm_dropout = cfg.lstm_dropout
         self.output_dim = 2 * cfg.encoder_hidden_size
 
     def forward(self, src_tokens: Tensor, src_lengths: Tensor, speakers: Optional[Tensor] = None) -> EncoderOut:
@@ -134,9 +145,12 @@ class SpeakerLSTMEncoder(FairseqEncoder):
         src_tokens = utils.convert_padding_direction(src_tokens, self.padding_idx, left_to_right=True)
         bsz, src_len = src_tokens.shape
         x = self.embed_tokens(src_tokens).transpose(0, 1)  # T x B x E
-        packed = nn.utils.rnn.pack_padded_sequence(x, src_lengths.cpu(), enforce_sorted=False)
-        out, _ = self.lstm(packed)
-        out, _ = nn.utils.rnn.pad_packed_sequence(out, total_length=src_len)  # T x B x 2H
+        if self.training and self.lstm_dropout > 0:
+            out = variational_bilstm(self.lstm, x, src_lengths, self.lstm_dropout)  # T x B x 2H
+        else:  # the fused kernel, same weights
+            packed = nn.utils.rnn.pack_padded_sequence(x, src_lengths.cpu(), enforce_sorted=False)
+            out, _ = self.lstm(packed)
+            out, _ = nn.utils.rnn.pad_packed_sequence(out, total_length=src_len)  # T x B x 2H
         last = out[src_lengths - 1, torch.arange(bsz, device=out.device)]  # B x 2H
         return {
             "encoder_out": out,
@@ -178,6 +192,10 @@ class SpeakerLSTMDecoder(FairseqIncrementalDecoder):
         self.output_projection = nn.Linear(hidden + encoder_output_dim + embed_dim, embed_dim)
         self.output_bias = nn.Parameter(torch.zeros(len(dictionary)))  # b_T
         self.dropout_out = FairseqDropout(cfg.dropout, module_name=self.__class__.__name__)
+        self.lstm_dropout = cfg.lstm_dropout
+        self.target_word_dropout = cfg.target_word_dropout
+        self.unk_idx = dictionary.unk()
+        self.padding_idx = dictionary.pad()
         self.speaker_bias = speaker_bias
 
     def forward(
@@ -217,12 +235,23 @@ class SpeakerLSTMDecoder(FairseqIncrementalDecoder):
             speakers = encoder_out.get("speakers")
             bias = self.speaker_bias(speakers) if speakers is not None else None  # B x V, once per sentence
 
+        if self.training and self.target_word_dropout > 0:
+            prev_output_tokens = self.drop_words(prev_output_tokens)
         embedded = self.embed_tokens(prev_output_tokens).transpose(0, 1)  # T x B x E
+        in_mask = hidden_mask = None
+        if self.training and self.lstm_dropout > 0:  # one mask per sentence, for every step
+            bsz = embedded.size(1)
+            in_mask = sentence_mask(bsz, embedded.size(2) + feed.size(1), self.lstm_dropout, embedded)
+            hidden_mask = sentence_mask(bsz, hidden.size(1), self.lstm_dropout, embedded)
         hiddens: List[Tensor] = []
         contexts: List[Tensor] = []
         attns: List[Tensor] = []
         for step in range(embedded.size(0)):
-            hidden, cell = self.cell(torch.cat([embedded[step], feed], dim=1), (hidden, cell))
+            lstm_input = torch.cat([embedded[step], feed], dim=1)
+            if in_mask is not None:
+                hidden, cell = self.cell(lstm_input * in_mask, (hidden * hidden_mask, cell))
+            else:
+                hidden, cell = self.cell(lstm_input, (hidden, cell))
             feed, attn = self.attention(hidden, keys, encoder_outs, padding_mask)  # B x C, B x S
             hiddens.append(hidden)
             contexts.append(feed)
@@ -238,6 +267,13 @@ class SpeakerLSTMDecoder(FairseqIncrementalDecoder):
         features = torch.cat([torch.stack(hiddens), torch.stack(contexts), embedded], dim=2)  # T x B x (H+C+E)
         out = self.dropout_out(self.output_projection(features)).transpose(0, 1)  # B x T x E
         return out, {"attn": [torch.stack(attns, dim=1)], "speaker_bias": bias}
+
+    def drop_words(self, tokens: Tensor) -> Tensor:
+        """Replace decoder input words by <unk> with probability ``target_word_dropout`` (not the first, BOS)."""
+        drop = torch.rand(tokens.shape, device=tokens.device) < self.target_word_dropout
+        drop[:, 0] = False
+        drop &= tokens.ne(self.padding_idx)
+        return tokens.masked_fill(drop, self.unk_idx)
 
     def output_layer(self, features: Tensor, speaker_bias: Optional[Tensor] = None) -> Tensor:
         """E_T o_t + b_T (+ b_s): ``[batch, tgt_len, vocab]``."""

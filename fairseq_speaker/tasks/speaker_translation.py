@@ -24,6 +24,8 @@ from fairseq_speaker.data import (
 logger = logging.getLogger(__name__)
 
 SPEAKER_DICT_FILE = "dict.spk.txt"
+#: the target-dictionary symbol naming a speaker with --speaker-token
+SPEAKER_TOKEN = "<spk:{}>"
 
 
 @dataclass
@@ -54,6 +56,14 @@ class SpeakerTranslationConfig(TranslationConfig):
         default=False,
         metadata={"help": "fairseq-interactive: every input line is SPEAKER<TAB>sentence"},
     )
+    speaker_token: bool = field(
+        default=False,
+        metadata={
+            "help": "the spk_token baseline: every target sentence starts with a token naming its speaker "
+            "(added to the target dictionary), forced as the first word when decoding and stripped "
+            "from the output"
+        },
+    )
 
 
 @register_task("speaker_translation", dataclass=SpeakerTranslationConfig)
@@ -75,6 +85,10 @@ class SpeakerTranslationTask(TranslationTask):
         super().__init__(cfg, src_dict, tgt_dict)
         self.state.add_factory("speaker_dictionary", self._build_speaker_dictionary)
         self._speaker_dictionary: Optional[Tuple[dict, SpeakerDictionary]] = None
+        self._speaker_tokens: Optional[Tuple[SpeakerDictionary, torch.Tensor]] = None
+        if cfg.speaker_token:
+            # kept in the checkpoint, so that generation knows without being told
+            self.state.merge_state_dict({"speaker_token": True})
         # fairseq-interactive drops net_input["speakers"] between batching and
         # inference_step: the batches' speakers wait here, checked against their tokens
         self._pending: Deque[Tuple[torch.Tensor, torch.Tensor]] = deque()
@@ -106,6 +120,33 @@ class SpeakerTranslationTask(TranslationTask):
         except OSError as e:  # a read-only data directory: the checkpoint keeps the dictionary anyway
             logger.warning(f"could not save the speaker dictionary to {dict_path}: {e}")
         return dictionary.state_dict()
+
+    @property
+    def uses_speaker_token(self) -> bool:
+        """--speaker-token given now, or given when the loaded checkpoint was trained."""
+        return bool(self.cfg.speaker_token or self.state.state_dict.get("speaker_token", False))
+
+    def speaker_token_ids(self) -> torch.Tensor:
+        """Target-dictionary ids of the speakers' tokens ``[num_speakers]`` (added to it on first use).
+
+        Called only once the speaker dictionary is final (a checkpoint's, at generation), so
+        that the tokens are those of the speakers the model was trained with.
+        """
+        speakers = self.speaker_dictionary
+        if self._speaker_tokens is None or self._speaker_tokens[0] is not speakers:
+            ids = [self.tgt_dict.add_symbol(SPEAKER_TOKEN.format(name)) for name in speakers.names]
+            self._speaker_tokens = (speakers, torch.tensor(ids, dtype=torch.long))
+        return self._speaker_tokens[1]
+
+    def _speaker_prefix(self, speakers: torch.Tensor, unknown: int) -> torch.Tensor:
+        """The speaker token of each sentence ``[batch]``; ``unknown`` for speakers outside the dictionary."""
+        tokens = self.speaker_token_ids().to(speakers.device)[speakers.clamp(min=0)]
+        return tokens.masked_fill(speakers < 0, unknown)
+
+    def build_model(self, cfg, from_checkpoint=False):
+        if self.uses_speaker_token:
+            self.speaker_token_ids()  # the embedding tables must include the speaker tokens
+        return super().build_model(cfg, from_checkpoint)
 
     # -- datasets -------------------------------------------------------------------------
     def _speaker_path(self, data_path: str, split: str) -> str:
@@ -162,7 +203,11 @@ class SpeakerTranslationTask(TranslationTask):
                 f"{split}: {unseen} of {len(speakers)} sentences have speakers unseen in training "
                 f"(--unknown-speaker {self.cfg.unknown_speaker})"
             )
-        self.datasets[split] = SpeakerDataset(dataset, speakers)
+        self.datasets[split] = SpeakerDataset(dataset, speakers, target_prefix=self._target_prefix(speakers))
+
+    def _target_prefix(self, speakers: torch.Tensor) -> Optional[torch.Tensor]:
+        # a validation sentence of an unseen speaker starts with <unk>: there is no token to name them
+        return self._speaker_prefix(speakers, self.tgt_dict.unk()) if self.uses_speaker_token else None
 
     # -- fairseq-interactive --------------------------------------------------------------
     def get_interactive_tokens_and_lengths(self, lines, encode_fn):
@@ -205,9 +250,37 @@ class SpeakerTranslationTask(TranslationTask):
             net_input["speakers"] = self._speakers_of(net_input["src_tokens"])
         elif self._pending and torch.equal(self._pending[0][0], net_input["src_tokens"].cpu()):
             self._pending.popleft()  # a caller that kept the speakers of a batch built here
-        return super().inference_step(
+        if not self.uses_speaker_token:
+            return super().inference_step(
+                generator, models, sample, prefix_tokens=prefix_tokens, constraints=constraints
+            )
+        if prefix_tokens is None:
+            # force each sentence's speaker token; an unseen speaker's (pad) is left to the model
+            prefix_tokens = self._speaker_prefix(net_input["speakers"], self.tgt_dict.pad()).unsqueeze(1)
+        hypos = super().inference_step(
             generator, models, sample, prefix_tokens=prefix_tokens, constraints=constraints
         )
+        speaker_tokens = self.speaker_token_ids()
+        for sentence in hypos:
+            for hypo in sentence:
+                if len(hypo["tokens"]) and bool((speaker_tokens == hypo["tokens"][0].cpu()).any()):
+                    _strip_first_token(hypo)
+        return hypos
+
+    def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None, **kwargs):
+        if self.uses_speaker_token:
+            # fairseq-generate strips these from the references (T- lines) and from hypotheses
+            extra_gen_cls_kwargs = dict(extra_gen_cls_kwargs or {})
+            strip = set(extra_gen_cls_kwargs.get("symbols_to_strip_from_output") or ())
+            extra_gen_cls_kwargs["symbols_to_strip_from_output"] = strip | set(self.speaker_token_ids().tolist())
+        return super().build_generator(
+            models, args, seq_gen_cls=seq_gen_cls, extra_gen_cls_kwargs=extra_gen_cls_kwargs, **kwargs
+        )
+
+    def _inference_with_bleu(self, generator, sample, model):
+        if self.uses_speaker_token:  # the references start with the speaker token too
+            sample = dict(sample, target=sample["target"][:, 1:])
+        return super()._inference_with_bleu(generator, sample, model)
 
     def _speakers_of(self, src_tokens: torch.Tensor) -> torch.Tensor:
         """The speakers of a batch built by :meth:`build_dataset_for_inference` and passed on without them."""
@@ -220,6 +293,15 @@ class SpeakerTranslationTask(TranslationTask):
         return self.speaker_dictionary.encode(labels, self.cfg.unknown_speaker, source="--speaker").to(
             src_tokens.device
         )
+
+
+def _strip_first_token(hypo: dict) -> None:
+    """Remove the speaker token from a hypothesis of the sequence generator."""
+    hypo["tokens"] = hypo["tokens"][1:]
+    if hypo.get("positional_scores") is not None:
+        hypo["positional_scores"] = hypo["positional_scores"][1:]
+    if hypo.get("attention") is not None and hypo["attention"].dim() == 2:
+        hypo["attention"] = hypo["attention"][:, 1:]
 
 
 class _InferenceSpeakerDataset(SpeakerDataset):

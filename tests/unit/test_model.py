@@ -152,7 +152,8 @@ def test_training_mode_changes_only_through_dropout():
 
 def test_paper_defaults_of_every_preset():
     paper = dict(encoder_embed_dim=512, encoder_hidden_size=512, decoder_embed_dim=512,
-                 decoder_hidden_size=512, attention_dim=256, dropout=0.4, speaker_rank=10)
+                 decoder_hidden_size=512, attention_dim=256, dropout=0.4, speaker_rank=10,
+                 lstm_dropout=0.4, target_word_dropout=0.1)
     for arch, bias in [("lstm_base", "none"), ("lstm_full_bias", "full"), ("lstm_fact_bias", "fact")]:
         args = argparse.Namespace()
         getattr(speaker_lstm, arch)(args)
