@@ -16,31 +16,17 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
-import sys
 import time
-from typing import Dict, List, Sequence
+from typing import Dict, List
 
 import sacrebleu
 
+from fairseq_speaker.commands import USER_DIR
+from fairseq_speaker.commands import run_fairseq as fairseq
 from fairseq_speaker.evaluation import read_generate_output
 from fairseq_speaker.toy.corpus import read_traits, trait_accuracy, write_corpus
 
-USER_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAITS = ("gender", "address", "profession")
-
-
-def fairseq(command: str, args: Sequence[str], log: str, threads: int) -> str:
-    """Run a stock fairseq command line (``fairseq-<command>``); return its stdout, keep both streams in ``log``."""
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
-    cmd = [sys.executable, "-m", f"fairseq_cli.{command}", *args]
-    proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    with open(log, "w", encoding="utf-8") as f:
-        f.write("$ fairseq-" + command + " " + " ".join(args) + "\n" + proc.stderr + proc.stdout)
-    if proc.returncode != 0:
-        tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
-        raise SystemExit(f"fairseq-{command} failed (exit {proc.returncode}); full log in {log}:\n{tail}")
-    return proc.stdout
 
 
 def prepare(workdir: str, sizes: Dict[str, int], speakers: int, threads: int) -> str:

@@ -58,13 +58,18 @@ def trained(toy, tmp_path_factory):
     """A function arch -> checkpoint path, training each arch once for the session."""
     cache = {}
 
-    def get(arch):
-        if arch not in cache:
-            save_dir = str(tmp_path_factory.mktemp(arch))
-            extra = ["--eval-bleu", "--eval-bleu-args", '{"beam": 1, "max_len_b": 3}'] if arch == "lstm_fact_bias" else []
+    def get(system):
+        """``system`` is an arch, or ``spk_token`` (lstm_base with --speaker-token)."""
+        if system not in cache:
+            save_dir = str(tmp_path_factory.mktemp(system))
+            arch, extra = system, []
+            if system == "lstm_fact_bias":  # numpy values in the checkpoint
+                extra = ["--eval-bleu", "--eval-bleu-args", '{"beam": 1, "max_len_b": 3}']
+            if system == "spk_token":
+                arch, extra = "lstm_base", ["--speaker-token"]
             run("train", train_args(toy["bin"], save_dir, arch, *extra))
-            cache[arch] = os.path.join(save_dir, "checkpoint_best.pt")
-        return cache[arch]
+            cache[system] = os.path.join(save_dir, "checkpoint_best.pt")
+        return cache[system]
 
     return get
 

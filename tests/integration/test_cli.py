@@ -121,21 +121,28 @@ def test_interactive_with_one_speaker_and_with_a_speaker_per_line(toy, speaker_w
     assert proc.returncode != 0 and "pass --speaker NAME, or --speaker-per-line" in proc.stderr
 
 
-def test_hydra_train_with_the_packaged_config(toy, tmp_path):
+@pytest.mark.parametrize("config,bias,token", [
+    ("lstm_base", "none", False), ("lstm_spk_token", "none", True),
+    ("lstm_full_bias", "full", False), ("lstm_fact_bias", "fact", False),
+])
+def test_hydra_train_with_each_packaged_config(toy, tmp_path, config, bias, token):
     config_dir = os.path.join(USER_DIR, "config")
     overrides = [f"model.{flag[2:].replace('-', '_')}={value}" for flag, value in zip(TINY[::2], TINY[1::2])]
     proc = subprocess.run(
         [os.path.join(os.path.dirname(sys.executable), "fairseq-hydra-train"),
-         "--config-dir", config_dir, "--config-name", "lstm_fact_bias",
+         "--config-dir", config_dir, "--config-name", config,
          f"task.data={toy['bin']}", f"common.user_dir={USER_DIR}", f"checkpoint.save_dir={tmp_path}/ckpt",
          "optimization.max_epoch=1", "dataset.batch_size=16", *overrides, f"hydra.run.dir={tmp_path}/hydra"],
         env=dict(os.environ, OMP_NUM_THREADS="1"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     state = torch.load(os.path.join(tmp_path, "ckpt", "checkpoint_last.pt"), weights_only=True)
-    assert state["cfg"]["model"]["speaker_bias"] == "fact"
-    assert state["cfg"]["model"]["encoder_hidden_size"] == 8
-    assert state["model"]["decoder.speaker_bias.speaker_weights"].shape == (8, 3)
+    model = state["cfg"]["model"]
+    assert (model["speaker_bias"], state["cfg"]["task"]["speaker_token"]) == (bias, token)
+    assert (model["encoder_hidden_size"], model["lstm_dropout"], model["target_word_dropout"]) == (8, 0.4, 0.1)
+    assert state["task_state"].get("speaker_token", False) == token
+    if bias == "fact":
+        assert state["model"]["decoder.speaker_bias.speaker_weights"].shape == (8, 3)
 
 
 def test_sated_speaker_suffix(toy, tmp_path):

@@ -1,0 +1,165 @@
+"""SATED preparation on a hand-written fixture, and the per-pair recipes at toy scale through the real CLIs."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from fairseq_speaker.data import SpeakerDictionary
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SATED = os.path.join(ROOT, "examples", "sated")
+FIXTURE = os.path.join(ROOT, "tests", "fixtures", "sated")
+ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHON=sys.executable)
+
+
+def lines(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read().splitlines()
+
+
+def prepare(*args):
+    return subprocess.run([sys.executable, os.path.join(SATED, "prepare.py"), *args], env=ENV,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("sated") / "en-fr")
+    proc = prepare("--input", os.path.join(FIXTURE, "en-fr"), "--src", "en", "--tgt", "fr", "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    return out, proc.stdout
+
+
+def test_long_pairs_are_dropped_with_their_speaker_labels(prepared):
+    out, stdout = prepared
+    src, tgt, spk = (lines(os.path.join(out, "text", f"train.{ext}")) for ext in ("en", "fr", "spk"))
+    original = lines(os.path.join(FIXTURE, "en-fr", "train.en"))
+    assert len(original) == 24 and len(src) == len(tgt) == len(spk) == 23
+    assert max(len(s.split()) for s in src) <= 60
+    # the dropped pair was talk_2's: every remaining line keeps its own speaker
+    expected = [(s, u) for s, u in zip(original, lines(os.path.join(FIXTURE, "en-fr", "train.usr")))
+                if len(s.split()) <= 60]
+    assert list(zip(src, spk)) == expected
+    assert "kept 23 of 24 pairs" in stdout
+
+
+def test_dev_and_test_are_kept_whole_and_renamed(prepared):
+    out, _ = prepared
+    assert lines(os.path.join(out, "text", "valid.fr")) == lines(os.path.join(FIXTURE, "en-fr", "dev.fr"))
+    assert lines(os.path.join(out, "bin", "test.spk")) == lines(os.path.join(FIXTURE, "en-fr", "test.usr"))
+    for split in ("train", "valid", "test"):
+        assert os.path.exists(os.path.join(out, "bin", f"{split}.en-fr.en.bin"))
+        assert os.path.exists(os.path.join(out, "bin", f"{split}.spk"))
+
+
+def test_moses_escapes_of_the_release_are_kept(prepared):
+    out, _ = prepared
+    text = " ".join(lines(os.path.join(out, "text", "train.en")) + lines(os.path.join(out, "text", "train.fr")))
+    assert "&apos;s" in text and "c&apos;" in text and "&amp;" not in text
+    vocabulary = [line.split()[0] for line in lines(os.path.join(out, "bin", "dict.fr.txt"))]
+    assert "c&apos;" in vocabulary
+
+
+def test_vocabulary_keeps_words_seen_at_least_twice(prepared):
+    out, _ = prepared
+    counts = {}
+    for line in lines(os.path.join(out, "text", "train.fr")):
+        for word in line.split():
+            counts[word] = counts.get(word, 0) + 1
+    vocabulary = {line.split()[0] for line in lines(os.path.join(out, "bin", "dict.fr.txt"))}
+    words = {w for w in vocabulary if not w.startswith("madeupword")}
+    assert words == {w for w, n in counts.items() if n >= 2}
+    assert "heureux" in words and "médecin" in words and "bien" not in words
+
+
+def test_rare_and_unseen_speakers_are_kept_and_reported(prepared):
+    out, stdout = prepared
+    stats = json.load(open(os.path.join(out, "prepare.json")))
+    assert stats["speakers_under_10_sentences"] == ["talk_2", "talk_3"]
+    assert stats["speakers_unseen_in_training"] == ["talk_4"]
+    assert "3 speakers, 2 with fewer than 10 training sentences" in stdout
+    assert set(lines(os.path.join(out, "bin", "train.spk"))) == {"talk_1", "talk_2", "talk_3"}
+
+
+def test_raw_text_is_tokenized_and_lowercased_like_the_release(tmp_path):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    rows = {"train": [("It's a good idea.", "C'est une bonne idée.", "ann")] * 3,
+            "dev": [("Thank you!", "Merci !", "ann")], "test": [("It's mine.", "C'est à moi.", "bob")]}
+    for split, data in rows.items():
+        for i, ext in enumerate(("en", "fr", "spk")):
+            (raw / f"{split}.{ext}").write_text("".join(r[i] + "\n" for r in data), encoding="utf-8")
+    out = str(tmp_path / "out")
+    proc = prepare("--input", str(raw), "--src", "en", "--tgt", "fr", "--speaker-ext", "spk", "--raw", "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    assert lines(os.path.join(out, "text", "train.en"))[0] == "it &apos;s a good idea ."
+    assert lines(os.path.join(out, "text", "train.fr"))[0] == "c&apos; est une bonne idée ."
+
+
+def test_misaligned_input_is_refused_and_nothing_is_replaced(tmp_path):
+    corpus = tmp_path / "en-fr"
+    shutil.copytree(os.path.join(FIXTURE, "en-fr"), corpus)
+    with open(corpus / "train.usr", "a") as f:
+        f.write("talk_9\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "precious.txt").write_text("keep me")
+    proc = prepare("--input", str(corpus), "--src", "en", "--tgt", "fr", "--out", str(out))
+    assert proc.returncode != 0
+    assert f"{corpus}/train.usr: 25 speaker labels but the text has 24 sentences" in proc.stderr
+    assert (out / "precious.txt").read_text() == "keep me"
+    # a folder that is not an earlier output is never deleted
+    (corpus / "train.usr").write_text("".join(lines(os.path.join(FIXTURE, "en-fr", "train.usr"))[i] + "\n" for i in range(24)))
+    proc = prepare("--input", str(corpus), "--src", "en", "--tgt", "fr", "--out", str(out))
+    assert proc.returncode != 0 and "is not an earlier output of prepare.py" in proc.stderr
+    assert (out / "precious.txt").exists()
+
+
+def run_recipe(pair, work, *options):
+    script = os.path.join(SATED, f"run_{pair.replace('-', '_')}.sh")
+    return subprocess.run([script, str(work["sated"]), str(work["out"]), "--toy", *options], env=ENV,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.fixture
+def work(tmp_path):
+    """The fixture under every pair's name (the recipe only needs the layout)."""
+    sated = tmp_path / "sated"
+    for pair in ("en-fr", "en-es", "en-de"):
+        tgt = pair.split("-")[1]
+        (sated / pair).mkdir(parents=True)
+        for name in os.listdir(os.path.join(FIXTURE, "en-fr")):
+            shutil.copy(os.path.join(FIXTURE, "en-fr", name), sated / pair / name.replace(".fr", f".{tgt}"))
+    return {"sated": sated, "out": tmp_path / "work"}
+
+
+def test_en_fr_recipe_runs_the_four_systems(work):
+    proc = run_recipe("en-fr", work)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = work["out"] / "en-fr" / "runs"
+    results = json.load(open(runs / "results.json"))
+    assert [r["system"] for r in results["systems"]] == ["base", "spk_token", "full_bias", "fact_bias"]
+    table = (runs / "results.md").read_text()
+    assert "| spk_token |" in table and "| 38.85 |" in table and "| 39.01 |" in table
+    for system in ("base", "spk_token", "full_bias", "fact_bias"):
+        assert (runs / system / "sgd" / "checkpoint_best.pt").exists()
+        assert len(lines(runs / system / "test.hyp")) == 4
+        assert "<spk:" not in (runs / system / "test.hyp").read_text()
+    # the SGD pass started from the best Adam model, with its own optimizer
+    log = (runs / "fact_bias" / "sgd.log").read_text()
+    assert f"Loaded checkpoint {runs}/fact_bias/adam/checkpoint_best.pt" in log
+    assert "--optimizer sgd --lr 1.0 --clip-norm 0.1" in log.splitlines()[0]
+
+
+@pytest.mark.parametrize("pair,paper", [("en-es", "39.88"), ("en-de", "26.94")])
+def test_other_pairs_recipe(work, pair, paper):
+    proc = run_recipe(pair, work, "--systems", "fact_bias")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    table = (work["out"] / pair / "runs" / "results.md").read_text()
+    assert "| fact_bias |" in table and f"| {paper} |" in table
+    speakers = SpeakerDictionary.load(str(work["out"] / pair / "data" / "bin" / "dict.spk.txt"))
+    assert len(speakers) == 3

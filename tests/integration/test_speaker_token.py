@@ -1,0 +1,72 @@
+"""The spk_token baseline: a speaker token starts every target, is forced when decoding, and is stripped."""
+
+import os
+
+import torch
+from fairseq import checkpoint_utils, utils
+from fairseq.data import Dictionary
+
+from fairseq_speaker.data import MEAN_SPEAKER
+from fairseq_speaker.evaluation import read_generate_output
+from fairseq_speaker.tasks.speaker_translation import SPEAKER_TOKEN
+from tests.integration.conftest import SIZES, USER_DIR, run
+
+
+def load(checkpoint, data, tmp_path, penalize_speaker_tokens=False):
+    """Task and model from a checkpoint, as fairseq-generate loads them (no --speaker-token given)."""
+    if penalize_speaker_tokens:  # the model would never choose a speaker token by itself
+        state = torch.load(checkpoint, weights_only=True)
+        names = state["task_state"]["speaker_dictionary"]["names"]
+        first = len(Dictionary.load(os.path.join(data, "dict.fr.txt")))
+        state["model"]["decoder.output_bias"][first : first + len(names)] = -100.0
+        checkpoint = str(tmp_path / "penalized.pt")
+        torch.save(state, checkpoint)
+    utils.import_user_module(type("Args", (), {"user_dir": USER_DIR})())
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task(
+        [checkpoint], arg_overrides={"data": data})
+    return task, [m.eval() for m in models]
+
+
+def test_the_checkpoint_knows_it_was_trained_with_speaker_tokens(toy, trained):
+    state = torch.load(trained("spk_token"), weights_only=True)
+    assert state["task_state"]["speaker_token"] is True
+    words = len(Dictionary.load(os.path.join(toy["bin"], "dict.fr.txt")))
+    assert state["model"]["decoder.embed_tokens.weight"].shape[0] == words + 8  # one token per speaker
+
+
+def test_prefix_is_forced_and_stripped(toy, trained, tmp_path):
+    task, models = load(trained("spk_token"), toy["bin"], tmp_path, penalize_speaker_tokens=True)
+    task.load_dataset("test")
+    dataset = task.dataset("test")
+    sample = dataset.collater([dataset[i] for i in range(6)])
+    speakers = sample["net_input"]["speakers"]
+    tokens = task.speaker_token_ids()
+    # the training targets start with the speaker token
+    assert torch.equal(sample["target"][:, 0], tokens[speakers])
+    assert task.target_dictionary[int(tokens[0])] == SPEAKER_TOKEN.format(task.speaker_dictionary.names[0])
+
+    generator = task.build_generator(models, type("G", (), {"beam": 5, "max_len_b": 6})())
+    prefix = tokens[speakers].unsqueeze(1)
+    with torch.no_grad():
+        raw = generator.generate(models, sample, prefix_tokens=prefix)
+    # forced: despite a -100 bias against them, every hypothesis starts with its speaker's token
+    assert [int(h[0]["tokens"][0]) for h in raw] == tokens[speakers].tolist()
+    stripped = task.inference_step(generator, models, sample)
+    for r, s in zip(raw, stripped):
+        assert s[0]["tokens"].tolist() == r[0]["tokens"][1:].tolist()
+        assert len(s[0]["positional_scores"]) == len(s[0]["tokens"])
+
+    # an unseen speaker has no token: nothing is forced, the model chooses the first word itself
+    sample["net_input"]["speakers"] = torch.full_like(speakers, MEAN_SPEAKER)
+    with torch.no_grad():
+        free = task.inference_step(generator, models, sample)
+    firsts = [int(h[0]["tokens"][0]) for h in free]
+    assert not set(firsts) & set(tokens.tolist() + [task.target_dictionary.unk()])
+
+
+def test_fairseq_generate_prints_clean_hypotheses_and_references(toy, trained):
+    proc = run("generate", [toy["bin"], "--user-dir", USER_DIR, "--task", "speaker_translation",
+                            "--path", trained("spk_token"), "--beam", "5", "--max-len-b", "6"])
+    assert "<spk:" not in proc.stdout
+    assert len(read_generate_output(proc.stdout)) == SIZES["test"]
+    assert sum(line.startswith("T-") for line in proc.stdout.splitlines()) == SIZES["test"]
