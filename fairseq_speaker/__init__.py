@@ -9,4 +9,4 @@ criterion ``speaker_label_smoothed_cross_entropy``.
 __version__ = "0.1.0"
 
 from . import checkpoints  # noqa: F401  (lets torch >= 2.6 load fairseq checkpoints safely)
-from . import criterions, models, modules, tasks  # noqa: F401
+from . import criterions, lr_schedulers, models, modules, tasks  # noqa: F401

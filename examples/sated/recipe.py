@@ -4,11 +4,13 @@
 For each of base, spk_token, full_bias and fact_bias:
 
 1. Adam, lr 1e-3, gradient norm clipped at 1, 32 sentences a batch, label
-   smoothing 0.1, the paper's regularizers (the model defaults); the learning
-   rate is halved whenever the validation loss does not improve, and training
-   stops after 3 epochs without improvement;
+   smoothing 0.1, the paper's regularizers (the model defaults); whenever the
+   validation loss does not improve, training goes back to the best model with
+   a fresh optimizer and half the learning rate (``--lr-scheduler
+   restart_from_best``, the authors' protocol), and it stops after 3 epochs
+   without improvement;
 2. a tuning pass with plain SGD (lr 1.0, as in the authors' configuration, and
-   the same halving), gradient norm clipped at 0.1, starting from the best Adam
+   the same schedule), gradient norm clipped at 0.1, starting from the best Adam
    model, again until 3 epochs bring no gain;
 3. the test set is decoded with beam 5 and scored with sacrebleu on the
    tokenized, lowercased text (``--tokenize none``, like the paper's BLEU on
@@ -56,7 +58,7 @@ def stage(data: str, system: str, save_dir: str, args, optimizer: List[str], ext
         data, "--user-dir", USER_DIR, "--task", "speaker_translation", *SYSTEMS[system],
         "--criterion", "speaker_label_smoothed_cross_entropy", "--label-smoothing", "0.1",
         *optimizer, "--batch-size", "32", "--required-batch-size-multiple", "1",
-        "--lr-scheduler", "reduce_lr_on_plateau", "--lr-shrink", "0.5", "--lr-patience", "0",
+        "--lr-scheduler", "restart_from_best", "--lr-shrink", "0.5",
         "--patience", "3", "--save-dir", save_dir, "--no-epoch-checkpoints", "--seed", str(args.seed),
         "--log-format", "simple", "--log-interval", "100", *extra,
     ]

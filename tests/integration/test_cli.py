@@ -141,6 +141,7 @@ def test_hydra_train_with_each_packaged_config(toy, tmp_path, config, bias, toke
     assert (model["speaker_bias"], state["cfg"]["task"]["speaker_token"]) == (bias, token)
     assert (model["encoder_hidden_size"], model["lstm_dropout"], model["target_word_dropout"]) == (8, 0.4, 0.1)
     assert state["task_state"].get("speaker_token", False) == token
+    assert state["cfg"]["lr_scheduler"]["_name"] == "restart_from_best"
     if bias == "fact":
         assert state["model"]["decoder.speaker_bias.speaker_weights"].shape == (8, 3)
 
@@ -211,3 +212,15 @@ def test_stale_speaker_dictionary(toy, tmp_path):
     assert proc.returncode != 0
     assert re.search(r"train.spk:\d+: speaker 'spk00[2-7]' is not among the 2 speakers", proc.stderr)
     assert "delete" in proc.stderr and "dict.spk.txt to rebuild it" in proc.stderr
+
+
+def test_restart_from_best_in_fairseq_train(toy, tmp_path):
+    """An absurd learning rate makes validation worse: the schedule goes back and halves it."""
+    save_dir = tmp_path / "ckpt"
+    args = train_args(toy["bin"], str(save_dir), "lstm_base", "--max-epoch", "4")
+    args[args.index("--lr") + 1] = "3.0"
+    run("train", [*args, "--lr-scheduler", "restart_from_best", "--lr-shrink", "0.5"])
+    state = torch.load(save_dir / "checkpoint_last.pt", weights_only=True)
+    schedule = state["optimizer_history"][-1]["lr_scheduler_state"]
+    assert schedule["restarts"] >= 1
+    assert schedule["lr"] == 3.0 * 0.5 ** schedule["restarts"]

@@ -153,6 +153,7 @@ def test_en_fr_recipe_runs_the_four_systems(work):
     log = (runs / "fact_bias" / "sgd.log").read_text()
     assert f"Loaded checkpoint {runs}/fact_bias/adam/checkpoint_best.pt" in log
     assert "--optimizer sgd --lr 1.0 --clip-norm 0.1" in log.splitlines()[0]
+    assert "--lr-scheduler restart_from_best" in log.splitlines()[0]
 
 
 @pytest.mark.parametrize("pair,paper", [("en-es", "39.88"), ("en-de", "26.94")])

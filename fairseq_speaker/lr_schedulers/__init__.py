@@ -1,0 +1,3 @@
+from .restart_from_best import RestartFromBestSchedule
+
+__all__ = ["RestartFromBestSchedule"]
