@@ -1,0 +1,227 @@
+"""One command from ``fairseq-generate`` outputs to a report: BLEU/chrF with significance, the speaker
+classifier, and what the speaker biases learned.
+
+Writes ``OUT/report.md`` with PNG plots beside it, ``OUT/scores.json`` and the
+trained classifier ``OUT/classifier.pt``.
+
+Usage::
+
+    fairseq-speaker-report --out report --references data/text/test.fr --tokenize none \\
+        --system base=runs/base/test.generate --system fact_bias=runs/fact_bias/test.generate \\
+        --train-text data/text/train.fr --train-speakers data/text/train.spk \\
+        --test-speakers data/text/test.spk \\
+        --checkpoint fact_bias=runs/fact_bias/sgd/checkpoint_best.pt --data data/bin
+"""
+
+import argparse
+import json
+import logging
+import os
+import sys
+from typing import Dict, List, Sequence, Tuple
+
+from fairseq_speaker.analysis.classifier import TrainedClassifier, train_classifier
+from fairseq_speaker.analysis.inspect_bias import BiasInspection, default_target_dictionary
+from fairseq_speaker.analysis.scores import SIGNIFICANCE, SystemScore, detokenize, read_hypotheses, score_systems
+from fairseq_speaker.data import read_speaker_file
+
+logger = logging.getLogger("fairseq_speaker.report")
+
+
+def _pairs(values: Sequence[str], flag: str) -> List[Tuple[str, str]]:
+    pairs = []
+    for value in values:
+        name, sep, path = value.partition("=")
+        if not sep or not name or not path:
+            raise SystemExit(f"{flag} takes NAME=PATH, got {value!r}")
+        if not os.path.exists(path):
+            raise SystemExit(f"{flag} {name}: file not found: {path}")
+        pairs.append((name, path))
+    return pairs
+
+
+def _read_lines(path: str) -> List[str]:
+    with open(path, encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in f]
+
+
+def _progress(message: str) -> None:
+    print(f"[report] {message}", file=sys.stderr, flush=True)
+
+
+def scores_section(scores: List[SystemScore], signatures: Dict[str, str], baseline: str, samples: int) -> List[str]:
+    lines = ["## Translation quality", "",
+             f"Paired bootstrap resampling ({samples} samples) of every system against **{baseline}**; "
+             f"† marks p < {SIGNIFICANCE} (BLEU), as in the paper's Table 3.", "",
+             "| system | BLEU | chrF | p (BLEU) | p (chrF) | BLEU 95% CI |", "|---|---|---|---|---|---|"]
+    for s in scores:
+        mark = " †" if s.significant else ""
+        p_bleu = "baseline" if s.bleu_p is None else f"{s.bleu_p:.4f}"
+        p_chrf = "" if s.chrf_p is None else f"{s.chrf_p:.4f}"
+        ci = "" if s.bleu_ci is None else f"± {s.bleu_ci:.2f}"
+        lines.append(f"| {s.name} | {s.bleu:.2f}{mark} | {s.chrf:.2f} | {p_bleu} | {p_chrf} | {ci} |")
+    lines += ["", "sacrebleu signatures:", ""] + [f"- {m}: `{sig}`" for m, sig in signatures.items()] + [""]
+    return lines
+
+
+def classifier_section(accuracies: List[Tuple[str, float]], num_speakers: int, majority: float,
+                       plot: str, epochs: int) -> List[str]:
+    lines = ["## Speaker classifier", "",
+             f"A continuous bag of unigrams and bigrams (the paper's Appendix C; {epochs} epochs) trained on "
+             f"the target side of the training set recognizes the speaker of each test sentence. Higher "
+             f"accuracy on a system's output means the translation kept more of the speaker's style "
+             f"(the paper's Figure 2). Chance: {100 / num_speakers:.2f}% ({num_speakers} speakers); "
+             f"always guessing the most frequent test speaker: {100 * majority:.2f}%.", "",
+             f"![classifier accuracy]({os.path.basename(plot)})", "",
+             "| text | accuracy |", "|---|---|"]
+    lines += [f"| {name} | {100 * acc:.2f}% |" for name, acc in accuracies]
+    return lines + [""]
+
+
+def inspection_section(name: str, inspection: BiasInspection, speakers: List[str], k: int, plot: str) -> List[str]:
+    def words(pairs):
+        return ", ".join(f"{w} ({v:+.2f})" for w, v in pairs)
+
+    lines = [f"## What the speaker biases learned: {name} ({inspection.variant}_bias)", ""]
+    for speaker in speakers:
+        up, down = inspection.top_words(speaker, k)
+        near = ", ".join(f"{s} ({v:.2f})" for s, v in inspection.nearest(speaker, 5))
+        lines += [f"### Speaker {speaker}", "", f"- raises: {words(up)}", f"- lowers: {words(down)}",
+                  f"- nearest speakers (cosine of their {'mixture weights' if inspection.variant == 'fact' else 'biases'}): {near}", ""]
+    if inspection.variant == "fact":
+        lines += ["### The shared bias vectors", "", "| vector | highest words | lowest words |", "|---|---|---|"]
+        for j, (up, down) in enumerate(inspection.shared_vector_words(k)):
+            lines.append(f"| {j} | {', '.join(w for w, _ in up)} | {', '.join(w for w, _ in down)} |")
+        lines.append("")
+    lines += [f"![speakers projected on two dimensions]({os.path.basename(plot)})", ""]
+    return lines
+
+
+def plot_bars(accuracies: List[Tuple[str, float]], chance: float, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(1.2 + 1.1 * len(accuracies), 3.5))
+    names = [n for n, _ in accuracies]
+    ax.bar(names, [100 * a for _, a in accuracies], color=["#777777"] + ["#3b75af"] * (len(names) - 1))
+    ax.axhline(100 * chance, color="#c44e52", linestyle="--", linewidth=1, label="chance")
+    ax.set_ylabel("speaker classifier accuracy (%)")
+    ax.legend(loc="upper right")
+    plt.setp(ax.get_xticklabels(), rotation=20, ha="right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_projection(inspection: BiasInspection, highlight: List[str], path: str, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    points = inspection.projection()
+    fig, ax = plt.subplots(figsize=(5, 4.5))
+    ax.scatter(points[:, 0], points[:, 1], s=8, alpha=0.6, color="#3b75af")
+    for speaker in highlight:
+        i = inspection.speakers.index(speaker)
+        ax.annotate(speaker, (float(points[i, 0]), float(points[i, 1])), fontsize=8)
+    ax.set_title(title)
+    ax.set_xlabel("first principal component")
+    ax.set_ylabel("second principal component")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", required=True, help="folder for report.md, its plots, scores.json, classifier.pt")
+    parser.add_argument("--references", required=True, help="reference translations of the test set, one a line")
+    parser.add_argument("--system", action="append", default=[], metavar="NAME=FILE", required=True,
+                        help="a system's output: fairseq-generate output or one hypothesis a line (repeat)")
+    parser.add_argument("--baseline", help="the system the others are tested against (default: the first)")
+    parser.add_argument("--detok", metavar="LANG", help="Moses-detokenize hypotheses and references before BLEU/chrF")
+    parser.add_argument("--tokenize", default="13a", help="sacrebleu's tokenizer ('none' for pre-tokenized text)")
+    parser.add_argument("--bootstrap", type=int, default=1000, help="paired bootstrap samples")
+    parser.add_argument("--seed", type=int, default=12345, help="seed of the bootstrap resampling")
+    group = parser.add_argument_group("speaker classifier (all three files, or none)")
+    group.add_argument("--train-text", help="target side of the training set")
+    group.add_argument("--train-speakers", help="speaker labels of the training set")
+    group.add_argument("--test-speakers", help="speaker labels of the test set")
+    group.add_argument("--classifier-epochs", type=int, default=50)
+    group.add_argument("--classifier-batch-size", type=int, default=32)
+    group = parser.add_argument_group("bias inspection")
+    group.add_argument("--checkpoint", action="append", default=[], metavar="NAME=FILE",
+                       help="a full_bias or fact_bias checkpoint to inspect (repeat)")
+    group.add_argument("--data", help="the data directory of the checkpoints (for the target dictionary)")
+    group.add_argument("--speaker", action="append", default=[], help="speakers to inspect (default: the most frequent)")
+    group.add_argument("--inspect-speakers", type=int, default=3, help="how many speakers, without --speaker")
+    group.add_argument("--top-words", type=int, default=10)
+    return parser
+
+
+def main(argv=None) -> None:
+    logging.basicConfig(level=logging.INFO, format="[report] %(message)s", stream=sys.stderr)
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
+    args = build_parser().parse_args(argv)
+    systems = _pairs(args.system, "--system")
+    checkpoints = _pairs(args.checkpoint, "--checkpoint")
+    classifier_files = [args.train_text, args.train_speakers, args.test_speakers]
+    if any(classifier_files) and not all(classifier_files):
+        raise SystemExit("the speaker classifier needs --train-text, --train-speakers and --test-speakers")
+    if checkpoints and not args.data:
+        raise SystemExit("--checkpoint needs --data, the data directory with the target dictionary")
+    os.makedirs(args.out, exist_ok=True)
+
+    references = _read_lines(args.references)
+    outputs = {name: read_hypotheses(path) for name, path in systems}
+    baseline = args.baseline or systems[0][0]
+    scored = ({n: detokenize(h, args.detok) for n, h in outputs.items()}, detokenize(references, args.detok)) \
+        if args.detok else (outputs, references)
+    _progress(f"BLEU and chrF of {len(outputs)} systems, {args.bootstrap} bootstrap samples against {baseline}")
+    scores, signatures = score_systems(scored[0], scored[1], baseline, tokenize=args.tokenize,
+                                       samples=args.bootstrap, seed=args.seed)
+    report = ["# Speaker-aware translation report", "",
+              f"Test set: {len(references)} sentences ({args.references}); systems: "
+              + ", ".join(f"{n} ({p})" for n, p in systems) + ".", ""]
+    report += scores_section(scores, signatures, baseline, args.bootstrap)
+    results: Dict = {"scores": [s.__dict__ for s in scores], "signatures": signatures}
+
+    if all(classifier_files):
+        train_text, test_speakers = _read_lines(args.train_text), read_speaker_file(args.test_speakers, len(references))
+        train_speakers = read_speaker_file(args.train_speakers, len(train_text))
+        _progress(f"training the speaker classifier on {len(train_text)} sentences, {args.classifier_epochs} epochs")
+        classifier = train_classifier(train_text, train_speakers, epochs=args.classifier_epochs,
+                                      batch_size=args.classifier_batch_size)
+        classifier.save(os.path.join(args.out, "classifier.pt"))
+        accuracies = [("references", classifier.accuracy(references, test_speakers))]
+        accuracies += [(name, classifier.accuracy(hyps, test_speakers)) for name, hyps in outputs.items()]
+        majority = max(test_speakers.count(s) for s in set(test_speakers)) / len(test_speakers)
+        plot = os.path.join(args.out, "classifier.png")
+        plot_bars(accuracies, 1 / len(classifier.speakers), plot)
+        report += classifier_section(accuracies, len(classifier.speakers), majority, plot, args.classifier_epochs)
+        results["classifier"] = dict(accuracies)
+
+    for name, checkpoint in checkpoints:
+        _progress(f"inspecting the speaker biases of {name}")
+        inspection = BiasInspection.from_checkpoint(checkpoint, default_target_dictionary(args.data, checkpoint))
+        speakers = args.speaker or inspection.speakers[: args.inspect_speakers]
+        plot = os.path.join(args.out, f"speakers_{name}.png")
+        plot_projection(inspection, speakers, plot, f"{name}: speakers ({inspection.variant}_bias)")
+        report += inspection_section(name, inspection, speakers, args.top_words, plot)
+        results.setdefault("inspection", {})[name] = {
+            s: {"raises": inspection.top_words(s, args.top_words)[0], "nearest": inspection.nearest(s, 5)}
+            for s in speakers
+        }
+
+    with open(os.path.join(args.out, "report.md"), "w", encoding="utf-8") as f:
+        f.write("\n".join(report) + "\n")
+    with open(os.path.join(args.out, "scores.json"), "w", encoding="utf-8") as f:
+        json.dump(results, f, indent=2, ensure_ascii=False)
+    _progress(f"wrote {os.path.join(args.out, 'report.md')}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,100 @@
+"""System outputs, BLEU and chrF with sacrebleu, and paired bootstrap resampling against a baseline."""
+
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from sacrebleu.metrics import BLEU, CHRF
+from sacrebleu.significance import PairedTest
+
+from fairseq_speaker.evaluation import read_generate_output
+
+#: the paper marks differences with p < 0.05 as significant
+SIGNIFICANCE = 0.05
+
+
+def read_hypotheses(path: str) -> List[str]:
+    """A system's output: ``fairseq-generate`` output (``H-`` lines, put back in input order) or one hypothesis a line."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    if any(line.startswith("H-") for line in text.splitlines()):
+        return read_generate_output(text, source=path)
+    return text.splitlines()
+
+
+def detokenize(lines: Sequence[str], lang: str) -> List[str]:
+    """Moses detokenization (sacremoses), unescaping ``&apos;`` and the like."""
+    from sacremoses import MosesDetokenizer
+
+    detok = MosesDetokenizer(lang=lang)
+    return [detok.detokenize(line.split(), unescape=True) for line in lines]
+
+
+@dataclass
+class SystemScore:
+    name: str
+    bleu: float
+    chrf: float
+    bleu_p: Optional[float] = None  # paired bootstrap p-value against the baseline (None: the baseline)
+    chrf_p: Optional[float] = None
+    bleu_ci: Optional[float] = None  # half-width of the 95% confidence interval of the bootstrap mean
+    chrf_ci: Optional[float] = None
+
+    @property
+    def significant(self) -> bool:
+        return self.bleu_p is not None and self.bleu_p < SIGNIFICANCE
+
+
+@contextmanager
+def _sacrebleu_seed(seed: int):
+    # sacrebleu's paired test takes its seed from the environment only
+    previous = os.environ.get("SACREBLEU_SEED")
+    os.environ["SACREBLEU_SEED"] = str(seed)
+    try:
+        yield
+    finally:
+        if previous is None:
+            del os.environ["SACREBLEU_SEED"]
+        else:
+            os.environ["SACREBLEU_SEED"] = previous
+
+
+def score_systems(systems: Dict[str, Sequence[str]], references: Sequence[str], baseline: str,
+                  tokenize: str = "13a", samples: int = 1000, seed: int = 12345) -> Tuple[List[SystemScore], Dict[str, str]]:
+    """BLEU and chrF of every system, and sacrebleu's paired bootstrap test of each against ``baseline``.
+
+    Returns the scores (the baseline first) and sacrebleu's signature of each metric.
+    """
+    if baseline not in systems:
+        raise ValueError(f"the baseline {baseline!r} is not among the systems ({', '.join(systems)})")
+    for name, hyps in systems.items():
+        if len(hyps) != len(references):
+            raise ValueError(f"system {name!r} has {len(hyps)} hypotheses for {len(references)} references")
+    named = [(baseline, list(systems[baseline]))] + [(n, list(h)) for n, h in systems.items() if n != baseline]
+    metrics = {"BLEU": BLEU(tokenize=tokenize), "chrF2": CHRF()}
+    if len(named) == 1:
+        scores = [SystemScore(baseline, metrics["BLEU"].corpus_score(named[0][1], [list(references)]).score,
+                              metrics["chrF2"].corpus_score(named[0][1], [list(references)]).score)]
+        return scores, {m: str(metric.get_signature()) for m, metric in metrics.items()}
+    with _sacrebleu_seed(seed):
+        test = PairedTest(named, metrics, [list(references)], test_type="bs", n_samples=samples)
+        signatures, results = test()
+    base_bleu, base_chrf = results["BLEU"][0].score, results["chrF2"][0].score
+    scores = []
+    for i, name in enumerate(results["System"]):
+        bleu, chrf = results["BLEU"][i], results["chrF2"][i]
+        scores.append(SystemScore(
+            name if i == 0 else named[i][0], float(bleu.score), float(chrf.score),
+            _p_value(bleu, base_bleu, i), _p_value(chrf, base_chrf, i),
+            None if bleu.ci is None else float(bleu.ci), None if chrf.ci is None else float(chrf.ci),
+        ))
+    return scores, {m: str(sig.format()) for m, sig in signatures.items()}
+
+
+def _p_value(result, baseline_score: float, index: int) -> Optional[float]:
+    if index == 0:
+        return None
+    # sacrebleu counts resampled differences strictly larger than the observed one, so a
+    # system scoring exactly like the baseline would get p = 1/(samples+1): no difference is p = 1
+    return 1.0 if result.score == baseline_score else float(result.p_value)
