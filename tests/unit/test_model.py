@@ -175,3 +175,21 @@ def test_command_line_flags_override_the_preset():
 def test_unknown_variant_is_rejected_with_the_registered_names():
     with pytest.raises(ValueError, match="registered variants: fact, full, none"):
         make_model("spk_vector")
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_forward_beam_search_and_training(dtype):
+    """fp16-safe: no dtype mismatch anywhere (logits, bias, attention, mean speaker), finite outputs."""
+    task = make_task()
+    model = make_model("fact", task=task).to(dtype)
+    src = random_batch(task.source_dictionary, [5, 3])
+    prev = random_batch(task.target_dictionary, [4, 4], left_pad=False)
+    logits, extra = forward(model, src, torch.tensor([0, 1]), prev)
+    assert logits.dtype == dtype and extra["speaker_bias"].dtype == dtype
+    assert torch.isfinite(model.get_normalized_probs((logits, None), log_probs=True)).all()
+    hypos = _generate(model, task, src, torch.tensor([0, -1]))  # a known and an unseen speaker
+    assert all(torch.isfinite(h["positional_scores"]).all() for h in hypos)
+    model.train()
+    logits, _ = forward(model, src, torch.tensor([0, 1]), prev)
+    logits.float().logsumexp(-1).sum().backward()
+    assert model.speaker_bias.speaker_weights.grad.dtype == dtype
