@@ -3,22 +3,24 @@
 import re
 from typing import Dict, List
 
-_HYPOTHESIS = re.compile(r"^H-(\d+)\t[^\t]*\t?(.*)$")
-
-
-def read_generate_output(text: str, source: str = "<fairseq-generate output>") -> List[str]:
+def read_generate_output(text: str, source: str = "<fairseq-generate output>", kind: str = "H") -> List[str]:
     """The best hypothesis of every sentence, in the order of the input (by sentence id).
 
     ``fairseq-generate`` prints sentences in batch order; each ``H-<id>`` line
-    holds the id, the score and the tokenized hypothesis. With ``--nbest`` > 1
-    the first hypothesis of an id is the best one.
+    holds the id, the score and the tokenized hypothesis, each ``D-<id>`` line
+    the same hypothesis detokenized (by ``--tokenizer``/``--bpe``); ``kind``
+    chooses between them. With ``--nbest`` > 1 the first hypothesis of an id is
+    the best one.
 
     Raises:
         ValueError: ids are missing (a sentence was not translated).
     """
+    if kind not in ("H", "D"):
+        raise ValueError(f"kind must be 'H' or 'D', got {kind!r}")
+    pattern = re.compile(rf"^{kind}-(\d+)\t[^\t]*\t?(.*)$")
     best: Dict[int, str] = {}
     for line in text.splitlines():
-        match = _HYPOTHESIS.match(line)
+        match = pattern.match(line)
         if match:
             best.setdefault(int(match.group(1)), match.group(2))
     missing = sorted(set(range(max(best) + 1)) - set(best)) if best else []

@@ -142,6 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--system", action="append", default=[], metavar="NAME=FILE", required=True,
                         help="a system's output: fairseq-generate output or one hypothesis a line (repeat)")
     parser.add_argument("--baseline", help="the system the others are tested against (default: the first)")
+    parser.add_argument("--lines", choices=["H", "D"], default="H",
+                        help="which lines of fairseq-generate output to read: H (tokenized) or D (detokenized)")
     parser.add_argument("--detok", metavar="LANG", help="Moses-detokenize hypotheses and references before BLEU/chrF")
     parser.add_argument("--tokenize", default="13a", help="sacrebleu's tokenizer ('none' for pre-tokenized text)")
     parser.add_argument("--bootstrap", type=int, default=1000, help="paired bootstrap samples")
@@ -176,7 +178,7 @@ def main(argv=None) -> None:
     os.makedirs(args.out, exist_ok=True)
 
     references = _read_lines(args.references)
-    outputs = {name: read_hypotheses(path) for name, path in systems}
+    outputs = {name: read_hypotheses(path, args.lines) for name, path in systems}
     baseline = args.baseline or systems[0][0]
     scored = ({n: detokenize(h, args.detok) for n, h in outputs.items()}, detokenize(references, args.detok)) \
         if args.detok else (outputs, references)

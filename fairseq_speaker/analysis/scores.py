@@ -14,12 +14,13 @@ from fairseq_speaker.evaluation import read_generate_output
 SIGNIFICANCE = 0.05
 
 
-def read_hypotheses(path: str) -> List[str]:
-    """A system's output: ``fairseq-generate`` output (``H-`` lines, put back in input order) or one hypothesis a line."""
+def read_hypotheses(path: str, kind: str = "H") -> List[str]:
+    """A system's output: ``fairseq-generate`` output (its ``H-`` lines, or ``D-`` lines with
+    ``kind="D"``, put back in input order) or a plain file with one hypothesis a line."""
     with open(path, encoding="utf-8") as f:
         text = f.read()
-    if any(line.startswith("H-") for line in text.splitlines()):
-        return read_generate_output(text, source=path)
+    if any(line.startswith(("H-", "D-")) for line in text.splitlines()):
+        return read_generate_output(text, source=path, kind=kind)
     return text.splitlines()
 
 

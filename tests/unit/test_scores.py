@@ -71,10 +71,11 @@ def test_mismatched_lengths_and_unknown_baseline():
 
 def test_read_hypotheses_from_generate_output_or_plain_text(tmp_path):
     generate = tmp_path / "gen.txt"
-    generate.write_text("S-1\tb\nH-1\t-0.1\tdeux\nH-0\t-0.2\tun\nP-0\t-0.1\n")
+    generate.write_text("S-1\tb\nH-1\t-0.1\tdeux @@x\nD-1\t-0.1\tdeuxx\nH-0\t-0.2\tun\nD-0\t-0.2\tun\nP-0\t-0.1\n")
     plain = tmp_path / "hyp.txt"
-    plain.write_text("un\ndeux\n")
-    assert read_hypotheses(str(generate)) == read_hypotheses(str(plain)) == ["un", "deux"]
+    plain.write_text("un\ndeux @@x\n")
+    assert read_hypotheses(str(generate)) == read_hypotheses(str(plain)) == ["un", "deux @@x"]
+    assert read_hypotheses(str(generate), kind="D") == ["un", "deuxx"]
 
 
 def test_detokenize_unescapes_moses():
