@@ -20,7 +20,7 @@ import os
 import sys
 from typing import Dict, List, Sequence, Tuple
 
-from fairseq_speaker.analysis.classifier import TrainedClassifier, train_classifier
+from fairseq_speaker.analysis.classifier import train_classifier
 from fairseq_speaker.analysis.inspect_bias import BiasInspection, default_target_dictionary
 from fairseq_speaker.analysis.scores import SIGNIFICANCE, SystemScore, detokenize, read_hypotheses, score_systems
 from fairseq_speaker.data import read_speaker_file

@@ -34,7 +34,7 @@ def test_the_references_carry_their_speakers_traits(corpus):
     refs = lines(out, "train.fr")
     assert trait_accuracy(refs, traits)["all"] == 1.0
     by_name = {s.name: s for s in speakers}
-    for ref, spk, sentence_traits in zip(refs, lines(out, "train.spk"), traits):
+    for spk, sentence_traits in zip(lines(out, "train.spk"), traits):
         for t in sentence_traits:
             if t.trait == "address":
                 assert t.expected == ("vous" if by_name[spk].address == "formal" else "tu")
