@@ -73,7 +73,8 @@ def score_systems(systems: Dict[str, Sequence[str]], references: Sequence[str], 
         if len(hyps) != len(references):
             raise ValueError(f"system {name!r} has {len(hyps)} hypotheses for {len(references)} references")
     named = [(baseline, list(systems[baseline]))] + [(n, list(h)) for n, h in systems.items() if n != baseline]
-    metrics = {"BLEU": BLEU(tokenize=tokenize), "chrF2": CHRF()}
+    # --tokenize none says the text is tokenized on purpose: no "forgot to detokenize" warning
+    metrics = {"BLEU": BLEU(tokenize=tokenize, force=tokenize == "none"), "chrF2": CHRF()}
     if len(named) == 1:
         scores = [SystemScore(baseline, metrics["BLEU"].corpus_score(named[0][1], [list(references)]).score,
                               metrics["chrF2"].corpus_score(named[0][1], [list(references)]).score)]

@@ -4,7 +4,9 @@ Generates the synthetic corpus of :mod:`fairseq_speaker.toy.corpus` (speaker
 traits the source never shows), trains a speaker-agnostic ``lstm_base`` and a
 ``lstm_fact_bias`` with the stock fairseq command lines, decodes the test set
 with beam 5 and prints BLEU (sacrebleu) and the share of speaker-dependent
-words each system got right. Small enough for a few minutes on 2 CPU cores.
+words each system got right; then writes the evaluation report
+(``fairseq-speaker-report``) to ``WORKDIR/report``. Small enough for a few
+minutes on 2 CPU cores.
 
 Usage::
 
@@ -92,6 +94,9 @@ def main(argv=None) -> None:
     parser.add_argument("--speakers", type=int, default=24)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--threads", type=int, default=2, help="CPU threads for training and decoding")
+    parser.add_argument("--no-report", action="store_true",
+                        help="skip the evaluation report (significance, speaker classifier, bias inspection)")
+    parser.add_argument("--classifier-epochs", type=int, default=20, help="epochs of the report's speaker classifier")
     args = parser.parse_args(argv)
 
     os.makedirs(args.workdir, exist_ok=True)
@@ -124,7 +129,27 @@ def main(argv=None) -> None:
           f"tokenized text; 'speaker words' is the share of gender / address / profession words that "
           f"match the speaker.")
     print(table)
+    if not args.no_report:
+        write_report(args)
     print(f"\n(total {time.time() - started:.0f} s; logs, outputs and results.md in {args.workdir})")
+
+
+def write_report(args) -> None:
+    """The evaluation report over the demo's systems: significance, speaker classifier, what the biases learned."""
+    from fairseq_speaker.analysis import report
+
+    raw, out = os.path.join(args.workdir, "raw"), os.path.join(args.workdir, "report")
+    biased = [arch for arch in args.archs if arch != "lstm_base"]
+    print(f"\n[demo] writing the evaluation report to {out}/report.md", flush=True)
+    report.main([
+        "--out", out, "--references", f"{raw}/test.fr", "--tokenize", "none",
+        *[a for arch in args.archs for a in ("--system", f"{arch}={args.workdir}/generate.{arch}.txt")],
+        "--train-text", f"{raw}/train.fr", "--train-speakers", f"{raw}/train.spk",
+        "--test-speakers", f"{raw}/test.spk", "--classifier-epochs", str(args.classifier_epochs),
+        *[a for arch in biased
+          for a in ("--checkpoint", f"{arch}={args.workdir}/checkpoints/{arch}/checkpoint_best.pt")],
+        "--data", os.path.join(args.workdir, "bin"),
+    ])
 
 
 if __name__ == "__main__":

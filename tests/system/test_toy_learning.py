@@ -23,3 +23,8 @@ def test_bias_models_get_the_speaker_words_right(tmp_path):
         assert traits["all"] > base + 0.25, (system, traits, base)
         assert traits["gender"] > 0.9 and traits["address"] > 0.9, (system, traits)
         assert results[system]["bleu"] > results["lstm_base"]["bleu"], system
+    # the report: the speaker classifier finds the speakers in the biased systems' output (Figure 2)
+    with open(os.path.join(workdir, "report", "scores.json")) as f:
+        classifier = json.load(f)["classifier"]
+    for system in ("lstm_full_bias", "lstm_fact_bias"):
+        assert classifier[system] > classifier["lstm_base"] + 0.03, classifier
