@@ -35,16 +35,10 @@ from fairseq.data import Dictionary
 
 from fairseq_speaker.commands import run_fairseq
 from fairseq_speaker.data import SpeakerDataError, read_speaker_file
+from fairseq_speaker.evaluation import read_lines
 
 # input split name -> fairseq split name
 SPLITS = {"train": "train", "dev": "valid", "test": "test"}
-
-
-def read_lines(path: str) -> List[str]:
-    if not os.path.isfile(path):
-        raise SpeakerDataError(f"file not found: expected {path}")
-    with open(path, encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f]
 
 
 def read_split(directory: str, split: str, src: str, tgt: str, speaker_ext: str) -> Tuple[List[str], List[str], List[str]]:

@@ -33,7 +33,7 @@ from typing import Dict, List
 import sacrebleu
 
 from fairseq_speaker.commands import USER_DIR, run_fairseq
-from fairseq_speaker.evaluation import read_generate_output
+from fairseq_speaker.evaluation import read_generate_output, read_lines
 
 #: Table 3 of Michel & Neubig (2018): test BLEU
 PAPER_BLEU = {
@@ -92,8 +92,7 @@ def run_system(system: str, args) -> Dict:
     hypotheses = read_generate_output(output, source=os.path.join(out, "test.generate"))
     with open(os.path.join(out, "test.hyp"), "w", encoding="utf-8") as f:
         f.writelines(h + "\n" for h in hypotheses)
-    with open(os.path.join(args.data, "text", f"test.{args.pair.split('-')[1]}"), encoding="utf-8") as f:
-        references = [line.rstrip("\n") for line in f]
+    references = read_lines(os.path.join(args.data, "text", f"test.{args.pair.split('-')[1]}"))
     bleu = sacrebleu.corpus_bleu(hypotheses, [references], tokenize="none", force=True)
     print(f"[{system}] test BLEU {bleu.score:.2f}", flush=True)
     return {"system": system, "bleu": round(bleu.score, 2), "signature": str(bleu.format(signature=True))}

@@ -24,6 +24,7 @@ from fairseq_speaker.analysis.classifier import train_classifier
 from fairseq_speaker.analysis.inspect_bias import BiasInspection, default_target_dictionary
 from fairseq_speaker.analysis.scores import SIGNIFICANCE, SystemScore, detokenize, read_hypotheses, score_systems
 from fairseq_speaker.data import read_speaker_file
+from fairseq_speaker.evaluation import read_lines
 
 logger = logging.getLogger("fairseq_speaker.report")
 
@@ -38,11 +39,6 @@ def _pairs(values: Sequence[str], flag: str) -> List[Tuple[str, str]]:
             raise SystemExit(f"{flag} {name}: file not found: {path}")
         pairs.append((name, path))
     return pairs
-
-
-def _read_lines(path: str) -> List[str]:
-    with open(path, encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f]
 
 
 def _progress(message: str) -> None:
@@ -177,7 +173,7 @@ def main(argv=None) -> None:
         raise SystemExit("--checkpoint needs --data, the data directory with the target dictionary")
     os.makedirs(args.out, exist_ok=True)
 
-    references = _read_lines(args.references)
+    references = read_lines(args.references)
     outputs = {name: read_hypotheses(path, args.lines) for name, path in systems}
     baseline = args.baseline or systems[0][0]
     scored = ({n: detokenize(h, args.detok) for n, h in outputs.items()}, detokenize(references, args.detok)) \
@@ -192,7 +188,7 @@ def main(argv=None) -> None:
     results: Dict = {"scores": [s.__dict__ for s in scores], "signatures": signatures}
 
     if all(classifier_files):
-        train_text, test_speakers = _read_lines(args.train_text), read_speaker_file(args.test_speakers, len(references))
+        train_text, test_speakers = read_lines(args.train_text), read_speaker_file(args.test_speakers, len(references))
         train_speakers = read_speaker_file(args.train_speakers, len(train_text))
         _progress(f"training the speaker classifier on {len(train_text)} sentences, {args.classifier_epochs} epochs")
         classifier = train_classifier(train_text, train_speakers, epochs=args.classifier_epochs,

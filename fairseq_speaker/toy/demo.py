@@ -25,7 +25,7 @@ import sacrebleu
 
 from fairseq_speaker.commands import USER_DIR
 from fairseq_speaker.commands import run_fairseq as fairseq
-from fairseq_speaker.evaluation import read_generate_output
+from fairseq_speaker.evaluation import read_generate_output, read_lines
 from fairseq_speaker.toy.corpus import read_traits, trait_accuracy, write_corpus
 
 TRAITS = ("gender", "address", "profession")
@@ -104,8 +104,7 @@ def main(argv=None) -> None:
     print(f"[demo] writing the toy corpus and binarizing it in {args.workdir}", flush=True)
     data = prepare(args.workdir, {"train": args.train, "valid": args.test, "test": args.test},
                    args.speakers, args.threads)
-    with open(os.path.join(args.workdir, "raw", "test.fr"), encoding="utf-8") as f:
-        references = [line.rstrip("\n") for line in f]
+    references = read_lines(os.path.join(args.workdir, "raw", "test.fr"))
     traits = read_traits(os.path.join(args.workdir, "raw", "test.traits"))
 
     rows = []
