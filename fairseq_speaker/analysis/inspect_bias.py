@@ -9,6 +9,7 @@ neighbours use the bias vectors themselves.
 
 import os
 from dataclasses import dataclass
+from functools import cached_property
 from typing import List, Optional, Tuple
 
 import torch
@@ -31,9 +32,15 @@ class BiasInspection:
     shared_biases: Optional[Tensor] = None  # V x r
 
     @classmethod
-    def from_checkpoint(cls, checkpoint: str, target_dictionary: str) -> "BiasInspection":
-        """``target_dictionary``: the ``dict.{tgt}.txt`` the model was trained with."""
+    def from_checkpoint(cls, checkpoint: str, target_dictionary: Optional[str] = None,
+                        data: Optional[str] = None) -> "BiasInspection":
+        """``target_dictionary``: the ``dict.{tgt}.txt`` the model was trained with; without it,
+        ``{data}/dict.{target_lang}.txt`` with the target language read from the checkpoint."""
         state = torch.load(checkpoint, map_location="cpu", weights_only=True)
+        if target_dictionary is None:
+            if data is None:
+                raise ValueError("give the target dictionary or the data directory of the checkpoint")
+            target_dictionary = _target_dictionary(data, state)
         model_cfg = state["cfg"]["model"]
         variant = model_cfg.get("speaker_bias")
         if variant not in ("full", "fact"):
@@ -69,13 +76,14 @@ class BiasInspection:
             return self.full_weight[s]
         return self.shared_biases @ self.speaker_weights[s]
 
+    @cached_property
     def _real_words(self) -> Tensor:
         """Mask of the vocabulary entries worth listing (no special or padding symbols)."""
         return torch.tensor([not (w.startswith("<") and w.endswith(">")) and not w.startswith("madeupword")
                              and w not in ("<s>", "<pad>", "</s>", "<unk>") for w in self.words])
 
     def _extremes(self, values: Tensor, k: int) -> Tuple[WordScores, WordScores]:
-        mask = self._real_words()
+        mask = self._real_words
         up = values.masked_fill(~mask, float("-inf")).topk(min(k, int(mask.sum())))
         down = values.masked_fill(~mask, float("inf")).topk(min(k, int(mask.sum())), largest=False)
         return ([(self.words[i], float(v)) for v, i in zip(up.values, up.indices)],
@@ -114,9 +122,8 @@ class BiasInspection:
         return [(self.speakers[i], float(v)) for v, i in zip(best.values, best.indices)]
 
 
-def default_target_dictionary(data: str, checkpoint: str) -> str:
-    """``{data}/dict.{target_lang}.txt``, the target language read from the checkpoint."""
-    state = torch.load(checkpoint, map_location="cpu", weights_only=True)
+def _target_dictionary(data: str, state: dict) -> str:
+    """``{data}/dict.{target_lang}.txt``, the target language read from a loaded checkpoint."""
     lang = state["cfg"]["task"].get("target_lang")
     if not lang:
         from fairseq.data import data_utils

@@ -21,7 +21,7 @@ import sys
 from typing import Dict, List, Sequence, Tuple
 
 from fairseq_speaker.analysis.classifier import train_classifier
-from fairseq_speaker.analysis.inspect_bias import BiasInspection, default_target_dictionary
+from fairseq_speaker.analysis.inspect_bias import BiasInspection
 from fairseq_speaker.analysis.scores import SIGNIFICANCE, SystemScore, detokenize, read_hypotheses, score_systems
 from fairseq_speaker.data import read_speaker_file
 from fairseq_speaker.evaluation import read_lines
@@ -74,15 +74,25 @@ def classifier_section(accuracies: List[Tuple[str, float]], num_speakers: int, m
     return lines + [""]
 
 
-def inspection_section(name: str, inspection: BiasInspection, speakers: List[str], k: int, plot: str) -> List[str]:
+def inspect_speakers(inspection: BiasInspection, speakers: List[str], k: int) -> Dict[str, Dict]:
+    """For each speaker: the words their bias raises and lowers most, and their nearest speakers."""
+    figures = {}
+    for speaker in speakers:
+        raises, lowers = inspection.top_words(speaker, k)
+        figures[speaker] = {"raises": raises, "lowers": lowers, "nearest": inspection.nearest(speaker, 5)}
+    return figures
+
+
+def inspection_section(name: str, inspection: BiasInspection, figures: Dict[str, Dict], k: int,
+                       plot: str) -> List[str]:
     def words(pairs):
         return ", ".join(f"{w} ({v:+.2f})" for w, v in pairs)
 
     lines = [f"## What the speaker biases learned: {name} ({inspection.variant}_bias)", ""]
-    for speaker in speakers:
-        up, down = inspection.top_words(speaker, k)
-        near = ", ".join(f"{s} ({v:.2f})" for s, v in inspection.nearest(speaker, 5))
-        lines += [f"### Speaker {speaker}", "", f"- raises: {words(up)}", f"- lowers: {words(down)}",
+    for speaker, figure in figures.items():
+        near = ", ".join(f"{s} ({v:.2f})" for s, v in figure["nearest"])
+        lines += [f"### Speaker {speaker}", "", f"- raises: {words(figure['raises'])}",
+                  f"- lowers: {words(figure['lowers'])}",
                   f"- nearest speakers (cosine of their {'mixture weights' if inspection.variant == 'fact' else 'biases'}): {near}", ""]
     if inspection.variant == "fact":
         lines += ["### The shared bias vectors", "", "| vector | highest words | lowest words |", "|---|---|---|"]
@@ -204,15 +214,13 @@ def main(argv=None) -> None:
 
     for name, checkpoint in checkpoints:
         _progress(f"inspecting the speaker biases of {name}")
-        inspection = BiasInspection.from_checkpoint(checkpoint, default_target_dictionary(args.data, checkpoint))
+        inspection = BiasInspection.from_checkpoint(checkpoint, data=args.data)
         speakers = args.speaker or inspection.speakers[: args.inspect_speakers]
+        figures = inspect_speakers(inspection, speakers, args.top_words)
         plot = os.path.join(args.out, f"speakers_{name}.png")
         plot_projection(inspection, speakers, plot, f"{name}: speakers ({inspection.variant}_bias)")
-        report += inspection_section(name, inspection, speakers, args.top_words, plot)
-        results.setdefault("inspection", {})[name] = {
-            s: {"raises": inspection.top_words(s, args.top_words)[0], "nearest": inspection.nearest(s, 5)}
-            for s in speakers
-        }
+        report += inspection_section(name, inspection, figures, args.top_words, plot)
+        results.setdefault("inspection", {})[name] = figures
 
     with open(os.path.join(args.out, "report.md"), "w", encoding="utf-8") as f:
         f.write("\n".join(report) + "\n")
