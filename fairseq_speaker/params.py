@@ -87,7 +87,7 @@ def count_parameters(src_vocab: int, tgt_vocab: int, num_speakers: int, **model_
     ``model_options`` are fields of :class:`SpeakerLSTMConfig`; the rest keep the paper's defaults.
     Vocabulary sizes include fairseq's 4 special symbols.
     """
-    cfg = SpeakerLSTMConfig(**model_options)
+    cfg = SpeakerLSTMModel.speaker_options()(**model_options)
     task = SimpleNamespace(
         source_dictionary=_sized_dictionary(src_vocab),
         target_dictionary=_sized_dictionary(tgt_vocab),

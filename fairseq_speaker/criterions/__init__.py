@@ -1,6 +1,3 @@
-from .speaker_label_smoothed_cross_entropy import (
-    SpeakerLabelSmoothedCrossEntropyConfig,
-    SpeakerLabelSmoothedCrossEntropyCriterion,
-)
+from .speaker_label_smoothed_cross_entropy import SpeakerLabelSmoothedCrossEntropyCriterion
 
-__all__ = ["SpeakerLabelSmoothedCrossEntropyConfig", "SpeakerLabelSmoothedCrossEntropyCriterion"]
+__all__ = ["SpeakerLabelSmoothedCrossEntropyCriterion"]

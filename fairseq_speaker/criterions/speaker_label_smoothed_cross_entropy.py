@@ -1,7 +1,6 @@
-"""Label-smoothed cross-entropy with an optional L2 penalty on the speaker biases."""
+"""Label-smoothed cross-entropy plus the speaker bias variant's own regularizers."""
 
-from dataclasses import dataclass, field
-from typing import Optional
+from typing import Dict, Optional
 
 import torch
 from fairseq import utils
@@ -12,53 +11,45 @@ from fairseq.criterions.label_smoothed_cross_entropy import (
 )
 from fairseq.logging import metrics
 
-
-@dataclass
-class SpeakerLabelSmoothedCrossEntropyConfig(LabelSmoothedCrossEntropyCriterionConfig):
-    speaker_l2: float = field(
-        default=0.0,
-        metadata={
-            "help": "weight of an L2 penalty on the speaker biases applied in the batch: "
-            "adds speaker_l2 * mean over sentences of ||b_s||^2 to the per-token (or per-sentence) loss"
-        },
-    )
+#: logging-output keys of the variants' regularizers: "speaker_aux:<name>"
+AUX_PREFIX = "speaker_aux:"
 
 
-@register_criterion(
-    "speaker_label_smoothed_cross_entropy", dataclass=SpeakerLabelSmoothedCrossEntropyConfig
-)
+@register_criterion("speaker_label_smoothed_cross_entropy", dataclass=LabelSmoothedCrossEntropyCriterionConfig)
 class SpeakerLabelSmoothedCrossEntropyCriterion(LabelSmoothedCrossEntropyCriterion):
-    """fairseq's label-smoothed NLL, plus ``--speaker-l2`` and the logged norm of the speaker biases.
+    """fairseq's label-smoothed NLL, plus the regularizers of the model's speaker bias variant.
 
-    The penalty is taken on the bias vectors b_s that the batch used (the decoder
-    returns them as ``net_output[1]["speaker_bias"]``), so its cost does not grow
-    with the number of speakers. fairseq divides the summed loss by the sample
-    size; the penalty is scaled by it so that its weight is independent of the
-    batch size. It is added only to reduced losses.
+    The decoder returns the variant's regularizers for the batch in
+    ``net_output[1]["speaker_aux_losses"]`` (name -> mean over the batch's sentences;
+    the default one is the L2 pull of ``--speaker-l2``). Each is multiplied by the sample
+    size, so that its weight does not depend on the batch size (fairseq divides the summed
+    loss by the sample size), added to reduced losses and logged under its name (``fact_l2``).
+    ``bias_norm`` logs the mean L2 norm of the speaker biases the batch used.
     """
 
-    def __init__(self, task, sentence_avg, label_smoothing, ignore_prefix_size=0,
-                 report_accuracy=False, speaker_l2=0.0):
+    def __init__(self, task, sentence_avg, label_smoothing, ignore_prefix_size=0, report_accuracy=False):
         super().__init__(task, sentence_avg, label_smoothing, ignore_prefix_size, report_accuracy)
-        self.speaker_l2 = speaker_l2
-        self._bias_norm_sum: Optional[torch.Tensor] = None
+        self._logged: Dict[str, torch.Tensor] = {}
 
     def compute_loss(self, model, net_output, sample, reduce=True):
         loss, nll_loss = super().compute_loss(model, net_output, sample, reduce=reduce)
-        bias = net_output[1].get("speaker_bias") if len(net_output) > 1 and net_output[1] else None
-        self._bias_norm_sum = None
+        extra = net_output[1] if len(net_output) > 1 and isinstance(net_output[1], dict) else {}
+        self._logged = {}
+        bias: Optional[torch.Tensor] = extra.get("speaker_bias")
         if bias is not None:
-            squared = bias.float().pow(2).sum(dim=1)  # B
-            self._bias_norm_sum = squared.detach().sqrt().sum()
-            if reduce and self.speaker_l2 > 0:
-                sample_size = sample["target"].size(0) if self.sentence_avg else sample["ntokens"]
-                loss = loss + self.speaker_l2 * sample_size * squared.mean()
+            self._logged["speaker_bias_norm"] = bias.detach().float().norm(dim=1).sum()
+        if reduce:
+            sample_size = sample["target"].size(0) if self.sentence_avg else sample["ntokens"]
+            for name, value in (extra.get("speaker_aux_losses") or {}).items():
+                term = sample_size * value
+                loss = loss + term
+                self._logged[AUX_PREFIX + name] = term.detach()
         return loss, nll_loss
 
     def forward(self, model, sample, reduce=True):
         loss, sample_size, logging_output = super().forward(model, sample, reduce=reduce)
-        if self._bias_norm_sum is not None:
-            logging_output["speaker_bias_norm"] = self._bias_norm_sum.data
+        for key, value in self._logged.items():
+            logging_output[key] = value.data
         return loss, sample_size, logging_output
 
     @classmethod
@@ -69,3 +60,9 @@ class SpeakerLabelSmoothedCrossEntropyCriterion(LabelSmoothedCrossEntropyCriteri
             nsentences = utils.item(sum(log.get("nsentences", 0) for log in logging_outputs))
             # the mean L2 norm of the speaker bias vectors over the sentences seen
             metrics.log_scalar("bias_norm", norm_sum / max(nsentences, 1), nsentences, round=3)
+        names = sorted({key for log in logging_outputs for key in log if key.startswith(AUX_PREFIX)})
+        if names:
+            sample_size = utils.item(sum(log.get("sample_size", 0) for log in logging_outputs))
+            for key in names:
+                total = utils.item(sum(log.get(key, 0) for log in logging_outputs))
+                metrics.log_scalar(key[len(AUX_PREFIX):], total / max(sample_size, 1), sample_size, round=4)

@@ -1,3 +1,4 @@
+from .dictionary_hash import dictionary_hash
 from .speaker_dataset import SpeakerDataset
 from .speaker_dictionary import (
     MEAN_SPEAKER,
@@ -9,6 +10,7 @@ from .speaker_dictionary import (
 )
 
 __all__ = [
+    "dictionary_hash",
     "MEAN_SPEAKER",
     "NO_SPEAKER",
     "UNKNOWN_SPEAKER_POLICIES",

@@ -13,7 +13,8 @@ class SpeakerDataset(BaseWrapperDataset):
         speakers: LongTensor ``[len(dataset)]``, the speaker id of every sentence
             (negative ids for unseen speakers, see :mod:`fairseq_speaker.data.speaker_dictionary`).
         target_prefix: optional LongTensor ``[len(dataset)]``, a token put before every
-            target sentence (the speaker token of the spk_token baseline).
+            target sentence (the speaker token of the spk_token baseline). The decoder reads it
+            as its first input; it is not a prediction target (see :meth:`collater`).
     """
 
     def __init__(self, dataset, speakers: torch.Tensor, target_prefix: Optional[torch.Tensor] = None):
@@ -34,7 +35,21 @@ class SpeakerDataset(BaseWrapperDataset):
         if "net_input" in batch:
             # the wrapped collater sorts sentences by length: follow it through the ids
             batch["net_input"]["speakers"] = self.speakers.index_select(0, batch["id"])
+        if self.target_prefix is not None and batch.get("target") is not None:
+            self._unpredict_prefix(batch)
         return batch
+
+    def _unpredict_prefix(self, batch: Dict) -> None:
+        """The prefix token is an input, not a prediction target (as in the authors' spk_token system):
+        it stays in ``prev_output_tokens`` but becomes padding in ``target``, which every criterion
+        ignores, and leaves the token count."""
+        target = batch["target"]
+        pad = self.dataset.tgt_dict.pad()
+        first = target.ne(pad).int().argmax(dim=1)  # the prefix: first real token (right or left padding)
+        rows = torch.arange(target.size(0))
+        has_prefix = target[rows, first].ne(pad)
+        batch["target"] = target.index_put((rows[has_prefix], first[has_prefix]), torch.tensor(pad))
+        batch["ntokens"] = int(batch["ntokens"]) - int(has_prefix.sum())
 
     def batch_by_size(self, indices, max_tokens=None, max_sentences=None, required_batch_size_multiple=1):
         """fairseq's batching, without losing the last sentences.

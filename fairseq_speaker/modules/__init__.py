@@ -1,4 +1,29 @@
 from .mlp_attention import MLPAttention
-from .speaker_bias import SPEAKER_BIAS_REGISTRY, SpeakerBias, build_speaker_bias, register_speaker_bias
+from .speaker_bias import (
+    SPEAKER_BIAS_REGISTRY,
+    SpeakerBias,
+    SpeakerBiasConfig,
+    build_speaker_bias,
+    register_speaker_bias,
+)
+from .speaker_plumbing import (
+    SpeakerDecoderMixin,
+    SpeakerEncoderMixin,
+    SpeakerModelConfig,
+    SpeakerModelMixin,
+    register_speaker_model,
+)
 
-__all__ = ["MLPAttention", "SPEAKER_BIAS_REGISTRY", "SpeakerBias", "build_speaker_bias", "register_speaker_bias"]
+__all__ = [
+    "MLPAttention",
+    "SPEAKER_BIAS_REGISTRY",
+    "SpeakerBias",
+    "SpeakerBiasConfig",
+    "SpeakerDecoderMixin",
+    "SpeakerEncoderMixin",
+    "SpeakerModelConfig",
+    "SpeakerModelMixin",
+    "build_speaker_bias",
+    "register_speaker_bias",
+    "register_speaker_model",
+]

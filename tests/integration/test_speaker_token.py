@@ -41,8 +41,11 @@ def test_prefix_is_forced_and_stripped(toy, trained, tmp_path):
     sample = dataset.collater([dataset[i] for i in range(6)])
     speakers = sample["net_input"]["speakers"]
     tokens = task.speaker_token_ids()
-    # the training targets start with the speaker token
-    assert torch.equal(sample["target"][:, 0], tokens[speakers])
+    # the decoder reads the speaker token first; it is an input, not a prediction target
+    assert torch.equal(sample["net_input"]["prev_output_tokens"][:, 1], tokens[speakers])
+    assert (sample["target"][:, 0] == task.target_dictionary.pad()).all()
+    words = sum(len(dataset.dataset[i]["target"]) for i in range(6))
+    assert sample["ntokens"] == words  # the speaker tokens are not counted as predicted words
     assert task.target_dictionary[int(tokens[0])] == SPEAKER_TOKEN.format(task.speaker_dictionary.names[0])
 
     generator = task.build_generator(models, type("G", (), {"beam": 5, "max_len_b": 6})())

@@ -4,14 +4,18 @@ import pytest
 import torch
 import torch.nn.functional as F
 from fairseq.criterions.label_smoothed_cross_entropy import LabelSmoothedCrossEntropyCriterion
+from fairseq.logging import metrics
 
 from fairseq_speaker.criterions import SpeakerLabelSmoothedCrossEntropyCriterion
+from fairseq_speaker.modules.speaker_bias import register_speaker_bias, unregister_speaker_bias
+from fairseq_speaker.modules.speaker_bias.full import FullSpeakerBias
 from tests.helpers import make_model, make_task, random_batch
 
 
-def make_sample(task, pad_target_to=None):
+def make_sample(task, pad_target_to=None, target=None):
     src = random_batch(task.source_dictionary, [5, 3, 4])
-    target = random_batch(task.target_dictionary, [4, 6, 2], left_pad=False)
+    if target is None:
+        target = random_batch(task.target_dictionary, [4, 6, 2], left_pad=False)
     if pad_target_to:
         extra = torch.full((3, pad_target_to - target.size(1)), task.target_dictionary.pad())
         target = torch.cat([target, extra], dim=1)
@@ -23,11 +27,12 @@ def make_sample(task, pad_target_to=None):
                       "speakers": torch.tensor([0, 2, 3])},
         "target": target,
         "ntokens": int(target.ne(task.target_dictionary.pad()).sum()),
+        "nsentences": 3,
     }
 
 
-def criterion(task, smoothing=0.1, l2=0.0, sentence_avg=False):
-    return SpeakerLabelSmoothedCrossEntropyCriterion(task, sentence_avg, smoothing, speaker_l2=l2)
+def criterion(task, smoothing=0.1, sentence_avg=False):
+    return SpeakerLabelSmoothedCrossEntropyCriterion(task, sentence_avg, smoothing)
 
 
 @pytest.fixture
@@ -46,64 +51,107 @@ def test_zero_smoothing_is_plain_nll(setup):
     assert log["nll_loss"].item() == pytest.approx(expected.item(), rel=1e-5)
 
 
-def test_smoothing_raises_the_loss_of_a_confident_model(setup):
-    task, model, sample = setup
+def test_smoothing_raises_the_loss_of_a_model_sure_of_the_right_word():
+    task = make_task(num_speakers=4)
+    model = make_model("full", task=task)
+    sample = make_sample(task)
+    with torch.no_grad():
+        logits, _ = model(**sample["net_input"])
+    # the targets become the model's own best words: it is confident and right
+    target = logits.argmax(-1).masked_fill(sample["target"].eq(task.target_dictionary.pad()),
+                                           task.target_dictionary.pad())
+    sample["target"] = target
     smoothed, _, log = criterion(task, smoothing=0.3)(model, sample)
-    assert smoothed.item() != pytest.approx(log["nll_loss"].item())
+    assert smoothed.item() > log["nll_loss"].item() + 1e-3
 
 
 def test_padding_does_not_change_the_loss(setup):
     task, model, sample = setup
-    torch.manual_seed(0)
-    padded = make_sample(task, pad_target_to=sample["target"].size(1) + 3)
-    torch.manual_seed(0)
-    plain = make_sample(task)
-    a, _, _ = criterion(task)(model, plain)
+    padded = dict(sample, target=torch.cat(
+        [sample["target"], torch.full((3, 3), task.target_dictionary.pad())], dim=1))
+    padded["net_input"] = dict(sample["net_input"], prev_output_tokens=torch.cat(
+        [sample["net_input"]["prev_output_tokens"], torch.full((3, 3), task.target_dictionary.pad())], dim=1))
+    a, _, _ = criterion(task)(model, sample)
     b, _, _ = criterion(task)(model, padded)
     assert a.item() == pytest.approx(b.item(), rel=1e-5)
 
 
-def test_reduced_loss_is_the_sum_of_the_unreduced(setup):
-    task, model, sample = setup
-    crit = criterion(task, l2=0.5)
+def test_reduced_loss_is_the_sum_of_the_unreduced_plus_the_regularizer():
+    task = make_task(num_speakers=4)
+    model = make_model("full", task=task, speaker_l2=0.5)
+    sample = make_sample(task)
+    crit = criterion(task)
     reduced, _, _ = crit(model, sample, reduce=True)
-    logits = model(**sample["net_input"])
-    unreduced, _ = LabelSmoothedCrossEntropyCriterion.compute_loss(crit, model, logits, sample, reduce=False)
-    penalty = 0.5 * sample["ntokens"] * logits[1]["speaker_bias"].pow(2).sum(1).mean()
+    net_output = model(**sample["net_input"])
+    unreduced, _ = LabelSmoothedCrossEntropyCriterion.compute_loss(crit, model, net_output, sample, reduce=False)
+    penalty = 0.5 * sample["ntokens"] * net_output[1]["speaker_bias"].pow(2).sum(1).mean()
     assert reduced.item() == pytest.approx(unreduced.sum().item() + penalty.item(), rel=1e-5)
 
 
-def test_without_l2_it_is_fairseqs_criterion(setup):
+def test_without_regularizer_it_is_fairseqs_criterion(setup):
     task, model, sample = setup
     ours, size, log = criterion(task)(model, sample)
     theirs, their_size, their_log = LabelSmoothedCrossEntropyCriterion(task, False, 0.1)(model, sample)
     assert ours.item() == pytest.approx(theirs.item(), rel=1e-6)
     assert size == their_size and log["nll_loss"] == pytest.approx(their_log["nll_loss"])
+    assert not any(key.startswith("speaker_aux:") for key in log)
 
 
+@pytest.mark.parametrize("name", ["full", "fact", "simplex"])
 @pytest.mark.parametrize("sentence_avg", [False, True])
-def test_l2_penalty_and_logged_bias_norm(setup, sentence_avg):
-    task, model, sample = setup
-    base, size, _ = criterion(task, sentence_avg=sentence_avg)(model, sample)
-    penalized, _, log = criterion(task, l2=0.01, sentence_avg=sentence_avg)(model, sample)
-    rows = model.speaker_bias.weight[sample["net_input"]["speakers"]]
+def test_l2_penalty_and_logged_bias_norm(name, sentence_avg):
+    task = make_task(num_speakers=4)
+    sample = make_sample(task)
+    model = make_model(name, task=task, speaker_l2=0.01)
+    plain = make_model(name, task=task, speaker_l2=0.0)
+    plain.load_state_dict(model.state_dict())
+    base, size, _ = criterion(task, sentence_avg=sentence_avg)(plain, sample)
+    penalized, _, log = criterion(task, sentence_avg=sentence_avg)(model, sample)
+    rows = model.speaker_bias(sample["net_input"]["speakers"])
     assert size == (3 if sentence_avg else sample["ntokens"])
     expected = 0.01 * size * rows.pow(2).sum(1).mean()
-    assert (penalized - base).item() == pytest.approx(expected.item(), rel=1e-5)
+    assert (penalized - base).item() == pytest.approx(expected.item(), rel=1e-4)
+    assert log[f"speaker_aux:{name}_l2"].item() == pytest.approx(expected.item(), rel=1e-4)
     assert log["speaker_bias_norm"].item() == pytest.approx(rows.norm(dim=1).sum().item(), rel=1e-5)
 
 
-def test_l2_gradient_reaches_only_the_speakers_of_the_batch(setup):
-    task, model, sample = setup
-    model.train()
-    loss, _, _ = criterion(task, l2=1.0)(model, sample)
+def test_l2_gradient_reaches_only_the_speakers_of_the_batch():
+    task = make_task(num_speakers=4)
+    model = make_model("full", task=task, speaker_l2=1.0).train()
+    loss, _, _ = criterion(task)(model, make_sample(task))
     loss.backward()
     touched = model.speaker_bias.weight.grad.abs().sum(1).nonzero().flatten().tolist()
     assert touched == [0, 2, 3]
 
 
-def test_baseline_logs_no_bias_norm():
+def test_a_variants_own_regularizer_is_added_and_logged_under_its_name():
+    @register_speaker_bias("test_l1")
+    class L1Bias(FullSpeakerBias):
+        def aux_losses(self, speakers, bias, encoder_out=None):
+            return {"test_l1_sparsity": 0.1 * bias.abs().sum(1).mean()}
+
+    try:
+        task = make_task(num_speakers=4)
+        model = make_model("test_l1", task=task)
+        plain = make_model("full", task=task)
+        plain.load_state_dict(model.state_dict())
+        sample = make_sample(task)
+        with_l1, size, log = criterion(task)(model, sample)
+        without, _, _ = criterion(task)(plain, sample)
+        expected = 0.1 * size * model.speaker_bias(sample["net_input"]["speakers"]).abs().sum(1).mean()
+        assert (with_l1 - without).item() == pytest.approx(expected.item(), rel=1e-4)
+        with metrics.aggregate() as agg:
+            SpeakerLabelSmoothedCrossEntropyCriterion.reduce_metrics([log, log])
+        logged = agg.get_smoothed_values()
+        assert logged["test_l1_sparsity"] == pytest.approx(expected.item() / size, abs=1e-4)
+        assert "bias_norm" in logged
+    finally:
+        unregister_speaker_bias("test_l1")
+
+
+def test_baseline_logs_no_bias_norm_nor_regularizer():
     task = make_task()
-    model = make_model("none", task=task)
-    _, _, log = criterion(task, l2=1.0)(model, make_sample(task))
+    model = make_model("none", task=task, speaker_l2=1.0)
+    _, _, log = criterion(task)(model, make_sample(task))
     assert "speaker_bias_norm" not in log
+    assert not any(key.startswith("speaker_aux:") for key in log)

@@ -1,57 +1,64 @@
-"""speaker_lstm: the bias on the logits, incremental decoding, beam search with speakers, presets."""
+"""Both speaker models, every variant: the bias on the logits, incremental decoding, beam search, presets."""
 
 import argparse
 
 import pytest
 import torch
 from fairseq import options
+from fairseq.models import ARCH_CONFIG_REGISTRY
 from fairseq.sequence_generator import SequenceGenerator
 
-import fairseq_speaker  # noqa: F401  (registers the task, model and criterion)
-from fairseq_speaker.models import speaker_lstm
+import fairseq_speaker  # noqa: F401  (registers the task, models and criterion)
+from fairseq_speaker.models import PRESET_VARIANTS, speaker_presets
+from fairseq_speaker.models import speaker_transformer
 from fairseq_speaker.modules.speaker_bias import SPEAKER_BIAS_REGISTRY
-from tests.helpers import make_model, make_task, random_batch
+from tests.helpers import FAMILIES, make_model, make_task, random_batch
 
-VARIANTS = sorted(SPEAKER_BIAS_REGISTRY)
+VARIANTS = sorted(SPEAKER_BIAS_REGISTRY) + ["fact+topic"]
+SPEAKER_VARIANTS = [v for v in VARIANTS if v not in ("none", "topic")]
 
 
 def forward(model, src, speakers, prev):
-    lengths = src.ne(model.encoder.padding_idx).sum(1)
+    lengths = src.ne(1).sum(1)
     return model(src, lengths, prev, speakers=speakers)
 
 
-def test_bias_is_added_to_the_logits_and_none_gives_them_unchanged():
-    task = make_task(num_speakers=4)
-    full = make_model("full", task=task)
-    none = make_model("none", task=task, randomize_bias=False)
-    missing, unexpected = none.load_state_dict(full.state_dict(), strict=False)
-    assert missing == [] and unexpected == ["decoder.speaker_bias.weight"]
-
+def batch(task):
     src = random_batch(task.source_dictionary, [5, 3, 4])
     prev = random_batch(task.target_dictionary, [4, 4, 4], left_pad=False)
+    return src, prev
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("name", VARIANTS)
+def test_the_bias_is_added_to_the_logits_of_the_same_network(family, name):
+    task = make_task(num_speakers=4)
+    biased = make_model(name, task=task, family=family)
+    plain = make_model("none", task=task, family=family)
+    missing, _ = plain.load_state_dict(biased.state_dict(), strict=False)
+    assert missing == []
+    src, prev = batch(task)
     speakers = torch.tensor([2, 0, 2])
     with torch.no_grad():
-        biased, extra = forward(full, src, speakers, prev)
-        plain, plain_extra = forward(none, src, speakers, prev)
-    assert plain_extra["speaker_bias"] is None
-    rows = full.speaker_bias.weight[speakers]  # B x V
-    assert torch.allclose(biased - plain, rows.unsqueeze(1).expand_as(plain), atol=1e-5)
-    assert torch.equal(extra["speaker_bias"], rows)
-
-    # with every speaker's row at zero the full model is exactly the baseline
-    with torch.no_grad():
-        full.speaker_bias.weight.zero_()
-        zeroed, _ = forward(full, src, speakers, prev)
-    assert torch.equal(zeroed, plain)
+        logits, extra = forward(biased, src, speakers, prev)
+        reference, reference_extra = forward(plain, src, speakers, prev)
+    assert reference_extra["speaker_bias"] is None
+    bias = extra["speaker_bias"]
+    if bias is None:
+        assert torch.equal(logits, reference)
+        return
+    assert bias.shape == (3, len(task.target_dictionary))
+    assert torch.allclose(logits - reference, bias.unsqueeze(1).expand_as(logits), atol=1e-5)
 
 
+@pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("name", VARIANTS)
-def test_incremental_decoding_matches_teacher_forcing(name):
+def test_incremental_decoding_matches_teacher_forcing(family, name):
     task = make_task(num_speakers=4)
-    model = make_model(name, task=task)
+    model = make_model(name, task=task, family=family)
     src = random_batch(task.source_dictionary, [6, 2, 4])
     prev = random_batch(task.target_dictionary, [7, 7, 7], left_pad=False)
-    speakers = torch.tensor([3, 1, 0])
+    speakers = torch.tensor([3, 1, -1])
     with torch.no_grad():
         logits, _ = forward(model, src, speakers, prev)
         expected = model.get_normalized_probs((logits, None), log_probs=True)
@@ -64,38 +71,48 @@ def test_incremental_decoding_matches_teacher_forcing(name):
     assert torch.allclose(torch.cat(steps, dim=1), expected, atol=1e-5)
 
 
-def test_reorder_encoder_out_moves_the_speakers_with_the_sentences():
+@pytest.mark.parametrize("family", FAMILIES)
+def test_reorder_encoder_out_moves_the_speakers_and_sources_with_the_sentences(family):
     task = make_task()
-    model = make_model("fact", task=task)
+    model = make_model("fact", task=task, family=family)
     src = random_batch(task.source_dictionary, [3, 5])
     out = model.encoder(src, src.ne(1).sum(1), speakers=torch.tensor([1, 3]))
     reordered = model.encoder.reorder_encoder_out(out, torch.tensor([1, 1, 0]))
-    assert reordered["speakers"].tolist() == [3, 3, 1]
-    assert torch.equal(reordered["encoder_out"][:, 2], out["encoder_out"][:, 0])
-    assert torch.equal(reordered["encoder_last"][0], out["encoder_last"][1])
+    assert reordered["speakers"][0].tolist() == [3, 3, 1]
+    assert torch.equal(reordered["source_tokens"][0][2], src[0])
+    states = reordered["encoder_out"]
+    states = states[0] if isinstance(states, list) else states
+    original = out["encoder_out"][0] if isinstance(out["encoder_out"], list) else out["encoder_out"]
+    assert torch.equal(states[:, 2], original[:, 0])
 
 
-def _generate(model, task, src, speakers):
-    generator = SequenceGenerator([model], task.target_dictionary, beam_size=5, max_len_b=8)
+def _generate(model, task, src, speakers, beam=5):
+    generator = SequenceGenerator([model], task.target_dictionary, beam_size=beam, max_len_b=8)
     sample = {"net_input": {"src_tokens": src, "src_lengths": src.ne(1).sum(1), "speakers": speakers}}
     with torch.no_grad():
         return [hypos[0] for hypos in generator.generate([model], sample)]
 
 
-@pytest.mark.parametrize("name", ["full", "fact"])
-def test_batched_beam_search_decodes_each_sentence_as_alone(name):
+def _favour_eos(model, task, speaker: int) -> None:
+    """Make one speaker's bias (whatever the variant) strongly favour ending the sentence."""
+    eos = task.target_dictionary.eos()
+
+    def hook(module, inputs, output):
+        boost = torch.zeros_like(output)
+        boost[inputs[0] == speaker, eos] = 30.0
+        return output + boost
+
+    model.speaker_bias.register_forward_hook(hook)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("name", SPEAKER_VARIANTS)
+def test_batched_beam_search_decodes_each_sentence_as_alone(family, name):
     task = make_task(num_speakers=4)
-    model = make_model(name, task=task)
+    model = make_model(name, task=task, family=family)
     # speaker 2 ends sentences early: finished sentences leave the batch, and the
     # cached biases of the others must follow them
-    eos = task.target_dictionary.eos()
-    with torch.no_grad():
-        if name == "full":
-            model.speaker_bias.weight[2, eos] += 30.0
-        else:
-            model.speaker_bias.shared_biases[eos, 0] += 30.0
-            model.speaker_bias.speaker_weights[:, 0] = 0.0
-            model.speaker_bias.speaker_weights[2, 0] = 1.0
+    _favour_eos(model, task, speaker=2)
     src = random_batch(task.source_dictionary, [5, 5, 3, 6, 5])
     src[1] = src[0]  # the same sentence, said by two speakers
     speakers = torch.tensor([0, 1, 2, 3, 2])
@@ -113,9 +130,10 @@ def test_batched_beam_search_decodes_each_sentence_as_alone(name):
     assert batched[0]["tokens"].tolist() != batched[1]["tokens"].tolist()
 
 
-def test_speaker_bias_is_computed_once_per_batch_during_beam_search():
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_speaker_bias_is_computed_once_per_batch_during_beam_search(family):
     task = make_task(num_speakers=4)
-    model = make_model("fact", task=task)
+    model = make_model("fact", task=task, family=family)
     calls = []
     model.speaker_bias.register_forward_hook(lambda module, inputs, output: calls.append(inputs[0].numel()))
     src = random_batch(task.source_dictionary, [4, 6, 5])
@@ -123,23 +141,35 @@ def test_speaker_bias_is_computed_once_per_batch_during_beam_search():
     assert calls == [3 * 5]  # one call, for every hypothesis of the three sentences at the first step
 
 
-@pytest.mark.parametrize("name,extra", [("none", 0), ("full", 4 * 15), ("fact", 3 * (4 + 15))])
-def test_speaker_parameters_are_the_only_difference_between_variants(name, extra):
-    task = make_task(num_speakers=4, num_words=8)  # target vocabulary: 4 special + 11 words
-    assert len(task.target_dictionary) == 15
-
-    def count(model):
-        return sum(p.numel() for p in model.parameters())
-
-    assert count(make_model(name, task=task)) - count(make_model("none", task=task)) == extra
-
-
-def test_training_mode_changes_only_through_dropout():
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_speaker_model_called_without_speakers_says_so(family):
     task = make_task()
-    model = make_model("full", task=task, dropout=0.5)
-    src = random_batch(task.source_dictionary, [4, 4])
-    prev = random_batch(task.target_dictionary, [5, 5], left_pad=False)
-    speakers = torch.tensor([0, 1])
+    src, prev = batch(task)
+    with pytest.raises(ValueError, match="called without speakers: use --task speaker_translation"):
+        forward(make_model("fact", task=task, family=family), src, None, prev)
+    # a model whose bias needs no speakers runs without them
+    logits, extra = forward(make_model("topic", task=task, family=family), src, None, prev)
+    assert extra["speaker_bias"] is not None
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("name", VARIANTS)
+def test_the_speaker_bias_parameters_are_the_only_difference_between_variants(family, name):
+    task = make_task(num_speakers=4, num_words=8)
+
+    def count(module):
+        return sum(p.numel() for p in module.parameters())
+
+    model = make_model(name, task=task, family=family)
+    assert count(model) - count(make_model("none", task=task, family=family)) == count(model.speaker_bias)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_training_mode_changes_only_through_dropout(family):
+    task = make_task()
+    model = make_model("full", task=task, family=family, dropout=0.5)
+    src, prev = batch(task)
+    speakers = torch.tensor([0, 1, 2])
     with torch.no_grad():
         model.eval()
         a, _ = forward(model, src, speakers, prev)
@@ -150,38 +180,81 @@ def test_training_mode_changes_only_through_dropout():
     assert not torch.allclose(a, c)
 
 
-def test_paper_defaults_of_every_preset():
+def test_paper_defaults_of_every_lstm_preset():
     paper = dict(encoder_embed_dim=512, encoder_hidden_size=512, decoder_embed_dim=512,
                  decoder_hidden_size=512, attention_dim=256, dropout=0.4, speaker_rank=10,
-                 lstm_dropout=0.4, target_word_dropout=0.1)
-    for arch, bias in [("lstm_base", "none"), ("lstm_full_bias", "full"), ("lstm_fact_bias", "fact")]:
+                 lstm_dropout=0.4, target_word_dropout=0.1, speaker_l2=0.0)
+    for suffix, bias in PRESET_VARIANTS.items():
         args = argparse.Namespace()
-        getattr(speaker_lstm, arch)(args)
+        ARCH_CONFIG_REGISTRY[f"lstm_{suffix}"](args)
         assert args.speaker_bias == bias
         for key, value in paper.items():
-            assert getattr(args, key) == value, (arch, key)
+            assert getattr(args, key) == value, (suffix, key)
 
 
-def test_command_line_flags_override_the_preset():
-    parser = options.get_training_parser()
-    args = options.parse_args_and_arch(parser, [
-        "data-bin", "--task", "speaker_translation", "--arch", "lstm_fact_bias",
-        "--speaker-rank", "4", "--encoder-hidden-size", "32", "--attention-dim", "16", "--dropout", "0.2",
+def test_transformer_presets_are_fairseqs_base_transformer_tied_to_the_target_embeddings():
+    for suffix, bias in PRESET_VARIANTS.items():
+        args = argparse.Namespace()
+        ARCH_CONFIG_REGISTRY[f"transformer_{suffix}"](args)
+        assert args.speaker_bias == bias
+        assert (args.encoder_embed_dim, args.encoder_layers, args.decoder_layers) == (512, 6, 6)
+        assert (args.encoder_ffn_embed_dim, args.encoder_attention_heads, args.dropout) == (2048, 8, 0.1)
+        assert args.share_decoder_input_output_embed is True
+    args = argparse.Namespace(share_decoder_input_output_embed=False)
+    speaker_transformer.architecture(args)
+    assert args.share_decoder_input_output_embed is False
+
+
+def test_every_family_has_every_preset():
+    assert set(speaker_presets()) == {f"{f}_{s}" for f in FAMILIES for s in PRESET_VARIANTS}
+
+
+@pytest.mark.parametrize("arch", ["lstm_fact_bias", "transformer_fact_bias"])
+def test_command_line_flags_override_the_preset(arch):
+    args = options.parse_args_and_arch(options.get_training_parser(), [
+        "data-bin", "--task", "speaker_translation", "--arch", arch,
+        "--speaker-rank", "4", "--encoder-embed-dim", "32", "--dropout", "0.2",
     ])
-    assert (args.speaker_bias, args.speaker_rank, args.encoder_hidden_size) == ("fact", 4, 32)
-    assert (args.attention_dim, args.dropout, args.decoder_hidden_size) == (16, 0.2, 512)
+    assert (args.speaker_bias, args.speaker_rank, args.encoder_embed_dim, args.dropout) == ("fact", 4, 32, 0.2)
 
 
-def test_unknown_variant_is_rejected_with_the_registered_names():
-    with pytest.raises(ValueError, match="registered variants: fact, full, none"):
-        make_model("spk_vector")
+@pytest.mark.parametrize("arch", speaker_presets())
+@pytest.mark.parametrize("name", ["simplex", "fact+topic"])
+def test_any_variant_on_any_preset(arch, name):
+    args = options.parse_args_and_arch(options.get_training_parser(), [
+        "data-bin", "--task", "speaker_translation", "--arch", arch, "--speaker-bias", name])
+    assert args.speaker_bias == name
 
 
+def test_iwslt_sizes_are_flags_away():
+    args = options.parse_args_and_arch(options.get_training_parser(), [
+        "data-bin", "--task", "speaker_translation", "--arch", "transformer_full_bias",
+        "--encoder-ffn-embed-dim", "1024", "--decoder-ffn-embed-dim", "1024",
+        "--encoder-attention-heads", "4", "--decoder-attention-heads", "4"])
+    reference = argparse.Namespace()
+    ARCH_CONFIG_REGISTRY["transformer_iwslt_de_en"](reference)
+    for key in ("encoder_ffn_embed_dim", "decoder_ffn_embed_dim", "encoder_attention_heads",
+                "decoder_attention_heads", "encoder_embed_dim", "encoder_layers", "decoder_layers"):
+        assert getattr(args, key) == getattr(reference, key), key
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_unknown_variant_is_rejected_with_the_registered_names(family):
+    with pytest.raises(ValueError, match="registered variants: .*fact"):
+        make_model("spk_vector", family=family)
+
+
+def test_adaptive_softmax_is_refused_by_the_transformer():
+    with pytest.raises(ValueError, match="adaptive-softmax-cutoff is not supported"):
+        make_model("full", family="transformer", adaptive_softmax_cutoff="5")
+
+
+@pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_half_precision_forward_beam_search_and_training(dtype):
+def test_half_precision_forward_beam_search_and_training(family, dtype):
     """fp16-safe: no dtype mismatch anywhere (logits, bias, attention, mean speaker), finite outputs."""
     task = make_task()
-    model = make_model("fact", task=task).to(dtype)
+    model = make_model("fact", task=task, family=family).to(dtype)
     src = random_batch(task.source_dictionary, [5, 3])
     prev = random_batch(task.target_dictionary, [4, 4], left_pad=False)
     logits, extra = forward(model, src, torch.tensor([0, 1]), prev)
@@ -192,4 +265,4 @@ def test_half_precision_forward_beam_search_and_training(dtype):
     model.train()
     logits, _ = forward(model, src, torch.tensor([0, 1]), prev)
     logits.float().logsumexp(-1).sum().backward()
-    assert model.speaker_bias.speaker_weights.grad.dtype == dtype
+    assert all(p.grad is not None and p.grad.dtype == dtype for p in model.speaker_bias.speaker_parameters().values())

@@ -1,137 +1,388 @@
-"""Every registered speaker bias variant, parametrized over the registry."""
+"""The variant contract, checked for every registered variant (and for one defined right here).
 
-from types import SimpleNamespace
+Nothing below names a variant to know what it owns: the tests ask the contract
+(speaker parameters, growth, export, regularizers, inspection). A variant
+registered anywhere is tested here the moment it is imported.
+"""
+
+import argparse
+import dataclasses
+import re
+from dataclasses import dataclass, field
 
 import pytest
 import torch
+from fairseq import options
+from torch import nn
 
 from fairseq_speaker.data import MEAN_SPEAKER, NO_SPEAKER
+from fairseq_speaker.models import SpeakerLSTMModel, SpeakerTransformerModel
 from fairseq_speaker.modules.speaker_bias import (
     SPEAKER_BIAS_REGISTRY,
     SpeakerBias,
+    SpeakerBiasConfig,
     build_speaker_bias,
+    parse_variant_name,
     register_speaker_bias,
+    unregister_speaker_bias,
 )
-
-S, V, R = 7, 11, 3
-CFG = SimpleNamespace(speaker_rank=R)
-
-# parameters each variant must own for S speakers, a vocabulary of V and rank R;
-# a new variant must add its count here (the test below fails until it does)
-EXPECTED_PARAMETERS = {
-    "none": 0,
-    "full": S * V,
-    "fact": R * (S + V),
-}
-VARIANTS = sorted(SPEAKER_BIAS_REGISTRY)
-BIASED = [name for name in VARIANTS if name != "none"]
+from tests.helpers import build_bias, make_task, random_batch, variant_options
 
 
-def build(name, randomize=True):
-    bias = build_speaker_bias(name, CFG, S, V)
-    if randomize:
-        with torch.no_grad():
-            for p in bias.parameters():
-                p.normal_()
-    return bias
+@dataclass
+class OffsetConfig(SpeakerBiasConfig):
+    offset_init: float = field(default=0.0, metadata={"help": "test_offset: start of the shared offset"})
 
 
-def test_registry_has_the_paper_variants():
-    assert {"none", "full", "fact"} <= set(SPEAKER_BIAS_REGISTRY)
+@register_speaker_bias("test_offset", dataclass=OffsetConfig)
+class OffsetSpeakerBias(SpeakerBias):
+    """A variant defined in a test module: a shared offset plus a vocabulary-sized row per speaker.
+
+    Parameters: V * (S + 1)
+    """
+
+    speaker_parameter_names = ("rows",)
+
+    def __init__(self, cfg, num_speakers, vocab_size):
+        super().__init__(cfg, num_speakers, vocab_size)
+        self.offset = nn.Parameter(torch.full((vocab_size,), cfg.offset_init))
+        self.rows = nn.Parameter(torch.zeros(num_speakers, vocab_size))
+
+    def lookup(self, speakers, encoder_out=None):
+        return self.rows.index_select(0, speakers) + self.offset
+
+
+S, V = 7, 11
+#: every registered variant, and a sum of two (the combinator's usual form)
+VARIANTS = sorted(SPEAKER_BIAS_REGISTRY) + ["fact+full"]
+
+
+def task():
+    return make_task(num_speakers=S, num_words=V - 4 - 3)
+
+
+@pytest.fixture
+def source():
+    """An encoder output holding only what every encoder output holds for the variants: the source."""
+    t = task()
+    return {"source_tokens": [random_batch(t.source_dictionary, [5, 3, 6, 4])]}
+
+
+def build(name, randomize=True, **overrides):
+    return build_bias(name, task(), randomize_parameters=randomize, **overrides)
+
+
+def speaker_dependent(name):
+    return build(name, randomize=False).speaker_parameters() != {}
+
+
+SPEAKER_VARIANTS = [name for name in VARIANTS if speaker_dependent(name)]
+
+
+def formula(cls) -> str:
+    match = re.search(r"^\s*Parameters:\s*(.+?)\s*$", cls.__doc__ or "", re.MULTILINE)
+    assert match, f"{cls.__name__}'s docstring must state its parameter count as 'Parameters: <formula>'"
+    return match.group(1)
+
+
+def expected_parameters(bias: SpeakerBias) -> int:
+    text = formula(type(bias))
+    if text.startswith("the sum of its parts"):
+        return sum(expected_parameters(part) for part in bias.parts.values())
+    symbols = {"S": bias.num_speakers, "V": bias.vocab_size, **bias.formula_symbols()}
+    for f in dataclasses.fields(bias.config_class):
+        if "symbol" in f.metadata:
+            symbols[f.metadata["symbol"]] = getattr(bias.cfg, f.name)
+    return eval(text, {"__builtins__": {}}, symbols)
+
+
+# -- registration and options ------------------------------------------------------------------------
+
+
+def test_registry_has_the_paper_and_the_new_variants():
+    assert {"none", "full", "fact", "proj", "simplex", "topic", "sum", "test_offset"} <= set(SPEAKER_BIAS_REGISTRY)
+
+
+def _flag_value(f):
+    if f.type in (int, float):
+        return f.type(f.default or 0) + f.type(2)
+    return "fact+full" if f.name == "sum_parts" else "x"
+
+
+@pytest.mark.parametrize("family,arch", [("lstm", "lstm_base"), ("transformer", "transformer_base")])
+@pytest.mark.parametrize("name", sorted(SPEAKER_BIAS_REGISTRY))
+def test_options_are_flags_of_every_speaker_model(name, family, arch):
+    cls = SPEAKER_BIAS_REGISTRY[name]
+    argv = ["data", "--task", "speaker_translation", "--arch", arch, "--speaker-bias", name]
+    expected = {}
+    for f in dataclasses.fields(cls.config_class):
+        if f.name.startswith("_"):
+            continue
+        expected[f.name] = _flag_value(f)
+        argv += ["--" + f.name.replace("_", "-"), str(expected[f.name])]
+    args = options.parse_args_and_arch(options.get_training_parser(), argv)
+    assert args.speaker_bias == name
+    for key, value in expected.items():
+        assert getattr(args, key) == value, key
+    # and they are model options: the dataclass (hydra's schema) of the LSTM has them
+    lstm_fields = {f.name for f in dataclasses.fields(SpeakerLSTMModel.speaker_options())}
+    assert set(expected) <= lstm_fields
+    assert set(expected) <= {f.name for f in dataclasses.fields(SpeakerTransformerModel.speaker_options())}
+
+
+def test_registration_refuses_clashing_or_malformed_variants():
+    with pytest.raises(ValueError, match="already registered"):
+        register_speaker_bias("full")(type("Again", (SpeakerBias,), {}))
+    with pytest.raises(ValueError, match="must subclass SpeakerBias"):
+        register_speaker_bias("not_a_bias")(object)
+    with pytest.raises(ValueError, match="letters, digits"):
+        register_speaker_bias("a+b")
+
+    @dataclass
+    class Clash(SpeakerBiasConfig):
+        speaker_rank: float = 0.5  # fact's option, declared differently
+
+    with pytest.raises(ValueError, match="option 'speaker_rank' is already declared differently"):
+        register_speaker_bias("test_clash", dataclass=Clash)(type("ClashBias", (SpeakerBias,), {}))
+
+    @dataclass
+    class ModelClash(SpeakerBiasConfig):
+        dropout: float = 0.5  # an option of the models
+
+    with pytest.raises(ValueError, match="option 'dropout' is already an option of model"):
+        register_speaker_bias("test_model_clash", dataclass=ModelClash)(type("B", (SpeakerBias,), {}))
+    assert "test_clash" not in SPEAKER_BIAS_REGISTRY and "test_model_clash" not in SPEAKER_BIAS_REGISTRY
+
+
+def test_unknown_names_list_the_registered_variants():
+    with pytest.raises(ValueError, match=r"registered variants: .*fact.*full.*none"):
+        parse_variant_name("nope")
+    with pytest.raises(ValueError, match="registered variants"):
+        parse_variant_name("fact+nope")
+    with pytest.raises(ValueError, match="names a variant twice"):
+        parse_variant_name("fact+fact")
+
+
+def test_a_variant_registered_later_is_a_model_option_at_once():
+    @dataclass
+    class LateConfig(SpeakerBiasConfig):
+        late_option: int = 3
+
+    register_speaker_bias("test_late", dataclass=LateConfig)(type("Late", (SpeakerBias,), {}))
+    try:
+        assert "late_option" in {f.name for f in dataclasses.fields(SpeakerLSTMModel.speaker_options())}
+        args = options.parse_args_and_arch(options.get_training_parser(), [
+            "data", "--task", "speaker_translation", "--arch", "lstm_base", "--late-option", "5"])
+        assert args.late_option == 5
+    finally:
+        unregister_speaker_bias("test_late")
+    assert "late_option" not in {f.name for f in dataclasses.fields(SpeakerLSTMModel.speaker_options())}
+
+
+# -- the bias ----------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("name", VARIANTS)
-def test_parameter_count(name):
-    assert name in EXPECTED_PARAMETERS, f"add the expected parameter count of variant {name!r}"
+def test_parameter_count_is_the_docstring_formula(name):
     bias = build(name)
-    assert sum(p.numel() for p in bias.parameters()) == EXPECTED_PARAMETERS[name]
+    assert sum(p.numel() for p in bias.parameters()) == expected_parameters(bias)
 
 
 @pytest.mark.parametrize("name", VARIANTS)
-def test_output_shape(name):
+def test_output_shape_and_one_bias_per_speaker(name, source):
+    bias = build(name)
     speakers = torch.tensor([0, 3, 3, 6])
-    out = build(name)(speakers)
-    if name == "none":
-        assert out is None
+    out = bias(speakers, source)
+    if out is None:
+        assert not bias.speaker_parameters() and not bias.reads_source
+        return
+    assert out.shape == (4, V)
+    if not bias.reads_source:
+        assert torch.equal(out[1], out[2])  # the same speaker, the same bias
+    if bias.speaker_parameters():
+        alone = bias(speakers, None) if bias.reads_source else out
+        assert torch.equal(alone[1], alone[2])
+        assert not torch.allclose(alone[0], alone[1])  # different speakers, different biases
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_source_changes_the_bias_only_of_variants_that_read_it(name, source):
+    bias = build(name)
+    speakers = torch.tensor([1, 1, 1, 1])
+    other = {"source_tokens": [source["source_tokens"][0].flip(0)]}
+    a, b = bias(speakers, source), bias(speakers, other)
+    if a is None:
+        return
+    if bias.reads_source:
+        assert not torch.allclose(a, b)
+        assert torch.allclose(a.flip(0), b, atol=1e-5)  # the bias follows its sentence
     else:
-        assert out.shape == (4, V)
-        # the same speaker gets the same bias, different speakers different ones
-        assert torch.equal(out[1], out[2])
-        assert not torch.allclose(out[0], out[1])
+        assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize("name", BIASED)
-def test_every_speaker_starts_without_bias(name):
-    """Training starts from the speaker-agnostic model (full rows and fact weights at zero)."""
+@pytest.mark.parametrize("name", SPEAKER_VARIANTS)
+def test_every_speaker_starts_alike(name):
+    """Training starts from a speaker-agnostic model: before training, all speakers' biases are equal."""
     out = build(name, randomize=False)(torch.arange(S))
-    assert torch.count_nonzero(out) == 0
+    assert torch.allclose(out, out[:1].expand_as(out), atol=1e-6)
 
 
-def test_fact_shared_biases_start_random():
-    bias = build("fact", randomize=False)
-    assert bias.shared_biases.std() > 0.1
-    # N(1/r, variance 1/sqrt(r)) as in the reference implementation
-    big = build_speaker_bias("fact", SimpleNamespace(speaker_rank=4), 2, 20000)
-    assert abs(big.shared_biases.mean().item() - 0.25) < 0.02
-    assert abs(big.shared_biases.var().item() - 0.5) < 0.03
-
-
-@pytest.mark.parametrize("name", BIASED)
-def test_unseen_speakers_get_mean_or_nothing(name):
+@pytest.mark.parametrize("name", SPEAKER_VARIANTS)
+def test_unseen_speakers_get_the_mean_speaker_or_nothing(name):
     bias = build(name)
     every = bias(torch.arange(S))
     out = bias(torch.tensor([2, MEAN_SPEAKER, NO_SPEAKER]))
     assert torch.allclose(out[0], every[2])
     assert torch.allclose(out[1], every.mean(0), atol=1e-5)
     assert torch.count_nonzero(out[2]) == 0
+    assert torch.allclose(bias.mean_bias(), SpeakerBias.mean_bias(bias), atol=1e-5)  # closed form = average
 
 
-@pytest.mark.parametrize("name", BIASED)
-def test_mean_bias_matches_generic_average(name):
-    bias = build(name)
-    generic = SpeakerBias.mean_bias(bias)  # the chunked average over every speaker
-    assert torch.allclose(bias.mean_bias(), generic, atol=1e-5)
-
-
-@pytest.mark.parametrize("name", BIASED)
-def test_out_of_range_speaker_is_an_error(name):
+@pytest.mark.parametrize("name", SPEAKER_VARIANTS)
+def test_ids_out_of_range_are_errors(name):
     with pytest.raises(IndexError, match="out of range"):
         build(name)(torch.tensor([S]))
+    with pytest.raises(IndexError, match="neither a speaker"):
+        build(name)(torch.tensor([-3]))
+    with pytest.raises(ValueError, match="needs the speakers"):
+        build(name)(None)
 
 
-@pytest.mark.parametrize("name", BIASED)
-def test_gradients_reach_only_the_speakers_of_the_batch(name):
+# -- the speakers' parameters ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_parameters_are_either_a_speakers_or_shared(name):
     bias = build(name)
-    speakers = torch.tensor([1, 4, 4])
-    bias(speakers).pow(2).sum().backward()
-    owned = getattr(bias, {"full": "weight", "fact": "speaker_weights"}[name])
-    touched = owned.grad.abs().sum(dim=1).nonzero().flatten().tolist()
-    assert touched == [1, 4]
+    owned, shared = bias.speaker_parameters(), bias.shared_parameters()
+    assert not set(owned) & set(shared)
+    assert set(owned) | set(shared) == {n for n, _ in bias.named_parameters()}
+    for p in owned.values():
+        assert p.size(0) == S
+    assert bias.parameters_per_speaker() == sum(p[0].numel() for p in owned.values())
 
 
-def test_register_rejects_duplicates_and_non_variants():
-    with pytest.raises(ValueError, match="already registered"):
-        register_speaker_bias("full")(type("Again", (SpeakerBias,), {}))
-    with pytest.raises(ValueError, match="must subclass SpeakerBias"):
-        register_speaker_bias("not_a_bias")(object)
-    with pytest.raises(ValueError, match="registered variants: fact, full, none"):
-        build_speaker_bias("nope", CFG, S, V)
+@pytest.mark.parametrize("name", SPEAKER_VARIANTS)
+def test_gradients_reach_only_the_rows_of_the_batchs_speakers(name, source):
+    bias = build(name)
+    bias(torch.tensor([1, 4, 4, 1]), source).pow(2).sum().backward()
+    for param_name, p in bias.speaker_parameters().items():
+        touched = p.grad.reshape(S, -1).abs().sum(dim=1).nonzero().flatten().tolist()
+        assert touched == [1, 4], param_name
 
 
-def test_a_new_variant_is_one_decorated_class():
-    """The extension point: a class with a decorator, usable by name, nothing else changed."""
+@pytest.mark.parametrize("init", ["mean", "zero"])
+@pytest.mark.parametrize("name", SPEAKER_VARIANTS)
+def test_growing_the_table_keeps_every_speaker_and_adds_new_ones(name, init):
+    bias = build(name)
+    before = bias(torch.arange(S)).detach()
+    mean = bias.mean_bias().detach()
+    bias.grow(2, init=init)
+    assert bias.num_speakers == S + 2
+    for p in bias.speaker_parameters().values():
+        assert p.size(0) == S + 2
+    after = bias(torch.arange(S + 2)).detach()
+    assert torch.equal(after[:S], before)
+    if init == "mean":
+        assert torch.allclose(after[S:], mean.expand(2, -1), atol=1e-5)
+    else:
+        for p in bias.speaker_parameters().values():
+            assert torch.count_nonzero(p[S:]) == 0
+    bias(torch.tensor([S + 1])).sum().backward()  # the new rows are parameters like the others
+    assert all(p.grad is not None for p in bias.speaker_parameters().values())
 
-    @register_speaker_bias("test_constant")
-    class ConstantBias(SpeakerBias):
-        def __init__(self, num_speakers, vocab_size):
-            super().__init__(num_speakers, vocab_size)
-            self.value = torch.nn.Parameter(torch.ones(vocab_size))
 
-        def lookup(self, speakers):
-            return self.value.expand(len(speakers), -1)
+@pytest.mark.parametrize("name", SPEAKER_VARIANTS)
+def test_export_then_import_moves_a_speaker(name):
+    bias = build(name)
+    rows = bias.export_speakers([1])
+    assert {k: tuple(v.shape[1:]) for k, v in rows.items()} == bias.speaker_row_shapes()
+    assert not torch.allclose(bias(torch.tensor([3])), bias(torch.tensor([1])))
+    bias.import_speakers([3], rows)
+    assert torch.allclose(bias(torch.tensor([3])), bias(torch.tensor([1])))
+    with pytest.raises(ValueError, match="do not match"):
+        bias.import_speakers([3], {"nope": torch.zeros(1)})
+    with pytest.raises(ValueError, match="expected"):
+        bias.import_speakers([3, 4], rows)
+    with pytest.raises(IndexError):
+        bias.export_speakers([S])
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_state_dict_round_trip(name, source):
+    bias = build(name)
+    fresh = build(name, randomize=False)
+    fresh.load_state_dict(bias.state_dict())
+    speakers = torch.tensor([0, 5, MEAN_SPEAKER, 2])
+    a, b = bias(speakers, source), fresh(speakers, source)
+    assert (a is None and b is None) or torch.equal(a, b)
+
+
+# -- regularizers --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_default_regularizer_is_the_l2_pull_named_after_each_variant(name, source):
+    bias = build(name, speaker_l2=0.5)
+    speakers = torch.tensor([0, 2, 2, 5])
+    out, losses = bias.bias_and_aux_losses(speakers, source)
+    if out is None:
+        assert losses == {}
+        return
+    # each variant that makes a bias itself (not a combinator of others) pulls its own bias
+    leaves = [v for _, v in bias.named_variants() if len(list(v.named_variants())) == 1]
+    assert set(losses) == {f"{leaf.name}_l2" for leaf in leaves}
+    for leaf in leaves:
+        expected = 0.5 * leaf(speakers, source).pow(2).sum(1).mean()
+        assert losses[f"{leaf.name}_l2"].item() == pytest.approx(expected.item(), rel=1e-5)
+    assert build(name, speaker_l2=0.0).bias_and_aux_losses(speakers, source)[1] == {}
+
+
+def test_a_variant_brings_its_own_regularizer():
+    @register_speaker_bias("test_sparse", dataclass=OffsetConfig)
+    class SparseRows(OffsetSpeakerBias):
+        def aux_losses(self, speakers, bias, encoder_out=None):
+            return {"test_sparse_l1": self.rows.index_select(0, speakers).abs().sum(1).mean()}
 
     try:
-        bias = build_speaker_bias("test_constant", CFG, S, V)
-        assert torch.equal(bias(torch.tensor([0, MEAN_SPEAKER])), torch.ones(2, V))
+        bias = build("test_sparse")
+        speakers = torch.tensor([1, 2])
+        _, losses = bias.bias_and_aux_losses(speakers)
+        assert losses["test_sparse_l1"].item() == pytest.approx(bias.rows[[1, 2]].abs().sum(1).mean().item())
     finally:
-        del SPEAKER_BIAS_REGISTRY["test_constant"]
+        unregister_speaker_bias("test_sparse")
+
+
+# -- inspection and precision --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_inspection_reads_the_contract(name):
+    bias = build(name)
+    vectors = bias.speaker_vectors()
+    if bias.speaker_parameters():
+        assert vectors.dim() == 2 and vectors.size(0) == S
+    else:
+        assert vectors is None
+    for label, value in bias.vocabulary_vectors().items():
+        assert value.dim() == 2 and value.size(0) == V, label
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("name", VARIANTS)
+def test_half_precision(name, dtype, source):
+    bias = build(name).to(dtype)
+    out = bias(torch.tensor([0, 3, MEAN_SPEAKER, NO_SPEAKER]), source)
+    if out is not None:
+        assert out.dtype == dtype and torch.isfinite(out).all()
+
+
+def test_build_from_a_config_without_the_variants_options_uses_their_defaults():
+    """An older checkpoint's config lacks options added since: they keep their defaults."""
+    bias = build_speaker_bias("fact", argparse.Namespace(), task().speaker_dictionary, task().target_dictionary)
+    assert bias.rank == 10 and bias.cfg.speaker_l2 == 0.0
+
+
+def test_test_options_of_every_variant_build_it():
+    for name in VARIANTS:
+        assert isinstance(variant_options(name, task()), dict)

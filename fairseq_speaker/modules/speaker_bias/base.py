@@ -1,67 +1,320 @@
-from typing import Optional
+"""The contract of a speaker bias variant.
+
+A variant turns the speakers of a batch (and, if it wants, the source
+sentences) into a bias over the target vocabulary that the decoder adds to its
+logits: ``p_t = softmax(E_T o_t + b_T + bias)``. Shapes: B sentences, V target
+words, S speakers.
+
+What a variant declares (class attributes):
+
+- ``config_class``: its options, a dataclass deriving from :class:`SpeakerBiasConfig`
+  (given to :func:`~fairseq_speaker.modules.speaker_bias.register_speaker_bias`).
+  Every field becomes a command-line flag (``speaker_rank`` -> ``--speaker-rank``) and a
+  key of the model's hydra config (``model.speaker_rank``) of every speaker model.
+- ``speaker_parameter_names``: the parameters whose row i belongs to speaker i
+  (dimension 0 has size S). Everything else the variant owns is shared by all
+  speakers. Freezing, inspection, export/import, growth and sparse updates go by this.
+- ``needs_speakers``: whether it needs speaker ids (False for variants that only read the source).
+
+What a variant implements:
+
+- :meth:`lookup` ``(speakers [B] in [0, S), encoder_out) -> [B, V] or None``: the bias of
+  known speakers. ``encoder_out`` is the encoder's output dict, or None; it always has
+  ``encoder_out["source_tokens"] == [src_tokens [B, src_len]]``. A variant that needs the
+  source returns None without it.
+- optionally :meth:`mean_bias` (closed form of the mean speaker), :meth:`mean_speaker_row`
+  (the parameter row a new speaker starts from), :meth:`aux_losses` (its regularizer),
+  :meth:`own_speaker_vectors` and :meth:`own_vocabulary_vectors` (what inspection shows).
+
+What the base class provides from that: :meth:`forward` (range checks, unseen speakers:
+``MEAN_SPEAKER`` gets the mean speaker's bias and ``NO_SPEAKER`` none), the speaker /
+shared partition of the parameters, :meth:`grow`, :meth:`export_speakers` /
+:meth:`import_speakers`, and the default auxiliary loss (the L2 pull of ``--speaker-l2``).
+Variants built of other variants (``sum``) hold them as submodules: the speaker parameters,
+rows and vectors of every nested variant are found and named by their path.
+"""
+
+from dataclasses import dataclass, field, fields
+from typing import ClassVar, Dict, Iterator, List, Optional, Sequence, Tuple, Type
 
 import torch
+from fairseq.dataclass import FairseqDataclass
 from torch import Tensor, nn
 
 from fairseq_speaker.data.speaker_dictionary import MEAN_SPEAKER, NO_SPEAKER
 
+EncoderOut = Optional[Dict[str, List[Tensor]]]
+
+
+@dataclass
+class SpeakerBiasConfig(FairseqDataclass):
+    """Options every variant has. A variant's own options subclass this."""
+
+    speaker_l2: float = field(
+        default=0.0,
+        metadata={
+            "help": "weight of the L2 pull on the speaker biases the batch used (the default auxiliary loss "
+            "of a variant): adds speaker_l2 * mean over sentences of ||bias||^2 to the per-token "
+            "(or per-sentence, with --sentence-avg) loss"
+        },
+    )
+
+
+def source_tokens(encoder_out: EncoderOut) -> Optional[Tensor]:
+    """The source sentences ``[B, src_len]`` the speaker plumbing keeps in every encoder output."""
+    if not encoder_out or not encoder_out.get("source_tokens"):
+        return None
+    return encoder_out["source_tokens"][0]
+
 
 class SpeakerBias(nn.Module):
-    """Base class of the speaker bias variants.
+    """Base class of the speaker bias variants; see the module documentation for the contract.
 
-    Called with speaker ids ``[batch]`` (LongTensor), a variant returns the bias
-    ``[batch, vocab]`` to add to the output logits, or ``None`` when it adds
-    nothing. Two negative ids stand for speakers the model never saw:
-    :data:`MEAN_SPEAKER` (-1) gets the mean of all speakers' biases and
-    :data:`NO_SPEAKER` (-2) gets no bias; the task chooses between them with
-    ``--unknown-speaker``.
-
-    A subclass implements :meth:`build` and :meth:`lookup`; it overrides
-    :meth:`mean_bias` when the mean has a cheaper closed form than averaging
-    every speaker's bias.
+    Args:
+        cfg: the variant's options (an instance of ``config_class``).
+        num_speakers: S, the size of the speaker dictionary (0 for a task without speakers).
+        vocab_size: V, the size of the target dictionary.
     """
 
-    name = "?"
+    name: ClassVar[str] = "?"  # set by register_speaker_bias
+    config_class: ClassVar[Type[SpeakerBiasConfig]] = SpeakerBiasConfig
+    speaker_parameter_names: ClassVar[Tuple[str, ...]] = ()
+    needs_speakers: ClassVar[bool] = True
+    #: whether the bias depends on the source sentence (``encoder_out``)
+    reads_source: ClassVar[bool] = False
+    #: what :meth:`speaker_vectors` holds, for the inspection report ("mixture weights", ...)
+    speaker_vector_label: ClassVar[str] = "speaker parameters"
 
-    def __init__(self, num_speakers: int, vocab_size: int):
+    def __init__(self, cfg: SpeakerBiasConfig, num_speakers: int, vocab_size: int):
         super().__init__()
+        self.cfg = cfg
         self.num_speakers = num_speakers
         self.vocab_size = vocab_size
 
+    # -- building ----------------------------------------------------------------------------
     @classmethod
-    def build(cls, cfg, num_speakers: int, vocab_size: int) -> "SpeakerBias":
-        return cls(num_speakers, vocab_size)
+    def options(cls, model_cfg) -> SpeakerBiasConfig:
+        """The variant's options read from a model config (argparse Namespace, omegaconf or dataclass);
+        options the config lacks (an older checkpoint's) keep their defaults."""
+        values = {}
+        for f in fields(cls.config_class):
+            if f.name.startswith("_"):
+                continue
+            try:
+                value = getattr(model_cfg, f.name)
+            except AttributeError:  # omegaconf in struct mode raises a subclass of it
+                continue
+            if value is not None or f.default is None:
+                values[f.name] = value
+        return cls.config_class(**values)
 
-    def lookup(self, speakers: Tensor) -> Optional[Tensor]:
-        """Bias of known speakers: ids ``[batch]`` in ``[0, num_speakers)`` -> ``[batch, vocab]``."""
+    @classmethod
+    def build(cls, cfg, speaker_dictionary, target_dictionary, source_dictionary=None) -> "SpeakerBias":
+        """Build from the model config and the task's dictionaries (``speaker_dictionary`` may be None)."""
+        num_speakers = len(speaker_dictionary) if speaker_dictionary is not None else 0
+        return cls(cls.options(cfg), num_speakers, len(target_dictionary))
+
+    @classmethod
+    def example_options(cls, workdir: str, source_dictionary) -> Dict[str, object]:
+        """Options (beyond the defaults) that build a small working instance, for tests and parameter
+        accounting; a variant that needs a file (a topic model) writes a small one in ``workdir``."""
+        return {}
+
+    def formula_symbols(self) -> Dict[str, int]:
+        """Values of the symbols of the docstring's ``Parameters:`` formula that are neither S, V nor
+        an option's ``symbol`` (e.g. a topic model's K)."""
+        return {}
+
+    # -- the bias ----------------------------------------------------------------------------
+    def lookup(self, speakers: Tensor, encoder_out: EncoderOut = None) -> Optional[Tensor]:
+        """The bias ``[B, V]`` of known speakers (ids ``[B]`` in ``[0, S)``), or None for no bias."""
         raise NotImplementedError
 
     def mean_bias(self) -> Tensor:
-        """The mean of every speaker's bias, ``[vocab]``, used for unseen speakers."""
+        """The mean of every speaker's bias ``[V]`` (without source), for speakers never seen."""
         total = None
         ids = torch.arange(self.num_speakers, device=self._device())
         for chunk in ids.split(1024):
             part = self.lookup(chunk).sum(0)
             total = part if total is None else total + part
-        return total / self.num_speakers
+        return total / max(self.num_speakers, 1)
 
-    def forward(self, speakers: Tensor) -> Optional[Tensor]:
-        if speakers.numel() and int(speakers.max()) >= self.num_speakers:
-            raise IndexError(
-                f"speaker id {int(speakers.max())} is out of range for a model with "
-                f"{self.num_speakers} speakers"
-            )
-        bias = self.lookup(speakers.clamp(min=0))
+    def forward(self, speakers: Optional[Tensor], encoder_out: EncoderOut = None) -> Optional[Tensor]:
+        """The bias ``[B, V]`` for speaker ids ``[B]``: ids ``>= 0`` are rows of the speaker dictionary,
+        ``MEAN_SPEAKER`` (-1) gets the mean speaker's bias, ``NO_SPEAKER`` (-2) none. None: no bias."""
+        if speakers is None:
+            if self.needs_speakers:
+                raise ValueError(f"the {self.name!r} speaker bias needs the speakers of the batch")
+            return None
+        self.check_speakers(speakers)
+        if self.num_speakers == 0:  # nobody is known, so nobody has a bias (nor does the mean of nobody)
+            return torch.zeros(len(speakers), self.vocab_size, device=speakers.device, dtype=self._dtype())
+        bias = self.lookup(speakers.clamp(min=0), encoder_out)
         if bias is None:
             return None
         unseen = speakers < 0
-        if unseen.any():
-            # speakers outside the dictionary: the mean speaker, or nothing
+        if bool(unseen.any()):
             bias = torch.where((speakers == MEAN_SPEAKER).unsqueeze(1), self.mean_bias().to(bias), bias)
             bias = bias.masked_fill((speakers == NO_SPEAKER).unsqueeze(1), 0.0)
         return bias
 
+    def check_speakers(self, speakers: Tensor) -> None:
+        if speakers.numel() == 0:
+            return
+        if int(speakers.max()) >= self.num_speakers:
+            raise IndexError(
+                f"speaker id {int(speakers.max())} is out of range for a model with {self.num_speakers} speakers"
+            )
+        if int(speakers.min()) < NO_SPEAKER:
+            raise IndexError(f"speaker id {int(speakers.min())} is neither a speaker nor an unseen-speaker id")
+
+    def bias_and_aux_losses(
+        self, speakers: Optional[Tensor], encoder_out: EncoderOut = None
+    ) -> Tuple[Optional[Tensor], Dict[str, Tensor]]:
+        """:meth:`forward` and :meth:`aux_losses` together (combinators override this to reuse their parts')."""
+        bias = self(speakers, encoder_out)
+        return bias, self.aux_losses(speakers, bias, encoder_out)
+
+    def aux_losses(self, speakers: Optional[Tensor], bias: Optional[Tensor],
+                   encoder_out: EncoderOut = None) -> Dict[str, Tensor]:
+        """The variant's regularizers for a batch: name -> scalar, a mean over the batch's sentences.
+
+        The criterion adds ``sample_size * value`` to the loss (so a weight means the same
+        whatever the batch size) and logs each under its name. The default is the L2 pull
+        ``speaker_l2 * mean ||bias||^2``, logged as ``<variant>_l2``.
+        """
+        weight = getattr(self.cfg, "speaker_l2", 0.0)
+        if bias is None or not weight:
+            return {}
+        return {f"{self.name}_l2": weight * bias.float().pow(2).sum(dim=1).mean()}
+
+    # -- the speakers' parameters --------------------------------------------------------------
+    def named_variants(self) -> Iterator[Tuple[str, "SpeakerBias"]]:
+        """This variant (prefix "") and every variant nested in it, with their module paths."""
+        for prefix, module in self.named_modules():
+            if isinstance(module, SpeakerBias):
+                yield prefix, module
+
+    def speaker_parameters(self) -> Dict[str, nn.Parameter]:
+        """Parameters whose row i belongs to speaker i (``[S, ...]``), by name relative to this module."""
+        return {
+            _join(prefix, name): variant.get_parameter(name)
+            for prefix, variant in self.named_variants()
+            for name in variant.speaker_parameter_names
+        }
+
+    def shared_parameters(self) -> Dict[str, nn.Parameter]:
+        """Every other parameter: shared by all speakers."""
+        owned = self.speaker_parameters()
+        return {name: p for name, p in self.named_parameters() if name not in owned}
+
+    def speaker_row_shapes(self) -> Dict[str, Tuple[int, ...]]:
+        """The shape of one speaker's row of each speaker parameter (what one speaker costs)."""
+        return {name: tuple(p.shape[1:]) for name, p in self.speaker_parameters().items()}
+
+    def parameters_per_speaker(self) -> int:
+        return sum(int(torch.Size(shape).numel()) for shape in self.speaker_row_shapes().values())
+
+    def mean_speaker_row(self, name: str) -> Tensor:
+        """The row ``[1, ...]`` of this variant's own speaker parameter ``name`` that gives the mean
+        speaker's bias. The mean of the rows does for variants linear in their speaker parameters."""
+        param = self.get_parameter(name)
+        if param.size(0) == 0:
+            return param.new_zeros(1, *param.shape[1:])
+        return param.detach().mean(dim=0, keepdim=True)
+
+    def new_speaker_rows(self, n: int, init: str = "mean") -> Dict[str, Tensor]:
+        """Rows ``[n, ...]`` for n new speakers: the mean speaker's (``init="mean"``) or zeros."""
+        if init not in ("mean", "zero"):
+            raise ValueError(f"init must be 'mean' or 'zero', got {init!r}")
+        rows = {}
+        for prefix, variant in self.named_variants():
+            for name in variant.speaker_parameter_names:
+                param = variant.get_parameter(name)
+                row = variant.mean_speaker_row(name) if init == "mean" else param.new_zeros(1, *param.shape[1:])
+                rows[_join(prefix, name)] = row.detach().to(param).expand(n, *param.shape[1:]).clone()
+        return rows
+
+    def grow(self, n: int, init: str = "mean") -> None:
+        """Add n speakers at the end of the table (ids S .. S+n-1), starting as the mean speaker or at zero.
+
+        Parameters are replaced by larger ones: build optimizers after growing.
+        """
+        if n < 0:
+            raise ValueError(f"cannot grow by {n} speakers")
+        rows = self.new_speaker_rows(n, init)
+        for name, param in self.speaker_parameters().items():
+            path, _, leaf = name.rpartition(".")
+            owner = self.get_submodule(path) if path else self
+            grown = nn.Parameter(torch.cat([param.detach(), rows[name]]), requires_grad=param.requires_grad)
+            setattr(owner, leaf, grown)
+        for _, variant in self.named_variants():
+            variant.num_speakers += n
+
+    def export_speakers(self, ids: Sequence[int]) -> Dict[str, Tensor]:
+        """The rows of the given speakers: name -> ``[len(ids), ...]`` (copies)."""
+        index = torch.as_tensor(list(ids), dtype=torch.long)
+        self.check_speakers(index)
+        if bool((index < 0).any()):
+            raise IndexError("only known speakers (ids >= 0) have parameters to export")
+        return {name: p.detach().index_select(0, index.to(p.device)).clone()
+                for name, p in self.speaker_parameters().items()}
+
+    def import_speakers(self, ids: Sequence[int], rows: Dict[str, Tensor]) -> None:
+        """Overwrite the given speakers' rows with ``rows`` (as :meth:`export_speakers` gives them)."""
+        index = torch.as_tensor(list(ids), dtype=torch.long)
+        self.check_speakers(index)
+        params = self.speaker_parameters()
+        if set(rows) != set(params):
+            raise ValueError(f"speaker parameters {sorted(rows)} do not match this variant's {sorted(params)}")
+        for name, param in params.items():
+            expected = (len(index), *param.shape[1:])
+            if tuple(rows[name].shape) != expected:
+                raise ValueError(f"{name}: rows of shape {tuple(rows[name].shape)}, expected {expected}")
+        with torch.no_grad():
+            for name, param in params.items():
+                param.index_copy_(0, index.to(param.device), rows[name].to(param))
+
+    # -- inspection ----------------------------------------------------------------------------
+    def speaker_vectors(self) -> Optional[Tensor]:
+        """What speakers are compared by ``[S, d]`` (nearest speakers, projections): the
+        :meth:`own_speaker_vectors` of this variant and the variants nested in it, side by side;
+        None without speaker parameters."""
+        parts = [v for _, variant in self.named_variants() for v in [variant.own_speaker_vectors()] if v is not None]
+        return torch.cat(parts, dim=1) if parts else None
+
+    def own_speaker_vectors(self) -> Optional[Tensor]:
+        """This variant's own part of :meth:`speaker_vectors`; default: its speaker rows, flattened."""
+        params = [self.get_parameter(name) for name in self.speaker_parameter_names]
+        if not params:
+            return None
+        return torch.cat([p.detach().float().reshape(p.size(0), -1) for p in params], dim=1)
+
+    def vocabulary_vectors(self) -> Dict[str, Tensor]:
+        """Shared vectors over the target vocabulary worth reading word by word: label -> ``[V, k]``
+        (fact's shared bias vectors, topic's topic-word weights, ...). Nested variants' are included."""
+        vectors = {}
+        for prefix, variant in self.named_variants():
+            for label, value in variant.own_vocabulary_vectors().items():
+                vectors[f"{prefix.split('.')[-1]}: {label}" if prefix else label] = value
+        return vectors
+
+    def own_vocabulary_vectors(self) -> Dict[str, Tensor]:
+        """This variant's own shared vocabulary vectors (see :meth:`vocabulary_vectors`)."""
+        return {}
+
+    def _dtype(self) -> torch.dtype:
+        for p in self.parameters():
+            return p.dtype
+        return torch.get_default_dtype()
+
     def _device(self) -> torch.device:
         for p in self.parameters():
             return p.device
+        for b in self.buffers():
+            return b.device
         return torch.device("cpu")
+
+
+def _join(prefix: str, name: str) -> str:
+    return f"{prefix}.{name}" if prefix else name

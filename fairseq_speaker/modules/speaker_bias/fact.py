@@ -1,39 +1,54 @@
+from dataclasses import dataclass, field
+from typing import Dict
+
 import torch
 from torch import Tensor, nn
 
 from . import register_speaker_bias
-from .base import SpeakerBias
+from .base import EncoderOut, SpeakerBias, SpeakerBiasConfig
 
 
-@register_speaker_bias("fact")
+@dataclass
+class RankedSpeakerBiasConfig(SpeakerBiasConfig):
+    """Options of the variants that mix r shared bias vectors (``fact``, ``simplex``)."""
+
+    speaker_rank: int = field(
+        default=10, metadata={"help": "fact, simplex: r, the number of shared bias vectors", "symbol": "r"}
+    )
+
+
+@register_speaker_bias("fact", dataclass=RankedSpeakerBiasConfig)
 class FactorizedSpeakerBias(SpeakerBias):
-    """``fact_bias`` (eq. 4): b_s = S_s B~, a mixture of r shared bias vectors.
+    """``fact_bias`` (eq. 4 of Michel & Neubig, 2018): b_s = B~ w_s, a mixture of r shared bias vectors.
 
-    Parameters: r * (S + V). Each speaker owns r mixture weights
-    (``speaker_weights``, S x r, starting at zero: every speaker begins with no
-    bias); the r shared bias vectors (``shared_biases``, V x r) start random,
-    N(1/r, variance 1/sqrt(r)) as in the authors' reference implementation, so
-    that the gradient reaching the speaker weights is not zero.
+    Parameters: r * (S + V)
+
+    Each speaker owns r mixture weights (``speaker_weights``, ``[S, r]``, starting at
+    zero: every speaker begins with no bias); the r shared bias vectors
+    (``shared_biases``, ``[V, r]``) start random, N(1/r, variance 1/sqrt(r)) as in the
+    authors' reference implementation, so that the gradient reaching the speaker
+    weights is not zero.
     """
 
-    def __init__(self, num_speakers: int, vocab_size: int, rank: int):
-        super().__init__(num_speakers, vocab_size)
+    speaker_parameter_names = ("speaker_weights",)
+    speaker_vector_label = "mixture weights"
+
+    def __init__(self, cfg: RankedSpeakerBiasConfig, num_speakers: int, vocab_size: int):
+        super().__init__(cfg, num_speakers, vocab_size)
+        rank = cfg.speaker_rank
         if rank < 1:
             raise ValueError(f"--speaker-rank must be at least 1, got {rank}")
         self.rank = rank
         self.speaker_weights = nn.Parameter(torch.zeros(num_speakers, rank))  # S x r
-        self.shared_biases = nn.Parameter(
-            torch.randn(vocab_size, rank) * rank ** -0.25 + 1.0 / rank  # V x r
-        )
+        self.shared_biases = nn.Parameter(torch.randn(vocab_size, rank) * rank ** -0.25 + 1.0 / rank)  # V x r
 
-    @classmethod
-    def build(cls, cfg, num_speakers: int, vocab_size: int) -> "FactorizedSpeakerBias":
-        return cls(num_speakers, vocab_size, int(cfg.speaker_rank))
-
-    def lookup(self, speakers: Tensor) -> Tensor:
+    def lookup(self, speakers: Tensor, encoder_out: EncoderOut = None) -> Tensor:
         weights = self.speaker_weights.index_select(0, speakers)  # B x r
         return weights @ self.shared_biases.t()  # B x V
 
     def mean_bias(self) -> Tensor:
-        # the bias is linear in the speaker weights: mean of biases = bias of the mean weights
+        # the bias is linear in the speaker weights: the mean of the biases is the bias of the mean weights
         return self.shared_biases @ self.speaker_weights.mean(0)
+
+    def own_vocabulary_vectors(self) -> Dict[str, Tensor]:
+        return {"shared bias vectors": self.shared_biases.detach().float()}

@@ -2,22 +2,27 @@ import torch
 from torch import Tensor, nn
 
 from . import register_speaker_bias
-from .base import SpeakerBias
+from .base import EncoderOut, SpeakerBias, SpeakerBiasConfig
 
 
-@register_speaker_bias("full")
+@register_speaker_bias("full", dataclass=SpeakerBiasConfig)
 class FullSpeakerBias(SpeakerBias):
-    """``full_bias`` (eq. 2): a learned vocabulary-sized bias b_s per speaker.
+    """``full_bias`` (eq. 2 of Michel & Neubig, 2018): a learned vocabulary-sized bias b_s per speaker.
 
-    Parameters: S * V, one row of ``weight`` per speaker, all starting at zero
-    so that training begins from the speaker-agnostic model.
+    Parameters: S * V
+
+    One row of ``weight`` (``[S, V]``) per speaker, all starting at zero so that
+    training begins from the speaker-agnostic model.
     """
 
-    def __init__(self, num_speakers: int, vocab_size: int):
-        super().__init__(num_speakers, vocab_size)
+    speaker_parameter_names = ("weight",)
+    speaker_vector_label = "bias vectors"
+
+    def __init__(self, cfg: SpeakerBiasConfig, num_speakers: int, vocab_size: int):
+        super().__init__(cfg, num_speakers, vocab_size)
         self.weight = nn.Parameter(torch.zeros(num_speakers, vocab_size))  # S x V
 
-    def lookup(self, speakers: Tensor) -> Tensor:
+    def lookup(self, speakers: Tensor, encoder_out: EncoderOut = None) -> Tensor:
         return self.weight.index_select(0, speakers)  # B x V
 
     def mean_bias(self) -> Tensor:

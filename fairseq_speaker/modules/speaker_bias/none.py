@@ -1,17 +1,26 @@
 from typing import Optional
 
+import torch
 from torch import Tensor
 
 from . import register_speaker_bias
-from .base import SpeakerBias
+from .base import EncoderOut, SpeakerBias
 
 
 @register_speaker_bias("none")
 class NoSpeakerBias(SpeakerBias):
-    """The speaker-agnostic baseline: no parameters, no bias."""
+    """The speaker-agnostic baseline: no bias at all.
 
-    def lookup(self, speakers: Tensor) -> Optional[Tensor]:
+    Parameters: 0
+    """
+
+    needs_speakers = False
+
+    def lookup(self, speakers: Tensor, encoder_out: EncoderOut = None) -> Optional[Tensor]:
         return None
 
-    def forward(self, speakers: Tensor) -> Optional[Tensor]:
+    def mean_bias(self) -> Tensor:
+        return torch.zeros(self.vocab_size, device=self._device())
+
+    def forward(self, speakers: Optional[Tensor], encoder_out: EncoderOut = None) -> Optional[Tensor]:
         return None

@@ -1,0 +1,91 @@
+"""``speaker_transformer``: fairseq's transformer with a speaker bias on the softmax.
+
+Every option of fairseq's ``transformer`` applies (sizes, layers, heads,
+``--share-all-embeddings``, ...); the speaker plumbing adds the bias of the
+variant chosen by ``--speaker-bias`` to the logits. Presets ``transformer_base``
+(no speaker bias), ``transformer_full_bias`` and ``transformer_fact_bias`` take
+fairseq's base transformer sizes (512, 6 + 6 layers) with the output layer tied to
+the target embeddings as in the paper (``--share-decoder-input-output-embed``);
+smaller settings are flags away, e.g. fairseq's iwslt_de_en sizes with
+``--encoder-ffn-embed-dim 1024 --decoder-ffn-embed-dim 1024 --encoder-attention-heads 4
+--decoder-attention-heads 4``.
+"""
+
+from typing import Optional
+
+from fairseq.models.transformer import (
+    TransformerConfig,
+    TransformerDecoderBase,
+    TransformerEncoderBase,
+    TransformerModel,
+)
+from fairseq.models.transformer import base_architecture as transformer_base_architecture
+from torch import Tensor
+
+from fairseq_speaker.models.presets import register_presets
+from fairseq_speaker.modules.speaker_plumbing import (
+    SpeakerDecoderMixin,
+    SpeakerEncoderMixin,
+    SpeakerModelMixin,
+    fill_defaults,
+    register_speaker_model,
+)
+
+
+class SpeakerTransformerEncoder(SpeakerEncoderMixin, TransformerEncoderBase):
+    pass
+
+
+class SpeakerTransformerDecoder(SpeakerDecoderMixin, TransformerDecoderBase):
+    pass
+
+
+@register_speaker_model("speaker_transformer")
+class SpeakerTransformerModel(SpeakerModelMixin, TransformerModel):
+    """fairseq's transformer (argparse options, as ``--arch transformer``) with the speaker bias of
+    ``--speaker-bias``; ``forward`` takes ``speakers`` beside fairseq's transformer arguments."""
+
+    @classmethod
+    def build_model(cls, args, task):
+        architecture(args)
+        if getattr(args, "adaptive_softmax_cutoff", None):
+            raise ValueError("a speaker bias is added to the full softmax: --adaptive-softmax-cutoff is not supported")
+        return cls.with_speaker_bias(super().build_model(args, task), args, task)
+
+    @classmethod
+    def build_encoder(cls, cfg, src_dict, embed_tokens):
+        return SpeakerTransformerEncoder(TransformerConfig.from_namespace(cfg), src_dict, embed_tokens)
+
+    @classmethod
+    def build_decoder(cls, cfg, tgt_dict, embed_tokens):
+        cfg = TransformerConfig.from_namespace(cfg)
+        return SpeakerTransformerDecoder(cfg, tgt_dict, embed_tokens, no_encoder_attn=cfg.no_cross_attention)
+
+    def forward(
+        self,
+        src_tokens: Tensor,
+        src_lengths: Tensor,
+        prev_output_tokens: Tensor,
+        speakers: Optional[Tensor] = None,
+        return_all_hiddens: bool = True,
+        features_only: bool = False,
+        alignment_layer: Optional[int] = None,
+        alignment_heads: Optional[int] = None,
+    ):
+        encoder_out = self.encoder(src_tokens, src_lengths=src_lengths, speakers=speakers,
+                                   return_all_hiddens=return_all_hiddens)
+        return self.decoder(prev_output_tokens, encoder_out=encoder_out, features_only=features_only,
+                            alignment_layer=alignment_layer, alignment_heads=alignment_heads,
+                            src_lengths=src_lengths, return_all_hiddens=return_all_hiddens)
+
+
+def architecture(args) -> None:
+    """The speaker options' defaults, the output layer tied to the target embeddings, then fairseq's
+    base transformer for every option not given."""
+    fill_defaults(args, SpeakerTransformerModel.speaker_options())
+    if getattr(args, "share_decoder_input_output_embed", None) is None:
+        args.share_decoder_input_output_embed = True
+    transformer_base_architecture(args)
+
+
+register_presets("speaker_transformer", "transformer", architecture)

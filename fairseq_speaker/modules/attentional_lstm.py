@@ -1,0 +1,201 @@
+"""The attentional LSTM of Michel & Neubig (2018), without speakers: a BiLSTM encoder and an
+input-feeding LSTM decoder with MLP attention and the output layer of their eq. 6.
+
+``models/speaker_lstm.py`` makes it speaker-aware with the speaker plumbing.
+"""
+
+from typing import Dict, List, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from fairseq import utils
+from fairseq.models import FairseqEncoder, FairseqIncrementalDecoder
+from fairseq.modules import FairseqDropout
+from torch import Tensor, nn
+
+from fairseq_speaker.modules.mlp_attention import MLPAttention
+from fairseq_speaker.modules.variational_lstm import sentence_mask, variational_bilstm
+
+EncoderOut = Dict[str, Tensor]
+IncrementalState = Dict[str, Dict[str, Optional[Tensor]]]
+
+
+def Embedding(num_embeddings: int, embedding_dim: int, padding_idx: int) -> nn.Embedding:
+    """Embeddings initialized N(0, 1/sqrt(d)), the padding row at zero."""
+    m = nn.Embedding(num_embeddings, embedding_dim, padding_idx=padding_idx)
+    nn.init.normal_(m.weight, mean=0.0, std=embedding_dim ** -0.5)
+    nn.init.constant_(m.weight[padding_idx], 0.0)
+    return m
+
+
+class BiLSTMEncoder(FairseqEncoder):
+    """One-layer bidirectional LSTM over source embeddings.
+
+    Options read from ``cfg``: ``encoder_embed_dim``, ``encoder_hidden_size`` (per direction),
+    ``lstm_dropout`` (variational, training only), ``max_source_positions``.
+
+    Returns a dict:
+        encoder_out: ``[src_len, batch, 2 * hidden]``, zero at padding
+        encoder_padding_mask: ``[src_len, batch]``, True at padding
+        encoder_last: ``[batch, 2 * hidden]``, the output at the last real token
+    """
+
+    def __init__(self, cfg, dictionary):
+        super().__init__(dictionary)
+        self.padding_idx = dictionary.pad()
+        self.max_source_positions = cfg.max_source_positions
+        self.embed_tokens = Embedding(len(dictionary), cfg.encoder_embed_dim, self.padding_idx)
+        self.lstm = nn.LSTM(cfg.encoder_embed_dim, cfg.encoder_hidden_size, bidirectional=True)
+        self.lstm_dropout = cfg.lstm_dropout
+        self.output_dim = 2 * cfg.encoder_hidden_size
+
+    def forward(self, src_tokens: Tensor, src_lengths: Tensor) -> EncoderOut:
+        # packing wants right padding; fairseq pads sources on the left by default
+        src_tokens = utils.convert_padding_direction(src_tokens, self.padding_idx, left_to_right=True)
+        bsz, src_len = src_tokens.shape
+        x = self.embed_tokens(src_tokens).transpose(0, 1)  # T x B x E
+        if self.training and self.lstm_dropout > 0:
+            out = variational_bilstm(self.lstm, x, src_lengths, self.lstm_dropout)  # T x B x 2H
+        else:  # the fused kernel, same weights
+            packed = nn.utils.rnn.pack_padded_sequence(x, src_lengths.cpu(), enforce_sorted=False)
+            out, _ = self.lstm(packed)
+            out, _ = nn.utils.rnn.pad_packed_sequence(out, total_length=src_len)  # T x B x 2H
+        last = out[src_lengths - 1, torch.arange(bsz, device=out.device)]  # B x 2H
+        return {
+            "encoder_out": out,
+            "encoder_padding_mask": src_tokens.eq(self.padding_idx).t(),  # T x B
+            "encoder_last": last,
+        }
+
+    def reorder_encoder_out(self, encoder_out: EncoderOut, new_order: Tensor) -> EncoderOut:
+        return {
+            "encoder_out": encoder_out["encoder_out"].index_select(1, new_order),
+            "encoder_padding_mask": encoder_out["encoder_padding_mask"].index_select(1, new_order),
+            "encoder_last": encoder_out["encoder_last"].index_select(0, new_order),
+        }
+
+    def max_positions(self) -> int:
+        return self.max_source_positions
+
+
+class AttentionalLSTMDecoder(FairseqIncrementalDecoder):
+    """LSTM decoder with input feeding, MLP attention and the output layer of eq. 6.
+
+    At step t the LSTM reads [E_T w_(t-1); c_(t-1)]; its state h_t attends over
+    the encoder outputs to give c_t. The initial state is h_0 = W_p x_last + b_p
+    (x_last the encoder output at the last source token), c_0 = 0, as in the
+    authors' code. Then o_t = W_oh h_t + W_oc c_t + W_ow E_T w_(t-1) + b_o, and the
+    logits are E_T o_t + b_T (the softmax tied to the target embeddings). During
+    incremental decoding the attention keys are computed at the first step and cached.
+
+    Options read from ``cfg``: ``decoder_embed_dim`` (also the size of o_t),
+    ``decoder_hidden_size``, ``attention_dim``, ``dropout`` (on o_t), ``lstm_dropout``,
+    ``target_word_dropout``, ``max_target_positions``.
+    """
+
+    def __init__(self, cfg, dictionary, encoder_output_dim: int):
+        super().__init__(dictionary)
+        self.max_target_positions = cfg.max_target_positions
+        embed_dim, hidden = cfg.decoder_embed_dim, cfg.decoder_hidden_size
+        self.embed_tokens = Embedding(len(dictionary), embed_dim, dictionary.pad())
+        self.init_hidden = nn.Linear(encoder_output_dim, hidden)  # W_p, b_p
+        self.cell = nn.LSTMCell(embed_dim + encoder_output_dim, hidden)
+        self.attention = MLPAttention(encoder_output_dim, hidden, cfg.attention_dim)
+        # W_oh, W_oc, W_ow and b_o of eq. 6 as one matrix over [h_t; c_t; E_T w_(t-1)]
+        self.output_projection = nn.Linear(hidden + encoder_output_dim + embed_dim, embed_dim)
+        self.output_bias = nn.Parameter(torch.zeros(len(dictionary)))  # b_T
+        self.dropout_out = FairseqDropout(cfg.dropout, module_name=self.__class__.__name__)
+        self.lstm_dropout = cfg.lstm_dropout
+        self.target_word_dropout = cfg.target_word_dropout
+        self.unk_idx = dictionary.unk()
+        self.padding_idx = dictionary.pad()
+
+    def forward(
+        self,
+        prev_output_tokens: Tensor,
+        encoder_out: EncoderOut,
+        incremental_state: Optional[IncrementalState] = None,
+        features_only: bool = False,
+        **kwargs,
+    ) -> Tuple[Tensor, Dict]:
+        features, extra = self.extract_features(prev_output_tokens, encoder_out, incremental_state)
+        if features_only:
+            return features, extra
+        return self.output_layer(features), extra
+
+    def extract_features(
+        self,
+        prev_output_tokens: Tensor,
+        encoder_out: EncoderOut,
+        incremental_state: Optional[IncrementalState] = None,
+    ) -> Tuple[Tensor, Dict]:
+        """Returns o_t ``[batch, tgt_len, embed_dim]`` (after dropout) and ``{"attn": [batch, tgt_len, src_len]}``."""
+        encoder_outs = encoder_out["encoder_out"]  # S x B x C
+        padding_mask = encoder_out["encoder_padding_mask"]  # S x B
+        cached = None
+        if incremental_state is not None:
+            cached = self.get_incremental_state(incremental_state, "cached_state")
+        if cached is not None:
+            prev_output_tokens = prev_output_tokens[:, -1:]
+            hidden, cell, feed, keys = cached["hidden"], cached["cell"], cached["feed"], cached["keys"]
+        else:
+            hidden = self.init_hidden(encoder_out["encoder_last"])  # B x H
+            cell = torch.zeros_like(hidden)
+            feed = encoder_outs.new_zeros(encoder_outs.size(1), encoder_outs.size(2))  # B x C
+            keys = self.attention.project_keys(encoder_outs)  # S x B x A, once per sentence
+
+        if self.training and self.target_word_dropout > 0:
+            prev_output_tokens = self.drop_words(prev_output_tokens)
+        embedded = self.embed_tokens(prev_output_tokens).transpose(0, 1)  # T x B x E
+        in_mask = hidden_mask = None
+        if self.training and self.lstm_dropout > 0:  # one mask per sentence, for every step
+            bsz = embedded.size(1)
+            in_mask = sentence_mask(bsz, embedded.size(2) + feed.size(1), self.lstm_dropout, embedded)
+            hidden_mask = sentence_mask(bsz, hidden.size(1), self.lstm_dropout, embedded)
+        hiddens: List[Tensor] = []
+        contexts: List[Tensor] = []
+        attns: List[Tensor] = []
+        for step in range(embedded.size(0)):
+            lstm_input = torch.cat([embedded[step], feed], dim=1)
+            if in_mask is not None:
+                hidden, cell = self.cell(lstm_input * in_mask, (hidden * hidden_mask, cell))
+            else:
+                hidden, cell = self.cell(lstm_input, (hidden, cell))
+            feed, attn = self.attention(hidden, keys, encoder_outs, padding_mask)  # B x C, B x S
+            hiddens.append(hidden)
+            contexts.append(feed)
+            attns.append(attn)
+
+        if incremental_state is not None:
+            self.set_incremental_state(
+                incremental_state, "cached_state", {"hidden": hidden, "cell": cell, "feed": feed, "keys": keys}
+            )
+
+        features = torch.cat([torch.stack(hiddens), torch.stack(contexts), embedded], dim=2)  # T x B x (H+C+E)
+        out = self.dropout_out(self.output_projection(features)).transpose(0, 1)  # B x T x E
+        return out, {"attn": [torch.stack(attns, dim=1)]}
+
+    def drop_words(self, tokens: Tensor) -> Tensor:
+        """Replace decoder input words by <unk> with probability ``target_word_dropout`` (not the first, BOS)."""
+        drop = torch.rand(tokens.shape, device=tokens.device) < self.target_word_dropout
+        drop[:, 0] = False
+        drop &= tokens.ne(self.padding_idx)
+        return tokens.masked_fill(drop, self.unk_idx)
+
+    def output_layer(self, features: Tensor) -> Tensor:
+        """E_T o_t + b_T: ``[batch, tgt_len, vocab]``."""
+        return F.linear(features, self.embed_tokens.weight, self.output_bias)
+
+    def reorder_incremental_state(self, incremental_state: IncrementalState, new_order: Tensor) -> None:
+        cached = self.get_incremental_state(incremental_state, "cached_state")
+        if cached is None:
+            return
+        batch_dim = {"keys": 1}
+        reordered = {
+            key: (None if value is None else value.index_select(batch_dim.get(key, 0), new_order))
+            for key, value in cached.items()
+        }
+        self.set_incremental_state(incremental_state, "cached_state", reordered)
+
+    def max_positions(self) -> int:
+        return self.max_target_positions

@@ -1,0 +1,88 @@
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+from torch import Tensor, nn
+
+from . import SPEAKER_BIAS_REGISTRY, parse_variant_name, register_speaker_bias
+from .base import EncoderOut, SpeakerBias, SpeakerBiasConfig
+
+
+@dataclass
+class SumSpeakerBiasConfig(SpeakerBiasConfig):
+    sum_parts: str = field(
+        default="fact+full",
+        metadata={"help": "sum: the variants to add, joined by '+' (--speaker-bias fact+topic is short for "
+                  "--speaker-bias sum --sum-parts fact+topic)"},
+    )
+
+
+@register_speaker_bias("sum", dataclass=SumSpeakerBiasConfig)
+class SumSpeakerBias(SpeakerBias):
+    """A combinator: the bias of two (or more) registered variants added, e.g. ``fact+topic``.
+
+    Parameters: the sum of its parts'
+
+    Each part reads its own options (``--speaker-rank`` for fact, ``--topic-model`` for
+    topic) and keeps its parameters under ``parts.<name>.`` (``decoder.speaker_bias.parts.fact.
+    speaker_weights``); its speaker parameters, regularizers (logged under the part's
+    name) and inspection vectors are the parts' own. An unseen speaker gets each part's
+    answer for unseen speakers.
+    """
+
+    def __init__(self, cfg: SumSpeakerBiasConfig, num_speakers: int, vocab_size: int,
+                 parts: Dict[str, SpeakerBias]):
+        super().__init__(cfg, num_speakers, vocab_size)
+        if len(parts) < 2:
+            raise ValueError("sum needs at least two variants, e.g. --speaker-bias fact+topic")
+        self.parts = nn.ModuleDict(parts)
+
+    @property
+    def needs_speakers(self) -> bool:  # type: ignore[override]
+        return any(part.needs_speakers for part in self.parts.values())
+
+    @property
+    def reads_source(self) -> bool:  # type: ignore[override]
+        return any(part.reads_source for part in self.parts.values())
+
+    def formula_symbols(self) -> Dict[str, int]:
+        return {k: v for part in self.parts.values() for k, v in part.formula_symbols().items()}
+
+    @classmethod
+    def build(cls, cfg, speaker_dictionary, target_dictionary, source_dictionary=None) -> "SumSpeakerBias":
+        return cls.build_parts(parse_variant_name(cls.options(cfg).sum_parts), cfg, speaker_dictionary,
+                               target_dictionary, source_dictionary)
+
+    @classmethod
+    def build_parts(cls, names: List[str], cfg, speaker_dictionary, target_dictionary,
+                    source_dictionary=None) -> "SumSpeakerBias":
+        if "sum" in names:
+            raise ValueError("sum cannot contain sum: list the variants to add, e.g. --speaker-bias fact+full+topic")
+        parts = {name: SPEAKER_BIAS_REGISTRY[name].build(cfg, speaker_dictionary, target_dictionary,
+                                                         source_dictionary) for name in names}
+        options = cls.options(cfg)
+        options.sum_parts = "+".join(names)
+        num_speakers = len(speaker_dictionary) if speaker_dictionary is not None else 0
+        return cls(options, num_speakers, len(target_dictionary), parts)
+
+    def forward(self, speakers: Optional[Tensor], encoder_out: EncoderOut = None) -> Optional[Tensor]:
+        return self.bias_and_aux_losses(speakers, encoder_out, with_aux=False)[0]
+
+    def bias_and_aux_losses(self, speakers: Optional[Tensor], encoder_out: EncoderOut = None,
+                            with_aux: bool = True) -> Tuple[Optional[Tensor], Dict[str, Tensor]]:
+        total: Optional[Tensor] = None
+        losses: Dict[str, Tensor] = {}
+        for part in self.parts.values():
+            if with_aux:
+                bias, part_losses = part.bias_and_aux_losses(speakers, encoder_out)
+                losses.update(part_losses)
+            else:
+                bias = part(speakers, encoder_out)
+            if bias is not None:
+                total = bias if total is None else total + bias
+        return total, losses
+
+    def lookup(self, speakers: Tensor, encoder_out: EncoderOut = None) -> Optional[Tensor]:
+        return self(speakers, encoder_out)
+
+    def mean_bias(self) -> Tensor:
+        return sum(part.mean_bias() for part in self.parts.values())

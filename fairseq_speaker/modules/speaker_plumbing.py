@@ -1,0 +1,261 @@
+"""Speakers through any fairseq encoder-decoder: the pieces a model mixes in to become speaker-aware.
+
+The data path (B sentences, V target words)::
+
+    net_input["speakers"] [B] --> SpeakerEncoderMixin.forward: kept in the encoder output as
+        encoder_out["speakers"] = [speakers] and encoder_out["source_tokens"] = [src_tokens],
+        reordered with the beam by reorder_encoder_out
+    --> SpeakerDecoderMixin.forward: the variant's bias [B, V], computed once per sentence
+        (cached in the incremental state and reordered with the beam during generation),
+        added to the logits of every step; returned as extra["speaker_bias"], with the
+        variant's regularizers as extra["speaker_aux_losses"] when teacher-forced
+
+A speaker-aware model is then a choice of pieces, as in ``models/speaker_lstm.py``::
+
+    class MyEncoder(SpeakerEncoderMixin, SomeFairseqEncoder): pass
+    class MyDecoder(SpeakerDecoderMixin, SomeFairseqIncrementalDecoder): pass
+
+    @register_speaker_model("my_model", dataclass=MyConfig)   # MyConfig derives from SpeakerModelConfig
+    class MyModel(SpeakerModelMixin, FairseqEncoderDecoderModel):
+        @classmethod
+        def build_model(cls, cfg, task):
+            model = cls(MyEncoder(...), MyDecoder(...))
+            return cls.with_speaker_bias(model, cfg, task)
+
+The decoder's ``forward(prev_output_tokens, encoder_out, incremental_state, features_only=True)``
+must return ``(features, extra dict)`` and its ``output_layer(features)`` the logits, as fairseq's
+decoders do. :func:`register_speaker_model` gives the model every registered variant's options
+(as flags and hydra keys), also those of variants registered after it.
+"""
+
+import argparse
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple, Type
+
+from fairseq.dataclass import FairseqDataclass
+from fairseq.dataclass.utils import gen_parser_from_dataclass
+from fairseq.models import MODEL_DATACLASS_REGISTRY, register_model
+from hydra.core.config_store import ConfigStore
+from torch import Tensor
+
+from fairseq_speaker.modules.speaker_bias import (
+    SpeakerBias,
+    build_speaker_bias,
+    on_register,
+    reserve_options,
+    speaker_option_fields,
+)
+
+EncoderOut = Dict[str, List[Tensor]]
+IncrementalState = Dict[str, Dict[str, Optional[Tensor]]]
+
+
+@dataclass
+class SpeakerModelConfig(FairseqDataclass):
+    """The option every speaker model has; the variants' own options are added to it."""
+
+    speaker_bias: str = field(
+        default="none",
+        metadata={"help": "speaker bias variant: a name registered in fairseq_speaker.modules.speaker_bias "
+                  "(none, full, fact, proj, simplex, topic, ...), or several joined by '+' to add them "
+                  "(fact+topic); the preset chooses one, this flag overrides it"},
+    )
+
+
+def encoder_speakers(encoder_out: Optional[EncoderOut]) -> Optional[Tensor]:
+    """The speaker ids ``[B]`` kept in an encoder output, or None."""
+    if not encoder_out or not encoder_out.get("speakers"):
+        return None
+    return encoder_out["speakers"][0]
+
+
+# -- options: the model's own and every variant's ------------------------------------------------
+
+
+def compose_options(base: Type[FairseqDataclass]) -> Type[FairseqDataclass]:
+    """``base`` extended with the options of every registered variant (a new dataclass of the same name)."""
+    own = {f.name for f in dataclasses.fields(base)}
+    extra = []
+    for f in speaker_option_fields():
+        if f.name in own:
+            continue
+        if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+            copy = field(default_factory=f.default_factory, metadata=f.metadata)  # type: ignore[misc]
+        else:
+            copy = field(default=f.default, metadata=f.metadata)
+        extra.append((f.name, f.type, copy))
+    composed = dataclasses.make_dataclass(base.__name__, extra, bases=(base,))
+    composed.__module__, composed.__qualname__, composed.__doc__ = base.__module__, base.__qualname__, base.__doc__
+    return composed
+
+
+def fill_defaults(args, config_class: Type[FairseqDataclass]) -> None:
+    """Give every option of ``config_class`` that ``args`` lacks (or holds as None) its default."""
+    for f in dataclasses.fields(config_class):
+        if f.name.startswith("_") or getattr(args, f.name, None) is not None:
+            continue
+        if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+            setattr(args, f.name, f.default_factory())  # type: ignore[misc]
+        elif f.default is not dataclasses.MISSING:
+            setattr(args, f.name, f.default)
+
+
+#: models registered with a dataclass: name -> (model class, its own options before the variants')
+_DATACLASS_MODELS: Dict[str, Tuple[type, Type[FairseqDataclass]]] = {}
+
+
+def _store(name: str, model_cls: type, options: Type[FairseqDataclass]) -> None:
+    MODEL_DATACLASS_REGISTRY[name] = options
+    setattr(model_cls, "__dataclass", options)  # where fairseq looks for a model's options
+    node = options()
+    node._name = name
+    ConfigStore.instance().store(name=name, group="model", node=node, provider="fairseq")
+
+
+def _refresh_models() -> None:
+    for name, (model_cls, base) in _DATACLASS_MODELS.items():
+        _store(name, model_cls, compose_options(base))
+
+
+on_register(_refresh_models)
+
+
+def register_speaker_model(name: str, dataclass: Optional[Type[FairseqDataclass]] = None):
+    """fairseq's ``register_model`` for a speaker model.
+
+    With ``dataclass`` (deriving from :class:`SpeakerModelConfig`), the model's options are
+    that dataclass plus every registered variant's options, kept up to date as variants
+    register. Without, the model uses argparse (``add_args``), as fairseq's transformer does,
+    and :class:`SpeakerModelMixin` adds the speaker options to its parser.
+    """
+
+    def wrap(model_cls):
+        if dataclass is not None:
+            if not issubclass(dataclass, SpeakerModelConfig):
+                raise ValueError(f"the options of speaker model {name!r} must derive from SpeakerModelConfig")
+            reserve_options(f"model {name}", [f.name for f in dataclasses.fields(dataclass)
+                                              if not f.name.startswith("_")])
+            register_model(name, dataclass=compose_options(dataclass))(model_cls)
+            _DATACLASS_MODELS[name] = (model_cls, dataclass)
+        else:
+            parser = argparse.ArgumentParser(add_help=False)
+            super(SpeakerModelMixin, model_cls).add_args(parser)  # the network's own options
+            reserve_options(f"model {name}", [action.dest for action in parser._actions])
+            register_model(name)(model_cls)
+        return model_cls
+
+    return wrap
+
+
+# -- the pieces ---------------------------------------------------------------------------------
+
+
+class SpeakerEncoderMixin:
+    """Put before a fairseq encoder class: its forward accepts ``speakers`` and keeps them (and the
+    source tokens, for variants that read the source) in its output; reordering keeps them aligned."""
+
+    def forward(self, src_tokens: Tensor, src_lengths: Optional[Tensor] = None,
+                speakers: Optional[Tensor] = None, **kwargs) -> EncoderOut:
+        encoder_out = super().forward(src_tokens, src_lengths=src_lengths, **kwargs)
+        encoder_out["speakers"] = [] if speakers is None else [speakers]
+        encoder_out["source_tokens"] = [src_tokens]
+        return encoder_out
+
+    def reorder_encoder_out(self, encoder_out: EncoderOut, new_order: Tensor) -> EncoderOut:
+        reordered = super().reorder_encoder_out(encoder_out, new_order)
+        for key in ("speakers", "source_tokens"):
+            reordered[key] = [t.index_select(0, new_order) for t in encoder_out.get(key, [])]
+        return reordered
+
+
+class SpeakerDecoderMixin:
+    """Put before a fairseq incremental decoder class: adds the speaker bias to its logits.
+
+    The bias module is set by :meth:`SpeakerModelMixin.with_speaker_bias` and lives at
+    ``decoder.speaker_bias`` (its parameters are ``decoder.speaker_bias.*`` in checkpoints).
+    """
+
+    speaker_bias: SpeakerBias
+
+    def set_speaker_bias(self, speaker_bias: SpeakerBias) -> None:
+        self.speaker_bias = speaker_bias
+
+    def forward(self, prev_output_tokens: Tensor, encoder_out: Optional[EncoderOut] = None,
+                incremental_state: Optional[IncrementalState] = None, features_only: bool = False, **kwargs):
+        features, extra = super().forward(prev_output_tokens, encoder_out=encoder_out,
+                                          incremental_state=incremental_state, features_only=True, **kwargs)
+        bias, aux_losses = self.sentence_bias(encoder_out, incremental_state)
+        extra["speaker_bias"] = bias  # B x V or None
+        if aux_losses:
+            extra["speaker_aux_losses"] = aux_losses
+        if features_only:
+            return features, extra
+        logits = self.output_layer(features)  # B x T x V
+        if bias is not None:
+            logits = logits + bias.unsqueeze(1).to(logits)
+        return logits, extra
+
+    def sentence_bias(self, encoder_out: Optional[EncoderOut],
+                      incremental_state: Optional[IncrementalState]) -> Tuple[Optional[Tensor], Dict[str, Tensor]]:
+        """The bias of each sentence ``[B, V]``: computed at the first step, then read from the cache."""
+        if incremental_state is not None:
+            cached = self.get_incremental_state(incremental_state, "speaker_bias")
+            if cached is not None:
+                return cached["bias"], {}
+        speakers = encoder_speakers(encoder_out)
+        if speakers is None and self.speaker_bias.needs_speakers:
+            raise ValueError(
+                f"this model has a {self.speaker_bias.name!r} speaker bias and was called without speakers: "
+                f"use --task speaker_translation (speakers from {{split}}.spk, --speaker-file, --speaker or "
+                f"--speaker-per-line), or pass speakers= to the model"
+            )
+        if incremental_state is None:  # teacher forcing: training and validation also need the regularizers
+            return self.speaker_bias.bias_and_aux_losses(speakers, encoder_out)
+        bias = self.speaker_bias(speakers, encoder_out)
+        if bias is not None:
+            self.set_incremental_state(incremental_state, "speaker_bias", {"bias": bias})
+        return bias, {}
+
+    def reorder_incremental_state(self, incremental_state: IncrementalState, new_order: Tensor) -> None:
+        super().reorder_incremental_state(incremental_state, new_order)
+        cached = self.get_incremental_state(incremental_state, "speaker_bias")
+        if cached is not None:
+            self.set_incremental_state(incremental_state, "speaker_bias",
+                                       {"bias": cached["bias"].index_select(0, new_order)})
+
+
+class SpeakerModelMixin:
+    """Put before a fairseq encoder-decoder model class whose encoder and decoder use the mixins above."""
+
+    @property
+    def speaker_bias(self) -> SpeakerBias:
+        return self.decoder.speaker_bias
+
+    @classmethod
+    def add_args(cls, parser) -> None:
+        super().add_args(parser)
+        if getattr(cls, "__dataclass", None) is None:  # argparse models: add the speaker options here
+            gen_parser_from_dataclass(parser, compose_options(SpeakerModelConfig)(), delete_default=True)
+
+    @classmethod
+    def speaker_options(cls) -> Type[FairseqDataclass]:
+        """Every speaker option of this model (its dataclass, or the speaker options of an argparse model)."""
+        return getattr(cls, "__dataclass", None) or compose_options(SpeakerModelConfig)
+
+    @classmethod
+    def with_speaker_bias(cls, model, cfg, task):
+        """Give ``model``'s decoder the variant ``cfg.speaker_bias`` built for ``task``; returns the model."""
+        name = getattr(cfg, "speaker_bias", None) or "none"
+        speaker_dictionary = getattr(task, "speaker_dictionary", None)
+        bias = build_speaker_bias(name, cfg, speaker_dictionary, task.target_dictionary,
+                                  getattr(task, "source_dictionary", None))
+        if bias.needs_speakers and speaker_dictionary is None:
+            raise ValueError(f"--speaker-bias {name} needs speakers: use --task speaker_translation")
+        model.decoder.set_speaker_bias(bias)
+        return model
+
+    def forward(self, src_tokens: Tensor, src_lengths: Tensor, prev_output_tokens: Tensor,
+                speakers: Optional[Tensor] = None, **kwargs):
+        encoder_out = self.encoder(src_tokens, src_lengths=src_lengths, speakers=speakers)
+        return self.decoder(prev_output_tokens, encoder_out=encoder_out, **kwargs)
