@@ -1,12 +1,20 @@
 """fairseq-speaker: personalized NMT with speaker biases on the output softmax, as a fairseq plugin.
 
-Use with ``--user-dir fairseq_speaker`` (or the installed package's folder):
-this registers the task ``speaker_translation``, the model ``speaker_lstm``
-(archs ``lstm_base``, ``lstm_full_bias``, ``lstm_fact_bias``) and the
-criterion ``speaker_label_smoothed_cross_entropy``.
+Use with ``--user-dir`` pointing at this package's folder (:data:`USER_DIR`):
+this registers the task ``speaker_translation``, the models ``speaker_lstm``
+(presets ``lstm_base``, ``lstm_full_bias``, ``lstm_fact_bias``) and
+``speaker_transformer`` (``transformer_base``, ``transformer_full_bias``,
+``transformer_fact_bias``), the speaker bias variants of
+:mod:`fairseq_speaker.modules.speaker_bias`, the criterion
+``speaker_label_smoothed_cross_entropy`` and the lr scheduler ``restart_from_best``.
 """
 
-__version__ = "0.1.0"
+import os
 
-from . import checkpoints  # noqa: F401  (lets torch >= 2.6 load fairseq checkpoints safely)
-from . import criterions, lr_schedulers, models, modules, tasks  # noqa: F401
+__version__ = "0.2.0"
+
+#: the folder to pass as ``--user-dir``
+USER_DIR = os.path.dirname(os.path.abspath(__file__))
+
+from . import checkpoints  # noqa: E402,F401  (lets torch >= 2.6 load fairseq checkpoints safely)
+from . import criterions, lr_schedulers, models, modules, tasks  # noqa: E402,F401

@@ -1,12 +1,36 @@
-"""Running the stock fairseq command lines from recipes and demos."""
+"""The stock fairseq command lines for speaker models: built in one place, run from recipes and demos."""
 
 import os
 import subprocess
 import sys
-from typing import Dict, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
-#: the folder to pass as --user-dir
-USER_DIR = os.path.dirname(os.path.abspath(__file__))
+from fairseq_speaker import USER_DIR
+
+#: what every speaker model's fairseq-train run says: the plugin, the task, the criterion
+TASK = ["--user-dir", USER_DIR, "--task", "speaker_translation"]
+CRITERION = ["--criterion", "speaker_label_smoothed_cross_entropy", "--label-smoothing", "0.1"]
+
+
+def train_args(data: str, save_dir: str, system: Sequence[str], *extra: str) -> List[str]:
+    """``fairseq-train`` arguments: ``system`` chooses the model (``--arch lstm_fact_bias``, perhaps
+    ``--speaker-bias``/``--speaker-token``), ``extra`` the sizes, optimizer and schedule."""
+    return [data, *TASK, *system, *CRITERION, "--save-dir", save_dir, *extra]
+
+
+def generate_args(data: str, checkpoint: str, *extra: str) -> List[str]:
+    """``fairseq-generate`` / ``fairseq-interactive`` arguments for a speaker checkpoint."""
+    return [data, *TASK, "--path", checkpoint, *extra]
+
+
+def system_args(spec: str) -> List[str]:
+    """Arguments choosing a system written ``ARCH`` or ``ARCH:VARIANT`` (``transformer_base:fact+topic``),
+    ``+spk_token`` at the end adding ``--speaker-token`` (``lstm_base+spk_token``)."""
+    args = []
+    if spec.endswith("+spk_token"):
+        spec, args = spec[: -len("+spk_token")], ["--speaker-token"]
+    arch, _, variant = spec.partition(":")
+    return ["--arch", arch] + (["--speaker-bias", variant] if variant else []) + args
 
 
 def run_fairseq(command: str, args: Sequence[str], log: str, threads: Optional[int] = None,

@@ -22,7 +22,6 @@ import logging
 import os
 import sys
 from dataclasses import dataclass
-from typing import Optional
 
 import numpy as np
 import torch

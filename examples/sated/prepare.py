@@ -35,7 +35,7 @@ from fairseq.data import Dictionary
 
 from fairseq_speaker.commands import run_fairseq
 from fairseq_speaker.data import SpeakerDataError, read_speaker_file
-from fairseq_speaker.evaluation import read_lines
+from fairseq_speaker.data import read_lines
 
 # input split name -> fairseq split name
 SPLITS = {"train": "train", "dev": "valid", "test": "test"}

@@ -33,7 +33,8 @@ from typing import Dict, List
 import sacrebleu
 
 from fairseq_speaker.commands import USER_DIR, run_fairseq
-from fairseq_speaker.evaluation import read_generate_output, read_lines
+from fairseq_speaker.data import read_lines
+from fairseq_speaker.generate_output import read_generate_output
 
 #: Table 3 of Michel & Neubig (2018): test BLEU
 PAPER_BLEU = {

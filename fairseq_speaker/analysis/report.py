@@ -24,7 +24,7 @@ from fairseq_speaker.analysis.classifier import train_classifier
 from fairseq_speaker.analysis.inspect_bias import BiasInspection
 from fairseq_speaker.analysis.scores import SIGNIFICANCE, SystemScore, detokenize, read_hypotheses, score_systems
 from fairseq_speaker.data import read_speaker_file
-from fairseq_speaker.evaluation import read_lines
+from fairseq_speaker.data import read_lines
 
 logger = logging.getLogger("fairseq_speaker.report")
 

@@ -8,7 +8,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.significance import PairedTest
 
-from fairseq_speaker.evaluation import read_generate_output
+from fairseq_speaker.generate_output import read_generate_output
 
 #: the paper marks differences with p < 0.05 as significant
 SIGNIFICANCE = 0.05

@@ -1,4 +1,5 @@
 from .dictionary_hash import dictionary_hash
+from .text_files import read_lines
 from .speaker_dataset import SpeakerDataset
 from .speaker_dictionary import (
     MEAN_SPEAKER,
@@ -17,5 +18,6 @@ __all__ = [
     "SpeakerDataError",
     "SpeakerDataset",
     "SpeakerDictionary",
+    "read_lines",
     "read_speaker_file",
 ]

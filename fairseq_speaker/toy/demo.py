@@ -25,7 +25,8 @@ import sacrebleu
 
 from fairseq_speaker.commands import USER_DIR
 from fairseq_speaker.commands import run_fairseq as fairseq
-from fairseq_speaker.evaluation import read_generate_output, read_lines
+from fairseq_speaker.data import read_lines
+from fairseq_speaker.generate_output import read_generate_output
 from fairseq_speaker.toy.corpus import read_traits, trait_accuracy, write_corpus
 
 TRAITS = ("gender", "address", "profession")

@@ -9,10 +9,9 @@ import pytest
 import torch
 
 from fairseq_speaker.data import SpeakerDictionary
-from fairseq_speaker.evaluation import read_generate_output
-from tests.integration.conftest import SIZES, TINY, USER_DIR, copy_data, run, train_args
+from fairseq_speaker.generate_output import read_generate_output
+from tests.cli import SIZES, TINY, TINY_VARIANTS, USER_DIR, copy_data, generate_args, run, train_args
 
-GENERATE = ["--user-dir", USER_DIR, "--task", "speaker_translation", "--beam", "5", "--max-len-b", "6"]
 
 
 def hypotheses(proc):
@@ -25,8 +24,8 @@ def test_train_then_generate_every_test_sentence(toy, trained, arch):
     state = torch.load(checkpoint, weights_only=True)  # the plugin's allow-list is in force here
     assert state["cfg"]["model"]["_name"] == arch
     assert len(state["task_state"]["speaker_dictionary"]["names"]) == 8
-    proc = run("generate", [toy["bin"], *GENERATE, "--path", checkpoint,
-                            "--speaker-file", os.path.join(toy["raw"], "test.spk")])
+    proc = run("generate", generate_args(toy["bin"], checkpoint, "--speaker-file",
+                                         os.path.join(toy["raw"], "test.spk")))
     assert len(hypotheses(proc)) == SIZES["test"]
     assert f"Translated {SIZES['test']} sentences" in proc.stderr
 
@@ -72,7 +71,7 @@ def test_generate_translates_each_sentence_as_its_speaker(toy, speaker_words, tm
     speakers = ["spk000" if i % 3 else "spk001" for i in range(SIZES["test"])]
     spk_file = tmp_path / "alternating.spk"
     spk_file.write_text("\n".join(speakers) + "\n")
-    proc = run("generate", [data, *GENERATE, "--path", checkpoint, "--speaker-file", str(spk_file)])
+    proc = run("generate", generate_args(data, checkpoint, "--speaker-file", str(spk_file)))
     hyps = hypotheses(proc)
     assert len(hyps) == SIZES["test"]
     for speaker, hyp in zip(speakers, hyps):
@@ -83,8 +82,8 @@ def test_unknown_speaker_policy_none_gives_no_bias(toy, speaker_words, tmp_path)
     checkpoint, _ = speaker_words
     spk_file = tmp_path / "strangers.spk"
     spk_file.write_text("nobody\n" * SIZES["test"])
-    proc = run("generate", [toy["bin"], *GENERATE, "--path", checkpoint, "--speaker-file", str(spk_file),
-                            "--unknown-speaker", "none"])
+    proc = run("generate", generate_args(toy["bin"], checkpoint, "--speaker-file", str(spk_file),
+                                         "--unknown-speaker", "none"))
     assert "37 of 37 sentences have speakers unseen in training" in proc.stderr
     assert not any(h.split()[:1] in (["chien"], ["voiture"]) for h in hypotheses(proc))
 
@@ -93,8 +92,8 @@ def test_unknown_speaker_policy_fail(toy, speaker_words, tmp_path):
     checkpoint, _ = speaker_words
     spk_file = tmp_path / "test.spk"
     spk_file.write_text("spk000\n" * 5 + "nobody\n" + "spk000\n" * (SIZES["test"] - 6))
-    proc = run("generate", [toy["bin"], *GENERATE, "--path", checkpoint, "--speaker-file", str(spk_file),
-                            "--unknown-speaker", "fail"], check=False)
+    proc = run("generate", generate_args(toy["bin"], checkpoint, "--speaker-file", str(spk_file),
+                                         "--unknown-speaker", "fail"), check=False)
     assert proc.returncode != 0
     assert re.search(rf"{re.escape(str(spk_file))}:6: speaker 'nobody' is not among the 8 speakers", proc.stderr)
     assert "--unknown-speaker mean" in proc.stderr
@@ -102,7 +101,7 @@ def test_unknown_speaker_policy_fail(toy, speaker_words, tmp_path):
 
 def test_interactive_with_one_speaker_and_with_a_speaker_per_line(toy, speaker_words):
     checkpoint, boosts = speaker_words
-    common = [toy["bin"], *GENERATE, "--path", checkpoint, "--source-lang", "en", "--target-lang", "fr"]
+    common = generate_args(toy["bin"], checkpoint, "--source-lang", "en", "--target-lang", "fr")
     proc = run("interactive", [*common, "--speaker", "spk001"], stdin="i am tired .\nyou have the car .\n")
     hyps = hypotheses(proc)
     assert len(hyps) == 2 and all(h.split()[0] == "voiture" for h in hyps)
@@ -126,7 +125,8 @@ def test_interactive_with_one_speaker_and_with_a_speaker_per_line(toy, speaker_w
 ])
 def test_hydra_train_with_each_packaged_config(toy, tmp_path, config, bias, token):
     config_dir = os.path.join(USER_DIR, "config")
-    overrides = [f"model.{flag[2:].replace('-', '_')}={value}" for flag, value in zip(TINY[::2], TINY[1::2])]
+    tiny = TINY["lstm"] + TINY_VARIANTS
+    overrides = [f"model.{flag[2:].replace('-', '_')}={value}" for flag, value in zip(tiny[::2], tiny[1::2])]
     proc = subprocess.run(
         [os.path.join(os.path.dirname(sys.executable), "fairseq-hydra-train"),
          "--config-dir", config_dir, "--config-name", config,

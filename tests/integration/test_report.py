@@ -5,14 +5,13 @@ import os
 import subprocess
 import sys
 
-from tests.integration.conftest import USER_DIR, run
+from tests.cli import generate_args, run
 
 
 def test_report_has_every_section(toy, trained, tmp_path):
     outputs = {}
     for name, system in (("base", "lstm_base"), ("full", "lstm_full_bias"), ("fact", "lstm_fact_bias")):
-        proc = run("generate", [toy["bin"], "--user-dir", USER_DIR, "--task", "speaker_translation",
-                                "--path", trained(system), "--beam", "5", "--max-len-b", "6"])
+        proc = run("generate", generate_args(toy["bin"], trained(system)))
         outputs[name] = tmp_path / f"{name}.generate"
         outputs[name].write_text(proc.stdout)
     out = tmp_path / "report"

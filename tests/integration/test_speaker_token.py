@@ -7,9 +7,9 @@ from fairseq import checkpoint_utils, utils
 from fairseq.data import Dictionary
 
 from fairseq_speaker.data import MEAN_SPEAKER
-from fairseq_speaker.evaluation import read_generate_output
+from fairseq_speaker.generate_output import read_generate_output
 from fairseq_speaker.tasks.speaker_translation import SPEAKER_TOKEN
-from tests.integration.conftest import SIZES, USER_DIR, run
+from tests.cli import SIZES, USER_DIR, generate_args, run
 
 
 def load(checkpoint, data, tmp_path, penalize_speaker_tokens=False):
@@ -28,14 +28,14 @@ def load(checkpoint, data, tmp_path, penalize_speaker_tokens=False):
 
 
 def test_the_checkpoint_knows_it_was_trained_with_speaker_tokens(toy, trained):
-    state = torch.load(trained("spk_token"), weights_only=True)
+    state = torch.load(trained("lstm_base+spk_token"), weights_only=True)
     assert state["task_state"]["speaker_token"] is True
     words = len(Dictionary.load(os.path.join(toy["bin"], "dict.fr.txt")))
     assert state["model"]["decoder.embed_tokens.weight"].shape[0] == words + 8  # one token per speaker
 
 
 def test_prefix_is_forced_and_stripped(toy, trained, tmp_path):
-    task, models = load(trained("spk_token"), toy["bin"], tmp_path, penalize_speaker_tokens=True)
+    task, models = load(trained("lstm_base+spk_token"), toy["bin"], tmp_path, penalize_speaker_tokens=True)
     task.load_dataset("test")
     dataset = task.dataset("test")
     sample = dataset.collater([dataset[i] for i in range(6)])
@@ -68,8 +68,7 @@ def test_prefix_is_forced_and_stripped(toy, trained, tmp_path):
 
 
 def test_fairseq_generate_prints_clean_hypotheses_and_references(toy, trained):
-    proc = run("generate", [toy["bin"], "--user-dir", USER_DIR, "--task", "speaker_translation",
-                            "--path", trained("spk_token"), "--beam", "5", "--max-len-b", "6"])
+    proc = run("generate", generate_args(toy["bin"], trained("lstm_base+spk_token")))
     assert "<spk:" not in proc.stdout
     assert len(read_generate_output(proc.stdout)) == SIZES["test"]
     assert sum(line.startswith("T-") for line in proc.stdout.splitlines()) == SIZES["test"]

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from fairseq_speaker.evaluation import read_generate_output
+from fairseq_speaker.generate_output import read_generate_output
 from fairseq_speaker.toy.corpus import Trait, make_speakers, read_traits, trait_accuracy, write_corpus
 
 

@@ -1,22 +1,8 @@
-"""Reading text files and the output of ``fairseq-generate``."""
+"""Reading the output of ``fairseq-generate``."""
 
-import os
 import re
 from typing import Dict, List
 
-from fairseq_speaker.data import SpeakerDataError
-
-
-def read_lines(path: str) -> List[str]:
-    """The lines of a UTF-8 text file, without their line ends.
-
-    Raises:
-        SpeakerDataError: the file does not exist (the message names the path expected).
-    """
-    if not os.path.isfile(path):
-        raise SpeakerDataError(f"file not found: expected {path}")
-    with open(path, encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f]
 
 def read_generate_output(text: str, source: str = "<fairseq-generate output>", kind: str = "H") -> List[str]:
     """The best hypothesis of every sentence, in the order of the input (by sentence id).
