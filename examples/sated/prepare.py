@@ -34,8 +34,7 @@ from typing import Dict, List, Tuple
 from fairseq.data import Dictionary
 
 from fairseq_speaker.commands import run_fairseq
-from fairseq_speaker.data import SpeakerDataError, read_speaker_file
-from fairseq_speaker.data import read_lines
+from fairseq_speaker.data import SpeakerDataError, read_lines, read_speaker_file
 
 # input split name -> fairseq split name
 SPLITS = {"train": "train", "dev": "valid", "test": "test"}

@@ -1,7 +1,9 @@
 #!/usr/bin/env python
 """Train and evaluate the paper's four systems on one prepared language pair (Table 3 of the paper).
 
-For each of base, spk_token, full_bias and fact_bias:
+For each of base, spk_token, full_bias and fact_bias (the presets of
+``fairseq_speaker.models.presets.PAPER_SYSTEMS``), with the paper's LSTM
+(``--family lstm``, the default):
 
 1. Adam, lr 1e-3, gradient norm clipped at 1, 32 sentences a batch, label
    smoothing 0.1, the paper's regularizers (the model defaults); whenever the
@@ -16,6 +18,12 @@ For each of base, spk_token, full_bias and fact_bias:
    tokenized, lowercased text (``--tokenize none``, like the paper's BLEU on
    SATED's tokenized references).
 
+With ``--family transformer`` the same systems are Transformers of fairseq's
+iwslt_de_en sizes trained the usual way for them (Adam with betas 0.9/0.98,
+lr 5e-4 after 4,000 warm-up updates then inverse square root, dropout 0.3,
+4,096 tokens a batch, stopping after 3 epochs without gain), decoded and
+scored the same way; there is no SGD pass.
+
 Results go to ``OUT/results.md`` (the layout of Table 3, the paper's numbers
 beside ours) and ``OUT/results.json``. ``--toy`` runs the same pipeline with
 tiny dimensions and one epoch a stage, on the CPU, in seconds.
@@ -23,6 +31,7 @@ tiny dimensions and one epoch a stage, on the CPU, in seconds.
 Usage::
 
     python examples/sated/recipe.py --data data/en-fr --pair en-fr --out runs/en-fr --gpu 0
+    python examples/sated/recipe.py --data data/en-fr --pair en-fr --out runs/en-fr-transformer --family transformer
 """
 
 import argparse
@@ -32,9 +41,11 @@ from typing import Dict, List
 
 import sacrebleu
 
-from fairseq_speaker.commands import USER_DIR, run_fairseq
+from fairseq_speaker import commands
+from fairseq_speaker.commands import run_fairseq
 from fairseq_speaker.data import read_lines
 from fairseq_speaker.generate_output import read_generate_output
+from fairseq_speaker.models import PAPER_SYSTEMS, paper_system_args
 
 #: Table 3 of Michel & Neubig (2018): test BLEU
 PAPER_BLEU = {
@@ -42,31 +53,34 @@ PAPER_BLEU = {
     "en-es": {"base": 39.89, "spk_token": 40.04, "full_bias": 40.30, "fact_bias": 39.88},
     "en-de": {"base": 26.46, "spk_token": 26.52, "full_bias": 27.20, "fact_bias": 26.94},
 }
-SYSTEMS = {
-    "base": ["--arch", "lstm_base"],
-    "spk_token": ["--arch", "lstm_base", "--speaker-token"],
-    "full_bias": ["--arch", "lstm_full_bias"],
-    "fact_bias": ["--arch", "lstm_fact_bias"],
+#: per family: tiny sizes for --toy, and the options of the first (or only) training stage
+TOY = {
+    "lstm": ["--encoder-embed-dim", "16", "--decoder-embed-dim", "16", "--encoder-hidden-size", "16",
+             "--decoder-hidden-size", "16", "--attention-dim", "8"],
+    "transformer": ["--encoder-embed-dim", "16", "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32",
+                    "--decoder-ffn-embed-dim", "32", "--encoder-layers", "1", "--decoder-layers", "1",
+                    "--encoder-attention-heads", "2", "--decoder-attention-heads", "2"],
 }
-TOY = [
-    "--encoder-embed-dim", "16", "--decoder-embed-dim", "16", "--encoder-hidden-size", "16",
-    "--decoder-hidden-size", "16", "--attention-dim", "8", "--speaker-rank", "3", "--max-epoch", "1",
-]
+FIRST_STAGE = {
+    "lstm": ["--optimizer", "adam", "--lr", "0.001", "--clip-norm", "1.0", "--batch-size", "32",
+             "--required-batch-size-multiple", "1", "--lr-scheduler", "restart_from_best", "--lr-shrink", "0.5"],
+    "transformer": ["--encoder-ffn-embed-dim", "1024", "--decoder-ffn-embed-dim", "1024",
+                    "--encoder-attention-heads", "4", "--decoder-attention-heads", "4", "--dropout", "0.3",
+                    "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", "5e-4", "--clip-norm", "0.0",
+                    "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "4000", "--max-tokens", "4096"],
+}
 
 
-def stage(data: str, system: str, save_dir: str, args, optimizer: List[str], extra: List[str]) -> None:
-    common = [
-        data, "--user-dir", USER_DIR, "--task", "speaker_translation", *SYSTEMS[system],
-        "--criterion", "speaker_label_smoothed_cross_entropy", "--label-smoothing", "0.1",
-        *optimizer, "--batch-size", "32", "--required-batch-size-multiple", "1",
-        "--lr-scheduler", "restart_from_best", "--lr-shrink", "0.5",
-        "--patience", "3", "--save-dir", save_dir, "--no-epoch-checkpoints", "--seed", str(args.seed),
+def stage(data: str, system: str, save_dir: str, args, options: List[str], extra: List[str]) -> None:
+    common = commands.train_args(
+        data, save_dir, paper_system_args(system, args.family), *options,
+        "--patience", "3", "--no-epoch-checkpoints", "--seed", str(args.seed),
         "--log-format", "simple", "--log-interval", "100", *extra,
-    ]
+    )
     if args.fp16:
         common.append("--fp16")
     if args.toy:
-        common += TOY
+        common += TOY[args.family] + ["--speaker-rank", "3", "--max-epoch", "1"]
     elif args.max_epoch:
         common += ["--max-epoch", str(args.max_epoch)]
     run_fairseq("train", common, f"{save_dir}.log", env=args.env)
@@ -74,20 +88,22 @@ def stage(data: str, system: str, save_dir: str, args, optimizer: List[str], ext
 
 def run_system(system: str, args) -> Dict:
     data, out = os.path.join(args.data, "bin"), os.path.join(args.out, system)
-    adam, sgd = os.path.join(out, "adam"), os.path.join(out, "sgd")
+    first, sgd = os.path.join(out, "adam"), os.path.join(out, "sgd")
     print(f"[{system}] Adam", flush=True)
-    stage(data, system, adam, args, ["--optimizer", "adam", "--lr", "0.001", "--clip-norm", "1.0"], [])
-    print(f"[{system}] SGD tuning from the best Adam model", flush=True)
-    stage(data, system, sgd, args, ["--optimizer", "sgd", "--lr", str(args.sgd_lr), "--clip-norm", "0.1"], [
-        "--restore-file", os.path.join(adam, "checkpoint_best.pt"),
-        "--reset-optimizer", "--reset-lr-scheduler", "--reset-dataloader", "--reset-meters",
-    ])
+    stage(data, system, first, args, FIRST_STAGE[args.family], [])
+    best = os.path.join(first, "checkpoint_best.pt")
+    if args.family == "lstm":
+        print(f"[{system}] SGD tuning from the best Adam model", flush=True)
+        stage(data, system, sgd, args, [
+            "--optimizer", "sgd", "--lr", str(args.sgd_lr), "--clip-norm", "0.1", "--batch-size", "32",
+            "--required-batch-size-multiple", "1", "--lr-scheduler", "restart_from_best", "--lr-shrink", "0.5",
+        ], ["--restore-file", best, "--reset-optimizer", "--reset-lr-scheduler", "--reset-dataloader",
+            "--reset-meters"])
+        best = os.path.join(sgd, "checkpoint_best.pt")
     print(f"[{system}] decoding the test set (beam 5)", flush=True)
-    output = run_fairseq("generate", [
-        data, "--user-dir", USER_DIR, "--task", "speaker_translation",
-        "--path", os.path.join(sgd, "checkpoint_best.pt"), "--gen-subset", "test",
-        "--beam", "5", "--batch-size", "64", *(["--fp16"] if args.fp16 else []),
-    ], os.path.join(out, "generate.log"), env=args.env)
+    output = run_fairseq("generate", commands.generate_args(
+        data, best, "--gen-subset", "test", "--beam", "5", "--batch-size", "64", *(["--fp16"] if args.fp16 else []),
+    ), os.path.join(out, "generate.log"), env=args.env)
     with open(os.path.join(out, "test.generate"), "w", encoding="utf-8") as f:
         f.write(output)
     hypotheses = read_generate_output(output, source=os.path.join(out, "test.generate"))
@@ -113,7 +129,9 @@ def main(argv=None) -> None:
     parser.add_argument("--data", required=True, help="output folder of prepare.py (with bin/ and text/)")
     parser.add_argument("--pair", required=True, help="language pair, e.g. en-fr")
     parser.add_argument("--out", required=True, help="where checkpoints, outputs and the table go")
-    parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=list(SYSTEMS))
+    parser.add_argument("--systems", nargs="+", default=list(PAPER_SYSTEMS), choices=list(PAPER_SYSTEMS))
+    parser.add_argument("--family", choices=["lstm", "transformer"], default="lstm",
+                        help="the paper's LSTM (two stages, as the authors) or a Transformer (one stage)")
     parser.add_argument("--gpu", help="CUDA device(s) to use, e.g. 0 (sets CUDA_VISIBLE_DEVICES)")
     parser.add_argument("--cpu", action="store_true", help="train on the CPU even if a GPU is visible")
     parser.add_argument("--fp16", action="store_true", help="half-precision training and decoding (GPU)")
@@ -134,7 +152,7 @@ def main(argv=None) -> None:
     with open(os.path.join(args.out, "results.md"), "w", encoding="utf-8") as f:
         f.write(text + "\n")
     with open(os.path.join(args.out, "results.json"), "w", encoding="utf-8") as f:
-        json.dump({"pair": args.pair, "toy": args.toy, "systems": rows}, f, indent=2)
+        json.dump({"pair": args.pair, "family": args.family, "toy": args.toy, "systems": rows}, f, indent=2)
     print(text)
 
 

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from fairseq_speaker.data import SpeakerDictionary
 
@@ -164,3 +165,18 @@ def test_other_pairs_recipe(work, pair, paper):
     assert "| fact_bias |" in table and f"| {paper} |" in table
     speakers = SpeakerDictionary.load(str(work["out"] / pair / "data" / "bin" / "dict.spk.txt"))
     assert len(speakers) == 3
+
+
+def test_transformer_family_runs_the_same_systems_as_transformers(work):
+    proc = run_recipe("en-fr", work, "--family", "transformer", "--systems", "base", "fact_bias")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = work["out"] / "en-fr" / "runs"
+    results = json.load(open(runs / "results.json"))
+    assert results["family"] == "transformer"
+    assert [r["system"] for r in results["systems"]] == ["base", "fact_bias"]
+    for system, arch in (("base", "transformer_base"), ("fact_bias", "transformer_fact_bias")):
+        state = torch.load(runs / system / "adam" / "checkpoint_best.pt", weights_only=True)
+        assert vars(state["cfg"]["model"])["_name"] == arch  # an argparse model, as fairseq's transformer
+        assert not (runs / system / "sgd").exists()  # one stage
+        assert len(lines(runs / system / "test.hyp")) == 4
+    assert "--lr-scheduler inverse_sqrt" in (runs / "fact_bias" / "adam.log").read_text().splitlines()[0]
