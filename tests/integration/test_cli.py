@@ -10,7 +10,7 @@ import torch
 
 from fairseq_speaker.data import SpeakerDictionary
 from fairseq_speaker.generate_output import read_generate_output
-from tests.cli import SIZES, TINY, TINY_VARIANTS, USER_DIR, copy_data, generate_args, run, train_args
+from tests.cli import SIZES, TINY, TINY_VARIANTS, USER_DIR, copy_data, family, generate_args, run, train_args
 
 
 
@@ -122,25 +122,34 @@ def test_interactive_with_one_speaker_and_with_a_speaker_per_line(toy, speaker_w
 @pytest.mark.parametrize("config,bias,token", [
     ("lstm_base", "none", False), ("lstm_spk_token", "none", True),
     ("lstm_full_bias", "full", False), ("lstm_fact_bias", "fact", False),
+    ("transformer_base", "none", False), ("transformer_full_bias", "full", False),
+    ("transformer_fact_bias", "fact", False),
 ])
 def test_hydra_train_with_each_packaged_config(toy, tmp_path, config, bias, token):
     config_dir = os.path.join(USER_DIR, "config")
-    tiny = TINY["lstm"] + TINY_VARIANTS
-    overrides = [f"model.{flag[2:].replace('-', '_')}={value}" for flag, value in zip(tiny[::2], tiny[1::2])]
+    tiny = TINY[family(config)] + TINY_VARIANTS
+    # ++ sets a key whether or not the config file lists it
+    overrides = [f"++model.{flag[2:].replace('-', '_')}={value}" for flag, value in zip(tiny[::2], tiny[1::2])]
     proc = subprocess.run(
         [os.path.join(os.path.dirname(sys.executable), "fairseq-hydra-train"),
          "--config-dir", config_dir, "--config-name", config,
          f"task.data={toy['bin']}", f"common.user_dir={USER_DIR}", f"checkpoint.save_dir={tmp_path}/ckpt",
-         "optimization.max_epoch=1", "dataset.batch_size=16", *overrides, f"hydra.run.dir={tmp_path}/hydra"],
+         "optimization.max_epoch=1", *overrides, f"hydra.run.dir={tmp_path}/hydra"],
         env=dict(os.environ, OMP_NUM_THREADS="1"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     state = torch.load(os.path.join(tmp_path, "ckpt", "checkpoint_last.pt"), weights_only=True)
     model = state["cfg"]["model"]
     assert (model["speaker_bias"], state["cfg"]["task"]["speaker_token"]) == (bias, token)
-    assert (model["encoder_hidden_size"], model["lstm_dropout"], model["target_word_dropout"]) == (8, 0.4, 0.1)
     assert state["task_state"].get("speaker_token", False) == token
-    assert state["cfg"]["lr_scheduler"]["_name"] == "restart_from_best"
+    if family(config) == "lstm":  # the paper's settings, shared by the four systems
+        assert (model["encoder_hidden_size"], model["lstm_dropout"], model["target_word_dropout"]) == (8, 0.4, 0.1)
+        assert state["cfg"]["lr_scheduler"]["_name"] == "restart_from_best"
+        assert state["cfg"]["dataset"]["batch_size"] == 32
+    else:
+        assert (model["encoder_embed_dim"], model["encoder_layers"], model["dropout"]) == (16, 1, 0.3)
+        assert model["share_decoder_input_output_embed"] is True
+        assert state["cfg"]["lr_scheduler"]["_name"] == "inverse_sqrt"
     if bias == "fact":
         assert state["model"]["decoder.speaker_bias.speaker_weights"].shape == (8, 3)
 
