@@ -6,6 +6,8 @@ import subprocess
 import sys
 from typing import Dict
 
+import torch
+
 from fairseq_speaker import USER_DIR, commands
 from fairseq_speaker.toy.corpus import write_corpus
 
@@ -62,6 +64,19 @@ def make_toy(root: str) -> Dict[str, str]:
     return {"root": root, "raw": raw, "bin": data}
 
 
+def doctored_checkpoint(checkpoint: str, path: str, boosts: Dict[str, str], tgt_dict_path: str) -> str:
+    """A copy of a full-bias checkpoint (either family) in which each named speaker's bias strongly
+    favours one word."""
+    state = torch.load(checkpoint, weights_only=True)
+    names = state["task_state"]["speaker_dictionary"]["names"]
+    words = [line.split()[0] for line in open(tgt_dict_path, encoding="utf-8")]
+    weight = state["model"]["decoder.speaker_bias.weight"]
+    for speaker, word in boosts.items():
+        weight[names.index(speaker), 4 + words.index(word)] += 100.0  # 4 special symbols come first
+    torch.save(state, path)
+    return path
+
+
 def copy_data(toy: Dict[str, str], tmp_path, name: str = "bin") -> str:
     """A private copy of the binarized data, to break; without a speaker dictionary."""
     dest = str(tmp_path / name)
@@ -69,4 +84,5 @@ def copy_data(toy: Dict[str, str], tmp_path, name: str = "bin") -> str:
     return dest
 
 
-__all__ = ["SIZES", "TINY", "USER_DIR", "copy_data", "generate_args", "make_toy", "run", "train_args"]
+__all__ = ["SIZES", "TINY", "USER_DIR", "copy_data", "doctored_checkpoint", "generate_args", "make_toy", "run",
+           "train_args"]

@@ -10,7 +10,18 @@ import torch
 
 from fairseq_speaker.data import SpeakerDictionary
 from fairseq_speaker.generate_output import read_generate_output
-from tests.cli import SIZES, TINY, TINY_VARIANTS, USER_DIR, copy_data, family, generate_args, run, train_args
+from tests.cli import (
+    SIZES,
+    TINY,
+    TINY_VARIANTS,
+    USER_DIR,
+    copy_data,
+    doctored_checkpoint,
+    family,
+    generate_args,
+    run,
+    train_args,
+)
 
 
 
@@ -40,18 +51,6 @@ def test_checkpoints_need_the_allow_list_and_get_nothing_more(trained):
 
     names = {g[1] if isinstance(g, tuple) else f"{g.__module__}.{g.__qualname__}" for g in allow.checkpoint_globals()}
     assert not any("eval" in n or "system" in n or "builtins" in n for n in names)
-
-
-def doctored_checkpoint(checkpoint, path, boosts, tgt_dict_path):
-    """A full_bias checkpoint where each named speaker's bias strongly favours one word."""
-    state = torch.load(checkpoint, weights_only=True)
-    names = state["task_state"]["speaker_dictionary"]["names"]
-    words = [line.split()[0] for line in open(tgt_dict_path, encoding="utf-8")]
-    weight = state["model"]["decoder.speaker_bias.weight"]
-    for speaker, word in boosts.items():
-        weight[names.index(speaker), 4 + words.index(word)] += 100.0  # 4 special symbols come first
-    torch.save(state, path)
-    return path
 
 
 @pytest.fixture(scope="module")
