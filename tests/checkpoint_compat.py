@@ -15,10 +15,9 @@ import torch
 from fairseq import checkpoint_utils, utils
 from fairseq.data.data_utils import collate_tokens
 
-import fairseq_speaker
+from fairseq_speaker import USER_DIR
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "checkpoints")
-USER_DIR = os.path.dirname(os.path.abspath(fairseq_speaker.__file__))
 
 
 def read(path: str) -> List[str]:

@@ -7,7 +7,7 @@ import shlex
 import pytest
 from fairseq import options
 
-import fairseq_speaker
+from fairseq_speaker import USER_DIR
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PARSERS = {
@@ -37,8 +37,7 @@ def test_the_readme_shows_each_command_line():
 
 @pytest.mark.parametrize("command", COMMANDS, ids=[c.split()[0] + str(i) for i, c in enumerate(COMMANDS)])
 def test_readme_command_parses(command):
-    user_dir = os.path.dirname(fairseq_speaker.__file__)
-    argv = shlex.split(re.sub(r"\$USER_DIR", user_dir, command))
+    argv = shlex.split(re.sub(r"\$USER_DIR", USER_DIR, command))
     parser = PARSERS[argv[0]]()
     args = options.parse_args_and_arch(parser, argv[1:])
     assert args.task == "speaker_translation"
