@@ -1,35 +1,69 @@
-"""What a speaker's bias learned, read from a checkpoint.
+"""What a checkpoint's speaker bias learned, read through the variant contract (any variant).
 
-For a speaker: the target words the bias raises and lowers most. For
-fact_bias: the words each of the r shared bias vectors favours, a 2-D
-projection of the speakers' mixture weights, and each speaker's nearest
-speakers by those weights (cosine). For full_bias the projection and the
-neighbours use the bias vectors themselves.
+The variant is rebuilt from the checkpoint's model options and loaded with its
+parameters (``decoder.speaker_bias.*``); everything below asks it, never its name:
+
+- for a speaker: the target words their bias raises and lowers most
+  (``forward`` with the speaker's id and no source);
+- the speakers compared: nearest speakers by cosine and a 2-D PCA projection of
+  :meth:`~fairseq_speaker.modules.speaker_bias.SpeakerBias.speaker_vectors`
+  (mixture weights for fact, bias vectors for full, embeddings for proj, ...);
+- the shared vectors over the vocabulary
+  (:meth:`~fairseq_speaker.modules.speaker_bias.SpeakerBias.vocabulary_vectors`: fact's
+  shared bias vectors, simplex's prototypes, topic's topics, ...): the words each favours.
 """
 
+import argparse
 import os
 from dataclasses import dataclass
 from functools import cached_property
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 from fairseq.data import Dictionary
 from torch import Tensor
 
 import fairseq_speaker.checkpoints  # noqa: F401  (weights_only loading of fairseq checkpoints)
+from fairseq_speaker.data import SpeakerDictionary
+from fairseq_speaker.modules.speaker_bias import SpeakerBias, build_speaker_bias
 from fairseq_speaker.tasks.speaker_translation import SPEAKER_TOKEN
 
 WordScores = List[Tuple[str, float]]
+PREFIX = "decoder.speaker_bias."
+
+
+def _options(cfg) -> Dict:
+    """A checkpoint's model options as a dict (dataclass models save a dict, argparse models a Namespace)."""
+    return dict(vars(cfg)) if isinstance(cfg, argparse.Namespace) else dict(cfg)
+
+
+def load_speaker_bias(state: Dict, target_dictionary: Dictionary) -> SpeakerBias:
+    """The checkpoint's speaker bias variant, rebuilt from its options and loaded with its parameters."""
+    options = _options(state["cfg"]["model"])
+    speakers = SpeakerDictionary.from_state_dict(state["task_state"]["speaker_dictionary"])
+    bias = build_speaker_bias(options.get("speaker_bias") or "none", argparse.Namespace(**options), speakers,
+                              target_dictionary)
+    params = {k[len(PREFIX):]: v for k, v in state["model"].items() if k.startswith(PREFIX)}
+    bias.load_state_dict(params, strict=True)
+    return bias.float().eval()
+
+
+def has_something_to_inspect(checkpoint: str) -> bool:
+    """Whether a checkpoint's variant has speaker parameters or shared vocabulary vectors to show."""
+    state = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    placeholder = Dictionary()
+    for i in range((_vocab_size(state) or len(placeholder)) - len(placeholder)):
+        placeholder.add_symbol(f"w{i}")
+    bias = load_speaker_bias(state, placeholder)
+    return bool(bias.speaker_parameters() or bias.vocabulary_vectors())
 
 
 @dataclass
 class BiasInspection:
-    variant: str  # "full" or "fact"
+    variant: str  # the --speaker-bias of the checkpoint ("fact", "fact+topic", ...)
     speakers: List[str]
     words: List[str]  # the target vocabulary, index = logit position
-    full_weight: Optional[Tensor] = None  # S x V
-    speaker_weights: Optional[Tensor] = None  # S x r
-    shared_biases: Optional[Tensor] = None  # V x r
+    bias_module: SpeakerBias
 
     @classmethod
     def from_checkpoint(cls, checkpoint: str, target_dictionary: Optional[str] = None,
@@ -41,27 +75,31 @@ class BiasInspection:
             if data is None:
                 raise ValueError("give the target dictionary or the data directory of the checkpoint")
             target_dictionary = _target_dictionary(data, state)
-        model_cfg = state["cfg"]["model"]
-        variant = model_cfg.get("speaker_bias")
-        if variant not in ("full", "fact"):
-            raise ValueError(f"{checkpoint}: a {variant!r} model has no speaker bias to inspect "
-                             f"(full_bias and fact_bias checkpoints have)")
         speakers = state["task_state"]["speaker_dictionary"]["names"]
         dictionary = Dictionary.load(target_dictionary)
         if state["task_state"].get("speaker_token"):
             for name in speakers:
                 dictionary.add_symbol(SPEAKER_TOKEN.format(name))
-        words = [dictionary[i] for i in range(len(dictionary))]
-        params = state["model"]
-        vocab_size = params["decoder.output_bias"].numel()
-        if vocab_size != len(words):
-            raise ValueError(f"{target_dictionary} has {len(words)} words but {checkpoint} was trained with "
+        vocab_size = _vocab_size(state)
+        if vocab_size is not None and vocab_size != len(dictionary):
+            raise ValueError(f"{target_dictionary} has {len(dictionary)} words but {checkpoint} was trained with "
                              f"{vocab_size}: give the target dictionary of the model's data directory")
-        if variant == "full":
-            return cls(variant, speakers, words, full_weight=params["decoder.speaker_bias.weight"].float())
-        return cls(variant, speakers, words,
-                   speaker_weights=params["decoder.speaker_bias.speaker_weights"].float(),
-                   shared_biases=params["decoder.speaker_bias.shared_biases"].float())
+        bias = load_speaker_bias(state, dictionary)
+        variant = _options(state["cfg"]["model"]).get("speaker_bias") or "none"
+        if not bias.speaker_parameters() and not bias.vocabulary_vectors():
+            raise ValueError(f"{checkpoint}: a {variant!r} model has no speaker parameters nor shared vocabulary "
+                             f"vectors: nothing to inspect")
+        return cls(variant, list(speakers), [dictionary[i] for i in range(len(dictionary))], bias)
+
+    @property
+    def has_speakers(self) -> bool:
+        """Whether the variant has parameters of its own per speaker."""
+        return bool(self.bias_module.speaker_parameters())
+
+    @property
+    def speaker_vector_label(self) -> str:
+        labels = [v.speaker_vector_label for _, v in self.bias_module.named_variants() if v.speaker_parameter_names]
+        return " and ".join(labels) if labels else "speaker parameters"
 
     def _index(self, speaker: str) -> int:
         try:
@@ -70,22 +108,24 @@ class BiasInspection:
             raise ValueError(f"speaker {speaker!r} is not among the model's {len(self.speakers)} speakers") from None
 
     def bias(self, speaker: str) -> Tensor:
-        """b_s ``[V]``."""
-        s = self._index(speaker)
-        if self.variant == "full":
-            return self.full_weight[s]
-        return self.shared_biases @ self.speaker_weights[s]
+        """b_s ``[V]``: the speaker's bias, without any source sentence."""
+        with torch.no_grad():
+            out = self.bias_module(torch.tensor([self._index(speaker)]))
+        if out is None:
+            raise ValueError(f"the {self.variant!r} bias gives speakers no bias of their own")
+        return out[0]
 
     @cached_property
     def _real_words(self) -> Tensor:
         """Mask of the vocabulary entries worth listing (no special or padding symbols)."""
         return torch.tensor([not (w.startswith("<") and w.endswith(">")) and not w.startswith("madeupword")
-                             and w not in ("<s>", "<pad>", "</s>", "<unk>") for w in self.words])
+                             for w in self.words])
 
     def _extremes(self, values: Tensor, k: int) -> Tuple[WordScores, WordScores]:
         mask = self._real_words
-        up = values.masked_fill(~mask, float("-inf")).topk(min(k, int(mask.sum())))
-        down = values.masked_fill(~mask, float("inf")).topk(min(k, int(mask.sum())), largest=False)
+        k = min(k, int(mask.sum()))
+        up = values.masked_fill(~mask, float("-inf")).topk(k)
+        down = values.masked_fill(~mask, float("inf")).topk(k, largest=False)
         return ([(self.words[i], float(v)) for v, i in zip(up.values, up.indices)],
                 [(self.words[i], float(v)) for v, i in zip(down.values, down.indices)])
 
@@ -93,15 +133,17 @@ class BiasInspection:
         """The words the speaker's bias raises most, and those it lowers most."""
         return self._extremes(self.bias(speaker), k)
 
-    def shared_vector_words(self, k: int = 10) -> List[Tuple[WordScores, WordScores]]:
-        """fact_bias: for each of the r shared bias vectors, its highest and lowest words."""
-        if self.shared_biases is None:
-            raise ValueError("only fact_bias has shared bias vectors")
-        return [self._extremes(self.shared_biases[:, j], k) for j in range(self.shared_biases.size(1))]
+    def vocabulary_vector_words(self, k: int = 10) -> Dict[str, List[Tuple[WordScores, WordScores]]]:
+        """For each kind of shared vocabulary vector, for each vector: its highest and lowest words."""
+        return {label: [self._extremes(vectors[:, j], k) for j in range(vectors.size(1))]
+                for label, vectors in self.bias_module.vocabulary_vectors().items()}
 
     def speaker_vectors(self) -> Tensor:
-        """What speakers are compared by: mixture weights (fact) or bias vectors (full), ``[S, d]``."""
-        return self.speaker_weights if self.variant == "fact" else self.full_weight
+        """What speakers are compared by ``[S, d]`` (the variant's ``speaker_vectors``)."""
+        vectors = self.bias_module.speaker_vectors()
+        if vectors is None:
+            raise ValueError(f"the {self.variant!r} bias has no parameters per speaker")
+        return vectors
 
     def projection(self) -> Tensor:
         """A 2-D PCA projection of the speakers ``[S, 2]``."""
@@ -113,7 +155,7 @@ class BiasInspection:
         return x @ v
 
     def nearest(self, speaker: str, k: int = 5) -> List[Tuple[str, float]]:
-        """The k speakers closest to ``speaker`` by cosine similarity."""
+        """The k speakers closest to ``speaker`` by cosine similarity of their speaker vectors."""
         x = torch.nn.functional.normalize(self.speaker_vectors(), dim=1)
         s = self._index(speaker)
         similarity = x @ x[s]
@@ -122,9 +164,18 @@ class BiasInspection:
         return [(self.speakers[i], float(v)) for v, i in zip(best.values, best.indices)]
 
 
+def _vocab_size(state: Dict) -> Optional[int]:
+    """The target vocabulary size a checkpoint was trained with (its output layer's rows)."""
+    for key in ("decoder.output_bias", "decoder.output_projection.weight", "decoder.embed_tokens.weight"):
+        if key in state["model"]:
+            return int(state["model"][key].shape[0])
+    return None
+
+
 def _target_dictionary(data: str, state: dict) -> str:
     """``{data}/dict.{target_lang}.txt``, the target language read from a loaded checkpoint."""
-    lang = state["cfg"]["task"].get("target_lang")
+    task = state["cfg"]["task"]
+    lang = (vars(task) if isinstance(task, argparse.Namespace) else task).get("target_lang")
     if not lang:
         from fairseq.data import data_utils
 

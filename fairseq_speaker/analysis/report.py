@@ -18,7 +18,7 @@ import json
 import logging
 import os
 import sys
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from fairseq_speaker.analysis.classifier import train_classifier
 from fairseq_speaker.analysis.inspect_bias import BiasInspection
@@ -83,23 +83,31 @@ def inspect_speakers(inspection: BiasInspection, speakers: List[str], k: int) ->
     return figures
 
 
+#: at most this many vectors of one kind are listed word by word
+MAX_VECTORS = 20
+
+
 def inspection_section(name: str, inspection: BiasInspection, figures: Dict[str, Dict], k: int,
-                       plot: str) -> List[str]:
+                       plot: Optional[str]) -> List[str]:
     def words(pairs):
         return ", ".join(f"{w} ({v:+.2f})" for w, v in pairs)
 
-    lines = [f"## What the speaker biases learned: {name} ({inspection.variant}_bias)", ""]
+    lines = [f"## What the speaker bias learned: {name} (`--speaker-bias {inspection.variant}`)", ""]
     for speaker, figure in figures.items():
         near = ", ".join(f"{s} ({v:.2f})" for s, v in figure["nearest"])
         lines += [f"### Speaker {speaker}", "", f"- raises: {words(figure['raises'])}",
                   f"- lowers: {words(figure['lowers'])}",
-                  f"- nearest speakers (cosine of their {'mixture weights' if inspection.variant == 'fact' else 'biases'}): {near}", ""]
-    if inspection.variant == "fact":
-        lines += ["### The shared bias vectors", "", "| vector | highest words | lowest words |", "|---|---|---|"]
-        for j, (up, down) in enumerate(inspection.shared_vector_words(k)):
+                  f"- nearest speakers (cosine of their {inspection.speaker_vector_label}): {near}", ""]
+    for label, vectors in inspection.vocabulary_vector_words(k).items():
+        shown = vectors[:MAX_VECTORS]
+        more = f" (the first {len(shown)} of {len(vectors)})" if len(vectors) > len(shown) else ""
+        lines += [f"### {label[0].upper() + label[1:]}{more}", "", "| vector | highest words | lowest words |",
+                  "|---|---|---|"]
+        for j, (up, down) in enumerate(shown):
             lines.append(f"| {j} | {', '.join(w for w, _ in up)} | {', '.join(w for w, _ in down)} |")
         lines.append("")
-    lines += [f"![speakers projected on two dimensions]({os.path.basename(plot)})", ""]
+    if plot:
+        lines += [f"![speakers projected on two dimensions]({os.path.basename(plot)})", ""]
     return lines
 
 
@@ -162,7 +170,8 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--classifier-batch-size", type=int, default=32)
     group = parser.add_argument_group("bias inspection")
     group.add_argument("--checkpoint", action="append", default=[], metavar="NAME=FILE",
-                       help="a full_bias or fact_bias checkpoint to inspect (repeat)")
+                       help="a checkpoint whose speaker bias to inspect, of any variant with speaker parameters "
+                       "or shared vocabulary vectors (repeat)")
     group.add_argument("--data", help="the data directory of the checkpoints (for the target dictionary)")
     group.add_argument("--speaker", action="append", default=[], help="speakers to inspect (default: the most frequent)")
     group.add_argument("--inspect-speakers", type=int, default=3, help="how many speakers, without --speaker")
@@ -213,12 +222,14 @@ def main(argv=None) -> None:
         results["classifier"] = dict(accuracies)
 
     for name, checkpoint in checkpoints:
-        _progress(f"inspecting the speaker biases of {name}")
+        _progress(f"inspecting the speaker bias of {name}")
         inspection = BiasInspection.from_checkpoint(checkpoint, data=args.data)
-        speakers = args.speaker or inspection.speakers[: args.inspect_speakers]
-        figures = inspect_speakers(inspection, speakers, args.top_words)
-        plot = os.path.join(args.out, f"speakers_{name}.png")
-        plot_projection(inspection, speakers, plot, f"{name}: speakers ({inspection.variant}_bias)")
+        figures, plot = {}, None
+        if inspection.has_speakers:
+            speakers = args.speaker or inspection.speakers[: args.inspect_speakers]
+            figures = inspect_speakers(inspection, speakers, args.top_words)
+            plot = os.path.join(args.out, f"speakers_{name}.png")
+            plot_projection(inspection, speakers, plot, f"{name}: speakers ({inspection.speaker_vector_label})")
         report += inspection_section(name, inspection, figures, args.top_words, plot)
         results.setdefault("inspection", {})[name] = figures
 

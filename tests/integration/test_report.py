@@ -23,15 +23,20 @@ def test_report_has_every_section(toy, trained, tmp_path):
         "--train-text", f"{raw}/train.fr", "--train-speakers", f"{raw}/train.spk", "--test-speakers", f"{raw}/test.spk",
         "--classifier-epochs", "2",
         "--checkpoint", f"full={trained('lstm_full_bias')}", "--checkpoint", f"fact={trained('lstm_fact_bias')}",
+        "--checkpoint", f"simplex={trained('transformer_base:simplex')}",
         "--data", toy["bin"], "--inspect-speakers", "2",
     ], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = (out / "report.md").read_text()
-    for section in ("## Translation quality", "## Speaker classifier", "## What the speaker biases learned: full",
-                    "## What the speaker biases learned: fact", "### The shared bias vectors", "### Speaker spk00"):
+    for section in ("## Translation quality", "## Speaker classifier",
+                    "## What the speaker bias learned: full (`--speaker-bias full`)",
+                    "## What the speaker bias learned: fact (`--speaker-bias fact`)", "### Shared bias vectors",
+                    "## What the speaker bias learned: simplex (`--speaker-bias simplex`)", "### Prototypes",
+                    "### Speaker spk00"):
         assert section in report, section
+    assert "nearest speakers (cosine of their mixture weights (softmax))" in report
     assert "| base |" in report and "| fact |" in report and "baseline" in report
-    for png in ("classifier.png", "speakers_full.png", "speakers_fact.png"):
+    for png in ("classifier.png", "speakers_full.png", "speakers_fact.png", "speakers_simplex.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert f"]({png})" in report
     results = json.load(open(out / "scores.json"))
