@@ -19,7 +19,8 @@ For each of base, spk_token, full_bias and fact_bias (the presets of
    SATED's tokenized references).
 
 With ``--family transformer`` the same systems are Transformers of fairseq's
-iwslt_de_en sizes trained the usual way for them (Adam with betas 0.9/0.98,
+iwslt_de_en sizes, the output layer tied to the target embeddings as in the paper,
+trained the usual way for them (Adam with betas 0.9/0.98,
 lr 5e-4 after 4,000 warm-up updates then inverse square root, dropout 0.3,
 4,096 tokens a batch, stopping after 3 epochs without gain), decoded and
 scored the same way; there is no SGD pass.
@@ -66,6 +67,7 @@ FIRST_STAGE = {
              "--required-batch-size-multiple", "1", "--lr-scheduler", "restart_from_best", "--lr-shrink", "0.5"],
     "transformer": ["--encoder-ffn-embed-dim", "1024", "--decoder-ffn-embed-dim", "1024",
                     "--encoder-attention-heads", "4", "--decoder-attention-heads", "4", "--dropout", "0.3",
+                    "--share-decoder-input-output-embed",
                     "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", "5e-4", "--clip-norm", "0.0",
                     "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "4000", "--max-tokens", "4096"],
 }

@@ -4,8 +4,9 @@ Every option of fairseq's ``transformer`` applies (sizes, layers, heads,
 ``--share-all-embeddings``, ...); the speaker plumbing adds the bias of the
 variant chosen by ``--speaker-bias`` to the logits. Presets ``transformer_base``
 (no speaker bias), ``transformer_full_bias`` and ``transformer_fact_bias`` take
-fairseq's base transformer sizes (512, 6 + 6 layers) with the output layer tied to
-the target embeddings as in the paper (``--share-decoder-input-output-embed``);
+fairseq's defaults for ``--arch transformer`` (512, 6 + 6 layers, untied output
+layer: ``--share-decoder-input-output-embed`` ties it to the target embeddings as
+the paper does, which the recipes, configs and demo of this package do);
 smaller settings are flags away, e.g. fairseq's iwslt_de_en sizes with
 ``--encoder-ffn-embed-dim 1024 --decoder-ffn-embed-dim 1024 --encoder-attention-heads 4
 --decoder-attention-heads 4``.
@@ -80,11 +81,8 @@ class SpeakerTransformerModel(SpeakerModelMixin, TransformerModel):
 
 
 def architecture(args) -> None:
-    """The speaker options' defaults, the output layer tied to the target embeddings, then fairseq's
-    base transformer for every option not given."""
+    """The speaker options' defaults, then fairseq's base transformer for every option not given."""
     fill_defaults(args, SpeakerTransformerModel.speaker_options())
-    if getattr(args, "share_decoder_input_output_embed", None) is None:
-        args.share_decoder_input_output_embed = True
     transformer_base_architecture(args)
 
 
