@@ -1,17 +1,22 @@
 """From nothing to a results table: toy corpus, fairseq-preprocess, fairseq-train, fairseq-generate.
 
 Generates the synthetic corpus of :mod:`fairseq_speaker.toy.corpus` (speaker
-traits the source never shows), trains a speaker-agnostic ``lstm_base`` and a
-``lstm_fact_bias`` with the stock fairseq command lines, decodes the test set
-with beam 5 and prints BLEU (sacrebleu) and the share of speaker-dependent
-words each system got right; then writes the evaluation report
-(``fairseq-speaker-report``) to ``WORKDIR/report``. Small enough for a few
-minutes on 2 CPU cores.
+traits the source never shows), trains each system with the stock fairseq
+command lines, decodes the test set with beam 5 and prints BLEU (sacrebleu) and
+the share of speaker-dependent words each system got right; then writes the
+evaluation report (``fairseq-speaker-report``) to ``WORKDIR/report``. Small
+enough for a few minutes on 2 CPU cores.
+
+A system is a preset (``lstm_fact_bias``, ``transformer_base``, ...), optionally
+with another speaker bias variant (``lstm_base:simplex``, ``transformer_base:fact+topic``)
+or the speaker token (``lstm_base+spk_token``). A topic model of the source side is
+fitted once (``fairseq-speaker-topics``) and given to every system (``--topic-model``):
+variants that read the source use it, the others ignore it.
 
 Usage::
 
     fairseq-speaker-demo --workdir demo-work
-    fairseq-speaker-demo --archs lstm_base lstm_full_bias lstm_fact_bias --epochs 20
+    fairseq-speaker-demo --archs lstm_base lstm_fact_bias transformer_base transformer_fact_bias
 """
 
 import argparse
@@ -23,16 +28,35 @@ from typing import Dict, List
 
 import sacrebleu
 
-from fairseq_speaker.commands import USER_DIR
+from fairseq_speaker import commands
 from fairseq_speaker.commands import run_fairseq as fairseq
 from fairseq_speaker.data import read_lines
 from fairseq_speaker.generate_output import read_generate_output
+from fairseq_speaker.models import speaker_presets
+from fairseq_speaker.modules.speaker_bias import parse_variant_name
 from fairseq_speaker.toy.corpus import read_traits, trait_accuracy, write_corpus
 
 TRAITS = ("gender", "address", "profession")
+DEFAULT_SYSTEMS = ["lstm_base", "lstm_fact_bias", "transformer_fact_bias"]
+#: model sizes and optimisation per family, small enough for a CPU in minutes
+FAMILY_ARGS = {
+    "lstm": ["--encoder-embed-dim", "64", "--decoder-embed-dim", "64", "--encoder-hidden-size", "64",
+             "--decoder-hidden-size", "128", "--attention-dim", "64", "--dropout", "0.1",
+             "--optimizer", "adam", "--clip-norm", "1.0"],
+    "transformer": ["--encoder-embed-dim", "64", "--decoder-embed-dim", "64", "--encoder-ffn-embed-dim", "128",
+                    "--decoder-ffn-embed-dim", "128", "--encoder-layers", "2", "--decoder-layers", "2",
+                    "--encoder-attention-heads", "4", "--decoder-attention-heads", "4", "--dropout", "0.1",
+                    "--share-decoder-input-output-embed",
+                    "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--clip-norm", "1.0",
+                    "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "200"],
+}
 
 
-def prepare(workdir: str, sizes: Dict[str, int], speakers: int, threads: int) -> str:
+def family(system: str) -> str:
+    return "transformer" if system.startswith("transformer") else "lstm"
+
+
+def prepare(workdir: str, sizes: Dict[str, int], speakers: int, threads: int, topics: int) -> str:
     raw, data = os.path.join(workdir, "raw"), os.path.join(workdir, "bin")
     write_corpus(raw, sizes, num_speakers=speakers)
     if os.path.isdir(data):
@@ -44,79 +68,102 @@ def prepare(workdir: str, sizes: Dict[str, int], speakers: int, threads: int) ->
     ], os.path.join(workdir, "preprocess.log"), threads)
     for split in sizes:
         shutil.copy(os.path.join(raw, f"{split}.spk"), data)
+    from fairseq_speaker.topic_model import main as fit_topics
+
+    fit_topics([data, "--topics", str(topics), "--out", os.path.join(data, "topics.npz"), "--top-words", "0"])
     return data
 
 
-def train_and_translate(workdir: str, data: str, arch: str, args) -> List[str]:
-    save_dir = os.path.join(workdir, "checkpoints", arch)
+def train_and_translate(workdir: str, data: str, system: str, args) -> List[str]:
+    name = system.replace(":", "-")
+    save_dir = os.path.join(workdir, "checkpoints", name)
     if os.path.isdir(save_dir):
         shutil.rmtree(save_dir)
-    fairseq("train", [
-        data, "--user-dir", USER_DIR, "--task", "speaker_translation", "--arch", arch,
-        "--encoder-embed-dim", "64", "--decoder-embed-dim", "64",
-        "--encoder-hidden-size", "64", "--decoder-hidden-size", "128", "--attention-dim", "64",
-        "--dropout", "0.1",
-        "--criterion", "speaker_label_smoothed_cross_entropy", "--label-smoothing", "0.1",
-        "--optimizer", "adam", "--lr", str(args.lr), "--clip-norm", "1.0",
+    fairseq("train", commands.train_args(
+        data, save_dir, commands.system_args(system), *FAMILY_ARGS[family(system)],
+        "--topic-model", os.path.join(data, "topics.npz"), "--lr", str(args.lr[family(system)]),
         "--max-tokens", "1000", "--max-epoch", str(args.epochs), "--seed", str(args.seed),
-        "--save-dir", save_dir, "--no-epoch-checkpoints", "--no-progress-bar", "--log-interval", "50",
-    ], os.path.join(workdir, f"train.{arch}.log"), args.threads)
-    out = fairseq("generate", [
-        data, "--user-dir", USER_DIR, "--task", "speaker_translation",
-        "--path", os.path.join(save_dir, "checkpoint_best.pt"),
-        "--beam", "5", "--batch-size", "64", "--gen-subset", "test",
-        "--speaker-file", os.path.join(workdir, "raw", "test.spk"),
-    ], os.path.join(workdir, f"generate.{arch}.log"), args.threads)
-    path = os.path.join(workdir, f"generate.{arch}.txt")
+        "--no-epoch-checkpoints", "--no-progress-bar", "--log-interval", "50",
+    ), os.path.join(workdir, f"train.{name}.log"), args.threads)
+    out = fairseq("generate", commands.generate_args(
+        data, os.path.join(save_dir, "checkpoint_best.pt"), "--beam", "5", "--batch-size", "64",
+        "--gen-subset", "test", "--speaker-file", os.path.join(workdir, "raw", "test.spk"),
+    ), os.path.join(workdir, f"generate.{name}.log"), args.threads)
+    path = os.path.join(workdir, f"generate.{name}.txt")
     with open(path, "w", encoding="utf-8") as f:
         f.write(out)
     return read_generate_output(out, source=path)
 
 
 def format_table(rows: List[Dict]) -> str:
-    header = ["system", "BLEU", "speaker words", *TRAITS]
+    header = ["system", "BLEU", "speaker words", *TRAITS, "seconds"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in rows:
         cells = [r["system"], f"{r['bleu']:.2f}", f"{100 * r['traits']['all']:.1f}%"]
         cells += [f"{100 * r['traits'].get(t, float('nan')):.1f}%" for t in TRAITS]
+        cells.append(f"{r['seconds']:.0f}")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def main(argv=None) -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workdir", default="demo-work", help="where data, checkpoints and logs go")
-    parser.add_argument("--archs", nargs="+", default=["lstm_base", "lstm_fact_bias"],
-                        help="systems to train (lstm_base, lstm_full_bias, lstm_fact_bias)")
+    parser.add_argument("--archs", nargs="+", default=DEFAULT_SYSTEMS, metavar="SYSTEM",
+                        help="systems to train: a preset (" + ", ".join(speaker_presets()) + "), "
+                        "optionally :VARIANT (any registered speaker bias, e.g. lstm_base:simplex) "
+                        "and/or +spk_token")
     parser.add_argument("--epochs", type=int, default=15)
-    parser.add_argument("--lr", type=float, default=0.003)
+    parser.add_argument("--lr", type=float, help="learning rate (default: 0.003 for LSTMs, 0.002 for transformers)")
     parser.add_argument("--train", type=int, default=6000, help="training sentences")
     parser.add_argument("--test", type=int, default=400, help="validation and test sentences each")
     parser.add_argument("--speakers", type=int, default=24)
+    parser.add_argument("--topics", type=int, default=8, help="topics of the source-side topic model")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--threads", type=int, default=2, help="CPU threads for training and decoding")
     parser.add_argument("--no-report", action="store_true",
                         help="skip the evaluation report (significance, speaker classifier, bias inspection)")
     parser.add_argument("--classifier-epochs", type=int, default=20, help="epochs of the report's speaker classifier")
-    args = parser.parse_args(argv)
+    return parser
 
+
+def parse_args(argv=None) -> argparse.Namespace:
+    """The demo's options, its systems checked: a preset, a registered variant."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    presets = set(speaker_presets())
+    for system in args.archs:
+        choice = commands.system_args(system)
+        if choice[1] not in presets:
+            parser.error(f"unknown system {system!r}: start it with a preset ({', '.join(sorted(presets))})")
+        if "--speaker-bias" in choice:
+            try:
+                parse_variant_name(choice[choice.index("--speaker-bias") + 1])
+            except ValueError as e:
+                parser.error(f"system {system!r}: {e}")
+    args.lr = {"lstm": args.lr or 0.003, "transformer": args.lr or 0.002}
+    return args
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
     os.makedirs(args.workdir, exist_ok=True)
     started = time.time()
-    print(f"[demo] writing the toy corpus and binarizing it in {args.workdir}", flush=True)
+    print(f"[demo] writing the toy corpus, binarizing it and fitting a topic model in {args.workdir}", flush=True)
     data = prepare(args.workdir, {"train": args.train, "valid": args.test, "test": args.test},
-                   args.speakers, args.threads)
+                   args.speakers, args.threads, args.topics)
     references = read_lines(os.path.join(args.workdir, "raw", "test.fr"))
     traits = read_traits(os.path.join(args.workdir, "raw", "test.traits"))
 
     rows = []
-    for arch in args.archs:
+    for system in args.archs:
         t0 = time.time()
-        print(f"[demo] training {arch} for {args.epochs} epochs and decoding the test set (beam 5)", flush=True)
-        hypotheses = train_and_translate(args.workdir, data, arch, args)
+        print(f"[demo] training {system} for {args.epochs} epochs and decoding the test set (beam 5)", flush=True)
+        hypotheses = train_and_translate(args.workdir, data, system, args)
         bleu = sacrebleu.corpus_bleu(hypotheses, [references], tokenize="none", force=True)
-        rows.append({"system": arch, "bleu": bleu.score, "traits": trait_accuracy(hypotheses, traits),
+        rows.append({"system": system, "bleu": bleu.score, "traits": trait_accuracy(hypotheses, traits),
                      "seconds": round(time.time() - t0, 1)})
-        print(f"[demo] {arch}: BLEU {bleu.score:.2f}, speaker words right "
+        print(f"[demo] {system}: BLEU {bleu.score:.2f}, speaker words right "
               f"{100 * rows[-1]['traits']['all']:.1f}% ({rows[-1]['seconds']} s)", flush=True)
 
     table = format_table(rows)
@@ -127,7 +174,7 @@ def main(argv=None) -> None:
     print()
     print(f"Test set: {args.test} sentences of {args.speakers} speakers; BLEU is sacrebleu on the "
           f"tokenized text; 'speaker words' is the share of gender / address / profession words that "
-          f"match the speaker.")
+          f"match the speaker; seconds: training and decoding on {args.threads} threads.")
     print(table)
     if not args.no_report:
         write_report(args)
@@ -137,17 +184,20 @@ def main(argv=None) -> None:
 def write_report(args) -> None:
     """The evaluation report over the demo's systems: significance, speaker classifier, what the biases learned."""
     from fairseq_speaker.analysis import report
+    from fairseq_speaker.analysis.inspect_bias import has_something_to_inspect
 
     raw, out = os.path.join(args.workdir, "raw"), os.path.join(args.workdir, "report")
-    biased = [arch for arch in args.archs if arch != "lstm_base"]
+    names = {system: system.replace(":", "-") for system in args.archs}
+    checkpoints = {system: os.path.join(args.workdir, "checkpoints", name, "checkpoint_best.pt")
+                   for system, name in names.items()}
+    inspected = [system for system in args.archs if has_something_to_inspect(checkpoints[system])]
     print(f"\n[demo] writing the evaluation report to {out}/report.md", flush=True)
     report.main([
         "--out", out, "--references", f"{raw}/test.fr", "--tokenize", "none",
-        *[a for arch in args.archs for a in ("--system", f"{arch}={args.workdir}/generate.{arch}.txt")],
+        *[a for s in args.archs for a in ("--system", f"{names[s]}={args.workdir}/generate.{names[s]}.txt")],
         "--train-text", f"{raw}/train.fr", "--train-speakers", f"{raw}/train.spk",
         "--test-speakers", f"{raw}/test.spk", "--classifier-epochs", str(args.classifier_epochs),
-        *[a for arch in biased
-          for a in ("--checkpoint", f"{arch}={args.workdir}/checkpoints/{arch}/checkpoint_best.pt")],
+        *[a for s in inspected for a in ("--checkpoint", f"{names[s]}={checkpoints[s]}")],
         "--data", os.path.join(args.workdir, "bin"),
     ])
 

@@ -8,6 +8,8 @@ import pytest
 from fairseq import options
 
 from fairseq_speaker import USER_DIR
+from fairseq_speaker.models import preset_variant
+from fairseq_speaker.toy import demo
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PARSERS = {
@@ -23,23 +25,34 @@ def readme_commands():
     for line in text.splitlines():
         line = line.strip()
         line = line.split("|")[-1].strip() if line.startswith(("echo", "paste")) else line
-        if line.split(" ")[0] in PARSERS:
+        if line.split(" ")[0] in PARSERS or line.startswith("fairseq-speaker-demo "):
             commands.append(line)
     return commands
 
 
 COMMANDS = readme_commands()
+FAIRSEQ = [c for c in COMMANDS if c.split()[0] in PARSERS]
 
 
 def test_the_readme_shows_each_command_line():
-    assert {c.split()[0] for c in COMMANDS} == set(PARSERS)
+    assert {c.split()[0] for c in FAIRSEQ} == set(PARSERS)
+    assert any(c.split()[0] == "fairseq-speaker-demo" for c in COMMANDS)
 
 
-@pytest.mark.parametrize("command", COMMANDS, ids=[c.split()[0] + str(i) for i, c in enumerate(COMMANDS)])
-def test_readme_command_parses(command):
+@pytest.mark.parametrize("command", FAIRSEQ, ids=[c.split()[0] + str(i) for i, c in enumerate(FAIRSEQ)])
+def test_readme_fairseq_command_parses(command):
     argv = shlex.split(re.sub(r"\$USER_DIR", USER_DIR, command))
     parser = PARSERS[argv[0]]()
     args = options.parse_args_and_arch(parser, argv[1:])
     assert args.task == "speaker_translation"
     if argv[0] == "fairseq-train":
-        assert args.arch == "lstm_fact_bias" and args.speaker_bias == "fact" and args.speaker_rank == 10
+        # the variant is the preset's unless --speaker-bias says otherwise
+        expected = argv[argv.index("--speaker-bias") + 1] if "--speaker-bias" in argv else preset_variant(args.arch)
+        assert args.speaker_bias == expected
+
+
+def test_readme_demo_commands_parse():
+    for command in COMMANDS:
+        if command.startswith("fairseq-speaker-demo "):
+            args = demo.parse_args(shlex.split(command)[1:])
+            assert args.archs
