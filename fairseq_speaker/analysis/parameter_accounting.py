@@ -212,7 +212,12 @@ def main(argv=None) -> None:
     parser.add_argument("--tgt-vocab", type=int, help="target vocabulary size, without --data")
     parser.add_argument("--speakers", type=int, help="number of speakers, without --data")
     parser.add_argument("--arch", default="lstm_fact_bias", choices=speaker_presets())
+    parser.add_argument("--user-dir", help="a package registering more speaker bias variants (fairseq's --user-dir)")
     args, model_args = parser.parse_known_args(argv)
+    if args.user_dir:
+        from fairseq import utils
+
+        utils.import_user_module(args)
 
     if args.data:
         src, tgt, speakers = sizes_from_data(args.data, args.source_lang, args.target_lang, args.speaker_suffix)

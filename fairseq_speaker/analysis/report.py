@@ -176,6 +176,8 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--speaker", action="append", default=[], help="speakers to inspect (default: the most frequent)")
     group.add_argument("--inspect-speakers", type=int, default=3, help="how many speakers, without --speaker")
     group.add_argument("--top-words", type=int, default=10)
+    group.add_argument("--user-dir", help="a package registering more speaker bias variants, as given to "
+                       "fairseq-train's --user-dir (for checkpoints of those variants)")
     return parser
 
 
@@ -183,6 +185,10 @@ def main(argv=None) -> None:
     logging.basicConfig(level=logging.INFO, format="[report] %(message)s", stream=sys.stderr)
     logging.getLogger("matplotlib").setLevel(logging.WARNING)
     args = build_parser().parse_args(argv)
+    if args.user_dir:
+        from fairseq import utils
+
+        utils.import_user_module(args)
     systems = _pairs(args.system, "--system")
     checkpoints = _pairs(args.checkpoint, "--checkpoint")
     classifier_files = [args.train_text, args.train_speakers, args.test_speakers]

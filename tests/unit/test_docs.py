@@ -1,0 +1,52 @@
+"""The variants written out in the README and in docs/bias_variants.md work as the text says."""
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DOCUMENTS = ["README.md", os.path.join("docs", "bias_variants.md")]
+
+
+def python_blocks(path):
+    text = open(os.path.join(ROOT, path), encoding="utf-8").read()
+    return re.findall(r"```python\n(.*?)```", text, re.DOTALL)
+
+
+BLOCKS = [(path, i, code) for path in DOCUMENTS for i, code in enumerate(python_blocks(path))]
+
+CHECK = textwrap.dedent("""
+    import argparse
+    import torch
+    from fairseq import options
+    from tests.helpers import build_bias, make_model, make_task
+    from tests.unit.test_speaker_bias import expected_parameters
+
+    task = make_task(num_speakers=5)
+    bias = build_bias("scaled", task)
+    assert sum(p.numel() for p in bias.parameters()) == expected_parameters(bias)
+    assert bias(torch.tensor([0, 3, -1])).shape == (3, len(task.target_dictionary))
+    assert set(bias.speaker_parameters()) == {"scales"}
+    for family in ("lstm", "transformer"):
+        make_model("scaled", task=task, family=family)
+    args = options.parse_args_and_arch(options.get_training_parser(), [
+        "data", "--task", "speaker_translation", "--arch", "transformer_base", "--speaker-bias", "scaled",
+        "--scaled-init", "0.1"])
+    assert args.scaled_init == 0.1
+    print("ok")
+""")
+
+
+def test_both_documents_write_out_a_variant():
+    assert [path for path, _, _ in BLOCKS] == DOCUMENTS
+
+
+@pytest.mark.parametrize("path,index,code", BLOCKS, ids=[f"{p}:{i}" for p, i, _ in BLOCKS])
+def test_the_documented_variant_registers_builds_and_is_a_flag_of_both_models(path, index, code):
+    proc = subprocess.run([sys.executable, "-c", code + CHECK], cwd=ROOT, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-3000:]
