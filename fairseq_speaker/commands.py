@@ -33,6 +33,23 @@ def system_args(spec: str) -> List[str]:
     return ["--arch", arch] + (["--speaker-bias", variant] if variant else []) + args
 
 
+def family(system: str) -> str:
+    """The network of a system or preset: ``transformer`` or ``lstm``."""
+    return "transformer" if system.startswith("transformer") else "lstm"
+
+
+def model_size_args(family_name: str, dim: int, hidden: int, layers: int = 1, heads: int = 2) -> List[str]:
+    """Sizes of a small model: ``dim`` for embeddings (and the LSTM encoder and attention), ``hidden``
+    for the LSTM decoder or the Transformer's feed-forward layers; Transformers get ``layers`` layers
+    and ``heads`` attention heads on each side."""
+    if family_name == "lstm":
+        return ["--encoder-embed-dim", str(dim), "--decoder-embed-dim", str(dim), "--encoder-hidden-size", str(dim),
+                "--decoder-hidden-size", str(hidden), "--attention-dim", str(dim)]
+    return ["--encoder-embed-dim", str(dim), "--decoder-embed-dim", str(dim), "--encoder-ffn-embed-dim", str(hidden),
+            "--decoder-ffn-embed-dim", str(hidden), "--encoder-layers", str(layers), "--decoder-layers", str(layers),
+            "--encoder-attention-heads", str(heads), "--decoder-attention-heads", str(heads)]
+
+
 def run_fairseq(command: str, args: Sequence[str], log: str, threads: Optional[int] = None,
                 env: Optional[Dict[str, str]] = None) -> str:
     """Run ``fairseq-<command> args``; return its standard output, keep both streams in ``log``.

@@ -9,17 +9,12 @@ from typing import Dict
 import torch
 
 from fairseq_speaker import USER_DIR, commands
+from fairseq_speaker.commands import family
 from fairseq_speaker.toy.corpus import write_corpus
 
 BIN = os.path.dirname(sys.executable)
-#: tiny sizes of each model family (8-16 dims), and of the variants with sizes
-TINY = {
-    "lstm": ["--encoder-embed-dim", "8", "--decoder-embed-dim", "8", "--encoder-hidden-size", "8",
-             "--decoder-hidden-size", "16", "--attention-dim", "8"],
-    "transformer": ["--encoder-embed-dim", "16", "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32",
-                    "--decoder-ffn-embed-dim", "32", "--encoder-layers", "1", "--decoder-layers", "1",
-                    "--encoder-attention-heads", "2", "--decoder-attention-heads", "2"],
-}
+#: tiny sizes of each model family (8-16 dims)
+TINY = {"lstm": commands.model_size_args("lstm", 8, 16), "transformer": commands.model_size_args("transformer", 16, 32)}
 TINY_VARIANTS = ["--speaker-rank", "3", "--speaker-embed-dim", "3"]
 # 37 test sentences: not a multiple of 8, so fairseq's dropped-last-batch bug would show
 SIZES = {"train": 160, "valid": 40, "test": 37}
@@ -37,13 +32,9 @@ def run(command: str, args, check: bool = True, stdin=None, cwd=None, env=None) 
     return proc
 
 
-def family(arch: str) -> str:
-    return "transformer" if arch.startswith("transformer") else "lstm"
-
-
 def train_args(data: str, save_dir: str, system: str, *extra: str):
     """fairseq-train arguments for ``system`` (``ARCH[:VARIANT][+spk_token]``) at tiny sizes, 2 epochs."""
-    return commands.train_args(data, save_dir, commands.system_args(system), *TINY[family(system)],
+    return commands.train_args(data, save_dir, commands.system_args(system), *TINY[commands.family(system)],
                                *TINY_VARIANTS, "--optimizer", "adam", "--lr", "0.005", "--clip-norm", "1.0",
                                "--max-tokens", "4000", "--max-epoch", "2", "--no-progress-bar", "--seed", "1", *extra)
 
@@ -84,5 +75,5 @@ def copy_data(toy: Dict[str, str], tmp_path, name: str = "bin") -> str:
     return dest
 
 
-__all__ = ["SIZES", "TINY", "USER_DIR", "copy_data", "doctored_checkpoint", "generate_args", "make_toy", "run",
+__all__ = ["SIZES", "TINY", "USER_DIR", "copy_data", "doctored_checkpoint", "family", "generate_args", "make_toy", "run",
            "train_args"]

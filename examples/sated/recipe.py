@@ -55,13 +55,8 @@ PAPER_BLEU = {
     "en-de": {"base": 26.46, "spk_token": 26.52, "full_bias": 27.20, "fact_bias": 26.94},
 }
 #: per family: tiny sizes for --toy, and the options of the first (or only) training stage
-TOY = {
-    "lstm": ["--encoder-embed-dim", "16", "--decoder-embed-dim", "16", "--encoder-hidden-size", "16",
-             "--decoder-hidden-size", "16", "--attention-dim", "8"],
-    "transformer": ["--encoder-embed-dim", "16", "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32",
-                    "--decoder-ffn-embed-dim", "32", "--encoder-layers", "1", "--decoder-layers", "1",
-                    "--encoder-attention-heads", "2", "--decoder-attention-heads", "2"],
-}
+TOY = {family: commands.model_size_args(family, 16, 16 if family == "lstm" else 32)
+       for family in ("lstm", "transformer")}
 FIRST_STAGE = {
     "lstm": ["--optimizer", "adam", "--lr", "0.001", "--clip-norm", "1.0", "--batch-size", "32",
              "--required-batch-size-multiple", "1", "--lr-scheduler", "restart_from_best", "--lr-shrink", "0.5"],

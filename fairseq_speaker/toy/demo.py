@@ -29,6 +29,7 @@ from typing import Dict, List
 import sacrebleu
 
 from fairseq_speaker import commands
+from fairseq_speaker.commands import family
 from fairseq_speaker.commands import run_fairseq as fairseq
 from fairseq_speaker.data import read_lines
 from fairseq_speaker.generate_output import read_generate_output
@@ -40,20 +41,12 @@ TRAITS = ("gender", "address", "profession")
 DEFAULT_SYSTEMS = ["lstm_base", "lstm_fact_bias", "transformer_fact_bias"]
 #: model sizes and optimisation per family, small enough for a CPU in minutes
 FAMILY_ARGS = {
-    "lstm": ["--encoder-embed-dim", "64", "--decoder-embed-dim", "64", "--encoder-hidden-size", "64",
-             "--decoder-hidden-size", "128", "--attention-dim", "64", "--dropout", "0.1",
-             "--optimizer", "adam", "--clip-norm", "1.0"],
-    "transformer": ["--encoder-embed-dim", "64", "--decoder-embed-dim", "64", "--encoder-ffn-embed-dim", "128",
-                    "--decoder-ffn-embed-dim", "128", "--encoder-layers", "2", "--decoder-layers", "2",
-                    "--encoder-attention-heads", "4", "--decoder-attention-heads", "4", "--dropout", "0.1",
-                    "--share-decoder-input-output-embed",
-                    "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--clip-norm", "1.0",
-                    "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "200"],
+    "lstm": [*commands.model_size_args("lstm", 64, 128), "--dropout", "0.1", "--optimizer", "adam",
+             "--clip-norm", "1.0"],
+    "transformer": [*commands.model_size_args("transformer", 64, 128, layers=2, heads=4), "--dropout", "0.1",
+                    "--share-decoder-input-output-embed", "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)",
+                    "--clip-norm", "1.0", "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "200"],
 }
-
-
-def family(system: str) -> str:
-    return "transformer" if system.startswith("transformer") else "lstm"
 
 
 def prepare(workdir: str, sizes: Dict[str, int], speakers: int, threads: int, topics: int) -> str:
