@@ -14,7 +14,12 @@ What a variant declares (class attributes):
 - ``speaker_parameter_names``: the parameters whose row i belongs to speaker i
   (dimension 0 has size S). Everything else the variant owns is shared by all
   speakers. Freezing, inspection, export/import, growth and sparse updates go by this.
-- ``needs_speakers``: whether it needs speaker ids (False for variants that only read the source).
+- ``needs_speakers``: whether it needs speaker ids (False for variants that only read the source);
+  ``reads_source``: whether its bias depends on the source sentence.
+- ``speaker_vector_label``: what :meth:`own_speaker_vectors` holds, for the report.
+- its parameter count, on a line ``Parameters: <formula>`` of the class docstring, in S, V, the
+  ``symbol`` metadata of its options and the names :meth:`formula_symbols` gives (checked by the
+  unit tests).
 
 What a variant implements:
 
@@ -22,9 +27,11 @@ What a variant implements:
   known speakers. ``encoder_out`` is the encoder's output dict, or None; it always has
   ``encoder_out["source_tokens"] == [src_tokens [B, src_len]]``. A variant that needs the
   source returns None without it.
-- optionally :meth:`mean_bias` (closed form of the mean speaker), :meth:`mean_speaker_row`
-  (the parameter row a new speaker starts from), :meth:`aux_losses` (its regularizer),
-  :meth:`own_speaker_vectors` and :meth:`own_vocabulary_vectors` (what inspection shows).
+- optionally :meth:`build` (to read files or check dictionaries), :meth:`mean_bias` (closed
+  form of the mean speaker), :meth:`mean_speaker_row` (the parameter row a new speaker starts
+  from), :meth:`aux_losses` (its regularizers), :meth:`own_speaker_vectors` and
+  :meth:`own_vocabulary_vectors` (what inspection shows), :meth:`example_options` (what a
+  small working instance needs, for tests and accounting).
 
 What the base class provides from that: :meth:`forward` (range checks, unseen speakers:
 ``MEAN_SPEAKER`` gets the mean speaker's bias and ``NO_SPEAKER`` none), the speaker /
@@ -32,6 +39,7 @@ shared partition of the parameters, :meth:`grow`, :meth:`export_speakers` /
 :meth:`import_speakers`, and the default auxiliary loss (the L2 pull of ``--speaker-l2``).
 Variants built of other variants (``sum``) hold them as submodules: the speaker parameters,
 rows and vectors of every nested variant are found and named by their path.
+``docs/bias_variants.md`` is the guide.
 """
 
 from dataclasses import dataclass, field, fields
