@@ -177,12 +177,20 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="[topics] %(message)s", stream=sys.stderr)
 
+    if not os.path.isdir(args.data):
+        raise SystemExit(f"data directory not found: {args.data} (a folder binarized by fairseq-preprocess)")
+    out_dir = os.path.dirname(os.path.abspath(args.out))
+    if not os.path.isdir(out_dir):
+        raise SystemExit(f"--out {args.out}: the folder {out_dir} does not exist")
     src, tgt = args.source_lang, args.target_lang
     if src is None or tgt is None:
         src, tgt = data_utils.infer_language_pair(args.data)
     if src is None:
         raise SystemExit(f"could not infer the language pair in {args.data}: pass --source-lang and --target-lang")
-    dictionary = Dictionary.load(os.path.join(args.data, f"dict.{src}.txt"))
+    dict_path = os.path.join(args.data, f"dict.{src}.txt")
+    if not os.path.isfile(dict_path):
+        raise SystemExit(f"source dictionary not found: expected {dict_path} (is --source-lang right?)")
+    dictionary = Dictionary.load(dict_path)
     dataset = None
     for pair in (f"{src}-{tgt}", f"{tgt}-{src}"):
         prefix = os.path.join(args.data, f"{args.train_subset}.{pair}.{src}")
@@ -193,7 +201,10 @@ def main(argv=None) -> None:
         raise SystemExit(f"no binarized {args.train_subset} data for {src} in {args.data}")
     sentences = [dataset[i].numpy() for i in range(len(dataset))]
     logger.info(f"fitting {args.topics} topics on {len(sentences):,} {src} sentences ({len(dictionary):,} words)")
-    model, lda = fit(sentences, dictionary, args.topics, seed=args.seed, max_iter=args.max_iter)
+    try:
+        model, lda = fit(sentences, dictionary, args.topics, seed=args.seed, max_iter=args.max_iter)
+    except (SpeakerDataError, ValueError) as e:
+        raise SystemExit(f"{args.data}: {e}") from None
     model.save(args.out)
     for k, weights in enumerate(lda.components_):
         top = np.argsort(-weights)[: args.top_words]
