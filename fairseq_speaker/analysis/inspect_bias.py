@@ -97,8 +97,23 @@ class BiasInspection:
         return bool(self.bias_module.speaker_parameters())
 
     @property
+    def has_speaker_vectors(self) -> bool:
+        """Whether speakers can be compared (nearest speakers, projection)."""
+        return self.bias_module.speaker_vectors() is not None
+
+    def check_speakers(self, speakers: List[str]) -> None:
+        """Raise a ValueError naming the speakers the model does not know."""
+        unknown = [s for s in speakers if s not in self.speakers]
+        if unknown:
+            known = ", ".join(self.speakers[:5]) + (", ..." if len(self.speakers) > 5 else "")
+            raise ValueError(f"speaker(s) {', '.join(map(repr, unknown))} not among the model's "
+                             f"{len(self.speakers)} speakers ({known})")
+
+    @property
     def speaker_vector_label(self) -> str:
-        labels = [v.speaker_vector_label for _, v in self.bias_module.named_variants() if v.speaker_parameter_names]
+        """What :meth:`speaker_vectors` holds: the labels of the variants (nested ones too) it is made of."""
+        labels = [v.speaker_vector_label for _, v in self.bias_module.named_variants()
+                  if v.own_speaker_vectors() is not None]
         return " and ".join(labels) if labels else "speaker parameters"
 
     def _index(self, speaker: str) -> int:
@@ -176,10 +191,13 @@ def _target_dictionary(data: str, state: dict) -> str:
     """``{data}/dict.{target_lang}.txt``, the target language read from a loaded checkpoint."""
     task = state["cfg"]["task"]
     lang = (vars(task) if isinstance(task, argparse.Namespace) else task).get("target_lang")
-    if not lang:
+    if not lang:  # trained without --target-lang: fairseq inferred the pair from the data's file names
         from fairseq.data import data_utils
 
         _, lang = data_utils.infer_language_pair(data)
+    if not lang:
+        raise ValueError(f"cannot tell the target language: the checkpoint was trained without --target-lang "
+                         f"and {data} has no binarized SPLIT.SRC-TGT.* files to infer it from")
     path = os.path.join(data, f"dict.{lang}.txt")
     if not os.path.exists(path):
         raise ValueError(f"target dictionary not found: expected {path}")

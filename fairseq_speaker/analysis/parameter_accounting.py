@@ -8,6 +8,9 @@ speaker count, with any model flag of fairseq's own parser (``--encoder-layers 3
 component, the speaker side (from the variant contract: the parameters that
 belong to speakers and those shared), what one more speaker costs, and every
 registered variant side by side at the same number of speakers and words.
+Options a variant needs and the command line does not give (topic's
+``--topic-model``) come from the variant's small example (``example_options``),
+and the report says so.
 
 Usage::
 
@@ -18,9 +21,9 @@ Usage::
 import argparse
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from types import SimpleNamespace
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 from fairseq import options
@@ -29,7 +32,12 @@ from fairseq.models import ARCH_MODEL_NAME_REGISTRY, ARCH_MODEL_REGISTRY
 
 from fairseq_speaker.data import SpeakerDictionary, read_speaker_file
 from fairseq_speaker.models import speaker_presets
-from fairseq_speaker.modules.speaker_bias import SPEAKER_BIAS_REGISTRY, SpeakerBias, build_speaker_bias
+from fairseq_speaker.modules.speaker_bias import (
+    SPEAKER_BIAS_REGISTRY,
+    SpeakerBias,
+    build_speaker_bias,
+    parse_variant_name,
+)
 
 #: names for the modules of the paper's LSTM (model name -> module path -> name), in the order of the
 #: paper's description; other modules are listed by their path
@@ -53,6 +61,9 @@ class VariantCost:
     per_speaker: int  # parameters of one speaker
     shared: int  # parameters shared by all speakers
     num_speakers: int
+    #: options taken from the variants' examples because the command line did not give them
+    examples: Dict[str, object] = field(default_factory=dict)
+    combination: bool = False  # made of other variants (``sum``, ``fact+topic``)
 
     @property
     def total(self) -> int:
@@ -86,6 +97,35 @@ def sized_dictionary(size: int) -> Dictionary:
     return d
 
 
+def _dictionary(vocab: Union[int, Dictionary]) -> Dictionary:
+    return vocab if isinstance(vocab, Dictionary) else sized_dictionary(vocab)
+
+
+def model_options(arch: str, model_args: Sequence[str] = ()) -> argparse.Namespace:
+    """The options fairseq-train would build ``arch`` with, given the model flags ``model_args``."""
+    return options.parse_args_and_arch(options.get_training_parser(), [
+        "data-bin", "--task", "speaker_translation", "--arch", arch, *model_args])
+
+
+def with_examples(args: argparse.Namespace, arch: str, workdir: str,
+                  source_dictionary: Dictionary) -> Tuple[argparse.Namespace, Dict[str, object]]:
+    """``args`` with the example options of every registered variant (``example_options``, which may
+    write a small file in ``workdir``) for those the command line left at their defaults; and what was
+    filled in. The command line's options win, so that e.g. a real ``--topic-model`` is counted."""
+    defaults = vars(model_options(arch))
+    given = {k for k, v in vars(args).items() if k not in defaults or defaults[k] != v}
+    filled: Dict[str, object] = {}
+    for cls in SPEAKER_BIAS_REGISTRY.values():
+        filled.update({k: v for k, v in cls.example_options(workdir, source_dictionary).items() if k not in given})
+    return argparse.Namespace(**{**vars(args), **filled}), filled
+
+
+def _options_read(bias: SpeakerBias, filled: Dict[str, object]) -> Dict[str, object]:
+    """The filled-in options that ``bias`` (or a variant nested in it) reads."""
+    read = {f.name for _, variant in bias.named_variants() for f in fields(variant.config_class)}
+    return {k: v for k, v in filled.items() if k in read}
+
+
 def _component(name: str, labels: Dict[str, str]) -> str:
     """The label of a parameter's module: the named one it belongs to, or its path to depth 2."""
     parts = name.split(".")
@@ -96,72 +136,81 @@ def _component(name: str, labels: Dict[str, str]) -> str:
     return ".".join(parts[:2])
 
 
-def variant_cost(bias: SpeakerBias, name: str) -> VariantCost:
+def variant_cost(bias: SpeakerBias, name: str, examples: Optional[Dict[str, object]] = None) -> VariantCost:
     return VariantCost(name, bias.parameters_per_speaker(), sum(p.numel() for p in bias.shared_parameters().values()),
-                       bias.num_speakers)
+                       bias.num_speakers, dict(examples or {}), len(list(bias.named_variants())) > 1)
 
 
-def count_parameters(src_vocab: int, tgt_vocab: int, num_speakers: int, arch: str = "lstm_fact_bias",
-                     model_args: Sequence[str] = ()) -> Accounting:
+def _variant_label(bias: SpeakerBias, name: str) -> str:
+    """``name``, with the variants it adds up for one made of others (``sum = fact+full``)."""
+    parts = "+".join(variant.name for prefix, variant in bias.named_variants() if prefix)
+    return f"{name} = {parts}" if parts and parts != name else name
+
+
+def count_parameters(src_vocab: Union[int, Dictionary], tgt_vocab: Union[int, Dictionary], num_speakers: int,
+                     arch: str = "lstm_fact_bias", model_args: Sequence[str] = ()) -> Accounting:
     """Build ``arch`` on the meta device and count its parameters by component.
 
-    ``model_args`` are fairseq-train flags (``--speaker-rank 4``, ``--encoder-layers 3``); the rest keep
-    the preset's defaults. Vocabulary sizes include fairseq's 4 special symbols.
+    ``src_vocab`` / ``tgt_vocab``: vocabulary sizes (fairseq's 4 special symbols included) or the
+    dictionaries themselves. ``model_args`` are fairseq-train flags (``--speaker-rank 4``,
+    ``--encoder-layers 3``, ``--speaker-bias simplex``); the rest keep the preset's defaults.
     """
-    args = options.parse_args_and_arch(options.get_training_parser(), [
-        "data-bin", "--task", "speaker_translation", "--arch", arch, *model_args])
     task = SimpleNamespace(
-        source_dictionary=sized_dictionary(src_vocab),
-        target_dictionary=sized_dictionary(tgt_vocab),
+        source_dictionary=_dictionary(src_vocab),
+        target_dictionary=_dictionary(tgt_vocab),
         speaker_dictionary=SpeakerDictionary([str(i) for i in range(num_speakers)]),
     )
-    with torch.device("meta"):
-        model = ARCH_MODEL_REGISTRY[arch].build_model(args, task)
+    with tempfile.TemporaryDirectory() as workdir:  # files of the examples are read while the model is built
+        args, filled = with_examples(model_options(arch, model_args), arch, workdir, task.source_dictionary)
+        with torch.device("meta"):
+            model = ARCH_MODEL_REGISTRY[arch].build_model(args, task)
     labels = LABELS.get(ARCH_MODEL_NAME_REGISTRY[arch], {})
     components: Dict[str, int] = {label: 0 for label in labels.values()}  # in the paper's order
     for name, p in model.named_parameters():  # named_parameters yields a tied parameter once
         label = _component(name, labels)
         components[label] = components.get(label, 0) + p.numel()
     components = {label: n for label, n in components.items() if n}
+    bias = model.decoder.speaker_bias
     total = sum(p.numel() for p in model.parameters())
-    return Accounting(arch, components, total, variant_cost(model.speaker_bias, args.speaker_bias), tgt_vocab)
+    cost = variant_cost(bias, args.speaker_bias, _options_read(bias, filled))
+    return Accounting(arch, components, total, cost, len(task.target_dictionary))
 
 
-def compare_variants(tgt_vocab: int, num_speakers: int, arch: str = "lstm_base",
+def compare_variants(tgt_vocab: Union[int, Dictionary], num_speakers: int, arch: str = "lstm_base",
                      model_args: Sequence[str] = ()) -> List[VariantCost]:
-    """Every registered variant at the same S and V, with the options of ``model_args``.
+    """Every registered variant at the same S and V, with the options of ``model_args``; then the
+    model's own variant if it is a sum of others (``--speaker-bias fact+topic``).
 
-    Combinators of other variants (``sum``) are left out: they cost the sum of their parts.
-    A variant that needs a file to be built (``topic``) is built from its small example
-    (``example_options``) and marked so.
+    The variants are built alone on the meta device. Options a variant needs and ``model_args`` do not
+    give come from the variants' small examples (``example_options``); each cost lists those it used.
     """
-    args = options.parse_args_and_arch(options.get_training_parser(), [
-        "data-bin", "--task", "speaker_translation", "--arch", arch, *model_args])
+    args = model_options(arch, model_args)
     speakers = SpeakerDictionary([str(i) for i in range(num_speakers)])
-    target = sized_dictionary(tgt_vocab)
+    target = _dictionary(tgt_vocab)
+    names = sorted(SPEAKER_BIAS_REGISTRY)
+    if len(parse_variant_name(args.speaker_bias)) > 1:
+        names.append(args.speaker_bias)
     costs = []
     with tempfile.TemporaryDirectory() as workdir:
-        source = sized_dictionary(16)
-        for name, cls in sorted(SPEAKER_BIAS_REGISTRY.items()):
-            example = cls.example_options(workdir, source)
-            cfg = argparse.Namespace(**{**vars(args), **example})
+        cfg, filled = with_examples(args, arch, workdir, sized_dictionary(16))
+        for name in names:
             with torch.device("meta"):
                 bias = build_speaker_bias(name, cfg, speakers, target, None)
-            if len(list(bias.named_variants())) > 1:
-                continue
-            costs.append(variant_cost(bias, f"{name} (example)" if example else name))
+            costs.append(variant_cost(bias, _variant_label(bias, name), _options_read(bias, filled)))
     return costs
 
 
-def sizes_from_data(data: str, source_lang: Optional[str], target_lang: Optional[str],
-                    speaker_suffix: str) -> Tuple[int, int, int]:
-    """Vocabulary sizes from ``dict.{lang}.txt``; speakers from ``dict.spk.txt`` or the training labels."""
+def dictionaries_from_data(data: str, source_lang: Optional[str], target_lang: Optional[str],
+                           speaker_suffix: str) -> Tuple[Dictionary, Dictionary, int]:
+    """The dictionaries ``dict.{lang}.txt`` (the real ones, so that a variant checking a file against
+    them, as topic does, accepts it) and the number of speakers, from ``dict.spk.txt`` or the
+    training labels."""
     if source_lang is None or target_lang is None:
         source_lang, target_lang = data_utils.infer_language_pair(data)
     if source_lang is None:
         raise SystemExit(f"could not infer the language pair in {data}: pass --source-lang and --target-lang")
-    src = len(Dictionary.load(os.path.join(data, f"dict.{source_lang}.txt")))
-    tgt = len(Dictionary.load(os.path.join(data, f"dict.{target_lang}.txt")))
+    src = Dictionary.load(os.path.join(data, f"dict.{source_lang}.txt"))
+    tgt = Dictionary.load(os.path.join(data, f"dict.{target_lang}.txt"))
     spk_dict = os.path.join(data, "dict.spk.txt")
     if os.path.exists(spk_dict):
         speakers = len(SpeakerDictionary.load(spk_dict))
@@ -175,10 +224,16 @@ def _row(label: str, n: int, of: Optional[int] = None) -> str:
     return f"  {label:<40}{n:>16,}  {share}".rstrip()
 
 
+def _flags(examples: Dict[str, object]) -> str:
+    return ", ".join("--" + name.replace("_", "-") for name in examples)
+
+
 def format_report(acc: Accounting, variants: List[VariantCost]) -> str:
     cost = acc.speaker_bias
     lines = [f"{acc.arch} (speaker bias {cost.name!r}): {acc.total:,} parameters "
              f"({acc.total * BYTES_PER_PARAMETER / 2**20:,.1f} MiB in float32)"]
+    if cost.examples:
+        lines.append(f"  (not given, so from the variant's small example: {_flags(cost.examples)})")
     lines += [_row(name, n, acc.total) for name, n in acc.components.items()]
     lines += [
         "",
@@ -190,13 +245,17 @@ def format_report(acc: Accounting, variants: List[VariantCost]) -> str:
         f"{cost.per_speaker * BYTES_PER_PARAMETER:,} bytes ({100 * cost.per_speaker / acc.base:.5f}% of the base model)",
         "",
         f"every variant for {cost.num_speakers:,} speakers and V = {acc.vocab_size:,}, with the options given "
-        f"(a+b costs the sum of its parts; '(example)': built from a small example file):",
-        f"  {'variant':<28}{'per speaker':>14}{'shared':>14}{'all speakers':>16}{'vs the largest':>16}",
+        f"(savings against the largest variant not made of others):",
+        f"  {'variant':<28}{'per speaker':>14}{'shared':>14}{'all speakers':>16}{'saves vs the largest':>22}",
     ]
-    largest = max(v.total for v in variants) or 1
+    largest = max([v.total for v in variants if not v.combination] or [v.total for v in variants]) or 1
     for v in variants:
-        lines.append(f"  {v.name:<28}{v.per_speaker:>14,}{v.shared:>14,}{v.total:>16,}"
-                     f"{100 * (v.total - largest) / largest:>15.2f}%")
+        name = f"{v.name} *" if v.examples else v.name
+        lines.append(f"  {name:<28}{v.per_speaker:>14,}{v.shared:>14,}{v.total:>16,}"
+                     f"{100 * (largest - v.total) / largest:>21.2f}%")
+    for v in variants:
+        if v.examples:
+            lines.append(f"  * {v.name}: {_flags(v.examples)} from its example")
     return "\n".join(lines)
 
 
@@ -220,13 +279,18 @@ def main(argv=None) -> None:
         utils.import_user_module(args)
 
     if args.data:
-        src, tgt, speakers = sizes_from_data(args.data, args.source_lang, args.target_lang, args.speaker_suffix)
+        src, tgt, speakers = dictionaries_from_data(args.data, args.source_lang, args.target_lang,
+                                                    args.speaker_suffix)
     elif args.src_vocab and args.tgt_vocab and args.speakers:
         src, tgt, speakers = args.src_vocab, args.tgt_vocab, args.speakers
     else:
         parser.error("give --data, or --src-vocab, --tgt-vocab and --speakers")
-    accounting = count_parameters(src, tgt, speakers, args.arch, model_args)
-    print(format_report(accounting, compare_variants(tgt, speakers, args.arch, model_args)))
+    try:
+        accounting = count_parameters(src, tgt, speakers, args.arch, model_args)
+        variants = compare_variants(tgt, speakers, args.arch, model_args)
+    except ValueError as e:  # an unknown variant, a file that does not fit the data: the variant's own message
+        parser.error(str(e))
+    print(format_report(accounting, variants))
 
 
 if __name__ == "__main__":

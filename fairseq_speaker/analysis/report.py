@@ -75,11 +75,14 @@ def classifier_section(accuracies: List[Tuple[str, float]], num_speakers: int, m
 
 
 def inspect_speakers(inspection: BiasInspection, speakers: List[str], k: int) -> Dict[str, Dict]:
-    """For each speaker: the words their bias raises and lowers most, and their nearest speakers."""
+    """For each speaker: the words their bias raises and lowers most, and their nearest speakers
+    (when the variant has speaker vectors to compare them by)."""
     figures = {}
     for speaker in speakers:
         raises, lowers = inspection.top_words(speaker, k)
-        figures[speaker] = {"raises": raises, "lowers": lowers, "nearest": inspection.nearest(speaker, 5)}
+        figures[speaker] = {"raises": raises, "lowers": lowers}
+        if inspection.has_speaker_vectors:
+            figures[speaker]["nearest"] = inspection.nearest(speaker, 5)
     return figures
 
 
@@ -94,10 +97,12 @@ def inspection_section(name: str, inspection: BiasInspection, figures: Dict[str,
 
     lines = [f"## What the speaker bias learned: {name} (`--speaker-bias {inspection.variant}`)", ""]
     for speaker, figure in figures.items():
-        near = ", ".join(f"{s} ({v:.2f})" for s, v in figure["nearest"])
         lines += [f"### Speaker {speaker}", "", f"- raises: {words(figure['raises'])}",
-                  f"- lowers: {words(figure['lowers'])}",
-                  f"- nearest speakers (cosine of their {inspection.speaker_vector_label}): {near}", ""]
+                  f"- lowers: {words(figure['lowers'])}"]
+        if "nearest" in figure:
+            near = ", ".join(f"{s} ({v:.2f})" for s, v in figure["nearest"])
+            lines.append(f"- nearest speakers (cosine of their {inspection.speaker_vector_label}): {near}")
+        lines.append("")
     for label, vectors in inspection.vocabulary_vector_words(k).items():
         shown = vectors[:MAX_VECTORS]
         more = f" (the first {len(shown)} of {len(vectors)})" if len(vectors) > len(shown) else ""
@@ -149,6 +154,18 @@ def plot_projection(inspection: BiasInspection, highlight: List[str], path: str,
     plt.close(fig)
 
 
+def load_inspection(name: str, checkpoint: str, data: str, speakers: List[str]) -> BiasInspection:
+    """The inspection of a ``--checkpoint``, with the ``--speaker`` names checked if its variant has
+    speakers of its own; a checkpoint that cannot be inspected ends the run with its reason."""
+    try:
+        inspection = BiasInspection.from_checkpoint(checkpoint, data=data)
+        if inspection.has_speakers:
+            inspection.check_speakers(speakers)
+    except ValueError as e:
+        raise SystemExit(f"--checkpoint {name}: {e}") from None
+    return inspection
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="folder for report.md, its plots, scores.json, classifier.pt")
@@ -196,6 +213,8 @@ def main(argv=None) -> None:
         raise SystemExit("the speaker classifier needs --train-text, --train-speakers and --test-speakers")
     if checkpoints and not args.data:
         raise SystemExit("--checkpoint needs --data, the data directory with the target dictionary")
+    # checkpoints are read first, so that a wrong dictionary or speaker ends the run before the slow parts
+    inspections = [(name, load_inspection(name, path, args.data, args.speaker)) for name, path in checkpoints]
     os.makedirs(args.out, exist_ok=True)
 
     references = read_lines(args.references)
@@ -227,13 +246,13 @@ def main(argv=None) -> None:
         report += classifier_section(accuracies, len(classifier.speakers), majority, plot, args.classifier_epochs)
         results["classifier"] = dict(accuracies)
 
-    for name, checkpoint in checkpoints:
+    for name, inspection in inspections:
         _progress(f"inspecting the speaker bias of {name}")
-        inspection = BiasInspection.from_checkpoint(checkpoint, data=args.data)
         figures, plot = {}, None
+        speakers = args.speaker or inspection.speakers[: args.inspect_speakers]
         if inspection.has_speakers:
-            speakers = args.speaker or inspection.speakers[: args.inspect_speakers]
             figures = inspect_speakers(inspection, speakers, args.top_words)
+        if inspection.has_speaker_vectors:
             plot = os.path.join(args.out, f"speakers_{name}.png")
             plot_projection(inspection, speakers, plot, f"{name}: speakers ({inspection.speaker_vector_label})")
         report += inspection_section(name, inspection, figures, args.top_words, plot)

@@ -7,7 +7,7 @@ import torch
 
 from fairseq_speaker.analysis.parameter_accounting import compare_variants, count_parameters, main
 from fairseq_speaker.modules.speaker_bias import SPEAKER_BIAS_REGISTRY
-from tests.helpers import make_model, make_task
+from tests.helpers import TINY_TRANSFORMER, TINY_VARIANT_OPTIONS, build_bias, make_model, make_task
 
 V = 40000
 
@@ -60,14 +60,71 @@ def test_fact_bias_saves_the_papers_share_of_speaker_parameters(speakers, saving
     assert round(100 * (1 - costs["fact"].total / costs["full"].total), 2) == saving
 
 
-def test_every_registered_variant_is_compared_from_its_contract():
-    costs = {c.name.split(" ")[0]: c for c in compare_variants(15, 4, "lstm_base", ["--speaker-rank", "3"])}
-    assert set(costs) == set(SPEAKER_BIAS_REGISTRY) - {"sum"}  # a combinator costs its parts
+def flags(options):
+    return [a for k, v in options.items() for a in (f"--{k.replace('_', '-')}", str(v))]
+
+
+def nested_examples(bias, workdir, source_dictionary):
+    """The options the examples of a variant and of the variants nested in it set."""
+    return {k for _, v in bias.named_variants() for k in type(v).example_options(workdir, source_dictionary)}
+
+
+def test_every_registered_variant_is_compared_from_its_contract(tmp_path):
     task = make_task(num_speakers=4, num_words=8)  # target vocabulary: 4 special + 11 words = 15
-    for name in ("full", "fact", "proj", "simplex"):
-        bias = make_model(name, task=task, speaker_rank=3, speaker_embed_dim=10).speaker_bias
-        assert costs[name].total == sum(p.numel() for p in bias.parameters()), name
-        assert costs[name].per_speaker == bias.parameters_per_speaker()
+    costs = {c.name.split(" ")[0]: c for c in compare_variants(15, 4, "lstm_base", flags(TINY_VARIANT_OPTIONS))}
+    assert set(costs) == set(SPEAKER_BIAS_REGISTRY)
+    for name, cost in costs.items():
+        bias = build_bias(name, task)  # a real instance, from the variant's example where it needs one
+        assert cost.per_speaker == bias.parameters_per_speaker(), name
+        assert cost.shared == sum(p.numel() for p in bias.shared_parameters().values()), name
+        assert cost.total == sum(p.numel() for p in bias.parameters()), name
+        assert cost.combination == (len(list(bias.named_variants())) > 1), name
+        assert set(cost.examples) == nested_examples(bias, str(tmp_path), task.source_dictionary), name
+
+
+def test_the_models_own_sum_is_accounted_and_compared(tmp_path):
+    task = make_task(num_speakers=4, num_words=8)
+    model_args = ["--speaker-bias", "fact+topic", *flags(TINY_VARIANT_OPTIONS)]
+    bias = build_bias("fact+topic", task)
+    own = compare_variants(15, 4, "transformer_base", model_args)[-1]
+    assert own.name == "fact+topic" and own.combination
+    assert set(own.examples) == nested_examples(bias, str(tmp_path), task.source_dictionary)
+    assert (own.per_speaker, own.total) == (bias.parameters_per_speaker(), sum(p.numel() for p in bias.parameters()))
+    acc = count_parameters(len(task.source_dictionary), 15, 4, "transformer_base", model_args)
+    assert acc.speaker == own.total and acc.speaker_bias.examples.keys() == own.examples.keys()
+
+
+def test_with_data_every_variant_takes_files_made_for_its_dictionaries(tmp_path, capsys):
+    """Options given on the command line win over the examples, and a variant that checks a file against
+    the data's dictionaries (a topic model against the source dictionary) gets the real ones."""
+    task = make_task(num_speakers=4, num_words=8)
+    task.source_dictionary.add_symbol("bonjour")  # unlike a dictionary made up from its size
+    task.source_dictionary.save(str(tmp_path / "dict.en.txt"))
+    task.target_dictionary.save(str(tmp_path / "dict.fr.txt"))
+    task.speaker_dictionary.save(str(tmp_path / "dict.spk.txt"))
+    for name, cls in SPEAKER_BIAS_REGISTRY.items():
+        given = cls.example_options(str(tmp_path), task.source_dictionary)
+        main(["--data", str(tmp_path), "--source-lang", "en", "--target-lang", "fr", "--arch", "lstm_base",
+              "--speaker-bias", name, *flags({**TINY_VARIANT_OPTIONS, **given})])
+        out = capsys.readouterr().out
+        assert out.startswith(f"lstm_base (speaker bias '{name}')") and "from the variant's small example" not in out
+        assert "every variant for 4 speakers and V = 15," in out
+
+
+def test_an_unknown_variant_ends_in_one_message(capsys):
+    with pytest.raises(SystemExit):
+        main(["--src-vocab", "16", "--tgt-vocab", "15", "--speakers", "4", "--speaker-bias", "nonesuch"])
+    assert "unknown --speaker-bias 'nonesuch'; registered variants:" in capsys.readouterr().err
+
+
+def test_a_transformer_preset_is_the_model_the_helpers_build():
+    task = make_task(num_speakers=4, num_words=8)
+    model = make_model("fact", task=task, family="transformer")
+    acc = count_parameters(len(task.source_dictionary), len(task.target_dictionary), 4, "transformer_fact_bias",
+                           flags({**TINY_TRANSFORMER, **TINY_VARIANT_OPTIONS}))
+    assert acc.total == sum(p.numel() for p in model.parameters())
+    assert acc.speaker == sum(p.numel() for p in model.speaker_bias.parameters())
+    assert sum(acc.components.values()) == acc.total
 
 
 def test_a_transformer_is_accounted_with_its_tied_embeddings_once():
@@ -85,12 +142,21 @@ def test_a_transformer_is_accounted_with_its_tied_embeddings_once():
 
 def test_command_line(capsys):
     main(["--src-vocab", "40000", "--tgt-vocab", "40000", "--speakers", "1670", "--arch", "lstm_full_bias",
-          "--encoder-hidden-size", "256"])
+          "--encoder-hidden-size", "256", "--speaker-rank", "10"])
     out = capsys.readouterr().out
     assert re.search(rf"speaker-agnostic part \(base model\) +{expected_base(enc=256):,}\n", out)
     assert "one more speaker, for V = 40,000 target words: 40,000 parameters = 160,000 bytes (0.08504%" in out
-    for name in set(SPEAKER_BIAS_REGISTRY) - {"sum"}:
+    for name in SPEAKER_BIAS_REGISTRY:
         assert f"\n  {name}" in out
+    rows = {m[1]: (int(m[2].replace(",", "")), float(m[3]))
+            for m in re.finditer(r"\n  (\S+) +[\d,]+ +[\d,]+ +([\d,]+) +(-?[\d.]+)%", out)}
+    assert rows["full"][0] == 66_800_000 and rows["fact"][0] == 416_700
+    # the paper's 99.38% for 1,670 speakers: fact against full
+    assert f"{100 * (1 - rows['fact'][0] / rows['full'][0]):.2f}" == "99.38"
+    # savings are against the largest variant listed (other tests may register larger ones)
+    largest = max(total for name, (total, _) in rows.items() if name != "sum")
+    for total, saves in rows.values():
+        assert abs(saves - 100 * (largest - total) / largest) < 0.01
     main(["--src-vocab", "1000", "--tgt-vocab", "1000", "--speakers", "10", "--arch", "transformer_base",
           "--speaker-bias", "proj", "--speaker-embed-dim", "7", "--encoder-layers", "1"])
     assert "transformer_base (speaker bias 'proj')" in capsys.readouterr().out
