@@ -8,9 +8,14 @@ checkpoints of the legacy argparse path; stock ``fairseq-generate`` then fails
 with "Weights only load failed". Importing this package (``--user-dir``)
 allow-lists exactly those classes, so a checkpoint from an untrusted source
 still cannot run code when it is loaded.
+
+It also upgrades checkpoints written before 0.3.0 as fairseq reads them: their
+speaker rows get the names of the speaker dictionary saved beside them (the
+task state), so that ``fairseq-train --restore-file`` maps them by name.
 """
 
 import argparse
+import functools
 
 import numpy as np
 import torch
@@ -52,4 +57,37 @@ def allow_fairseq_checkpoints() -> None:
         add_safe_globals([g for g in checkpoint_globals() if not isinstance(g, tuple)])
 
 
+SPEAKER_NAMES_KEY = "decoder.speaker_bias._extra_state"
+
+
+def add_speaker_names(state: dict) -> dict:
+    """Name the speaker rows of a checkpoint written before 0.3.0 after its task state's speaker
+    dictionary (the one its model was built with). Other checkpoints are returned as they are."""
+    model = state.get("model") if isinstance(state, dict) else None
+    task_state = state.get("task_state") if isinstance(state, dict) else None
+    if not isinstance(model, dict) or SPEAKER_NAMES_KEY in model or not isinstance(task_state, dict):
+        return state
+    speakers = task_state.get("speaker_dictionary")
+    if not isinstance(speakers, dict) or not any(k.startswith("decoder.speaker_bias.") for k in model):
+        return state
+    model[SPEAKER_NAMES_KEY] = {"speakers": list(speakers["names"])}
+    return state
+
+
+def _install_upgrade() -> None:
+    from fairseq import checkpoint_utils
+
+    load = checkpoint_utils.load_checkpoint_to_cpu
+    if getattr(load, "adds_speaker_names", False):
+        return
+
+    @functools.wraps(load)
+    def load_checkpoint_to_cpu(*args, **kwargs):
+        return add_speaker_names(load(*args, **kwargs))
+
+    load_checkpoint_to_cpu.adds_speaker_names = True
+    checkpoint_utils.load_checkpoint_to_cpu = load_checkpoint_to_cpu
+
+
 allow_fairseq_checkpoints()
+_install_upgrade()

@@ -30,8 +30,13 @@ decoders do. :func:`register_speaker_model` gives the model every registered var
 
 import argparse
 import dataclasses
+import logging
+import weakref
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple, Type
+from typing import Dict, List, Optional, Sequence, Tuple, Type
+
+import torch
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from fairseq.dataclass import FairseqDataclass
 from fairseq.dataclass.utils import gen_parser_from_dataclass
@@ -46,6 +51,8 @@ from fairseq_speaker.modules.speaker_bias import (
     reserve_options,
     speaker_option_fields,
 )
+
+logger = logging.getLogger(__name__)
 
 EncoderOut = Dict[str, List[Tensor]]
 IncrementalState = Dict[str, Dict[str, Optional[Tensor]]]
@@ -225,6 +232,45 @@ class SpeakerDecoderMixin:
                                        {"bias": cached["bias"].index_select(0, new_order)})
 
 
+def _join(*parts: str) -> str:
+    return ".".join(p for p in parts if p)
+
+
+# -- optimizer state of grown speaker tables ---------------------------------------------------------
+
+_hook_registered = False
+
+
+def pad_grown_optimizer_state(params: Sequence[Tensor]) -> None:
+    """Let an optimizer state loaded from a checkpoint with fewer speakers serve ``params``.
+
+    fairseq loads the optimizer state after the model; a per-parameter state tensor (Adam's moments)
+    shaped like the checkpoint's smaller table is extended with zero rows, the fresh state of the new
+    speakers, at the next step. States of other shapes (fairseq's flattened --fp16 master copy) are
+    left alone: use --reset-optimizer there.
+    """
+    global _hook_registered
+    for param in params:
+        param.speaker_table_grown = True  # a mark read by the hook: the state may be of fewer rows
+    if not _hook_registered:
+        register_optimizer_step_pre_hook(_pad_state)
+        _hook_registered = True
+
+
+def _pad_state(optimizer, args, kwargs) -> None:
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            if not getattr(param, "speaker_table_grown", False) or param not in optimizer.state:
+                continue
+            state = optimizer.state[param]
+            for key, value in state.items():
+                if (torch.is_tensor(value) and value.dim() == param.dim() and value.shape[1:] == param.shape[1:]
+                        and value.size(0) < param.size(0)):
+                    extra = value.new_zeros(param.size(0) - value.size(0), *value.shape[1:])
+                    state[key] = torch.cat([value, extra])
+            param.speaker_table_grown = False
+
+
 class SpeakerModelMixin:
     """Put before a fairseq encoder-decoder model class whose encoder and decoder use the mixins above."""
 
@@ -252,8 +298,52 @@ class SpeakerModelMixin:
                                   getattr(task, "source_dictionary", None))
         if bias.needs_speakers and speaker_dictionary is None:
             raise ValueError(f"--speaker-bias {name} needs speakers: use --task speaker_translation")
+        if speaker_dictionary is not None:
+            bias.speaker_names = list(speaker_dictionary.names)
+            # told when a checkpoint brings another speaker table (see load_state_dict); weak, so that
+            # copies of the model (EMA) neither keep the task alive nor fail to copy
+            model.speaker_task = weakref.ref(task) if hasattr(task, "adopt_speaker_names") else None
         model.decoder.set_speaker_bias(bias)
         return model
+
+    def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
+        """fairseq's ``load_state_dict``, with the speaker rows restored by name.
+
+        A checkpoint names its speaker rows (``decoder.speaker_bias._extra_state``). When they are
+        not the speakers this model was built with (``fairseq-train --restore-file`` or
+        ``--finetune-from-model`` on data whose speaker list was reordered, shrunk or extended),
+        the checkpoint's table is kept as it is, row for row, and the speakers it lacks are added
+        after it as the mean speaker; the task is told, so that the data's labels map to those rows.
+        Checkpoints older than 0.3.0 carry no names: their rows are taken by position, as written.
+        """
+        bias = self.speaker_bias
+        state_dict = dict(state_dict)
+        for path, _ in bias.named_variants():  # older checkpoints: no names
+            state_dict.setdefault(_join("decoder.speaker_bias", path, "_extra_state"), {})
+        saved = (state_dict.get("decoder.speaker_bias._extra_state") or {}).get("speakers")
+        current = bias.speaker_names
+        if saved is None or current is None or list(saved) == current:
+            return super().load_state_dict(state_dict, strict=strict, model_cfg=model_cfg, args=args)
+        saved = list(saved)
+        known = set(saved)
+        new = [name for name in current if name not in known]
+        task = self.speaker_task() if getattr(self, "speaker_task", None) is not None else None
+        if task is not None:
+            task.check_speaker_table_change(saved, current)
+        bias.resize_table(len(saved))
+        result = super().load_state_dict(state_dict, strict=strict, model_cfg=model_cfg, args=args)
+        bias.grow(len(new), "mean", names=new)
+        pad_grown_optimizer_state(bias.speaker_parameters().values())
+        dropped = len(known - set(current))
+        logger.info(
+            f"speakers restored by name: {len(saved) - dropped} of the checkpoint's {len(saved)} are in the data, "
+            f"{len(new)} new speaker(s) added after them as the mean speaker"
+            + (f", {dropped} not in the data kept" if dropped else "")
+            + ("; the data lists them in another order: rows follow the checkpoint" if not new and not dropped else "")
+        )
+        if task is not None:
+            task.adopt_speaker_names(bias.speaker_names)
+        return result
 
     def forward(self, src_tokens: Tensor, src_lengths: Tensor, prev_output_tokens: Tensor,
                 speakers: Optional[Tensor] = None, **kwargs):

@@ -4,7 +4,7 @@ import logging
 import os
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Deque, List, Optional, Tuple
+from typing import Deque, Dict, List, Optional, Tuple
 
 import torch
 from fairseq import utils
@@ -94,6 +94,8 @@ class SpeakerTranslationTask(TranslationTask):
         self._pending: Deque[Tuple[torch.Tensor, torch.Tensor]] = deque()
         self._interactive_labels: Optional[List[str]] = None
         self._input_lines = 0
+        #: the labels of every loaded split, to map them again if the speaker table changes
+        self._split_labels: Dict[str, Tuple[List[str], str]] = {}
 
     # -- the speaker dictionary -----------------------------------------------------------
     @property
@@ -120,6 +122,27 @@ class SpeakerTranslationTask(TranslationTask):
         except OSError as e:  # a read-only data directory: the checkpoint keeps the dictionary anyway
             logger.warning(f"could not save the speaker dictionary to {dict_path}: {e}")
         return dictionary.state_dict()
+
+    def check_speaker_table_change(self, saved: List[str], current: List[str]) -> None:
+        """Called by a model about to restore a checkpoint whose speakers are ``saved`` while this task's
+        are ``current``: refuse what cannot be mapped by name."""
+        if self.uses_speaker_token:
+            raise SpeakerDataError(
+                f"the checkpoint's {len(saved)} speakers are not the data's {len(current)} (or not in the same "
+                f"order), and with --speaker-token the speakers are rows of the word embeddings, which cannot "
+                f"be restored by name: train on the checkpoint's speaker dictionary (its speakers in its order)"
+            )
+
+    def adopt_speaker_names(self, names: List[str]) -> None:
+        """Use the speaker table of a restored checkpoint (its speakers, then the data's new ones):
+        the speaker dictionary becomes ``names`` and every loaded split is mapped to it again."""
+        old = self.speaker_dictionary
+        counts = [old.counts[old.index(n)] if n in old else 0 for n in names]
+        self.state.merge_state_dict({"speaker_dictionary": SpeakerDictionary(names, counts).state_dict()})
+        for split, (labels, source) in self._split_labels.items():
+            dataset = self.datasets.get(split)
+            if isinstance(dataset, SpeakerDataset):
+                dataset.speakers = self._encode_split(split, labels, source)
 
     @property
     def uses_speaker_token(self) -> bool:
@@ -187,13 +210,19 @@ class SpeakerTranslationTask(TranslationTask):
         dataset = self.datasets[split]
         labels = self._read_speakers(data_path, split, num_sentences=len(dataset))
         source = self._speaker_path(data_path, split)
+        self._split_labels[split] = (labels, source)
+        speakers = self._encode_split(split, labels, source)
+        self.datasets[split] = SpeakerDataset(dataset, speakers, target_prefix=self._target_prefix(speakers))
+
+    def _encode_split(self, split: str, labels: List[str], source: str) -> torch.Tensor:
         if split == self.cfg.train_subset:
             try:
                 speakers = self.speaker_dictionary.encode(labels, "fail", source=source)
             except SpeakerDataError as e:
                 raise SpeakerDataError(
                     f"{e}\n(a training speaker is missing from the speaker dictionary: if the training "
-                    f"labels changed, delete {os.path.join(data_path, SPEAKER_DICT_FILE)} to rebuild it)"
+                    f"labels changed, delete {os.path.join(os.path.dirname(source), SPEAKER_DICT_FILE)} "
+                    f"to rebuild it)"
                 ) from None
         else:
             speakers = self.speaker_dictionary.encode(labels, self.cfg.unknown_speaker, source=source)
@@ -203,7 +232,7 @@ class SpeakerTranslationTask(TranslationTask):
                 f"{split}: {unseen} of {len(speakers)} sentences have speakers unseen in training "
                 f"(--unknown-speaker {self.cfg.unknown_speaker})"
             )
-        self.datasets[split] = SpeakerDataset(dataset, speakers, target_prefix=self._target_prefix(speakers))
+        return speakers
 
     def _target_prefix(self, speakers: torch.Tensor) -> Optional[torch.Tensor]:
         # a validation sentence of an unseen speaker starts with <unk>: there is no token to name them

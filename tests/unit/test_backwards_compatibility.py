@@ -3,6 +3,7 @@
 import os
 
 import pytest
+import torch
 
 from tests.checkpoint_compat import FIXTURES, decode, load_expected
 
@@ -23,3 +24,21 @@ def test_old_checkpoint_decodes_as_it_did(release, system):
     assert got["translations"] == expected["translations"]
     assert got["scores"] == pytest.approx(expected["scores"], abs=1e-4)
     assert got["reference_logprobs"] == pytest.approx(expected["reference_logprobs"], abs=1e-3)
+
+
+@pytest.mark.parametrize("release", [r for r in RELEASES if r in ("0.1.0", "0.2.0")])
+def test_old_checkpoint_rows_get_the_names_of_its_speaker_dictionary(release):
+    """Checkpoints before 0.3.0 do not name their speaker rows: fairseq's reader adds the names of the
+    speaker dictionary saved with them (the one the model was built with), so that continued training
+    maps them by name."""
+    from fairseq import checkpoint_utils
+
+    from fairseq_speaker.checkpoints import SPEAKER_NAMES_KEY
+
+    path = os.path.join(FIXTURES, release, "lstm_full_bias.pt")
+    raw = torch.load(path, weights_only=True)
+    assert SPEAKER_NAMES_KEY not in raw["model"]  # as written then
+    state = checkpoint_utils.load_checkpoint_to_cpu(path)
+    names = state["model"][SPEAKER_NAMES_KEY]["speakers"]
+    assert names == raw["task_state"]["speaker_dictionary"]["names"]
+    assert len(names) == raw["model"]["decoder.speaker_bias.weight"].size(0)

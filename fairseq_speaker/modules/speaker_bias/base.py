@@ -98,6 +98,9 @@ class SpeakerBias(nn.Module):
         self.cfg = cfg
         self.num_speakers = num_speakers
         self.vocab_size = vocab_size
+        #: the name of each row (the speaker dictionary's labels), saved with the parameters so that a
+        #: checkpoint's rows are restored by name; set by the model that owns this bias, None if unknown
+        self.speaker_names: Optional[List[str]] = None
 
     # -- building ----------------------------------------------------------------------------
     @classmethod
@@ -243,21 +246,56 @@ class SpeakerBias(nn.Module):
                 rows[_join(prefix, name)] = row.detach().to(param).expand(n, *param.shape[1:]).clone()
         return rows
 
-    def grow(self, n: int, init: str = "mean") -> None:
+    def grow(self, n: int, init: str = "mean", names: Optional[Sequence[str]] = None) -> None:
         """Add n speakers at the end of the table (ids S .. S+n-1), starting as the mean speaker or at zero.
 
-        Parameters are replaced by larger ones: build optimizers after growing.
+        ``names``: the new speakers' labels, required when the table's rows are named
+        (:attr:`speaker_names`). Parameters are replaced by larger ones: build optimizers after
+        growing (or let :func:`~fairseq_speaker.modules.speaker_plumbing.pad_grown_optimizer_state`
+        extend a loaded optimizer state).
         """
         if n < 0:
             raise ValueError(f"cannot grow by {n} speakers")
+        if self.speaker_names is not None:
+            names = list(names) if names is not None else []
+            if len(names) != n:
+                raise ValueError(f"growing by {n} speakers needs their {n} names, got {len(names)}")
+            clash = sorted(set(names) & set(self.speaker_names)) or sorted({x for x in names if names.count(x) > 1})
+            if clash:
+                raise ValueError(f"speaker(s) {', '.join(map(repr, clash[:5]))} already in the table")
         rows = self.new_speaker_rows(n, init)
         for name, param in self.speaker_parameters().items():
-            path, _, leaf = name.rpartition(".")
-            owner = self.get_submodule(path) if path else self
-            grown = nn.Parameter(torch.cat([param.detach(), rows[name]]), requires_grad=param.requires_grad)
-            setattr(owner, leaf, grown)
+            self._replace_parameter(name, torch.cat([param.detach(), rows[name]]), param.requires_grad)
         for _, variant in self.named_variants():
             variant.num_speakers += n
+        if self.speaker_names is not None:
+            self.speaker_names = self.speaker_names + list(names)
+
+    def resize_table(self, n: int) -> None:
+        """Make room for exactly n speakers with uninitialised rows, so that a state dict of a table of n
+        speakers can be loaded (the rows are then the loaded ones)."""
+        for name, param in self.speaker_parameters().items():
+            self._replace_parameter(name, param.new_empty(n, *param.shape[1:]), param.requires_grad)
+        for _, variant in self.named_variants():
+            variant.num_speakers = n
+        self.speaker_names = None
+
+    def _replace_parameter(self, name: str, value: Tensor, requires_grad: bool) -> None:
+        path, _, leaf = name.rpartition(".")
+        owner = self.get_submodule(path) if path else self
+        setattr(owner, leaf, nn.Parameter(value, requires_grad=requires_grad))
+
+    # the speakers' names travel with the parameters (``<prefix>._extra_state`` in a state dict)
+    def get_extra_state(self) -> Dict[str, List[str]]:
+        return {"speakers": list(self.speaker_names)} if self.speaker_names is not None else {}
+
+    def set_extra_state(self, state) -> None:
+        names = (state or {}).get("speakers")
+        if names is not None:
+            if len(names) != self.num_speakers:
+                raise ValueError(f"the saved speaker bias names {len(names)} speakers for a table of "
+                                 f"{self.num_speakers}")
+            self.speaker_names = list(names)
 
     def export_speakers(self, ids: Sequence[int]) -> Dict[str, Tensor]:
         """The rows of the given speakers: name -> ``[len(ids), ...]`` (copies)."""

@@ -1,0 +1,96 @@
+"""Continued training (``--restore-file``, ``--finetune-from-model``) restores speaker rows by name.
+
+fairseq restores the model, not the task state: the speaker dictionary comes from the data
+directory, which may list the speakers in another order, fewer of them or new ones. Each case
+trains one more epoch at a learning rate too small to move a row measurably, then compares every
+speaker's row in the new checkpoint with that speaker's row in the old one.
+"""
+
+import os
+
+import pytest
+import torch
+
+from fairseq_speaker.data import SpeakerDictionary, read_speaker_file
+from tests.cli import copy_data, generate_args, run, train_args
+
+WEIGHT = "decoder.speaker_bias.weight"
+
+
+def _rows(checkpoint):
+    state = torch.load(checkpoint, weights_only=True)
+    names = state["task_state"]["speaker_dictionary"]["names"]
+    assert state["model"]["decoder.speaker_bias._extra_state"]["speakers"] == names
+    return names, state["model"][WEIGHT]
+
+
+def _relabel(data, mapping):
+    """Rename speakers in every split's labels (and so in the speaker list fairseq-train builds)."""
+    for split in ("train", "valid", "test"):
+        path = os.path.join(data, f"{split}.spk")
+        labels = [mapping.get(label, label) for label in read_speaker_file(path)]
+        with open(path, "w", encoding="utf-8") as f:
+            f.write("".join(label + "\n" for label in labels))
+
+
+def _continue(tmp_path, data, checkpoint, flag="--restore-file"):
+    save_dir = str(tmp_path / "continued")
+    proc = run("train", train_args(data, save_dir, "lstm_full_bias", flag, checkpoint, "--lr", "1e-9",
+                                   "--max-epoch", "3" if flag == "--restore-file" else "1"))
+    return os.path.join(save_dir, "checkpoint_last.pt"), proc.stderr + proc.stdout
+
+
+@pytest.fixture(scope="module")
+def before(trained):
+    checkpoint = trained("lstm_full_bias")
+    names, weight = _rows(checkpoint)
+    # rows differ enough between speakers that a row restored to the wrong name would show
+    distances = torch.cdist(weight, weight) + 1e3 * torch.eye(len(names))
+    assert float(distances.min()) > 1e-2
+    return checkpoint, names, weight
+
+
+def _check_known_rows(before, names_after, weight_after):
+    _, names, weight = before
+    for i, name in enumerate(names):  # every speaker of the checkpoint keeps its row, by name
+        assert torch.allclose(weight_after[names_after.index(name)], weight[i], atol=1e-4), name
+    assert names_after[: len(names)] == names  # the checkpoint's rows stay where they were
+
+
+def test_reordered_speaker_list(toy, tmp_path, before):
+    checkpoint, names, _ = before
+    data = copy_data(toy, tmp_path)
+    SpeakerDictionary(list(reversed(names))).save(os.path.join(data, "dict.spk.txt"))
+    after, log = _continue(tmp_path, data, checkpoint)
+    names_after, weight_after = _rows(after)
+    assert len(names_after) == len(names)
+    _check_known_rows(before, names_after, weight_after)
+    assert "rows follow the checkpoint" in log
+
+
+def test_shrunk_speaker_list(toy, tmp_path, before):
+    checkpoint, names, _ = before
+    data = copy_data(toy, tmp_path)
+    _relabel(data, {names[-1]: names[0], names[-2]: names[0]})  # two speakers leave the data
+    after, log = _continue(tmp_path, data, checkpoint)
+    names_after, weight_after = _rows(after)
+    assert names_after == names  # their rows are kept
+    _check_known_rows(before, names_after, weight_after)
+    assert "2 not in the data kept" in log
+
+
+@pytest.mark.parametrize("flag", ["--restore-file", "--finetune-from-model"])
+def test_extended_speaker_list(toy, tmp_path, before, flag):
+    checkpoint, names, weight = before
+    data = copy_data(toy, tmp_path)
+    _relabel(data, {names[0]: "newcomer-a", names[1]: "newcomer-b"})  # two new speakers, two gone
+    after, log = _continue(tmp_path, data, checkpoint, flag)
+    names_after, weight_after = _rows(after)
+    assert names_after == names + ["newcomer-a", "newcomer-b"]
+    _check_known_rows(before, names_after, weight_after)
+    for new in (-1, -2):  # the new speakers start as the mean speaker
+        assert torch.allclose(weight_after[new], weight.mean(0), atol=1e-4)
+    assert "2 new speaker(s) added after them as the mean speaker" in log
+    # every label of the data is a speaker of the new checkpoint
+    generated = run("generate", generate_args(data, after, "--gen-subset", "valid", "--unknown-speaker", "fail"))
+    assert "unseen in training" not in generated.stderr
