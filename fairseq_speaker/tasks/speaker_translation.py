@@ -133,11 +133,13 @@ class SpeakerTranslationTask(TranslationTask):
                 f"be restored by name: train on the checkpoint's speaker dictionary (its speakers in its order)"
             )
 
-    def adopt_speaker_names(self, names: List[str]) -> None:
-        """Use the speaker table of a restored checkpoint (its speakers, then the data's new ones):
-        the speaker dictionary becomes ``names`` and every loaded split is mapped to it again."""
+    def adopt_speaker_names(self, names: List[str], new_counts: Optional[Dict[str, int]] = None) -> None:
+        """Use the speaker table of a restored checkpoint (its speakers, then the data's new ones), or
+        of a model that onboarded speakers: the speaker dictionary becomes ``names`` (sentence counts
+        of speakers it did not know from ``new_counts``) and every loaded split is mapped to it again."""
         old = self.speaker_dictionary
-        counts = [old.counts[old.index(n)] if n in old else 0 for n in names]
+        new_counts = new_counts or {}
+        counts = [old.counts[old.index(n)] if n in old else new_counts.get(n, 0) for n in names]
         self.state.merge_state_dict({"speaker_dictionary": SpeakerDictionary(names, counts).state_dict()})
         for split, (labels, source) in self._split_labels.items():
             dataset = self.datasets.get(split)

@@ -1,0 +1,288 @@
+"""Onboarding speakers into a trained model: ``fairseq-speaker-adapt`` and the :class:`SpeakerAdapter` behind it.
+
+Usage::
+
+    fairseq-speaker-adapt DATA_DIR --path checkpoint_best.pt --adapt-prefix new/adapt \\
+        --save checkpoint_new_speakers.pt [--heldout-prefix new/heldout] [--adapt-l2 1.0]
+
+``new/adapt.{src}``, ``new/adapt.{tgt}`` and ``new/adapt.spk`` (``--speaker-suffix``) hold the new
+speakers' sentences, one a line, in the form the model was trained on (or raw text with the
+model's ``--tokenizer``/``--bpe`` flags, as for fairseq-interactive). Only what the variant marks
+as the speakers' own parameters is learned (the V-vector of ``full``, the r weights of ``fact``,
+the embedding of ``proj``, ...); the network is frozen, and every speaker the model already had
+translates exactly as before. With ``--adapt-shared`` the variant's shared parameters are fitted
+too (then the other speakers change as well). The result loads in stock ``fairseq-generate`` and
+``fairseq-interactive``, where the new speakers are known by name.
+"""
+
+import argparse
+import logging
+import os
+import sys
+import time
+from collections import OrderedDict
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+from torch import Tensor
+
+from fairseq_speaker.data import SpeakerDataError, read_lines, read_speaker_file
+from fairseq_speaker.onboarding.checkpoint import (
+    OnboardingError,
+    SpeakerCheckpoint,
+    adaptable_bias,
+    add_speakers,
+    replace_speakers,
+)
+from fairseq_speaker.onboarding.fit import FitOptions, FitReport, Pair, TokenScores, fit_speakers, score_tokens
+
+logger = logging.getLogger(__name__)
+
+
+class SpeakerAdapter:
+    """Adds and updates speakers of a loaded model (``model`` and its ``task``), in place.
+
+    The network runs once over each speaker's sentences; the scores are kept for the
+    ``cache_speakers`` most recent speakers, so that one more sentence for one of them
+    (:meth:`update`) costs one forward pass of that sentence and a warm-started fit.
+
+    New speakers start from, and are pulled towards, the mean speaker of the model as it was
+    when the adapter was made, so that a speaker's fit does not depend on who was added before.
+    """
+
+    def __init__(self, model, task, options: Optional[FitOptions] = None, cache_speakers: int = 16):
+        self.model, self.task = model, task
+        self.bias = adaptable_bias(model, task)
+        self.options = options or FitOptions()
+        self.cache_speakers = cache_speakers
+        #: the sentences each speaker was adapted on here
+        self.sentences: Dict[str, List[Pair]] = {}
+        self._scores: "OrderedDict[str, List[TokenScores]]" = OrderedDict()
+        self.mean_speaker = self.bias.new_speaker_rows(1, "mean")
+        torch.optim.LBFGS([torch.zeros(1, requires_grad=True)])  # torch's first optimizer costs ~1 s: not in a fit
+
+    # -- input -----------------------------------------------------------------------------------
+    def encode(self, sources: Sequence[str], targets: Sequence[str],
+               encode_fn: Optional[Callable[[str], str]] = None) -> List[Pair]:
+        """Token ids of sentence pairs (``encode_fn``: the model's tokenizer/BPE, if the text is raw)."""
+        if len(sources) != len(targets):
+            raise OnboardingError(f"{len(sources)} source sentences but {len(targets)} target sentences")
+        encode_fn = encode_fn or (lambda x: x)
+        src, tgt = self.task.source_dictionary, self.task.target_dictionary
+        return [(src.encode_line(encode_fn(s), add_if_not_exist=False).long(),
+                 tgt.encode_line(encode_fn(t), add_if_not_exist=False).long()) for s, t in zip(sources, targets)]
+
+    def score(self, pairs: Sequence[Pair]) -> TokenScores:
+        cfg = self.task.cfg
+        return score_tokens(self.model, pairs, self.task.source_dictionary, self.task.target_dictionary,
+                            left_pad_source=getattr(cfg, "left_pad_source", True),
+                            left_pad_target=getattr(cfg, "left_pad_target", False))
+
+    def _cached(self, name: str) -> List[TokenScores]:
+        if name not in self._scores:
+            self._scores[name] = [self.score(self.sentences[name])]
+        self._scores.move_to_end(name)
+        while len(self._scores) > self.cache_speakers:
+            self._scores.popitem(last=False)
+        return self._scores[name]
+
+    # -- adding and updating speakers ---------------------------------------------------------------
+    def adapt(self, sentences: Dict[str, List[Pair]], heldout: Optional[Dict[str, List[Pair]]] = None,
+              replace: bool = False, fit_shared: bool = False) -> Dict[str, FitReport]:
+        """Fit each speaker of ``sentences`` (name -> sentence pairs) from the mean speaker and put
+        them in the model: new names are added, known ones need ``replace``."""
+        empty = [name for name, pairs in sentences.items() if not pairs]
+        if not sentences or empty:
+            raise OnboardingError("no sentences to adapt on" + (f" for {', '.join(map(repr, empty))}" if empty else ""))
+        known = [name for name in sentences if name in self.task.speaker_dictionary and name not in self.sentences]
+        if known and not replace:
+            raise OnboardingError(
+                f"speaker(s) {', '.join(map(repr, known[:5]))}{' ...' if len(known) > 5 else ''} already in the "
+                f"model: pass --replace (replace=True) to fit them again from these sentences alone")
+        heldout = heldout or {}
+        names = list(sentences)
+        for name in names:
+            self.sentences[name] = list(sentences[name])
+            self._scores.pop(name, None)
+        held = {name: [self.score(heldout[name])] for name in names if heldout.get(name)}
+        if fit_shared:
+            problems = [self._cached(name) for name in names]
+            start = [self.mean_speaker] * len(names)
+            rows, shared, report = fit_speakers(self.bias, problems, self.options, init=start, prior=start,
+                                                heldout=[held.get(name, []) for name in names] if held else None,
+                                                fit_shared=True)
+            reports = {name: report for name in names}
+            with torch.no_grad():
+                for key, value in shared.items():
+                    self.bias.get_parameter(key).copy_(value)
+        else:
+            rows, reports = [], {}
+            for name in names:
+                r, _, report = fit_speakers(self.bias, [self._cached(name)], self.options, init=[self.mean_speaker],
+                                            prior=[self.mean_speaker], heldout=[held[name]] if name in held else None)
+                rows.append(r[0])
+                reports[name] = report
+        self._put(names, rows)
+        return reports
+
+    def update(self, name: str, pairs: Sequence[Pair]) -> FitReport:
+        """One or a few more sentences of a speaker: refit, starting from the speaker's current parameters.
+
+        A speaker adapted here is refitted on all their sentences (as if adapted on them at once).
+        A speaker the model was trained with has no sentences here: their trained parameters are the
+        prior the new sentences move them away from. An unknown speaker is added (:meth:`adapt`).
+        """
+        if not pairs:
+            raise OnboardingError(f"no sentences to update speaker {name!r} with")
+        index = self.task.speaker_dictionary.index(name)
+        if index is None:
+            return self.adapt({name: list(pairs)})[name]
+        current = self.bias.export_speakers([index])
+        new_scores = self.score(pairs)
+        if name in self.sentences:
+            chunks = self._cached(name) + [new_scores]
+            self.sentences[name] += list(pairs)
+            self._scores[name] = chunks
+            prior = [self.mean_speaker]
+        else:
+            chunks, prior = [new_scores], [current]
+        rows, _, report = fit_speakers(self.bias, [chunks], self.options, init=[current], prior=prior)
+        replace_speakers(self.model, self.task, [name], rows[0])
+        return report
+
+    def _put(self, names: List[str], rows: List[Dict[str, Tensor]]) -> None:
+        new = [(name, r) for name, r in zip(names, rows) if name not in self.task.speaker_dictionary]
+        old = [(name, r) for name, r in zip(names, rows) if name in self.task.speaker_dictionary]
+        if new:
+            add_speakers(self.model, self.task, [n for n, _ in new], _stack([r for _, r in new]),
+                         counts=[len(self.sentences[n]) for n, _ in new])
+        if old:
+            replace_speakers(self.model, self.task, [n for n, _ in old], _stack([r for _, r in old]))
+
+
+def _stack(rows: List[Dict[str, Tensor]]) -> Dict[str, Tensor]:
+    return {key: torch.cat([r[key] for r in rows]) for key in rows[0]}
+
+
+# -- reading the adaptation files ---------------------------------------------------------------------
+
+
+def read_adaptation_files(prefix: str, source_lang: str, target_lang: str,
+                          speaker_suffix: str) -> Tuple[List[str], List[str], List[str]]:
+    """The sentences and labels of ``PREFIX.{src}``, ``PREFIX.{tgt}``, ``PREFIX.{suffix}``, checked to align."""
+    paths = [f"{prefix}.{source_lang}", f"{prefix}.{target_lang}"]
+    sources, targets = (read_lines(p) for p in paths)
+    if len(sources) != len(targets):
+        raise OnboardingError(f"{paths[0]} has {len(sources)} lines but {paths[1]} has {len(targets)}: "
+                              f"they must hold the same sentences, one a line, in the same order")
+    if not sources:
+        raise OnboardingError(f"{paths[0]} is empty: there are no sentences to adapt on")
+    labels = read_speaker_file(f"{prefix}.{speaker_suffix}", len(sources),
+                               hint=f"; put the speaker of each line of {paths[0]} on the same line")
+    return sources, targets, labels
+
+
+def group_by_speaker(labels: Sequence[str], pairs: Sequence[Pair]) -> Dict[str, List[Pair]]:
+    grouped: Dict[str, List[Pair]] = {}
+    for label, pair in zip(labels, pairs):
+        grouped.setdefault(label, []).append(pair)
+    return grouped
+
+
+# -- the command ------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from fairseq import options
+
+    parser = options.get_generation_parser(default_task="speaker_translation")
+    group = parser.add_argument_group("speaker adaptation")
+    group.add_argument("--adapt-prefix", required=True, metavar="PREFIX",
+                       help="the new speakers' sentences: PREFIX.{source-lang}, PREFIX.{target-lang}, "
+                       "PREFIX.{speaker-suffix}")
+    group.add_argument("--heldout-prefix", metavar="PREFIX",
+                       help="held-out sentences of the same speakers (same three files): the fit stops where "
+                       "their loss stops improving")
+    group.add_argument("--save", required=True, metavar="CHECKPOINT", help="where to write the new checkpoint")
+    group.add_argument("--adapt-l2", type=float, default=FitOptions.l2,
+                       help="weight of the pull towards the mean speaker's parameters, in units of one word's loss")
+    group.add_argument("--adapt-max-iter", type=int, default=FitOptions.max_iter, help="L-BFGS iterations at most")
+    group.add_argument("--adapt-shared", action="store_true",
+                       help="also fit the variant's shared parameters (e.g. fact's shared bias vectors) on the "
+                       "new speakers' sentences: every other speaker changes too")
+    group.add_argument("--replace", action="store_true",
+                       help="fit speakers the model already has again, from these sentences alone")
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    logging.basicConfig(format="%(message)s", level=logging.WARNING, stream=sys.stderr)
+    import fairseq_speaker  # noqa: F401  (registers the task and models)
+    from fairseq import options
+    from fairseq.data import encoders
+
+    parser = build_parser()
+    argv = list(argv) if argv is not None else sys.argv[1:]
+    args = options.parse_args_and_arch(parser, input_args=argv)
+    if not args.path:
+        parser.error("--path CHECKPOINT is required")
+    if os.path.abspath(args.save) == os.path.abspath(args.path):
+        parser.error("--save must not be the checkpoint given by --path: write the adapted model to a new file")
+    if args.adapt_l2 < 0 or args.adapt_max_iter < 1:
+        parser.error("--adapt-l2 must be >= 0 and --adapt-max-iter >= 1")
+    torch.manual_seed(args.seed)
+    overrides = {k: getattr(args, k) for k in ("source_lang", "target_lang") if getattr(args, k, None)}
+    try:
+        checkpoint = SpeakerCheckpoint.load(args.path, data=args.data, overrides=overrides)
+        checkpoint.check_adaptable()
+        task = checkpoint.task
+        src, tgt = task.cfg.source_lang, task.cfg.target_lang
+        # the checkpoint's speaker suffix (SATED's usr) unless given here
+        suffix = args.speaker_suffix if any(a.startswith("--speaker-suffix") for a in argv) else task.cfg.speaker_suffix
+        tokenizer, bpe = encoders.build_tokenizer(args), encoders.build_bpe(args)
+
+        def encode_fn(x: str) -> str:
+            if tokenizer is not None:
+                x = tokenizer.encode(x)
+            return bpe.encode(x) if bpe is not None else x
+
+        adapter = SpeakerAdapter(checkpoint.model, task,
+                                 FitOptions(l2=args.adapt_l2, max_iter=args.adapt_max_iter))
+        sources, targets, labels = read_adaptation_files(args.adapt_prefix, src, tgt, suffix)
+        sentences = group_by_speaker(labels, adapter.encode(sources, targets, encode_fn))
+        heldout = None
+        if args.heldout_prefix:
+            h_src, h_tgt, h_labels = read_adaptation_files(args.heldout_prefix, src, tgt, suffix)
+            heldout = group_by_speaker(h_labels, adapter.encode(h_src, h_tgt, encode_fn))
+            strangers = sorted(set(heldout) - set(sentences))
+            if strangers:
+                raise OnboardingError(f"{args.heldout_prefix}.{suffix}: speaker(s) {', '.join(map(repr, strangers[:5]))} "
+                                      f"have held-out lines but no adaptation lines in {args.adapt_prefix}.{suffix}")
+        start = time.perf_counter()
+        reports = adapter.adapt(sentences, heldout, replace=args.replace, fit_shared=args.adapt_shared)
+        seconds = time.perf_counter() - start
+        checkpoint.save(args.save)
+    except (SpeakerDataError, FloatingPointError) as e:
+        raise SystemExit(f"fairseq-speaker-adapt: {e}") from None
+    print(format_reports(reports, sentences, seconds, checkpoint.speaker_bias.name, args.save))
+
+
+def format_reports(reports: Dict[str, FitReport], sentences: Dict[str, List[Pair]], seconds: float, variant: str,
+                   path: str) -> str:
+    lines = [f"{len(reports)} speaker(s) fitted ({variant} bias) in {seconds:.2f} s, saved to {path}",
+             f"  {'speaker':<24}{'sentences':>10}{'words':>8}{'loss before':>13}{'after':>8}"
+             f"{'held-out before':>17}{'after':>8}{'iterations':>12}"]
+    for name, r in reports.items():
+        held = (f"{r.heldout_before:>17.3f}{r.heldout_after:>8.3f}" if r.heldout_before is not None
+                else f"{'-':>17}{'-':>8}")
+        lines.append(f"  {name:<24}{len(sentences[name]):>10}{_tokens(sentences[name]):>8}"
+                     f"{r.loss_before:>13.3f}{r.loss_after:>8.3f}{held}{r.iterations:>12}")
+    return "\n".join(lines)
+
+
+def _tokens(pairs: List[Pair]) -> int:
+    return sum(len(t) for _, t in pairs)
+
+
+if __name__ == "__main__":
+    main()

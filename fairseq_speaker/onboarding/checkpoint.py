@@ -1,0 +1,151 @@
+"""A speaker checkpoint opened for onboarding: its task, its model, and a way to save it with new speakers.
+
+Loading follows fairseq's own path (``load_checkpoint_to_cpu``, the task state, ``build_model``,
+``load_state_dict``), so a checkpoint opens here exactly as ``fairseq-generate`` opens it. Saving
+keeps everything fairseq wrote (its options, training history) and replaces the model's parameters
+and the speaker dictionary; the optimizer state, whose speaker tables would be too small, is left
+out, so that ``fairseq-train --restore-file`` on the result starts a fresh optimizer.
+"""
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence
+
+import torch
+from fairseq import checkpoint_utils, tasks
+from omegaconf import OmegaConf
+from torch import Tensor
+
+from fairseq_speaker.data import SpeakerDataError
+from fairseq_speaker.modules.speaker_bias import SpeakerBias
+
+logger = logging.getLogger(__name__)
+
+
+class OnboardingError(SpeakerDataError):
+    """A user error of the onboarding commands; the message says what to do."""
+
+
+@dataclass
+class SpeakerCheckpoint:
+    path: str
+    state: dict
+    task: object
+    model: torch.nn.Module
+
+    @classmethod
+    def load(cls, path: str, data: Optional[str] = None, overrides: Optional[Dict] = None) -> "SpeakerCheckpoint":
+        """Open ``path``; ``data`` replaces the data directory it was trained on (for the dictionaries)."""
+        if not os.path.isfile(path):
+            raise OnboardingError(f"checkpoint not found: {path}")
+        arg_overrides = dict(overrides or {})
+        if data is not None:
+            if not os.path.isdir(data):
+                raise OnboardingError(f"data directory not found: {data} (the one the model was trained on, "
+                                      f"with its dict.*.txt)")
+            arg_overrides["data"] = data
+        try:
+            state = checkpoint_utils.load_checkpoint_to_cpu(path, arg_overrides=arg_overrides)
+        except (EOFError, RuntimeError, OSError, KeyError, ValueError) as e:
+            raise OnboardingError(f"{path}: not a readable fairseq checkpoint ({type(e).__name__}: {e})") from None
+        cfg = state["cfg"]
+        task = tasks.setup_task(cfg.task)
+        if "task_state" in state:
+            task.load_state_dict(state["task_state"])
+        model = task.build_model(cfg.model, from_checkpoint=True)
+        model.load_state_dict(state["model"], strict=True, model_cfg=cfg.model)
+        model.eval()
+        return cls(path, state, task, model)
+
+    @property
+    def speaker_bias(self) -> SpeakerBias:
+        try:
+            return speaker_bias_of(self.model)
+        except OnboardingError as e:
+            raise OnboardingError(f"{self.path}: {e}") from None
+
+    @property
+    def speaker_names(self) -> List[str]:
+        return list(self.task.speaker_dictionary.names)
+
+    def check_adaptable(self) -> SpeakerBias:
+        """The speaker bias, if it has parameters of its own per speaker; else a message saying why not."""
+        return adaptable_bias(self.model, self.task, self.path)
+
+    # -- changing the speaker table ------------------------------------------------------------
+    def add_speakers(self, names: Sequence[str], rows: Dict[str, Tensor], counts: Optional[Sequence[int]] = None,
+                     init: str = "mean") -> None:
+        add_speakers(self.model, self.task, names, rows, counts, init)
+
+    def replace_speakers(self, names: Sequence[str], rows: Dict[str, Tensor]) -> None:
+        replace_speakers(self.model, self.task, names, rows)
+
+    # -- saving ---------------------------------------------------------------------------------
+    def save(self, path: str) -> None:
+        """Write the checkpoint with the current parameters and speaker dictionary, atomically."""
+        state = dict(self.state)
+        if OmegaConf.is_config(state.get("cfg")):  # as fairseq's trainer writes it
+            state["cfg"] = OmegaConf.to_container(state["cfg"], resolve=True, enum_to_str=True)
+        state["model"] = {k: v for k, v in self.model.state_dict().items()}
+        state["task_state"] = self.task.state_dict()
+        state.pop("last_optimizer_state", None)
+        folder = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(folder):
+            raise OnboardingError(f"cannot write {path}: the folder {folder} does not exist")
+        tmp = f"{path}.tmp{os.getpid()}"
+        try:
+            torch.save(state, tmp)
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+        logger.info(f"saved {path} ({len(self.speaker_names)} speakers)")
+
+
+def speaker_bias_of(model) -> SpeakerBias:
+    bias = getattr(getattr(model, "decoder", None), "speaker_bias", None)
+    if not isinstance(bias, SpeakerBias):
+        raise OnboardingError("not a fairseq-speaker model (no speaker bias)")
+    return bias
+
+
+def add_speakers(model, task, names: Sequence[str], rows: Dict[str, Tensor], counts: Optional[Sequence[int]] = None,
+                 init: str = "mean") -> None:
+    """Add ``names`` after the model's known speakers, with their parameter rows (name -> ``[n, ...]``,
+    as ``SpeakerBias.export_speakers`` gives them); the task's speaker dictionary follows."""
+    bias = speaker_bias_of(model)
+    known = [name for name in names if name in task.speaker_dictionary]
+    if known:
+        raise OnboardingError(f"speaker(s) {', '.join(map(repr, known[:5]))} already in the model")
+    start = bias.num_speakers
+    bias.grow(len(names), init, names=list(names))
+    bias.import_speakers(range(start, start + len(names)), rows)
+    task.adopt_speaker_names(bias.speaker_names, new_counts=dict(zip(names, counts or [0] * len(names))))
+
+
+def replace_speakers(model, task, names: Sequence[str], rows: Dict[str, Tensor]) -> None:
+    """Overwrite the rows of speakers the model knows."""
+    ids = [task.speaker_dictionary.index(name) for name in names]
+    unknown = [name for name, i in zip(names, ids) if i is None]
+    if unknown:
+        raise OnboardingError(f"speaker(s) {', '.join(map(repr, unknown[:5]))} not in the model")
+    speaker_bias_of(model).import_speakers(ids, rows)
+
+
+def adaptable_bias(model, task, where: str = "the model") -> SpeakerBias:
+    """The model's speaker bias, if speakers can be added to it; else an :class:`OnboardingError` saying why."""
+    try:
+        bias = speaker_bias_of(model)
+    except OnboardingError as e:
+        raise OnboardingError(f"{where}: {e}") from None
+    if getattr(task, "uses_speaker_token", False):
+        raise OnboardingError(
+            f"{where}: a --speaker-token model: its speakers are word embeddings learned with the "
+            f"network, and a speaker cannot be added after training; use a speaker-bias model "
+            f"(--speaker-bias full, fact, ...)")
+    if not bias.speaker_parameters():
+        raise OnboardingError(
+            f"{where}: its speaker bias {bias.name!r} has no parameters per speaker, so there is "
+            f"nothing to adapt (a new speaker already gets what every speaker gets)")
+    return bias

@@ -1,0 +1,269 @@
+"""Fitting a speaker's parameters on a frozen network, fast.
+
+A speaker's bias only shifts the logits: ``p(y_t) = softmax(z_t + b)``, where ``z_t`` (the logits
+of the speaker-free network) does not depend on the speaker. So the network runs once over the
+speaker's sentences (:func:`score_tokens`), and the speaker's parameters are then fitted on
+``z`` alone with L-BFGS (:func:`fit_speakers`): a small smooth problem, convex for ``full``,
+``fact`` and ``proj``, whose cost per iteration does not involve the network at all.
+
+Keeping ``E_t = exp(z_t - max z_t)`` turns every evaluation into matrix-vector products::
+
+    log sum_v exp(z_tv + b_v) = max z_t + c + log( E_t . exp(b - c) ),   c = max b
+
+so an iteration costs two passes over ``E`` ``[T, V]`` (one for the loss, one for its gradient),
+and no exponential of size T x V. The bias ``b`` comes from the variant's own ``forward`` with the
+speaker's rows in place of a trained speaker's (``torch.func.functional_call``), so any variant of
+the contract is fitted the same way, including those that read the source sentence.
+
+The objective for one speaker with parameter rows ``theta`` is the per-token mean of::
+
+    sum_t -log p(y_t | z_t, b(theta)) + l2 * ||theta - theta_mean||^2
+
+the pull towards the mean speaker's rows (``theta_mean``) keeping words the few sentences never
+show where the mean speaker has them. With held-out sentences, the fit stops where their
+per-token loss stops improving and keeps the best parameters.
+"""
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import torch
+from fairseq.data import LanguagePairDataset
+from torch import Tensor
+
+from fairseq_speaker.data import NO_SPEAKER
+from fairseq_speaker.modules.speaker_bias import SpeakerBias
+
+Pair = Tuple[Tensor, Tensor]  # source and target token ids, each ending with </s>
+
+
+@dataclass
+class TokenScores:
+    """What the frozen network predicts at each target position ``t`` of some sentences, without any
+    speaker bias: ``exp_logits`` ``[T, V]`` = ``exp(z_t - shift_t)``, ``shift`` ``[T]`` = ``max z_t``,
+    ``target_logit`` ``[T]`` = ``z_t[target_t]``, ``target`` ``[T]``, ``sentence`` ``[T]`` (which of the
+    ``source`` rows ``[N, L]`` position t belongs to)."""
+
+    exp_logits: Tensor
+    shift: Tensor
+    target_logit: Tensor
+    target: Tensor
+    sentence: Tensor
+    source: Tensor
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.target.numel())
+
+    @property
+    def num_sentences(self) -> int:
+        return int(self.source.size(0))
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in vars(self).values())
+
+
+@torch.no_grad()
+def score_tokens(model, pairs: Sequence[Pair], source_dictionary, target_dictionary,
+                 left_pad_source: bool = True, left_pad_target: bool = False,
+                 batch_size: int = 64) -> TokenScores:
+    """Run the speaker-free network (teacher-forced, eval mode) over ``pairs`` once."""
+    if not pairs:
+        raise ValueError("no sentences to score")
+    pad = source_dictionary.pad()
+    parts = []
+    for start in range(0, len(pairs), batch_size):
+        chunk = pairs[start:start + batch_size]
+        dataset = LanguagePairDataset(
+            [s for s, _ in chunk], [len(s) for s, _ in chunk], source_dictionary,
+            [t for _, t in chunk], [len(t) for _, t in chunk], target_dictionary,
+            left_pad_source=left_pad_source, left_pad_target=left_pad_target, shuffle=False)
+        batch = dataset.collater([dataset[i] for i in range(len(chunk))])
+        net = batch["net_input"]
+        device = next(model.parameters()).device
+        src = net["src_tokens"].to(device)
+        speakers = torch.full((src.size(0),), NO_SPEAKER, dtype=torch.long, device=device)
+        encoder_out = model.encoder(src, src_lengths=net["src_lengths"].to(device), speakers=speakers)
+        features, _ = model.decoder(net["prev_output_tokens"].to(device), encoder_out=encoder_out,
+                                    features_only=True)
+        logits = model.decoder.output_layer(features).float()  # B x T x V, no speaker bias
+        target = batch["target"].to(device)
+        keep = target.ne(target_dictionary.pad())
+        z = logits[keep]  # positions x V
+        shift = z.max(dim=1).values
+        y = target[keep]
+        rows = torch.arange(target.size(0), device=device).unsqueeze(1).expand_as(target)[keep]
+        sources = [s[s.ne(pad)] for s in src]
+        parts.append((torch.exp(z - shift.unsqueeze(1)), shift, z.gather(1, y.unsqueeze(1)).squeeze(1), y, rows,
+                      sources))
+    offset, sentence, sources = 0, [], []
+    for part in parts:
+        sentence.append(part[4] + offset)
+        offset += len(part[5])
+        sources += part[5]
+    source = _collate(sources, pad, left_pad_source)
+    return TokenScores(torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts]),
+                       torch.cat([p[2] for p in parts]), torch.cat([p[3] for p in parts]), torch.cat(sentence),
+                       source)
+
+
+def _collate(sources: List[Tensor], pad: int, left_pad: bool) -> Tensor:
+    from fairseq.data import data_utils
+
+    return data_utils.collate_tokens(sources, pad, left_pad=left_pad)
+
+
+@dataclass
+class FitOptions:
+    """How speakers are fitted (the options of ``fairseq-speaker-adapt``)."""
+
+    l2: float = 1.0  # weight of the pull towards the mean speaker's rows (in units of one token's loss)
+    max_iter: int = 100  # L-BFGS iterations at most
+    check_every: int = 5  # iterations between two looks at the held-out loss
+    patience: int = 2  # looks without improvement before stopping
+    tolerance: float = 1e-6  # stop when the per-token loss changes less than this
+
+
+@dataclass
+class FitReport:
+    """How one fit went: per-token losses before and after, iterations, held-out loss, seconds."""
+
+    tokens: int
+    loss_before: float
+    loss_after: float
+    iterations: int
+    seconds: float
+    heldout_before: Optional[float] = None
+    heldout_after: Optional[float] = None
+    heldout_tokens: int = 0
+    extra: Dict[str, float] = field(default_factory=dict)
+
+
+def _nll(bias: SpeakerBias, params: Dict[str, Tensor], scores: TokenScores) -> Tensor:
+    """Summed negative log-likelihood of ``scores``' targets under the bias of rows ``params``."""
+    if bias.reads_source:
+        ids = torch.zeros(scores.num_sentences, dtype=torch.long, device=scores.target.device)
+        b = torch.func.functional_call(bias, params, (ids, {"source_tokens": [scores.source]}))
+    else:
+        ids = torch.zeros(1, dtype=torch.long, device=scores.target.device)
+        b = torch.func.functional_call(bias, params, (ids, None))
+    b = b.float()
+    c = b.detach().max()
+    w = torch.exp(b - c)
+    if b.size(0) == 1:
+        total = scores.exp_logits @ w[0]  # T
+        target_bias = b[0].index_select(0, scores.target)
+    else:
+        total = (scores.exp_logits * w.index_select(0, scores.sentence)).sum(1)
+        target_bias = b[scores.sentence, scores.target]
+    log_z = torch.log(total) + c + scores.shift
+    return (log_z - scores.target_logit - target_bias).sum()
+
+
+def _objective(bias, shared, rows, prior, problems, l2) -> Tensor:
+    loss, tokens = 0.0, 0
+    for speaker_rows, speaker_prior, chunks in zip(rows, prior, problems):
+        params = {**shared, **speaker_rows}
+        for scores in chunks:
+            loss = loss + _nll(bias, params, scores)
+            tokens += scores.num_tokens
+        for name, value in speaker_rows.items():
+            loss = loss + l2 * (value - speaker_prior[name]).pow(2).sum()
+    return loss / max(tokens, 1)
+
+
+def _per_token(bias, params, chunks: Sequence[TokenScores]) -> float:
+    with torch.no_grad():
+        tokens = sum(s.num_tokens for s in chunks)
+        return float(sum(_nll(bias, params, s) for s in chunks)) / max(tokens, 1)
+
+
+def fit_speakers(bias: SpeakerBias, problems: Sequence[Sequence[TokenScores]], options: FitOptions,
+                 init: Optional[Sequence[Dict[str, Tensor]]] = None,
+                 heldout: Optional[Sequence[Sequence[TokenScores]]] = None,
+                 fit_shared: bool = False, prior: Optional[Sequence[Dict[str, Tensor]]] = None) -> Tuple[List[Dict[str, Tensor]], Dict[str, Tensor], FitReport]:
+    """Fit the rows of ``len(problems)`` speakers together (each problem: one speaker's scored
+    sentences, as chunks), starting from ``init`` (default: the mean speaker), pulled towards
+    ``prior`` (default: the mean speaker). With ``fit_shared``, the variant's shared parameters are
+    fitted too.
+
+    Returns the rows (name -> ``[1, ...]``) of each speaker, the shared parameters (fitted or not),
+    and a report. Nothing in ``bias`` is changed.
+    """
+    start = time.perf_counter()
+    mean = {name: row.detach().float() for name, row in bias.new_speaker_rows(1, "mean").items()}
+    if init is None:
+        init = [mean] * len(problems)
+    rows = [{name: value.detach().float().clone().requires_grad_(True) for name, value in r.items()} for r in init]
+    shared = {name: p.detach().clone().requires_grad_(fit_shared) for name, p in bias.shared_parameters().items()}
+    prior = [{k: v.detach().float() for k, v in p.items()} for p in prior] if prior is not None else [mean] * len(problems)
+    variables = [v for r in rows for v in r.values()] + (list(shared.values()) if fit_shared else [])
+    flat = [c for chunks in problems for c in chunks]
+    if not flat or sum(c.num_tokens for c in flat) == 0:
+        raise ValueError("no target words to fit on")
+    held = [list(h) for h in heldout] if heldout is not None else None
+
+    def heldout_loss() -> Optional[float]:
+        if not held or not any(held):
+            return None
+        tokens = sum(s.num_tokens for h in held for s in h)
+        total = 0.0
+        with torch.no_grad():
+            for r, h in zip(rows, held):
+                total += sum(float(_nll(bias, {**shared, **r}, s)) for s in h)
+        return total / max(tokens, 1)
+
+    def objective() -> Tensor:
+        return _objective(bias, shared, rows, prior, problems, options.l2)
+
+    with torch.no_grad():
+        before = float(objective())
+    held_before = heldout_loss()
+    optimizer = torch.optim.LBFGS(variables, lr=1.0, max_iter=options.max_iter if held is None else options.check_every,
+                                  tolerance_grad=1e-7, tolerance_change=options.tolerance, history_size=10,
+                                  line_search_fn="strong_wolfe")
+
+    def closure():
+        optimizer.zero_grad()
+        loss = objective()
+        loss.backward()
+        return loss
+
+    best, best_held, since_best, iterations = None, held_before, 0, 0
+    while True:
+        optimizer.step(closure)
+        done = optimizer.state[optimizer._params[0]]["n_iter"]
+        progressed = done > iterations
+        iterations = done
+        if held is None:
+            break
+        current = heldout_loss()
+        if best_held is None or current < best_held - 1e-9:
+            best_held, since_best = current, 0
+            best = ([{k: v.detach().clone() for k, v in r.items()} for r in rows],
+                    {k: v.detach().clone() for k, v in shared.items()})
+        else:
+            since_best += 1
+        if since_best >= options.patience or iterations >= options.max_iter or not progressed:
+            break
+    if held is not None:
+        if best is None:  # the held-out loss never improved on the mean speaker: keep the start
+            best = ([{k: v.detach().clone() for k, v in r.items()} for r in init],
+                    {k: p.detach().clone() for k, p in bias.shared_parameters().items()})
+        for r, b in zip(rows, best[0]):
+            for k in r:
+                r[k] = b[k]
+        shared = best[1]
+    with torch.no_grad():
+        after = float(objective())
+    report = FitReport(sum(c.num_tokens for c in flat), before, after, iterations, time.perf_counter() - start,
+                       held_before, heldout_loss() if held is not None else None,
+                       sum(s.num_tokens for h in (held or []) for s in h))
+    dtype = {name: p.dtype for name, p in bias.speaker_parameters().items()}
+    out_rows = [{k: v.detach().to(dtype[k]) for k, v in r.items()} for r in rows]
+    out_shared = {k: v.detach().to(bias.get_parameter(k).dtype) for k, v in shared.items()}
+    if not all(math.isfinite(float(v.float().abs().max())) for r in out_rows for v in r.values() if v.numel()):
+        raise FloatingPointError("the fit diverged (non-finite parameters); try a larger --adapt-l2")
+    return out_rows, out_shared, report

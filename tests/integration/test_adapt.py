@@ -1,0 +1,107 @@
+"""fairseq-speaker-adapt through the real command lines: new speakers in, old speakers untouched."""
+
+import os
+import shutil
+
+import pytest
+import torch
+
+from fairseq_speaker.data import read_lines
+from tests.cli import generate_args, run
+
+SPEAKER_PARAMETER = {"lstm_full_bias": "decoder.speaker_bias.weight",
+                     "transformer_fact_bias": "decoder.speaker_bias.speaker_weights"}
+
+
+def _write(path, lines):
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("".join(line + "\n" for line in lines))
+
+
+def _adaptation_files(toy, folder, prefix="adapt", split="test", rename=lambda s: f"new-{s}"):
+    """The toy split's sentences, spoken by new speakers (``new-spk004``, ...)."""
+    os.makedirs(folder, exist_ok=True)
+    for lang in ("en", "fr"):
+        shutil.copy(os.path.join(toy["raw"], f"{split}.{lang}"), os.path.join(folder, f"{prefix}.{lang}"))
+    _write(os.path.join(folder, f"{prefix}.spk"), [rename(s) for s in read_lines(os.path.join(toy["raw"], f"{split}.spk"))])
+    return os.path.join(folder, prefix)
+
+
+def _hypotheses(stdout):
+    return sorted(line for line in stdout.splitlines() if line.startswith(("H-", "P-")))
+
+
+@pytest.mark.parametrize("system", sorted(SPEAKER_PARAMETER))
+def test_new_speakers_are_added_and_old_ones_untouched(toy, trained, tmp_path, system):
+    checkpoint = trained(system)
+    prefix = _adaptation_files(toy, str(tmp_path))
+    heldout = _adaptation_files(toy, str(tmp_path), "heldout", "valid")
+    adapted = str(tmp_path / "adapted.pt")
+    proc = run("fairseq-speaker-adapt", [toy["bin"], "--path", checkpoint, "--adapt-prefix", prefix,
+                                         "--heldout-prefix", heldout, "--save", adapted])
+    new = sorted({f"new-{s}" for s in read_lines(os.path.join(toy["raw"], "test.spk"))})
+    assert all(name in proc.stdout for name in new) and "saved to" in proc.stdout
+
+    old, got = torch.load(checkpoint, weights_only=True), torch.load(adapted, weights_only=True)
+    names = old["task_state"]["speaker_dictionary"]["names"]
+    assert got["task_state"]["speaker_dictionary"]["names"][: len(names)] == names
+    assert sorted(got["task_state"]["speaker_dictionary"]["names"][len(names):]) == new
+    key = SPEAKER_PARAMETER[system]
+    for name, value in old["model"].items():  # only the new rows are new
+        if name == key:
+            assert torch.equal(got["model"][name][: len(names)], value)
+            assert got["model"][name].size(0) == len(names) + len(new)
+            assert not torch.equal(got["model"][name][len(names):], value.mean(0, keepdim=True).expand(len(new), -1))
+        elif torch.is_tensor(value):
+            assert torch.equal(got["model"][name], value), name
+
+    # every trained speaker translates bit-identically with the new checkpoint
+    before = run("generate", generate_args(toy["bin"], checkpoint, "--gen-subset", "test"))
+    after = run("generate", generate_args(toy["bin"], adapted, "--gen-subset", "test"))
+    assert _hypotheses(before.stdout) == _hypotheses(after.stdout)
+    # the new speakers are known by name, and used: not the mean speaker any more
+    args = ["--gen-subset", "test", "--speaker-file", prefix + ".spk"]
+    as_new = run("generate", generate_args(toy["bin"], adapted, *args, "--unknown-speaker", "fail"))
+    as_mean = run("generate", generate_args(toy["bin"], checkpoint, *args))
+    assert "unseen in training" not in as_new.stderr and "unseen in training" in as_mean.stderr
+    assert _hypotheses(as_new.stdout) != _hypotheses(as_mean.stdout)
+    interactive = run("interactive", generate_args(toy["bin"], adapted, "--speaker", new[0], "--unknown-speaker",
+                                                   "fail"), stdin="i went to the office .\n")
+    assert "H-0" in interactive.stdout
+
+
+def test_refusals(toy, trained, tmp_path):
+    prefix = _adaptation_files(toy, str(tmp_path))
+    fact = trained("lstm_fact_bias")
+
+    def adapt(checkpoint, adapt_prefix=prefix, *extra):
+        return run("fairseq-speaker-adapt", [toy["bin"], "--path", checkpoint, "--adapt-prefix", adapt_prefix,
+                                             "--save", str(tmp_path / "out.pt"), *extra], check=False)
+
+    def refused(proc, *words):
+        assert proc.returncode != 0, proc.stdout
+        assert "Traceback" not in proc.stderr, proc.stderr
+        for word in words:
+            assert word in proc.stderr, proc.stderr
+        assert not os.path.exists(tmp_path / "out.pt")
+
+    refused(adapt(trained("lstm_base")), "nothing to adapt")
+    refused(adapt(trained("lstm_base+spk_token")), "--speaker-token model")
+    refused(adapt(str(tmp_path / "missing.pt")), "checkpoint not found", "missing.pt")
+    same = _adaptation_files(toy, str(tmp_path / "same"), rename=lambda s: s)  # speakers it already has
+    refused(adapt(fact, same), "already in the model: pass --replace")
+    assert adapt(fact, same, "--replace").returncode == 0
+    os.remove(tmp_path / "out.pt")
+
+    broken = str(tmp_path / "broken" / "adapt")
+    shutil.copytree(tmp_path, tmp_path / "broken", ignore=shutil.ignore_patterns("same", "broken", "*.pt"))
+    _write(broken + ".fr", read_lines(prefix + ".fr")[:-1])
+    refused(adapt(fact, broken), "adapt.en has 37 lines but", "adapt.fr has 36")
+    _write(broken + ".fr", read_lines(prefix + ".fr"))
+    labels = read_lines(prefix + ".spk")
+    _write(broken + ".spk", labels[:3] + [""] + labels[4:])
+    refused(adapt(fact, broken), "adapt.spk:4", "empty speaker label")
+    for lang in ("en", "fr", "spk"):
+        _write(f"{broken}.{lang}", [])
+    refused(adapt(fact, broken), "adapt.en is empty")
+    refused(adapt(fact, str(tmp_path / "nowhere")), "file not found", "nowhere.en")

@@ -1,0 +1,117 @@
+"""The fast fit of a speaker's parameters (cached scores, L-BFGS) against the model itself.
+
+Uses the frozen 0.2.0 checkpoints of every variant with speaker parameters, both families.
+"""
+
+import os
+
+import pytest
+import torch
+from fairseq.data import LanguagePairDataset
+
+from fairseq_speaker.data import read_lines
+from fairseq_speaker.onboarding.adapt import SpeakerAdapter
+from fairseq_speaker.onboarding.checkpoint import OnboardingError, SpeakerCheckpoint
+from fairseq_speaker.onboarding.fit import FitOptions, _nll, fit_speakers, score_tokens
+from tests.checkpoint_compat import FIXTURES
+
+FOLDER = os.path.join(FIXTURES, "0.2.0")
+LANGS = {"source_lang": "en", "target_lang": "fr"}
+SYSTEMS = ["lstm_full_bias", "lstm_fact_bias", "lstm_proj", "lstm_simplex", "transformer_full_bias",
+           "transformer_fact_topic"]
+
+
+def _open(system):
+    return SpeakerCheckpoint.load(os.path.join(FOLDER, f"{system}.pt"), data=FOLDER, overrides=LANGS)
+
+
+def _pairs(checkpoint, speaker):
+    task = checkpoint.task
+    rows = zip(*(read_lines(os.path.join(FOLDER, f"test.{x}")) for x in ("en", "fr", "spk")))
+    return [(task.src_dict.encode_line(s, add_if_not_exist=False).long(),
+             task.tgt_dict.encode_line(t, add_if_not_exist=False).long()) for s, t, k in rows if k == speaker]
+
+
+def _model_nll(checkpoint, pairs, speaker_id):
+    """The summed loss of the target words as the model computes it (logits + bias, log-softmax)."""
+    task = checkpoint.task
+    ds = LanguagePairDataset([s for s, _ in pairs], [len(s) for s, _ in pairs], task.src_dict,
+                             [t for _, t in pairs], [len(t) for _, t in pairs], task.tgt_dict, shuffle=False)
+    batch = ds.collater([ds[i] for i in range(len(pairs))])
+    net = batch["net_input"]
+    with torch.no_grad():
+        logits, _ = checkpoint.model(net["src_tokens"], net["src_lengths"], net["prev_output_tokens"],
+                                     speakers=torch.full((len(pairs),), speaker_id))
+    lprobs = torch.log_softmax(logits.float(), dim=-1)
+    target = batch["target"]
+    keep = target.ne(task.tgt_dict.pad())
+    return float(-lprobs.gather(2, target.unsqueeze(2)).squeeze(2)[keep].sum())
+
+
+@pytest.mark.parametrize("system", SYSTEMS)
+def test_fast_loss_is_the_models_loss(system):
+    checkpoint = _open(system)
+    bias = checkpoint.check_adaptable()
+    pairs = _pairs(checkpoint, "spk001")
+    scores = score_tokens(checkpoint.model, pairs, checkpoint.task.src_dict, checkpoint.task.tgt_dict)
+    assert scores.num_tokens == sum(len(t) for _, t in pairs)
+    for speaker in (0, 3):  # trained speakers' rows: the cached scores plus the bias give the model's loss
+        rows = {k: v.float() for k, v in bias.export_speakers([speaker]).items()}
+        assert float(_nll(bias, rows, scores)) == pytest.approx(_model_nll(checkpoint, pairs, speaker), rel=1e-5)
+    fitted, _, report = fit_speakers(bias, [[scores]], FitOptions())
+    assert report.loss_after < report.loss_before
+    checkpoint.add_speakers(["new"], fitted[0])
+    fast = float(_nll(bias, {k: v.float() for k, v in fitted[0].items()}, scores))
+    assert fast == pytest.approx(_model_nll(checkpoint, pairs, bias.num_speakers - 1), rel=1e-5)
+
+
+def test_adapter_adds_only_new_rows_and_is_deterministic():
+    results = []
+    for _ in range(2):
+        checkpoint = _open("lstm_fact_bias")
+        before = {k: v.clone() for k, v in checkpoint.model.state_dict().items() if torch.is_tensor(v)}
+        adapter = SpeakerAdapter(checkpoint.model, checkpoint.task)
+        reports = adapter.adapt({"newcomer": _pairs(checkpoint, "spk002")})
+        assert reports["newcomer"].loss_after < reports["newcomer"].loss_before
+        after = checkpoint.model.state_dict()
+        assert checkpoint.speaker_names[-1] == "newcomer"
+        assert checkpoint.task.speaker_dictionary.counts[-1] == len(_pairs(checkpoint, "spk002"))
+        for key, value in before.items():
+            if key == "decoder.speaker_bias.speaker_weights":
+                assert torch.equal(after[key][:-1], value)  # every trained speaker's row is untouched
+            else:
+                assert torch.equal(after[key], value), key
+        results.append(after["decoder.speaker_bias.speaker_weights"][-1])
+    assert torch.equal(results[0], results[1])
+
+
+def test_incremental_update_refits_on_all_sentences():
+    checkpoint = _open("lstm_full_bias")
+    pairs = _pairs(checkpoint, "spk002")
+    adapter = SpeakerAdapter(checkpoint.model, checkpoint.task, FitOptions(tolerance=1e-10, max_iter=500))
+    adapter.adapt({"a": pairs[:-1]})
+    adapter.update("a", pairs[-1:])
+    incremental = checkpoint.speaker_bias.export_speakers([checkpoint.task.speaker_dictionary.index("a")])
+    adapter.adapt({"b": pairs})  # the same sentences at once
+    at_once = checkpoint.speaker_bias.export_speakers([checkpoint.task.speaker_dictionary.index("b")])
+    assert torch.allclose(incremental["weight"], at_once["weight"], atol=1e-3)
+    # a trained speaker moves from their trained row, not from the mean
+    trained = checkpoint.speaker_bias.export_speakers([0])["weight"]
+    adapter.update("spk000", pairs[:1])
+    moved = checkpoint.speaker_bias.export_speakers([0])["weight"]
+    assert not torch.equal(moved, trained)
+    assert (moved - trained).norm() < (moved - checkpoint.speaker_bias.weight[:8].mean(0)).norm()
+
+
+def test_refusals():
+    checkpoint = _open("lstm_fact_bias")
+    adapter = SpeakerAdapter(checkpoint.model, checkpoint.task)
+    with pytest.raises(OnboardingError, match="already in the model: pass --replace"):
+        adapter.adapt({"spk001": _pairs(checkpoint, "spk001")})
+    with pytest.raises(OnboardingError, match="no sentences"):
+        adapter.adapt({"x": []})
+    with pytest.raises(OnboardingError, match="nothing to adapt"):
+        SpeakerAdapter(_open("lstm_base").model, _open("lstm_base").task)
+    with pytest.raises(OnboardingError, match="speaker-token"):
+        spk = _open("lstm_spk_token")
+        SpeakerAdapter(spk.model, spk.task)
