@@ -34,7 +34,15 @@ from fairseq_speaker.onboarding.checkpoint import (
     add_speakers,
     replace_speakers,
 )
-from fairseq_speaker.onboarding.fit import FitOptions, FitReport, Pair, TokenScores, fit_speakers, score_tokens
+from fairseq_speaker.onboarding.fit import (
+    FitOptions,
+    FitReport,
+    Pair,
+    TokenScores,
+    fit_speakers,
+    score_tokens,
+    split_scores,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -50,11 +58,13 @@ class SpeakerAdapter:
     when the adapter was made, so that a speaker's fit does not depend on who was added before.
     """
 
-    def __init__(self, model, task, options: Optional[FitOptions] = None, cache_speakers: int = 16):
+    def __init__(self, model, task, options: Optional[FitOptions] = None, cache_speakers: int = 16,
+                 batch_sentences: int = 64):
         self.model, self.task = model, task
         self.bias = adaptable_bias(model, task)
         self.options = options or FitOptions()
         self.cache_speakers = cache_speakers
+        self.batch_sentences = batch_sentences
         #: the sentences each speaker was adapted on here
         self.sentences: Dict[str, List[Pair]] = {}
         self._scores: "OrderedDict[str, List[TokenScores]]" = OrderedDict()
@@ -79,12 +89,9 @@ class SpeakerAdapter:
                             left_pad_target=getattr(cfg, "left_pad_target", False))
 
     def _cached(self, name: str) -> List[TokenScores]:
-        if name not in self._scores:
-            self._scores[name] = [self.score(self.sentences[name])]
-        self._scores.move_to_end(name)
-        while len(self._scores) > self.cache_speakers:
-            self._scores.popitem(last=False)
-        return self._scores[name]
+        chunks = self._scores.get(name) or [self.score(self.sentences[name])]
+        self._remember(name, chunks)
+        return chunks
 
     # -- adding and updating speakers ---------------------------------------------------------------
     def adapt(self, sentences: Dict[str, List[Pair]], heldout: Optional[Dict[str, List[Pair]]] = None,
@@ -104,6 +111,7 @@ class SpeakerAdapter:
         for name in names:
             self.sentences[name] = list(sentences[name])
             self._scores.pop(name, None)
+        groups = self._score_groups(names) if not fit_shared else None
         held = {name: [self.score(heldout[name])] for name in names if heldout.get(name)}
         if fit_shared:
             problems = [self._cached(name) for name in names]
@@ -117,13 +125,35 @@ class SpeakerAdapter:
                     self.bias.get_parameter(key).copy_(value)
         else:
             rows, reports = [], {}
-            for name in names:
-                r, _, report = fit_speakers(self.bias, [self._cached(name)], self.options, init=[self.mean_speaker],
-                                            prior=[self.mean_speaker], heldout=[held[name]] if name in held else None)
-                rows.append(r[0])
-                reports[name] = report
+            for group in groups:  # the network scores a group's sentences in one pass; then each speaker is fitted
+                for name, scores in group:
+                    r, _, report = fit_speakers(self.bias, [[scores]], self.options, init=[self.mean_speaker],
+                                                prior=[self.mean_speaker], heldout=[held[name]] if name in held else None)
+                    rows.append(r[0])
+                    reports[name] = report
         self._put(names, rows)
         return reports
+
+    def _score_groups(self, names: List[str]):
+        """Speakers' scores, a group of at most ``batch_sentences`` sentences at a time (a generator, so
+        that only one group's scores are in memory beyond the cache)."""
+        group: List[str] = []
+        for i, name in enumerate(names):
+            group.append(name)
+            size = sum(len(self.sentences[n]) for n in group)
+            if size >= self.batch_sentences or i == len(names) - 1:
+                scores = split_scores(self.score([p for n in group for p in self.sentences[n]]),
+                                      [len(self.sentences[n]) for n in group])
+                for n, sc in zip(group, scores):
+                    self._remember(n, [sc])
+                yield list(zip(group, scores))
+                group = []
+
+    def _remember(self, name: str, chunks: List[TokenScores]) -> None:
+        self._scores[name] = chunks
+        self._scores.move_to_end(name)
+        while len(self._scores) > self.cache_speakers:
+            self._scores.popitem(last=False)
 
     def update(self, name: str, pairs: Sequence[Pair]) -> FitReport:
         """One or a few more sentences of a speaker: refit, starting from the speaker's current parameters.
@@ -142,7 +172,7 @@ class SpeakerAdapter:
         if name in self.sentences:
             chunks = self._cached(name) + [new_scores]
             self.sentences[name] += list(pairs)
-            self._scores[name] = chunks
+            self._remember(name, chunks)
             prior = [self.mean_speaker]
         else:
             chunks, prior = [new_scores], [current]

@@ -75,7 +75,7 @@ class SpeakerCheckpoint:
 
     # -- changing the speaker table ------------------------------------------------------------
     def add_speakers(self, names: Sequence[str], rows: Dict[str, Tensor], counts: Optional[Sequence[int]] = None,
-                     init: str = "mean") -> None:
+                     init: str = "zero") -> None:
         add_speakers(self.model, self.task, names, rows, counts, init)
 
     def replace_speakers(self, names: Sequence[str], rows: Dict[str, Tensor]) -> None:
@@ -111,7 +111,7 @@ def speaker_bias_of(model) -> SpeakerBias:
 
 
 def add_speakers(model, task, names: Sequence[str], rows: Dict[str, Tensor], counts: Optional[Sequence[int]] = None,
-                 init: str = "mean") -> None:
+                 init: str = "zero") -> None:
     """Add ``names`` after the model's known speakers, with their parameter rows (name -> ``[n, ...]``,
     as ``SpeakerBias.export_speakers`` gives them); the task's speaker dictionary follows."""
     bias = speaker_bias_of(model)

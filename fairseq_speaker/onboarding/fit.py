@@ -69,20 +69,21 @@ class TokenScores:
 def score_tokens(model, pairs: Sequence[Pair], source_dictionary, target_dictionary,
                  left_pad_source: bool = True, left_pad_target: bool = False,
                  batch_size: int = 64) -> TokenScores:
-    """Run the speaker-free network (teacher-forced, eval mode) over ``pairs`` once."""
+    """Run the speaker-free network (teacher-forced, eval mode) over ``pairs`` once, ``batch_size``
+    sentences at a time; sentence ``i`` of the result is ``pairs[i]``."""
     if not pairs:
         raise ValueError("no sentences to score")
     pad = source_dictionary.pad()
-    parts = []
+    device = next(model.parameters()).device
+    parts, sources = [], [None] * len(pairs)
     for start in range(0, len(pairs), batch_size):
         chunk = pairs[start:start + batch_size]
         dataset = LanguagePairDataset(
             [s for s, _ in chunk], [len(s) for s, _ in chunk], source_dictionary,
             [t for _, t in chunk], [len(t) for _, t in chunk], target_dictionary,
             left_pad_source=left_pad_source, left_pad_target=left_pad_target, shuffle=False)
-        batch = dataset.collater([dataset[i] for i in range(len(chunk))])
+        batch = dataset.collater([dataset[i] for i in range(len(chunk))])  # sorted by length: batch["id"]
         net = batch["net_input"]
-        device = next(model.parameters()).device
         src = net["src_tokens"].to(device)
         speakers = torch.full((src.size(0),), NO_SPEAKER, dtype=torch.long, device=device)
         encoder_out = model.encoder(src, src_lengths=net["src_lengths"].to(device), speakers=speakers)
@@ -92,21 +93,27 @@ def score_tokens(model, pairs: Sequence[Pair], source_dictionary, target_diction
         target = batch["target"].to(device)
         keep = target.ne(target_dictionary.pad())
         z = logits[keep]  # positions x V
+        del logits
         shift = z.max(dim=1).values
         y = target[keep]
-        rows = torch.arange(target.size(0), device=device).unsqueeze(1).expand_as(target)[keep]
-        sources = [s[s.ne(pad)] for s in src]
-        parts.append((torch.exp(z - shift.unsqueeze(1)), shift, z.gather(1, y.unsqueeze(1)).squeeze(1), y, rows,
-                      sources))
-    offset, sentence, sources = 0, [], []
-    for part in parts:
-        sentence.append(part[4] + offset)
-        offset += len(part[5])
-        sources += part[5]
-    source = _collate(sources, pad, left_pad_source)
-    return TokenScores(torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts]),
-                       torch.cat([p[2] for p in parts]), torch.cat([p[3] for p in parts]), torch.cat(sentence),
-                       source)
+        ids = batch["id"].to(device) + start
+        rows = ids.unsqueeze(1).expand_as(target)[keep]
+        target_logit = z.gather(1, y.unsqueeze(1)).squeeze(1)
+        parts.append((z.sub_(shift.unsqueeze(1)).exp_(), shift, target_logit, y, rows))
+        for i, s in zip(ids.tolist(), src):
+            sources[i] = s[s.ne(pad)]
+    return TokenScores(*(torch.cat([p[k] for p in parts]) for k in range(5)), _collate(sources, pad, left_pad_source))
+
+
+def split_scores(scores: TokenScores, sizes: Sequence[int]) -> List[TokenScores]:
+    """Cut the scores of consecutive groups of sentences (``sizes`` sentences each) apart."""
+    out, start = [], 0
+    for size in sizes:
+        keep = (scores.sentence >= start) & (scores.sentence < start + size)
+        out.append(TokenScores(scores.exp_logits[keep], scores.shift[keep], scores.target_logit[keep],
+                               scores.target[keep], scores.sentence[keep] - start, scores.source[start:start + size]))
+        start += size
+    return out
 
 
 def _collate(sources: List[Tensor], pad: int, left_pad: bool) -> Tensor:
@@ -193,7 +200,8 @@ def fit_speakers(bias: SpeakerBias, problems: Sequence[Sequence[TokenScores]], o
     and a report. Nothing in ``bias`` is changed.
     """
     start = time.perf_counter()
-    mean = {name: row.detach().float() for name, row in bias.new_speaker_rows(1, "mean").items()}
+    if init is None or prior is None:  # the mean of a large table costs a pass over it: only when needed
+        mean = {name: row.detach().float() for name, row in bias.new_speaker_rows(1, "mean").items()}
     if init is None:
         init = [mean] * len(problems)
     rows = [{name: value.detach().float().clone().requires_grad_(True) for name, value in r.items()} for r in init]

@@ -163,10 +163,11 @@ class SpeakerBias(nn.Module):
         bias = self.lookup(speakers.clamp(min=0), encoder_out)
         if bias is None:
             return None
-        unseen = speakers < 0
-        if bool(unseen.any()):
-            bias = torch.where((speakers == MEAN_SPEAKER).unsqueeze(1), self.mean_bias().to(bias), bias)
-            bias = bias.masked_fill((speakers == NO_SPEAKER).unsqueeze(1), 0.0)
+        mean, none = speakers == MEAN_SPEAKER, speakers == NO_SPEAKER
+        if bool(mean.any()):  # the mean is a pass over every speaker: only when asked for
+            bias = torch.where(mean.unsqueeze(1), self.mean_bias().to(bias), bias)
+        if bool(none.any()):
+            bias = bias.masked_fill(none.unsqueeze(1), 0.0)
         return bias
 
     def check_speakers(self, speakers: Tensor) -> None:

@@ -1,0 +1,124 @@
+"""How fast a speaker is onboarded: a benchmark at the paper's sizes (V = 40,000).
+
+Builds a randomly initialised model of the paper's sizes (``lstm_fact_bias`` / ``lstm_full_bias``,
+or any preset; its weights do not change the cost) with S trained speakers, and times, after a
+warm-up, with median and spread over repeats:
+
+- one new speaker from 10 sentences (scoring them with the network, fitting, adding the row);
+- 100 new speakers from 10 sentences each, at once;
+- one incremental update: one more sentence for a speaker adapted before.
+
+Model loading is not timed. Sentences are random word ids of ``--length`` words (the cost does not
+depend on which words). Usage::
+
+    python -m fairseq_speaker.benchmarks.adaptation --archs lstm_fact_bias lstm_full_bias --threads 2
+"""
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+from typing import Dict, List
+
+import torch
+
+import fairseq_speaker  # noqa: F401  (registers the task and the models)
+from fairseq_speaker.data import SpeakerDictionary
+from fairseq_speaker.onboarding.adapt import SpeakerAdapter
+from fairseq_speaker.onboarding.fit import FitOptions
+
+
+def make_task(folder: str, vocab: int, speakers: int):
+    """A speaker_translation task over dictionaries of ``vocab`` words (4 special symbols included)."""
+    from fairseq_speaker.tasks.speaker_translation import SpeakerTranslationConfig, SpeakerTranslationTask
+
+    for lang in ("src", "tgt"):
+        with open(os.path.join(folder, f"dict.{lang}.txt"), "w", encoding="utf-8") as f:
+            f.writelines(f"w{i} 1\n" for i in range(vocab - 4))
+    SpeakerDictionary([f"spk{i}" for i in range(speakers)], [1] * speakers).save(os.path.join(folder, "dict.spk.txt"))
+    cfg = SpeakerTranslationConfig(data=folder, source_lang="src", target_lang="tgt")
+    return SpeakerTranslationTask.setup_task(cfg)
+
+
+def make_model(task, arch: str, model_args: List[str]):
+    from fairseq import options
+
+    args = options.parse_args_and_arch(options.get_training_parser(), [
+        "data-bin", "--task", "speaker_translation", "--arch", arch, *model_args])
+    model = task.build_model(args)
+    return model.eval()
+
+
+def random_pairs(n: int, length: int, vocab: int, generator: torch.Generator):
+    def sentence():
+        return torch.cat([torch.randint(4, vocab, (length,), generator=generator), torch.tensor([2])])
+
+    return [(sentence(), sentence()) for _ in range(n)]
+
+
+def _timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def bench_arch(arch: str, args) -> Dict[str, List[float]]:
+    g = torch.Generator().manual_seed(args.seed)
+    with tempfile.TemporaryDirectory() as folder:
+        task = make_task(folder, args.vocab, args.speakers)
+        model = make_model(task, arch, args.model_args)
+    adapter = SpeakerAdapter(model, task, FitOptions())
+    counter = iter(range(10 ** 9))
+    name = lambda: f"new{next(counter)}"  # noqa: E731
+
+    # warm-up: every code path once
+    warm = name()
+    adapter.adapt({warm: random_pairs(args.sentences, args.length, args.vocab, g)})
+    adapter.update(warm, random_pairs(1, args.length, args.vocab, g))
+    times: Dict[str, List[float]] = {"one speaker": [], f"{args.many} speakers": [], "incremental update": []}
+    for _ in range(args.repeats):  # interleaved, so that machine noise hits every measure alike
+        one = name()
+        pairs = random_pairs(args.sentences, args.length, args.vocab, g)
+        times["one speaker"].append(_timed(lambda: adapter.adapt({one: pairs})))
+        extra = random_pairs(1, args.length, args.vocab, g)
+        times["incremental update"].append(_timed(lambda: adapter.update(one, extra)))
+        if len(times[f"{args.many} speakers"]) < args.many_repeats:
+            many = {name(): random_pairs(args.sentences, args.length, args.vocab, g) for _ in range(args.many)}
+            times[f"{args.many} speakers"].append(_timed(lambda: adapter.adapt(many)))
+    return times
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--archs", nargs="+", default=["lstm_fact_bias", "lstm_full_bias"])
+    parser.add_argument("--vocab", type=int, default=40000, help="source and target vocabulary sizes")
+    parser.add_argument("--speakers", type=int, default=1887, help="speakers the model was trained with")
+    parser.add_argument("--sentences", type=int, default=10, help="sentences per new speaker")
+    parser.add_argument("--length", type=int, default=20, help="words per sentence (plus </s>)")
+    parser.add_argument("--many", type=int, default=100, help="speakers added at once")
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--many-repeats", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--json", help="also write the figures here")
+    args, args.model_args = parser.parse_known_args(argv)
+    torch.set_num_threads(args.threads)
+    results = {}
+    print(f"V = {args.vocab:,}, {args.speakers:,} trained speakers, {args.sentences} sentences of {args.length} words "
+          f"per new speaker, {args.threads} thread(s); seconds, median [min-max] of the repeats")
+    print(f"  {'arch':<20}{'measure':<22}{'median':>10}{'spread':>22}")
+    for arch in args.archs:
+        times = bench_arch(arch, args)
+        results[arch] = times
+        for measure, values in times.items():
+            spread = f"[{min(values):.3f}-{max(values):.3f}]"
+            print(f"  {arch:<20}{measure:<22}{statistics.median(values):>10.3f}{spread:>22}")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump({"args": {k: v for k, v in vars(args).items() if k != "json"}, "seconds": results}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
