@@ -36,6 +36,7 @@ from fairseq_speaker.generate_output import read_generate_output
 from fairseq_speaker.models import speaker_presets
 from fairseq_speaker.modules.speaker_bias import parse_variant_name
 from fairseq_speaker.toy.corpus import read_traits, trait_accuracy, write_corpus
+from fairseq_speaker.toy.oracle import oracle_accuracy, oracle_rows
 
 TRAITS = ("gender", "address", "profession")
 DEFAULT_SYSTEMS = ["lstm_base", "lstm_fact_bias", "transformer_fact_bias"]
@@ -92,9 +93,9 @@ def format_table(rows: List[Dict]) -> str:
     header = ["system", "BLEU", "speaker words", *TRAITS, "seconds"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in rows:
-        cells = [r["system"], f"{r['bleu']:.2f}", f"{100 * r['traits']['all']:.1f}%"]
+        cells = [r["system"], "-" if r["bleu"] is None else f"{r['bleu']:.2f}", f"{100 * r['traits']['all']:.1f}%"]
         cells += [f"{100 * r['traits'].get(t, float('nan')):.1f}%" for t in TRAITS]
-        cells.append(f"{r['seconds']:.0f}")
+        cells.append("-" if r["seconds"] is None else f"{r['seconds']:.0f}")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -159,7 +160,10 @@ def main(argv=None) -> None:
         print(f"[demo] {system}: BLEU {bleu.score:.2f}, speaker words right "
               f"{100 * rows[-1]['traits']['all']:.1f}% ({rows[-1]['seconds']} s)", flush=True)
 
-    table = format_table(rows)
+    raw = os.path.join(args.workdir, "raw")
+    ceilings = oracle_accuracy(read_lines(os.path.join(raw, "train.spk")), read_traits(os.path.join(raw, "train.traits")),
+                               read_lines(os.path.join(raw, "test.spk")), traits)
+    table = format_table(rows + oracle_rows(ceilings))
     with open(os.path.join(args.workdir, "results.md"), "w", encoding="utf-8") as f:
         f.write(table + "\n")
     with open(os.path.join(args.workdir, "results.json"), "w", encoding="utf-8") as f:
@@ -167,7 +171,9 @@ def main(argv=None) -> None:
     print()
     print(f"Test set: {args.test} sentences of {args.speakers} speakers; BLEU is sacrebleu on the "
           f"tokenized text; 'speaker words' is the share of gender / address / profession words that "
-          f"match the speaker; seconds: training and decoding on {args.threads} threads.")
+          f"match the speaker; seconds: training and decoding on {args.threads} threads. The oracles get every "
+          f"speaker word right that training makes knowable: any word of a trait the speaker's training "
+          f"sentences show ('traits revealed'), or only the words the speaker said there ('words seen').")
     print(table)
     if not args.no_report:
         write_report(args)
