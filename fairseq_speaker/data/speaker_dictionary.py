@@ -2,8 +2,11 @@
 
 A speaker file has one label per line, aligned with the sentences of a split
 (``train.spk`` beside ``train.en``/``train.fr``; SATED names it ``.usr``).
-A label is the whole line, surrounding whitespace removed; it may contain
-inner spaces but not be empty.
+The file is UTF-8 (a byte-order mark at its start is ignored); lines end with
+``\n`` or ``\r\n``. A label is the whole line, surrounding whitespace removed;
+it may contain inner spaces, but not be empty nor contain a tab or another
+control character (a lone ``\r``, for instance): such a line is an error that
+names the file and the line.
 
 The speaker dictionary maps labels to the rows of the model's speaker
 parameters. It is built from the training labels, saved as ``dict.spk.txt``
@@ -13,6 +16,7 @@ happens to the files in the data directory.
 """
 
 import os
+import unicodedata
 from collections import Counter
 from typing import Dict, Iterable, List, Optional, Sequence
 
@@ -30,6 +34,40 @@ class SpeakerDataError(ValueError):
     """Bad speaker input; the message names the file, the line and the fix."""
 
 
+BOM = "\ufeff"
+
+
+def label_problem(label: str) -> Optional[str]:
+    """Why ``label`` (already stripped) cannot be a speaker label, or None if it can."""
+    if not label:
+        return "empty speaker label"
+    bad = sorted({c for c in label if unicodedata.category(c) in ("Cc", "Zl", "Zp") or c == BOM})
+    if bad:
+        return (f"speaker label {label!r} contains {', '.join(repr(c) for c in bad)} "
+                f"(tabs and control characters are not allowed in a label)")
+    return None
+
+
+def _decode_lines(path: str):
+    """``(line number, text)`` of a UTF-8 file split at ``\n`` only (a ``\r`` inside a line stays, to be
+    reported), a byte-order mark at the start dropped."""
+    if os.path.isdir(path):
+        raise SpeakerDataError(f"{path} is a directory, not a file")
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise SpeakerDataError(f"{path}:{lineno}: not valid UTF-8 ({e}); save the file as UTF-8") from None
+            if lineno == 1 and text.startswith(BOM):
+                text = text[1:]
+            if text.endswith("\n"):
+                text = text[:-1]
+            if text.endswith("\r"):
+                text = text[:-1]
+            yield lineno, text
+
+
 def read_speaker_file(path: str, num_sentences: Optional[int] = None, hint: str = "") -> List[str]:
     """Read one label a line from ``path``.
 
@@ -42,21 +80,18 @@ def read_speaker_file(path: str, num_sentences: Optional[int] = None, hint: str 
         SpeakerDataError: the file is missing or unreadable, a line is empty,
             or the line count differs from ``num_sentences``.
     """
-    if not os.path.isfile(path):
+    if not os.path.exists(path):
         raise SpeakerDataError(f"speaker file not found: expected {path}{hint}")
     labels = []
-    with open(path, "rb") as f:
-        for lineno, raw in enumerate(f, start=1):
-            try:
-                label = raw.decode("utf-8").strip()
-            except UnicodeDecodeError as e:
-                raise SpeakerDataError(f"{path}:{lineno}: not valid UTF-8 ({e}); save the file as UTF-8") from None
-            if not label:
-                raise SpeakerDataError(
-                    f"{path}:{lineno}: empty speaker label; every line must name the speaker "
-                    f"of the sentence on the same line of the text"
-                )
-            labels.append(label)
+    for lineno, text in _decode_lines(path):
+        label = text.strip()
+        problem = label_problem(label)
+        if problem:
+            raise SpeakerDataError(
+                f"{path}:{lineno}: {problem}; every line must name the speaker "
+                f"of the sentence on the same line of the text"
+            )
+        labels.append(label)
     if num_sentences is not None and len(labels) != num_sentences:
         raise SpeakerDataError(
             f"{path}: {len(labels)} speaker labels but the text has {num_sentences} sentences; "
@@ -116,23 +151,21 @@ class SpeakerDictionary:
     def load(cls, path: str) -> "SpeakerDictionary":
         names, counts = [], []
         seen = {}
-        with open(path, encoding="utf-8") as f:
-            for lineno, line in enumerate(f, start=1):
-                line = line.rstrip("\n")
-                name, sep, count = line.rpartition("\t")
-                if not sep or not name.strip() or not count.strip().isdigit():
-                    raise SpeakerDataError(
-                        f"{path}:{lineno}: expected 'label<TAB>count', got {line!r}; "
-                        f"delete the file to rebuild it from the training speaker labels"
-                    )
-                if name in seen:
-                    raise SpeakerDataError(
-                        f"{path}:{lineno}: speaker {name!r} already listed on line {seen[name]}; "
-                        f"delete the file to rebuild it from the training speaker labels"
-                    )
-                seen[name] = lineno
-                names.append(name)
-                counts.append(int(count))
+        fix = "delete the file to rebuild it from the training speaker labels"
+        for lineno, line in _decode_lines(path):
+            name, sep, count = line.rpartition("\t")
+            if not sep or not name.strip() or not count.strip().isdigit():
+                raise SpeakerDataError(f"{path}:{lineno}: expected 'label<TAB>count', got {line!r}; {fix}")
+            problem = label_problem(name)
+            if problem or name != name.strip():
+                raise SpeakerDataError(f"{path}:{lineno}: {problem or 'speaker label with surrounding spaces'}; {fix}")
+            if name in seen:
+                raise SpeakerDataError(
+                    f"{path}:{lineno}: speaker {name!r} already listed on line {seen[name]}; {fix}"
+                )
+            seen[name] = lineno
+            names.append(name)
+            counts.append(int(count))
         return cls(names, counts)
 
     # -- checkpoints -----------------------------------------------------------------------

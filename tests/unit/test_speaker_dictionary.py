@@ -105,3 +105,46 @@ def test_invalid_utf8_names_the_line(tmp_path):
     path.write_bytes(b"ann\n\xff\xfe\n")
     with pytest.raises(SpeakerDataError, match=r"train.spk:2: not valid UTF-8"):
         read_speaker_file(str(path))
+
+
+def test_byte_order_mark_and_crlf_are_not_part_of_a_label(tmp_path):
+    path = tmp_path / "train.spk"
+    path.write_bytes("\ufeffspk005\r\nspk001\r\nspk005".encode("utf-8"))
+    assert read_speaker_file(str(path)) == ["spk005", "spk001", "spk005"]
+    d = SpeakerDictionary.from_labels(read_speaker_file(str(path)))
+    d.save(str(tmp_path / "dict.spk.txt"))
+    raw = (tmp_path / "dict.spk.txt").read_bytes()
+    (tmp_path / "bom.txt").write_bytes(b"\xef\xbb\xbf" + raw.replace(b"\n", b"\r\n"))
+    assert SpeakerDictionary.load(str(tmp_path / "bom.txt")).names == ["spk005", "spk001"]
+
+
+@pytest.mark.parametrize("label", ["ab\rcd", "ab\tcd", "ab\x00cd", "ab\u2028cd", "ab\x1bcd", "a\ufeffb"])
+def test_control_characters_in_a_label_name_the_line(tmp_path, label):
+    path = tmp_path / "train.spk"
+    path.write_bytes(f"spk001\n{label}\nspk002\n".encode("utf-8"))
+    with pytest.raises(SpeakerDataError, match=r"train.spk:2: speaker label .* contains"):
+        read_speaker_file(str(path))
+    (tmp_path / "dict.spk.txt").write_bytes(f"spk001\t3\n{label}\t2\n".encode("utf-8"))
+    with pytest.raises(SpeakerDataError, match=r"dict.spk.txt:2: speaker label .* contains .*delete the file"):
+        SpeakerDictionary.load(str(tmp_path / "dict.spk.txt"))
+
+
+def test_a_labels_file_that_cannot_be_written_back_is_never_accepted(tmp_path):
+    """Whatever a speaker file holds, the dictionary built from it reads back the same."""
+    path = tmp_path / "train.spk"
+    path.write_bytes("  ann smith \nbob\x85x\n".encode("utf-8"))
+    with pytest.raises(SpeakerDataError, match="train.spk:2"):
+        read_speaker_file(str(path))
+    path.write_bytes("  ann smith \nbob\n".encode("utf-8"))
+    d = SpeakerDictionary.from_labels(read_speaker_file(str(path)))
+    d.save(str(tmp_path / "dict.spk.txt"))
+    assert SpeakerDictionary.load(str(tmp_path / "dict.spk.txt")).names == d.names == ["ann smith", "bob"]
+
+
+def test_binary_dictionary_and_directory_name_the_path(tmp_path):
+    (tmp_path / "dict.spk.txt").write_bytes(b"\x80\x81\tx\n")
+    with pytest.raises(SpeakerDataError, match=r"dict.spk.txt:1: not valid UTF-8"):
+        SpeakerDictionary.load(str(tmp_path / "dict.spk.txt"))
+    os.makedirs(tmp_path / "train.spk")
+    with pytest.raises(SpeakerDataError, match=r"train.spk is a directory"):
+        read_speaker_file(str(tmp_path / "train.spk"))
