@@ -128,7 +128,8 @@ class SpeakerAdapter:
             for group in groups:  # the network scores a group's sentences in one pass; then each speaker is fitted
                 for name, scores in group:
                     r, _, report = fit_speakers(self.bias, [[scores]], self.options, init=[self.mean_speaker],
-                                                prior=[self.mean_speaker], heldout=[held[name]] if name in held else None)
+                                                prior=[self.mean_speaker],
+                                                heldout=[held[name]] if name in held else None)
                     rows.append(r[0])
                     reports[name] = report
         self._put(names, rows)
@@ -286,8 +287,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             heldout = group_by_speaker(h_labels, adapter.encode(h_src, h_tgt, encode_fn))
             strangers = sorted(set(heldout) - set(sentences))
             if strangers:
-                raise OnboardingError(f"{args.heldout_prefix}.{suffix}: speaker(s) {', '.join(map(repr, strangers[:5]))} "
-                                      f"have held-out lines but no adaptation lines in {args.adapt_prefix}.{suffix}")
+                raise OnboardingError(
+                    f"{args.heldout_prefix}.{suffix}: speaker(s) {', '.join(map(repr, strangers[:5]))} have held-out "
+                    f"lines but no adaptation lines in {args.adapt_prefix}.{suffix}")
         start = time.perf_counter()
         reports = adapter.adapt(sentences, heldout, replace=args.replace, fit_shared=args.adapt_shared)
         seconds = time.perf_counter() - start

@@ -9,6 +9,7 @@ out, so that ``fairseq-train --restore-file`` on the result starts a fresh optim
 
 import logging
 import os
+import pickle
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
 
@@ -47,10 +48,20 @@ class SpeakerCheckpoint:
             arg_overrides["data"] = data
         try:
             state = checkpoint_utils.load_checkpoint_to_cpu(path, arg_overrides=arg_overrides)
-        except (EOFError, RuntimeError, OSError, KeyError, ValueError) as e:
-            raise OnboardingError(f"{path}: not a readable fairseq checkpoint ({type(e).__name__}: {e})") from None
+        except (EOFError, RuntimeError, OSError, KeyError, ValueError, pickle.UnpicklingError) as e:
+            raise OnboardingError(f"{path}: not a readable fairseq checkpoint (damaged, or another kind of file: "
+                                  f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
         cfg = state["cfg"]
-        task = tasks.setup_task(cfg.task)
+        where = arg_overrides.get("data") or cfg.task.data
+        try:
+            task = tasks.setup_task(cfg.task)
+        except OSError as e:  # a dictionary missing from the data directory
+            raise OnboardingError(f"{where}: {e} (the data directory must hold the dictionaries the model "
+                                  f"was trained with)") from None
+        except Exception as e:  # fairseq's "Could not infer language pair" is a bare Exception
+            if "language pair" not in str(e):
+                raise
+            raise OnboardingError(f"{where}: {e} (pass --source-lang and --target-lang)") from None
         if "task_state" in state:
             task.load_state_dict(state["task_state"])
         model = task.build_model(cfg.model, from_checkpoint=True)

@@ -190,7 +190,8 @@ def _per_token(bias, params, chunks: Sequence[TokenScores]) -> float:
 def fit_speakers(bias: SpeakerBias, problems: Sequence[Sequence[TokenScores]], options: FitOptions,
                  init: Optional[Sequence[Dict[str, Tensor]]] = None,
                  heldout: Optional[Sequence[Sequence[TokenScores]]] = None,
-                 fit_shared: bool = False, prior: Optional[Sequence[Dict[str, Tensor]]] = None) -> Tuple[List[Dict[str, Tensor]], Dict[str, Tensor], FitReport]:
+                 fit_shared: bool = False, prior: Optional[Sequence[Dict[str, Tensor]]] = None,
+                 ) -> Tuple[List[Dict[str, Tensor]], Dict[str, Tensor], FitReport]:
     """Fit the rows of ``len(problems)`` speakers together (each problem: one speaker's scored
     sentences, as chunks), starting from ``init`` (default: the mean speaker), pulled towards
     ``prior`` (default: the mean speaker). With ``fit_shared``, the variant's shared parameters are
@@ -206,7 +207,9 @@ def fit_speakers(bias: SpeakerBias, problems: Sequence[Sequence[TokenScores]], o
         init = [mean] * len(problems)
     rows = [{name: value.detach().float().clone().requires_grad_(True) for name, value in r.items()} for r in init]
     shared = {name: p.detach().clone().requires_grad_(fit_shared) for name, p in bias.shared_parameters().items()}
-    prior = [{k: v.detach().float() for k, v in p.items()} for p in prior] if prior is not None else [mean] * len(problems)
+    if prior is None:
+        prior = [mean] * len(problems)
+    prior = [{k: v.detach().float() for k, v in p.items()} for p in prior]
     variables = [v for r in rows for v in r.values()] + (list(shared.values()) if fit_shared else [])
     flat = [c for chunks in problems for c in chunks]
     if not flat or sum(c.num_tokens for c in flat) == 0:

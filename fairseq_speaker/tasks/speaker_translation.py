@@ -258,6 +258,11 @@ class SpeakerTranslationTask(TranslationTask):
             lines = sentences
         return super().get_interactive_tokens_and_lengths(lines, encode_fn)
 
+    def set_inference_speakers(self, labels: List[str]) -> None:
+        """The speakers of the sentences given to the next :meth:`build_dataset_for_inference` (as fairseq's
+        hub interface builds it: ``GeneratorHubInterface.translate``), one label per sentence."""
+        self._interactive_labels = list(labels)
+
     def _default_labels(self, n: int) -> List[str]:
         if self.cfg.speaker is None:
             raise SpeakerDataError(
@@ -272,6 +277,9 @@ class SpeakerTranslationTask(TranslationTask):
         self._interactive_labels = None
         if labels is None:
             labels = self._default_labels(len(dataset))
+        elif len(labels) != len(dataset):
+            raise SpeakerDataError(
+                f"{len(labels)} speakers for {len(dataset)} sentences: give one speaker per sentence")
         ids = self.speaker_dictionary.encode(labels, self.cfg.unknown_speaker, source="<input>")
         return _InferenceSpeakerDataset(dataset, ids, self._pending)
 

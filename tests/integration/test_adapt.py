@@ -23,7 +23,8 @@ def _adaptation_files(toy, folder, prefix="adapt", split="test", rename=lambda s
     os.makedirs(folder, exist_ok=True)
     for lang in ("en", "fr"):
         shutil.copy(os.path.join(toy["raw"], f"{split}.{lang}"), os.path.join(folder, f"{prefix}.{lang}"))
-    _write(os.path.join(folder, f"{prefix}.spk"), [rename(s) for s in read_lines(os.path.join(toy["raw"], f"{split}.spk"))])
+    labels = read_lines(os.path.join(toy["raw"], f"{split}.spk"))
+    _write(os.path.join(folder, f"{prefix}.spk"), [rename(s) for s in labels])
     return os.path.join(folder, prefix)
 
 

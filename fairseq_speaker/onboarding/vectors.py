@@ -1,0 +1,355 @@
+"""Portable speaker vectors: ``fairseq-speaker-vectors`` and the ``.npz`` files it reads and writes.
+
+A speaker's vector is what the speaker bias holds of that speaker alone (its rows of the
+variant's speaker parameters: the V-vector of ``full``, the r weights of ``fact``, ...). It
+is exported with the speaker's name, and imported into another checkpoint of the same model,
+where the speaker is added (or, with ``--replace``, overwritten)::
+
+    fairseq-speaker-vectors export DATA_DIR --path checkpoint_best.pt --out speakers.npz [--speakers A B]
+    fairseq-speaker-vectors import DATA_DIR --path other.pt --vectors speakers.npz --save merged.pt [--replace]
+
+The file is a plain ``.npz`` (it loads with ``allow_pickle=False``): ``names`` (the speakers),
+``param/<name>`` (``[n, ...]`` float32, one array per speaker parameter) and ``meta``, a JSON
+string: the format and its version, the variant, each parameter's row shape, the target
+dictionary's hash and size, and a SHA-1 of the bias's shared parameters and buffers. A
+speaker's rows only mean something with the same variant, target vocabulary and shared
+parameters (fact's weights mix the model's own shared bias vectors), so an import checks all
+of them (:func:`check_compatible`) and refuses a file written for another model.
+"""
+
+import argparse
+import hashlib
+import json
+import logging
+import os
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from fairseq_speaker.data import SpeakerDataError, dictionary_hash
+from fairseq_speaker.modules.speaker_bias import SpeakerBias
+from fairseq_speaker.onboarding.checkpoint import OnboardingError, SpeakerCheckpoint
+
+FORMAT = "fairseq-speaker-vectors"
+FORMAT_VERSION = 1
+PARAM_PREFIX = "param/"
+
+
+@dataclass
+class SpeakerVectors:
+    """The contents of a speaker vectors file.
+
+    Attributes:
+        names: the speakers, in the order of the rows.
+        rows: speaker parameter name -> ``[len(names), ...]`` float32 array.
+        meta: the file's metadata (see the module documentation).
+        path: the file it was read from (for messages).
+    """
+
+    names: List[str]
+    rows: Dict[str, np.ndarray]
+    meta: Dict
+    path: str = "<memory>"
+
+    def tensors(self, names: Optional[Sequence[str]] = None) -> Dict[str, Tensor]:
+        """The rows of ``names`` (default: every speaker, in file order) as tensors, as
+        :meth:`SpeakerBias.import_speakers` takes them."""
+        position = {name: i for i, name in enumerate(self.names)}
+        index = [position[n] for n in names] if names is not None else list(range(len(self.names)))
+        return {key: torch.from_numpy(value[index].copy()) for key, value in self.rows.items()}
+
+
+@dataclass
+class ExportSummary:
+    """What :func:`save_speaker_vectors` wrote."""
+
+    path: str
+    speakers: int
+    parameters_per_speaker: int
+    bytes_per_speaker: int  # as float32
+    file_bytes: int
+
+
+# -- describing a bias ------------------------------------------------------------------------------
+
+
+def variant_spelling(bias: SpeakerBias) -> str:
+    """The variant as ``--speaker-bias`` spells it: ``fact``, or ``fact+full`` for a sum."""
+    parts = getattr(bias, "parts", None)
+    if bias.name == "sum" and parts is not None:
+        return "+".join(parts.keys())
+    return bias.name
+
+
+def shared_state_hash(bias: SpeakerBias) -> str:
+    """SHA-1 of everything of ``bias`` that is not a speaker's own (shared parameters and buffers, as
+    float32, with their names and shapes): equal hashes mean the speakers' rows mean the same thing."""
+    digest = hashlib.sha1()
+    shared = dict(bias.shared_parameters())
+    shared.update({f"buffer:{name}": b for name, b in bias.named_buffers()})
+    for name in sorted(shared):
+        value = shared[name].detach().to("cpu", torch.float32).contiguous()
+        digest.update(f"{name}{tuple(value.shape)}\n".encode("utf-8"))
+        digest.update(value.numpy().tobytes())
+    return digest.hexdigest()
+
+
+def describe(bias: SpeakerBias, target_dictionary) -> Dict:
+    """The metadata that makes a bias's speaker rows portable (compared by :func:`check_compatible`)."""
+    return {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "variant": bias.name,
+        "variant_spelling": variant_spelling(bias),
+        "row_shapes": {name: list(shape) for name, shape in bias.speaker_row_shapes().items()},
+        "target_dictionary_hash": dictionary_hash(target_dictionary),
+        "target_dictionary_size": len(target_dictionary),
+        "shared_sha1": shared_state_hash(bias),
+    }
+
+
+# -- writing and reading ----------------------------------------------------------------------------
+
+
+def write_npz(path: str, names: Sequence[str], rows: Dict[str, np.ndarray], meta: Dict) -> None:
+    """Write the file atomically (temp file, then ``os.replace``): a reader never sees half a file."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise OnboardingError(f"cannot write {path}: the folder {folder} does not exist")
+    arrays = {f"{PARAM_PREFIX}{key}": np.ascontiguousarray(value, dtype=np.float32) for key, value in rows.items()}
+    arrays["names"] = np.array(list(names), dtype=str)
+    arrays["meta"] = np.array(json.dumps(meta, sort_keys=True))
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            np.savez(f, **arrays)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def save_speaker_vectors(path: str, bias: SpeakerBias, names: Sequence[str], target_dictionary,
+                         model_label: str = "") -> ExportSummary:
+    """Write the rows of the speakers ``names`` of ``bias`` (looked up in ``bias.speaker_names``) to ``path``.
+
+    ``target_dictionary`` is the model's (its hash goes in the file); ``model_label`` says where the
+    speakers came from (a checkpoint path), for whoever reads the file.
+    """
+    where = model_label or "the model"
+    if bias.speaker_names is None:
+        raise OnboardingError(f"{where}: its speaker rows are not named, so its speakers cannot be exported by name")
+    if not bias.speaker_parameters():
+        raise OnboardingError(f"{where}: the {variant_spelling(bias)!r} speaker bias has no parameters per "
+                              f"speaker: there is nothing to export")
+    names = list(names)
+    ids = {name: i for i, name in enumerate(bias.speaker_names)}
+    unknown = [n for n in names if n not in ids]
+    if unknown:
+        raise OnboardingError(f"{where}: no speaker(s) {_listing(unknown)} (it has {len(ids)} speakers: "
+                              f"{_listing(bias.speaker_names)})")
+    duplicates = _duplicates(names)
+    if duplicates:
+        raise OnboardingError(f"speaker(s) {_listing(duplicates)} named twice")
+    rows = bias.export_speakers([ids[n] for n in names])
+    meta = dict(describe(bias, target_dictionary), model=model_label, speakers=len(names))
+    write_npz(path, names, {key: value.float().cpu().numpy() for key, value in rows.items()}, meta)
+    per_speaker = bias.parameters_per_speaker()
+    return ExportSummary(path, len(names), per_speaker, 4 * per_speaker, os.path.getsize(path))
+
+
+def load_speaker_vectors(path: str) -> SpeakerVectors:
+    """Read a file written by :func:`save_speaker_vectors`, checked to be whole and consistent."""
+    if not os.path.isfile(path):
+        raise OnboardingError(f"speaker vectors not found: {path} (fairseq-speaker-vectors export writes them)")
+    not_ours = f"{path}: not a speaker vectors file (fairseq-speaker-vectors export writes them)"
+    try:
+        loaded = np.load(path, allow_pickle=False)
+        if not isinstance(loaded, np.lib.npyio.NpzFile):  # a single .npy array
+            raise OnboardingError(not_ours)
+        with loaded:
+            arrays = {key: loaded[key] for key in loaded.files}
+    except OnboardingError:
+        raise
+    except Exception:  # a zip, pickle or npy error: whatever the bytes are, they are not ours
+        raise OnboardingError(f"{path}: not a .npz archive, so not a speaker vectors file (damaged or "
+                              f"truncated? fairseq-speaker-vectors export writes them)") from None
+    if "meta" not in arrays or "names" not in arrays:
+        raise OnboardingError(not_ours)
+    try:
+        meta = json.loads(str(arrays["meta"]))
+    except ValueError:
+        meta = None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise OnboardingError(not_ours)
+    version = meta.get("format_version")
+    if not isinstance(version, int) or version < 1:
+        raise OnboardingError(f"{path}: invalid format version {version!r}")
+    if version > FORMAT_VERSION:
+        raise OnboardingError(f"{path}: speaker vectors format {version}, newer than this fairseq-speaker reads "
+                              f"({FORMAT_VERSION}); upgrade fairseq-speaker")
+    names = [str(n) for n in arrays["names"].reshape(-1).tolist()]
+    duplicates = _duplicates(names)
+    if duplicates:
+        raise OnboardingError(f"{path}: speaker(s) {_listing(duplicates)} appear twice")
+    rows = {key[len(PARAM_PREFIX):]: value for key, value in arrays.items() if key.startswith(PARAM_PREFIX)}
+    shapes = meta.get("row_shapes")
+    if not isinstance(shapes, dict) or set(shapes) != set(rows):
+        raise OnboardingError(f"{path}: holds parameters {sorted(rows)} but its metadata describes "
+                              f"{sorted(shapes) if isinstance(shapes, dict) else shapes!r}: the file is damaged")
+    for key, shape in shapes.items():
+        if not (isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape)):
+            raise OnboardingError(f"{path}: the metadata gives parameter {key!r} the row shape {shape!r}: "
+                                  f"the file is damaged")
+    for key, value in rows.items():
+        expected = (len(names), *shapes[key])
+        if tuple(value.shape) != expected or not np.issubdtype(value.dtype, np.floating):
+            raise OnboardingError(f"{path}: parameter {key!r} has shape {tuple(value.shape)} ({value.dtype}), "
+                                  f"expected {expected} for {len(names)} speakers: the file is damaged")
+    return SpeakerVectors(names, rows, meta, path)
+
+
+def check_compatible(vectors: SpeakerVectors, bias: SpeakerBias, target_dictionary, where: str = "the model") -> None:
+    """Refuse rows that would mean something else in ``bias``: another variant, another target
+    dictionary, other parameters or row shapes, other shared parameters. ``where`` names the model."""
+    mine, theirs, path = describe(bias, target_dictionary), vectors.meta, vectors.path
+    file_variant = theirs.get("variant_spelling") or theirs.get("variant")
+    if file_variant != mine["variant_spelling"]:
+        raise OnboardingError(
+            f"{path}: speaker vectors of a {file_variant!r} speaker bias, but {where} has a "
+            f"{mine['variant_spelling']!r} one: rows of one variant mean nothing in another; import them into a "
+            f"{file_variant!r} model, or fit these speakers on this model with fairseq-speaker-adapt")
+    if theirs.get("target_dictionary_hash") != mine["target_dictionary_hash"]:
+        raise OnboardingError(
+            f"{path}: written for another target dictionary ({theirs.get('target_dictionary_size')} words, hash "
+            f"{str(theirs.get('target_dictionary_hash'))[:12]}) than {where}'s ({mine['target_dictionary_size']} "
+            f"words, hash {mine['target_dictionary_hash'][:12]}): a speaker's bias is indexed by target word; use "
+            f"a model trained with the same target dictionary")
+    shapes = {k: list(v) for k, v in theirs.get("row_shapes", {}).items()}
+    if shapes != mine["row_shapes"]:
+        raise OnboardingError(
+            f"{path}: speaker parameters {_shapes(shapes)}, but {where} has {_shapes(mine['row_shapes'])} "
+            f"(another --speaker-rank or --speaker-embed-dim?): import them into a model of the same size")
+    if theirs.get("shared_sha1") != mine["shared_sha1"]:
+        raise OnboardingError(
+            f"{path}: the speakers were exported from a model whose shared speaker-bias parameters differ from "
+            f"{where}'s (shared hash {str(theirs.get('shared_sha1'))[:12]}, this model's "
+            f"{mine['shared_sha1'][:12]}): their rows only mean something with the shared parameters they were "
+            f"trained with; import them into the model they came from (or a copy of it), or fit these speakers "
+            f"on this model with fairseq-speaker-adapt")
+
+
+def _duplicates(names: Sequence[str]) -> List[str]:
+    return sorted(name for name, count in Counter(names).items() if count > 1)
+
+
+def _listing(names: Sequence[str], at_most: int = 5) -> str:
+    shown = ", ".join(map(repr, names[:at_most]))
+    return shown + (f" ... ({len(names)} in all)" if len(names) > at_most else "")
+
+
+def _shapes(shapes: Dict[str, List[int]]) -> str:
+    return ", ".join(f"{k} {tuple(v)}" for k, v in sorted(shapes.items())) or "none"
+
+
+def _size(n: float) -> str:
+    if n < 1024:
+        return f"{int(n)} bytes"
+    for unit in ("kB", "MB", "GB"):
+        n /= 1024
+        if n < 1024 or unit == "GB":
+            break
+    return f"{n:.1f} {unit}"
+
+
+# -- the command ------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fairseq-speaker-vectors", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Export speakers' vectors (their rows of the speaker bias) with their names to a .npz file,\n"
+        "or import them into another checkpoint of the same model.\n\n" + __doc__.split("\n\n")[2])
+    commands = parser.add_subparsers(dest="command", metavar="{export,import}")
+    commands.required = True
+    export = commands.add_parser("export", help="write speakers' vectors (with their names) to a .npz file")
+    imp = commands.add_parser("import", help="add (or replace) speakers of a .npz file in a checkpoint")
+    for sub in (export, imp):
+        sub.add_argument("data", metavar="DATA_DIR", help="the data directory the model was trained on "
+                         "(its dict.*.txt)")
+        sub.add_argument("--path", required=True, metavar="CHECKPOINT", help="the model's checkpoint")
+        sub.add_argument("--source-lang", help="if fairseq cannot infer the language pair from DATA_DIR")
+        sub.add_argument("--target-lang")
+    export.add_argument("--out", required=True, metavar="FILE", help="the speaker vectors file to write (.npz)")
+    export.add_argument("--speakers", nargs="+", metavar="NAME", help="the speakers to export (default: all)")
+    imp.add_argument("--vectors", required=True, metavar="FILE", help="a file written by the export command")
+    imp.add_argument("--save", required=True, metavar="CHECKPOINT", help="where to write the new checkpoint")
+    imp.add_argument("--replace", action="store_true", help="overwrite the speakers the model already has")
+    return parser
+
+
+def export_command(args) -> str:
+    out_dir = os.path.dirname(os.path.abspath(args.out))
+    if not os.path.isdir(out_dir):
+        raise OnboardingError(f"--out {args.out}: the folder {out_dir} does not exist")
+    checkpoint = _load(args)
+    bias = checkpoint.check_adaptable()
+    names = args.speakers if args.speakers is not None else checkpoint.speaker_names
+    summary = save_speaker_vectors(args.out, bias, names, checkpoint.task.target_dictionary, model_label=args.path)
+    return (f"exported {summary.speakers} speaker(s) of {args.path} ({variant_spelling(bias)} bias) to {args.out}\n"
+            f"  per speaker: {summary.parameters_per_speaker:,} parameters, {_size(summary.bytes_per_speaker)} "
+            f"(float32)\n  file: {_size(summary.file_bytes)}")
+
+
+def import_command(args) -> str:
+    vectors = load_speaker_vectors(args.vectors)
+    checkpoint = _load(args)
+    bias = checkpoint.check_adaptable()
+    check_compatible(vectors, bias, checkpoint.task.target_dictionary, where=args.path)
+    known = [n for n in vectors.names if n in checkpoint.task.speaker_dictionary]
+    new = [n for n in vectors.names if n not in checkpoint.task.speaker_dictionary]
+    if known and not args.replace:
+        raise OnboardingError(f"{args.vectors}: speaker(s) {_listing(known)} already in {args.path}: "
+                              f"pass --replace to overwrite them")
+    if new:
+        checkpoint.add_speakers(new, vectors.tensors(new))
+    if known:
+        checkpoint.replace_speakers(known, vectors.tensors(known))
+    checkpoint.save(args.save)
+    lines = [f"imported {len(vectors.names)} speaker(s) of {args.vectors} into {args.path}, saved to {args.save} "
+             f"({len(checkpoint.speaker_names)} speakers)"]
+    if new:
+        lines.append(f"  added {len(new)}: {_listing(new)}")
+    if known:
+        lines.append(f"  replaced {len(known)}: {_listing(known)}")
+    return "\n".join(lines)
+
+
+def _load(args) -> SpeakerCheckpoint:
+    """The checkpoint of ``--path`` with the dictionaries of DATA_DIR."""
+    overrides = {k: getattr(args, k) for k in ("source_lang", "target_lang") if getattr(args, k)}
+    return SpeakerCheckpoint.load(args.path, data=args.data, overrides=overrides)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    # fairseq's text_to_speech task configures logging at INFO on import: only warnings here
+    logging.basicConfig(format="%(message)s", level=logging.WARNING, stream=sys.stderr, force=True)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "import" and os.path.abspath(args.save) == os.path.abspath(args.path):
+        parser.error("--save must not be the checkpoint given by --path: write the new model to another file")
+    try:
+        report = export_command(args) if args.command == "export" else import_command(args)
+    except SpeakerDataError as e:  # OnboardingError included
+        print(f"fairseq-speaker-vectors {args.command}: error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    print(report)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,140 @@
+"""A speaker model in a service: load once, translate each sentence as its speaker, onboard speakers live.
+
+::
+
+    from fairseq_speaker.serving import SpeakerTranslator
+
+    translator = SpeakerTranslator.from_pretrained("checkpoints/checkpoint_best.pt", data="data-bin")
+    translator.translate(["i am tired ."], speakers=["spk003"])
+    translator.add_speaker("dr-lee", sources=[...], targets=[...])    # a few corrected translations
+    translator.update_speaker("dr-lee", "one more source .", "its translation .")
+    translator.export_speakers("dr-lee.npz", ["dr-lee"])              # keep per-user parameters outside
+    translator.save("checkpoint_with_dr_lee.pt")                       # or a checkpoint fairseq loads
+
+Loading, tokenization and BPE (``tokenizer="moses"``, ``bpe="subword_nmt"``, ``bpe_codes=...``) and
+generation are fairseq's own hub interface (:class:`fairseq.hub_utils.GeneratorHubInterface`,
+available as :attr:`SpeakerTranslator.hub`); speakers are added with
+:class:`~fairseq_speaker.onboarding.adapt.SpeakerAdapter`.
+"""
+
+import os
+from typing import List, Optional, Sequence, Union
+
+from fairseq import checkpoint_utils, hub_utils
+
+import fairseq_speaker  # noqa: F401  (registers the task and the models)
+from fairseq_speaker.onboarding.adapt import SpeakerAdapter
+from fairseq_speaker.onboarding.checkpoint import OnboardingError, SpeakerCheckpoint, adaptable_bias
+from fairseq_speaker.onboarding.fit import FitOptions, FitReport
+
+Sentences = Union[str, Sequence[str]]
+
+
+def _as_list(x: Sentences) -> List[str]:
+    return [x] if isinstance(x, str) else list(x)
+
+
+class SpeakerTranslator:
+    """A loaded speaker model (see the module documentation)."""
+
+    def __init__(self, hub: hub_utils.GeneratorHubInterface, checkpoint: str, fit: Optional[FitOptions] = None):
+        self.hub = hub
+        self.checkpoint = checkpoint
+        self._fit = fit
+        self._adapter: Optional[SpeakerAdapter] = None
+
+    @classmethod
+    def from_pretrained(cls, checkpoint: str, data: str, fit: Optional[FitOptions] = None,
+                        **overrides) -> "SpeakerTranslator":
+        """Load ``checkpoint`` with the dictionaries of ``data``; ``overrides`` are fairseq options
+        (``beam=5``, ``tokenizer="moses"``, ``bpe="subword_nmt"``, ``bpe_codes=...``, ``source_lang=...``,
+        ``unknown_speaker="fail"``)."""
+        if not os.path.isfile(checkpoint):
+            raise OnboardingError(f"checkpoint not found: {checkpoint}")
+        loaded = hub_utils.from_pretrained(os.path.dirname(os.path.abspath(checkpoint)),
+                                           checkpoint_file=os.path.basename(checkpoint),
+                                           data_name_or_path=os.path.abspath(data), **overrides)
+        hub = hub_utils.GeneratorHubInterface(loaded["args"], loaded["task"], loaded["models"])
+        hub.eval()
+        return cls(hub, checkpoint, fit)
+
+    # -- translating --------------------------------------------------------------------------------
+    @property
+    def task(self):
+        return self.hub.task
+
+    @property
+    def model(self):
+        return self.hub.models[0]
+
+    @property
+    def speakers(self) -> List[str]:
+        """The speakers the model knows, in the order of their rows."""
+        return list(self.task.speaker_dictionary.names)
+
+    def translate(self, sentences: Sentences, speakers: Sentences, beam: int = 5, **kwargs) -> Union[str, List[str]]:
+        """Translate each sentence as its speaker (one name for all, or one per sentence). Speakers the
+        model does not know get what the task's ``unknown_speaker`` says (the mean speaker by default).
+        A single sentence gives a single translation."""
+        batch = _as_list(sentences)
+        labels = _as_list(speakers)
+        if len(labels) == 1:
+            labels = labels * len(batch)
+        self.task.set_inference_speakers(labels)
+        out = self.hub.translate(batch, beam=beam, **kwargs)
+        return out[0] if isinstance(sentences, str) else out
+
+    # -- onboarding ---------------------------------------------------------------------------------
+    @property
+    def adapter(self) -> SpeakerAdapter:
+        if self._adapter is None:
+            self._adapter = SpeakerAdapter(self.model, self.task, self._fit)
+        return self._adapter
+
+    def _pairs(self, sources: Sentences, targets: Sentences):
+        return self.adapter.encode(_as_list(sources), _as_list(targets),
+                                   encode_fn=lambda x: self.hub.apply_bpe(self.hub.tokenize(x)))
+
+    def add_speaker(self, name: str, sources: Sentences, targets: Sentences, heldout_sources: Sentences = (),
+                    heldout_targets: Sentences = (), replace: bool = False) -> FitReport:
+        """Learn a speaker's parameters from their sentences and their translations (raw text, tokenized
+        and BPE-encoded as the model's inputs are); a known name needs ``replace=True``."""
+        heldout = {name: self._pairs(heldout_sources, heldout_targets)} if _as_list(heldout_sources) else None
+        return self.adapter.adapt({name: self._pairs(sources, targets)}, heldout, replace=replace)[name]
+
+    def update_speaker(self, name: str, sources: Sentences, targets: Sentences) -> FitReport:
+        """One or a few more sentences of a speaker (a post-edit, a correction): a warm-started refit."""
+        return self.adapter.update(name, self._pairs(sources, targets))
+
+    def export_speakers(self, path: str, names: Optional[Sequence[str]] = None):
+        """Write the parameters of ``names`` (default: all speakers) to a portable ``.npz`` file."""
+        from fairseq_speaker.onboarding.vectors import save_speaker_vectors
+
+        bias = adaptable_bias(self.model, self.task, self.checkpoint)
+        return save_speaker_vectors(path, bias, list(names) if names is not None else self.speakers,
+                                    self.task.target_dictionary)
+
+    def import_speakers(self, path: str, replace: bool = False) -> List[str]:
+        """Add (or with ``replace``, overwrite) the speakers of a file written by :meth:`export_speakers`;
+        returns their names. A file of an incompatible model is refused."""
+        from fairseq_speaker.onboarding.checkpoint import add_speakers, replace_speakers
+        from fairseq_speaker.onboarding.vectors import check_compatible, load_speaker_vectors
+
+        bias = adaptable_bias(self.model, self.task, self.checkpoint)
+        vectors = load_speaker_vectors(path)
+        check_compatible(vectors, bias, self.task.target_dictionary)
+        known = [n for n in vectors.names if n in self.task.speaker_dictionary]
+        if known and not replace:
+            raise OnboardingError(f"{path}: speaker(s) {', '.join(map(repr, known[:5]))} already in the model: "
+                                  f"pass replace=True to overwrite them")
+        new = [n for n in vectors.names if n not in self.task.speaker_dictionary]
+        if known:
+            replace_speakers(self.model, self.task, known, vectors.tensors(known))
+        if new:
+            add_speakers(self.model, self.task, new, vectors.tensors(new))
+        return list(vectors.names)
+
+    def save(self, path: str) -> None:
+        """Write a checkpoint with every speaker added here, for fairseq-generate / fairseq-interactive."""
+        state = checkpoint_utils.load_checkpoint_to_cpu(self.checkpoint)
+        SpeakerCheckpoint(self.checkpoint, state, self.task, self.model).save(path)

@@ -1,0 +1,75 @@
+"""The Python serving API: the README's snippet runs as written, and what it saves fairseq loads."""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import torch
+
+from fairseq_speaker.serving import SpeakerTranslator
+from tests.cli import generate_args, run
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def readme_serving_snippet() -> str:
+    text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", text, re.DOTALL) if "SpeakerTranslator" in b]
+    assert len(blocks) == 1
+    return blocks[0]
+
+
+def _workdir(toy, trained, tmp_path):
+    """The README's layout: ckpt/checkpoint_best.pt and bin/."""
+    os.makedirs(tmp_path / "ckpt")
+    shutil.copy(trained("lstm_fact_bias"), tmp_path / "ckpt" / "checkpoint_best.pt")
+    os.symlink(toy["bin"], tmp_path / "bin")
+    return tmp_path
+
+
+def test_the_readme_snippet_runs(toy, trained, tmp_path):
+    work = _workdir(toy, trained, tmp_path)
+    proc = subprocess.run([sys.executable, "-c", readme_serving_snippet()], cwd=work, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "fitted in" in proc.stdout
+    saved = work / "ckpt" / "checkpoint_with_dr_lee.pt"
+    state = torch.load(saved, weights_only=True)
+    assert state["task_state"]["speaker_dictionary"]["names"][-1] == "dr-lee"
+    assert os.path.exists(work / "dr-lee.npz")
+    out = run("interactive", generate_args(str(work / "bin"), str(saved), "--speaker", "dr-lee",
+                                           "--unknown-speaker", "fail"), stdin="i am tired .\n")
+    assert "H-0" in out.stdout
+
+
+def test_translate_matches_fairseq_interactive_and_speakers_change_output(toy, trained, tmp_path):
+    checkpoint = trained("lstm_full_bias")
+    translator = SpeakerTranslator.from_pretrained(checkpoint, data=toy["bin"], beam=5, max_len_b=6)
+    sentences = ["i am tired .", "you want the drugs ."]
+    for speaker in translator.speakers[:2] + ["someone-new"]:
+        ours = translator.translate(sentences, speakers=speaker, max_len_b=6)
+        out = run("interactive", generate_args(toy["bin"], checkpoint, "--speaker", speaker, "--max-len-b", "6",
+                                               "--beam", "5"), stdin="\n".join(sentences) + "\n")
+        theirs = [line.split("\t")[2] for line in out.stdout.splitlines() if line.startswith("H-")]
+        assert ours == theirs, speaker
+    # one speaker per sentence, in the input order
+    mixed = translator.translate(sentences, speakers=[translator.speakers[0], translator.speakers[1]], max_len_b=6)
+    assert mixed[0] == translator.translate(sentences[0], speakers=translator.speakers[0], max_len_b=6)
+    assert mixed[1] == translator.translate(sentences[1], speakers=translator.speakers[1], max_len_b=6)
+
+
+def test_export_then_import_into_a_fresh_model(toy, trained, tmp_path):
+    checkpoint = trained("lstm_fact_bias")
+    first = SpeakerTranslator.from_pretrained(checkpoint, data=toy["bin"], max_len_b=6)
+    first.add_speaker("dr-lee", ["i am tired .", "you want the drugs ."],
+                      ["je suis fatiguée .", "vous voulez les médicaments ."])
+    first.export_speakers(str(tmp_path / "lee.npz"), ["dr-lee"])
+    second = SpeakerTranslator.from_pretrained(checkpoint, data=toy["bin"], max_len_b=6)
+    assert "dr-lee" not in second.speakers
+    assert second.import_speakers(str(tmp_path / "lee.npz")) == ["dr-lee"]
+    sentences = ["i am tired .", "you want the drugs ."]
+    assert second.translate(sentences, "dr-lee") == first.translate(sentences, "dr-lee")
+    row = lambda t: t.model.decoder.speaker_bias.speaker_weights[t.speakers.index("dr-lee")]  # noqa: E731
+    assert torch.equal(row(first), row(second))
