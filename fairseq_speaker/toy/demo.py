@@ -161,7 +161,8 @@ def main(argv=None) -> None:
               f"{100 * rows[-1]['traits']['all']:.1f}% ({rows[-1]['seconds']} s)", flush=True)
 
     raw = os.path.join(args.workdir, "raw")
-    ceilings = oracle_accuracy(read_lines(os.path.join(raw, "train.spk")), read_traits(os.path.join(raw, "train.traits")),
+    ceilings = oracle_accuracy(read_lines(os.path.join(raw, "train.spk")),
+                               read_traits(os.path.join(raw, "train.traits")),
                                read_lines(os.path.join(raw, "test.spk")), traits)
     table = format_table(rows + oracle_rows(ceilings))
     with open(os.path.join(args.workdir, "results.md"), "w", encoding="utf-8") as f:

@@ -21,7 +21,8 @@ ORACLES = ("traits revealed", "words seen")
 
 
 def oracle_accuracy(train_speakers: Sequence[str], train_traits: Sequence[Sequence[Trait]],
-                    test_speakers: Sequence[str], test_traits: Sequence[Sequence[Trait]]) -> Dict[str, Dict[str, float]]:
+                    test_speakers: Sequence[str], test_traits: Sequence[Sequence[Trait]],
+                    ) -> Dict[str, Dict[str, float]]:
     """For each oracle: the expected share of the test's speaker words it gets right, overall and per trait
     (as :func:`~fairseq_speaker.toy.corpus.trait_accuracy` reports a system's)."""
     if len(train_speakers) != len(train_traits) or len(test_speakers) != len(test_traits):
