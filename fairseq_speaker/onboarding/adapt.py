@@ -82,11 +82,12 @@ class SpeakerAdapter:
         return [(src.encode_line(encode_fn(s), add_if_not_exist=False).long(),
                  tgt.encode_line(encode_fn(t), add_if_not_exist=False).long()) for s, t in zip(sources, targets)]
 
-    def score(self, pairs: Sequence[Pair]) -> TokenScores:
+    def score(self, pairs: Sequence[Pair], batch_size: Optional[int] = None) -> TokenScores:
         cfg = self.task.cfg
         return score_tokens(self.model, pairs, self.task.source_dictionary, self.task.target_dictionary,
                             left_pad_source=getattr(cfg, "left_pad_source", True),
-                            left_pad_target=getattr(cfg, "left_pad_target", False))
+                            left_pad_target=getattr(cfg, "left_pad_target", False),
+                            batch_size=batch_size or self.batch_sentences)
 
     def _cached(self, name: str) -> List[TokenScores]:
         chunks = self._scores.get(name) or [self.score(self.sentences[name])]
@@ -142,8 +143,10 @@ class SpeakerAdapter:
         for i, name in enumerate(names):
             group.append(name)
             size = sum(len(self.sentences[n]) for n in group)
-            if size >= self.batch_sentences or i == len(names) - 1:
-                scores = split_scores(self.score([p for n in group for p in self.sentences[n]]),
+            following = len(self.sentences[names[i + 1]]) if i + 1 < len(names) else None
+            if following is None or size + following > self.batch_sentences:  # one batch, unless one speaker
+                pairs = [p for n in group for p in self.sentences[n]]          # alone has more sentences
+                scores = split_scores(self.score(pairs, batch_size=max(len(pairs), self.batch_sentences)),
                                       [len(self.sentences[n]) for n in group])
                 for n, sc in zip(group, scores):
                     self._remember(n, [sc])

@@ -24,6 +24,7 @@ show where the mean speaker has them. With held-out sentences, the fit stops whe
 per-token loss stops improving and keeps the best parameters.
 """
 
+import itertools
 import math
 import time
 from dataclasses import dataclass, field
@@ -89,29 +90,34 @@ def score_tokens(model, pairs: Sequence[Pair], source_dictionary, target_diction
         encoder_out = model.encoder(src, src_lengths=net["src_lengths"].to(device), speakers=speakers)
         features, _ = model.decoder(net["prev_output_tokens"].to(device), encoder_out=encoder_out,
                                     features_only=True)
-        logits = model.decoder.output_layer(features).float()  # B x T x V, no speaker bias
         target = batch["target"].to(device)
         keep = target.ne(target_dictionary.pad())
-        z = logits[keep]  # positions x V
-        del logits
-        shift = z.max(dim=1).values
-        y = target[keep]
         ids = batch["id"].to(device) + start
         rows = ids.unsqueeze(1).expand_as(target)[keep]
+        order = torch.argsort(rows, stable=True)  # positions in input order, so that speakers are slices
+        rows, y = rows[order], target[keep][order]
+        # the logits of real positions only, no speaker bias: positions x V
+        z = model.decoder.output_layer(features[keep][order].unsqueeze(0)).squeeze(0).float()
+        shift = z.max(dim=1).values
         target_logit = z.gather(1, y.unsqueeze(1)).squeeze(1)
         parts.append((z.sub_(shift.unsqueeze(1)).exp_(), shift, target_logit, y, rows))
         for i, s in zip(ids.tolist(), src):
             sources[i] = s[s.ne(pad)]
-    return TokenScores(*(torch.cat([p[k] for p in parts]) for k in range(5)), _collate(sources, pad, left_pad_source))
+    def joined(k: int) -> Tensor:  # no copy of the big matrix when there is one part
+        return parts[0][k] if len(parts) == 1 else torch.cat([p[k] for p in parts])
+
+    return TokenScores(*(joined(k) for k in range(5)), _collate(sources, pad, left_pad_source))
 
 
 def split_scores(scores: TokenScores, sizes: Sequence[int]) -> List[TokenScores]:
-    """Cut the scores of consecutive groups of sentences (``sizes`` sentences each) apart."""
+    """Cut the scores of consecutive groups of sentences (``sizes`` sentences each) apart: views, no copies
+    (positions are in sentence order, as :func:`score_tokens` gives them)."""
+    bounds = torch.searchsorted(scores.sentence, torch.tensor([0] + list(itertools.accumulate(sizes)),
+                                                              device=scores.sentence.device)).tolist()
     out, start = [], 0
-    for size in sizes:
-        keep = (scores.sentence >= start) & (scores.sentence < start + size)
-        out.append(TokenScores(scores.exp_logits[keep], scores.shift[keep], scores.target_logit[keep],
-                               scores.target[keep], scores.sentence[keep] - start, scores.source[start:start + size]))
+    for size, a, b in zip(sizes, bounds, bounds[1:]):
+        out.append(TokenScores(scores.exp_logits[a:b], scores.shift[a:b], scores.target_logit[a:b],
+                               scores.target[a:b], scores.sentence[a:b] - start, scores.source[start:start + size]))
         start += size
     return out
 

@@ -115,3 +115,18 @@ def test_refusals():
     with pytest.raises(OnboardingError, match="speaker-token"):
         spk = _open("lstm_spk_token")
         SpeakerAdapter(spk.model, spk.task)
+
+
+def test_speakers_scored_in_one_batch_are_fitted_as_if_alone():
+    """Grouping speakers' sentences into one batch of the network (and slicing the scores apart) changes
+    nothing: each speaker's fit equals their fit alone."""
+    together = _open("transformer_full_bias")
+    speakers = ["spk000", "spk001", "spk002", "spk003"]
+    adapter = SpeakerAdapter(together.model, together.task, batch_sentences=8)  # groups of several speakers
+    adapter.adapt({f"new-{s}": _pairs(together, s) for s in speakers})
+    for s in speakers:
+        alone = _open("transformer_full_bias")
+        SpeakerAdapter(alone.model, alone.task).adapt({f"new-{s}": _pairs(alone, s)})
+        rows = [c.speaker_bias.export_speakers([c.task.speaker_dictionary.index(f"new-{s}")])["weight"]
+                for c in (together, alone)]
+        assert torch.allclose(rows[0], rows[1], atol=1e-5), s
