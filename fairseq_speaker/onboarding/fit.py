@@ -235,9 +235,8 @@ def fit_speakers(bias: SpeakerBias, problems: Sequence[Sequence[TokenScores]], o
     def objective() -> Tensor:
         return _objective(bias, shared, rows, prior, problems, options.l2)
 
-    with torch.no_grad():
-        before = float(objective())
     held_before = heldout_loss()
+    losses: List[float] = []  # the first is the loss at the start: no pass of its own
     optimizer = torch.optim.LBFGS(variables, lr=1.0, max_iter=options.max_iter if held is None else options.check_every,
                                   tolerance_grad=1e-7, tolerance_change=options.tolerance, history_size=10,
                                   line_search_fn="strong_wolfe")
@@ -246,6 +245,7 @@ def fit_speakers(bias: SpeakerBias, problems: Sequence[Sequence[TokenScores]], o
         optimizer.zero_grad()
         loss = objective()
         loss.backward()
+        losses.append(float(loss))
         return loss
 
     best, best_held, since_best, iterations = None, held_before, 0, 0
@@ -275,7 +275,7 @@ def fit_speakers(bias: SpeakerBias, problems: Sequence[Sequence[TokenScores]], o
         shared = best[1]
     with torch.no_grad():
         after = float(objective())
-    report = FitReport(sum(c.num_tokens for c in flat), before, after, iterations, time.perf_counter() - start,
+    report = FitReport(sum(c.num_tokens for c in flat), losses[0], after, iterations, time.perf_counter() - start,
                        held_before, heldout_loss() if held is not None else None,
                        sum(s.num_tokens for h in (held or []) for s in h))
     dtype = {name: p.dtype for name, p in bias.speaker_parameters().items()}
