@@ -245,7 +245,7 @@ def fit_speakers(bias: SpeakerBias, problems: Sequence[Sequence[TokenScores]], o
         optimizer.zero_grad()
         loss = objective()
         loss.backward()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
         return loss
 
     best, best_held, since_best, iterations = None, held_before, 0, 0
