@@ -16,5 +16,9 @@ __version__ = "0.2.0"
 #: the folder to pass as ``--user-dir``
 USER_DIR = os.path.dirname(os.path.abspath(__file__))
 
+from .errors import install_excepthook  # noqa: E402
+
+install_excepthook()  # user errors end in their message, without a traceback, in every command line
+
 from . import checkpoints  # noqa: E402,F401  (lets torch >= 2.6 load fairseq checkpoints safely)
 from . import criterions, lr_schedulers, models, modules, tasks  # noqa: E402,F401

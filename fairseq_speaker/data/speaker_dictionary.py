@@ -22,6 +22,8 @@ from typing import Dict, Iterable, List, Optional, Sequence
 
 import torch
 
+from fairseq_speaker.errors import UserError
+
 #: id given to a speaker outside the dictionary who gets the mean of all speakers' biases
 MEAN_SPEAKER = -1
 #: id given to a speaker outside the dictionary who gets no bias at all
@@ -30,7 +32,7 @@ NO_SPEAKER = -2
 UNKNOWN_SPEAKER_POLICIES = ("mean", "none", "fail")
 
 
-class SpeakerDataError(ValueError):
+class SpeakerDataError(UserError):
     """Bad speaker input; the message names the file, the line and the fix."""
 
 
@@ -178,11 +180,13 @@ class SpeakerDictionary:
         return cls(state["names"], state["counts"])
 
     # -- mapping ---------------------------------------------------------------------------
-    def encode(self, labels: Sequence[str], unknown: str = "mean", source: str = "<labels>") -> torch.Tensor:
+    def encode(self, labels: Sequence[str], unknown: str = "mean", source: str = "<labels>",
+               advice: Optional[str] = None, first_line: int = 1) -> torch.Tensor:
         """Map labels to ids by name; ``unknown`` decides what labels outside the dictionary become.
 
         ``mean`` -> :data:`MEAN_SPEAKER`, ``none`` -> :data:`NO_SPEAKER`, ``fail`` raises
-        :class:`SpeakerDataError` naming ``source`` and the line.
+        :class:`SpeakerDataError` naming ``source`` and the line (label i is on line
+        ``first_line + i``), ending with ``advice`` (by default: the other policies).
         """
         if unknown not in UNKNOWN_SPEAKER_POLICIES:
             raise ValueError(f"unknown-speaker policy must be one of {UNKNOWN_SPEAKER_POLICIES}, got {unknown!r}")
@@ -192,10 +196,11 @@ class SpeakerDictionary:
             idx = self._index.get(label)
             if idx is None:
                 if unknown == "fail":
+                    advice = advice or ("use --unknown-speaker mean (the mean speaker) or none (no bias) to "
+                                        "translate unseen speakers")
                     raise SpeakerDataError(
-                        f"{source}:{i + 1}: speaker {label!r} is not among the {len(self)} speakers "
-                        f"the model was trained on; use --unknown-speaker mean (the mean speaker) "
-                        f"or none (no bias) to translate unseen speakers"
+                        f"{source}:{i + first_line}: speaker {label!r} is not among the {len(self)} speakers "
+                        f"the model was trained on; {advice}"
                     )
                 idx = fallback
             ids[i] = idx

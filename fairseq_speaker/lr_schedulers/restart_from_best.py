@@ -28,6 +28,8 @@ from fairseq.dataclass import FairseqDataclass
 from fairseq.optim.lr_scheduler import FairseqLRScheduler, register_lr_scheduler
 from omegaconf import II
 
+from fairseq_speaker.errors import UserError
+
 
 @dataclass
 class RestartFromBestConfig(FairseqDataclass):
@@ -41,7 +43,7 @@ class RestartFromBestSchedule(FairseqLRScheduler):
     def __init__(self, cfg: RestartFromBestConfig, optimizer):
         super().__init__(cfg, optimizer)
         if len(cfg.lr) > 1:
-            raise ValueError("restart_from_best takes a single --lr")
+            raise UserError("restart_from_best takes a single --lr")
         self.lr = cfg.lr[0]
         self.optimizer.set_lr(self.lr)
         self.snapshot: Optional[List[torch.Tensor]] = None

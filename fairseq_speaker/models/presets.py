@@ -12,6 +12,8 @@ from typing import Callable, Dict, List, Optional, Tuple
 from fairseq import utils
 from fairseq.models import ARCH_MODEL_NAME_REGISTRY, register_model_architecture
 
+from fairseq_speaker.errors import UserError
+
 #: preset suffix -> the speaker bias variant it chooses
 PRESET_VARIANTS: Dict[str, str] = {"base": "none", "full_bias": "full", "fact_bias": "fact"}
 
@@ -45,7 +47,7 @@ def _preset(variant: str, base_architecture: Callable) -> Callable:
 
 def preset_name(family: str, suffix: str) -> str:
     if suffix not in PRESET_VARIANTS:
-        raise ValueError(f"unknown preset {suffix!r}; presets: {', '.join(PRESET_VARIANTS)}")
+        raise UserError(f"unknown preset {suffix!r}; presets: {', '.join(PRESET_VARIANTS)}")
     return f"{family}_{suffix}"
 
 
@@ -65,6 +67,6 @@ def speaker_presets() -> List[str]:
 def paper_system_args(system: str, family: str = "lstm") -> List[str]:
     """fairseq-train arguments choosing one of the paper's systems (``fact_bias`` -> ``--arch lstm_fact_bias``)."""
     if system not in PAPER_SYSTEMS:
-        raise ValueError(f"unknown system {system!r}; the paper's systems: {', '.join(PAPER_SYSTEMS)}")
+        raise UserError(f"unknown system {system!r}; the paper's systems: {', '.join(PAPER_SYSTEMS)}")
     suffix, token = PAPER_SYSTEMS[system]
     return ["--arch", preset_name(family, suffix)] + (["--speaker-token"] if token else [])

@@ -23,6 +23,7 @@ from fairseq.models.transformer import (
 from fairseq.models.transformer import base_architecture as transformer_base_architecture
 from torch import Tensor
 
+from fairseq_speaker.errors import UserError
 from fairseq_speaker.models.presets import register_presets
 from fairseq_speaker.modules.speaker_plumbing import (
     SpeakerDecoderMixin,
@@ -50,7 +51,7 @@ class SpeakerTransformerModel(SpeakerModelMixin, TransformerModel):
     def build_model(cls, args, task):
         architecture(args)
         if getattr(args, "adaptive_softmax_cutoff", None):
-            raise ValueError("a speaker bias is added to the full softmax: --adaptive-softmax-cutoff is not supported")
+            raise UserError("a speaker bias is added to the full softmax: --adaptive-softmax-cutoff is not supported")
         return cls.with_speaker_bias(super().build_model(args, task), args, task)
 
     @classmethod

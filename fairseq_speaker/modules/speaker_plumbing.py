@@ -36,14 +36,14 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple, Type
 
 import torch
-from torch.optim.optimizer import register_optimizer_step_pre_hook
-
 from fairseq.dataclass import FairseqDataclass
 from fairseq.dataclass.utils import gen_parser_from_dataclass
 from fairseq.models import MODEL_DATACLASS_REGISTRY, register_model
 from hydra.core.config_store import ConfigStore
 from torch import Tensor
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 
+from fairseq_speaker.errors import UserError
 from fairseq_speaker.modules.speaker_bias import (
     SpeakerBias,
     build_speaker_bias,
@@ -297,7 +297,7 @@ class SpeakerModelMixin:
         bias = build_speaker_bias(name, cfg, speaker_dictionary, task.target_dictionary,
                                   getattr(task, "source_dictionary", None))
         if bias.needs_speakers and speaker_dictionary is None:
-            raise ValueError(f"--speaker-bias {name} needs speakers: use --task speaker_translation")
+            raise UserError(f"--speaker-bias {name} needs speakers: use --task speaker_translation")
         if speaker_dictionary is not None:
             bias.speaker_names = list(speaker_dictionary.names)
             # told when a checkpoint brings another speaker table (see load_state_dict); weak, so that

@@ -218,14 +218,11 @@ class SpeakerTranslationTask(TranslationTask):
 
     def _encode_split(self, split: str, labels: List[str], source: str) -> torch.Tensor:
         if split == self.cfg.train_subset:
-            try:
-                speakers = self.speaker_dictionary.encode(labels, "fail", source=source)
-            except SpeakerDataError as e:
-                raise SpeakerDataError(
-                    f"{e}\n(a training speaker is missing from the speaker dictionary: if the training "
-                    f"labels changed, delete {os.path.join(os.path.dirname(source), SPEAKER_DICT_FILE)} "
-                    f"to rebuild it)"
-                ) from None
+            dict_path = os.path.join(os.path.dirname(source), SPEAKER_DICT_FILE)
+            speakers = self.speaker_dictionary.encode(
+                labels, "fail", source=source,
+                advice=f"a training speaker must be in the speaker dictionary: if the training labels changed, "
+                f"delete {dict_path} to rebuild it")
         else:
             speakers = self.speaker_dictionary.encode(labels, self.cfg.unknown_speaker, source=source)
         unseen = int((speakers < 0).sum())

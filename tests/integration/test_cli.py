@@ -96,6 +96,7 @@ def test_unknown_speaker_policy_fail(toy, speaker_words, tmp_path):
     assert proc.returncode != 0
     assert re.search(rf"{re.escape(str(spk_file))}:6: speaker 'nobody' is not among the 8 speakers", proc.stderr)
     assert "--unknown-speaker mean" in proc.stderr
+    assert_user_error(proc)
 
 
 def test_interactive_with_one_speaker_and_with_a_speaker_per_line(toy, speaker_words):
@@ -166,12 +167,19 @@ def test_sated_speaker_suffix(toy, tmp_path):
 # -- bad input: a clear message naming file and line, nothing half-written -------------------------
 
 
+def assert_user_error(proc):
+    """A user's mistake ends in one message (``error: ...``), without a Python traceback."""
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: "), proc.stderr[-3000:]
+
+
 def failed_training(data, tmp_path, training_labels_ok=False):
     """Train on broken data: it must fail, write no checkpoint, and write the speaker
     dictionary only when the training labels themselves are sound (then all of it)."""
     save_dir = tmp_path / "ckpt"
     proc = run("train", train_args(data, str(save_dir), "lstm_fact_bias"), check=False)
     assert proc.returncode != 0
+    assert_user_error(proc)
     assert not (save_dir.exists() and list(save_dir.glob("*.pt")))
     dict_path = os.path.join(data, "dict.spk.txt")
     if training_labels_ok:
@@ -219,6 +227,8 @@ def test_stale_speaker_dictionary(toy, tmp_path):
     assert proc.returncode != 0
     assert re.search(r"train.spk:\d+: speaker 'spk00[2-7]' is not among the 2 speakers", proc.stderr)
     assert "delete" in proc.stderr and "dict.spk.txt to rebuild it" in proc.stderr
+    assert "--unknown-speaker" not in proc.stderr  # a policy of translation, not of training
+    assert_user_error(proc)
 
 
 def test_restart_from_best_in_fairseq_train(toy, tmp_path):

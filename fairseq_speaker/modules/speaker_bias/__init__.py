@@ -19,6 +19,8 @@ import os
 import typing
 from typing import Callable, Dict, List, Type
 
+from fairseq_speaker.errors import UserError
+
 from .base import EncoderOut, SpeakerBias, SpeakerBiasConfig, source_tokens
 
 SPEAKER_BIAS_REGISTRY: Dict[str, Type[SpeakerBias]] = {}
@@ -124,12 +126,12 @@ def parse_variant_name(name: str) -> List[str]:
     parts = [part.strip() for part in str(name).split("+")]
     unknown = [part for part in parts if part not in SPEAKER_BIAS_REGISTRY]
     if unknown or not all(parts):
-        raise ValueError(
+        raise UserError(
             f"unknown --speaker-bias {name!r}; registered variants: {', '.join(sorted(SPEAKER_BIAS_REGISTRY))} "
             f"(join two with '+' to add them, e.g. fact+topic)"
         )
     if len(parts) > 1 and len(set(parts)) < len(parts):
-        raise ValueError(f"--speaker-bias {name!r} names a variant twice")
+        raise UserError(f"--speaker-bias {name!r} names a variant twice")
     return parts
 
 

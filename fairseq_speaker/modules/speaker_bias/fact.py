@@ -4,6 +4,8 @@ from typing import Dict
 import torch
 from torch import Tensor, nn
 
+from fairseq_speaker.errors import UserError
+
 from . import register_speaker_bias
 from .base import EncoderOut, SpeakerBias, SpeakerBiasConfig
 
@@ -37,7 +39,7 @@ class FactorizedSpeakerBias(SpeakerBias):
         super().__init__(cfg, num_speakers, vocab_size)
         rank = cfg.speaker_rank
         if rank < 1:
-            raise ValueError(f"--speaker-rank must be at least 1, got {rank}")
+            raise UserError(f"--speaker-rank must be at least 1, got {rank}")
         self.rank = rank
         self.speaker_weights = nn.Parameter(torch.zeros(num_speakers, rank))  # S x r
         self.shared_biases = nn.Parameter(torch.randn(vocab_size, rank) * rank ** -0.25 + 1.0 / rank)  # V x r

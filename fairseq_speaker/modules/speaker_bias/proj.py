@@ -4,6 +4,8 @@ from typing import Dict
 import torch
 from torch import Tensor, nn
 
+from fairseq_speaker.errors import UserError
+
 from . import register_speaker_bias
 from .base import EncoderOut, SpeakerBias, SpeakerBiasConfig
 
@@ -38,7 +40,7 @@ class ProjectedSpeakerBias(SpeakerBias):
         super().__init__(cfg, num_speakers, vocab_size)
         dim = cfg.speaker_embed_dim
         if dim < 1:
-            raise ValueError(f"--speaker-embed-dim must be at least 1, got {dim}")
+            raise UserError(f"--speaker-embed-dim must be at least 1, got {dim}")
         self.speaker_embeddings = nn.Parameter(torch.randn(num_speakers, dim) * dim ** -0.25 + 1.0 / dim)  # S x d
         self.projection = nn.Parameter(torch.zeros(vocab_size, dim))  # V x d
 

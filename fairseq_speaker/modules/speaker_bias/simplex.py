@@ -3,6 +3,8 @@ from typing import Dict, Optional
 import torch
 from torch import Tensor, nn
 
+from fairseq_speaker.errors import UserError
+
 from . import register_speaker_bias
 from .base import EncoderOut, SpeakerBias
 from .fact import RankedSpeakerBiasConfig
@@ -29,7 +31,7 @@ class SimplexSpeakerBias(SpeakerBias):
         super().__init__(cfg, num_speakers, vocab_size)
         rank = cfg.speaker_rank
         if rank < 2:
-            raise ValueError(f"simplex needs --speaker-rank of at least 2 (one prototype is no mixture), got {rank}")
+            raise UserError(f"simplex needs --speaker-rank of at least 2 (one prototype is no mixture), got {rank}")
         self.rank = rank
         self.speaker_logits = nn.Parameter(torch.zeros(num_speakers, rank))  # S x r
         prototypes = torch.randn(vocab_size, rank) * rank ** -0.25

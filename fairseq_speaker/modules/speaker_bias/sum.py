@@ -3,6 +3,8 @@ from typing import Dict, List, Optional, Tuple
 
 from torch import Tensor, nn
 
+from fairseq_speaker.errors import UserError
+
 from . import SPEAKER_BIAS_REGISTRY, parse_variant_name, register_speaker_bias
 from .base import EncoderOut, SpeakerBias, SpeakerBiasConfig
 
@@ -33,7 +35,7 @@ class SumSpeakerBias(SpeakerBias):
                  parts: Dict[str, SpeakerBias]):
         super().__init__(cfg, num_speakers, vocab_size)
         if len(parts) < 2:
-            raise ValueError("sum needs at least two variants, e.g. --speaker-bias fact+topic")
+            raise UserError("sum needs at least two variants, e.g. --speaker-bias fact+topic")
         self.parts = nn.ModuleDict(parts)
 
     @property
@@ -56,7 +58,7 @@ class SumSpeakerBias(SpeakerBias):
     def build_parts(cls, names: List[str], cfg, speaker_dictionary, target_dictionary,
                     source_dictionary=None) -> "SumSpeakerBias":
         if "sum" in names:
-            raise ValueError("sum cannot contain sum: list the variants to add, e.g. --speaker-bias fact+full+topic")
+            raise UserError("sum cannot contain sum: list the variants to add, e.g. --speaker-bias fact+full+topic")
         parts = {name: SPEAKER_BIAS_REGISTRY[name].build(cfg, speaker_dictionary, target_dictionary,
                                                          source_dictionary) for name in names}
         options = cls.options(cfg)
