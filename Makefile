@@ -3,7 +3,7 @@
 #   make test              unit and integration tests (about 8 minutes on 2 cores)
 #   make test-slow         the slow tier: trains on the toy corpus and checks that the biases learn
 # torch is installed first, pinned, so that no CUDA build is pulled on a CPU machine;
-# choose another with e.g. `make test TORCH="torch==2.5.1 --index-url https://download.pytorch.org/whl/cu121"`.
+# choose another with e.g. `make test TORCH="torch==2.6.0 --index-url https://download.pytorch.org/whl/cu124"`.
 
 PYTHON ?= python3
 VENV ?= .venv

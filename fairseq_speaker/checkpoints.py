@@ -15,10 +15,15 @@ task state), so that ``fairseq-train --restore-file`` maps them by name.
 """
 
 import argparse
+import contextlib
 import functools
+import pickle
+import re
 
 import numpy as np
 import torch
+
+from fairseq_speaker.errors import UserError
 
 
 def _numpy_globals():
@@ -60,6 +65,10 @@ def allow_fairseq_checkpoints() -> None:
 SPEAKER_NAMES_KEY = "decoder.speaker_bias._extra_state"
 
 
+class CheckpointError(UserError):
+    """A checkpoint that cannot or must not be loaded; the message names it."""
+
+
 def add_speaker_names(state: dict) -> dict:
     """Name the speaker rows of a checkpoint written before 0.3.0 after its task state's speaker
     dictionary (the one its model was built with). Other checkpoints are returned as they are."""
@@ -74,6 +83,38 @@ def add_speaker_names(state: dict) -> dict:
     return state
 
 
+@contextlib.contextmanager
+def readable(path: str):
+    """Turn what ``torch.load`` raises for a checkpoint that cannot or must not be loaded into a
+    :class:`CheckpointError` naming ``path``."""
+    try:
+        yield
+    except pickle.UnpicklingError as e:  # torch's weights_only refusal, or not a pickle at all
+        found = re.search(r"GLOBAL ([\w.]+)", str(e))
+        if "Weights only load failed" in str(e):
+            raise CheckpointError(
+                f"{path}: refused to load: it holds {found.group(1) if found else 'an object'}, which a "
+                f"fairseq-speaker checkpoint never holds and which could run code when loaded; load only "
+                f"checkpoints you trust") from None
+        raise CheckpointError(f"{path}: not a readable checkpoint (damaged, or another kind of file)") from None
+    except (EOFError, RuntimeError, OSError) as e:
+        if isinstance(e, FileNotFoundError):
+            raise CheckpointError(f"checkpoint not found: {path}") from None
+        if isinstance(e, IsADirectoryError):
+            raise CheckpointError(f"{path} is a directory, not a checkpoint") from None
+        detail = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise CheckpointError(f"{path}: not a readable checkpoint: truncated, damaged or another kind of file "
+                              f"({type(e).__name__}: {detail})") from None
+
+
+def read_checkpoint(path: str) -> dict:
+    """A checkpoint's state as written (``weights_only``, the allow-list above), upgraded as fairseq's
+    reader upgrades it here (speaker names); errors name the file."""
+    with readable(path):
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    return add_speaker_names(state)
+
+
 def _install_upgrade() -> None:
     from fairseq import checkpoint_utils
 
@@ -82,8 +123,10 @@ def _install_upgrade() -> None:
         return
 
     @functools.wraps(load)
-    def load_checkpoint_to_cpu(*args, **kwargs):
-        return add_speaker_names(load(*args, **kwargs))
+    def load_checkpoint_to_cpu(path, *args, **kwargs):
+        with readable(path):
+            state = load(path, *args, **kwargs)
+        return add_speaker_names(state)
 
     load_checkpoint_to_cpu.adds_speaker_names = True
     checkpoint_utils.load_checkpoint_to_cpu = load_checkpoint_to_cpu

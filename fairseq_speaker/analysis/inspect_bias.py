@@ -24,6 +24,7 @@ from fairseq.data import Dictionary
 from torch import Tensor
 
 import fairseq_speaker.checkpoints  # noqa: F401  (weights_only loading of fairseq checkpoints)
+from fairseq_speaker.checkpoints import read_checkpoint
 from fairseq_speaker.data import SpeakerDictionary
 from fairseq_speaker.modules.speaker_bias import SpeakerBias, build_speaker_bias
 from fairseq_speaker.tasks.speaker_translation import SPEAKER_TOKEN
@@ -50,7 +51,7 @@ def load_speaker_bias(state: Dict, target_dictionary: Dictionary) -> SpeakerBias
 
 def has_something_to_inspect(checkpoint: str) -> bool:
     """Whether a checkpoint's variant has speaker parameters or shared vocabulary vectors to show."""
-    state = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    state = read_checkpoint(checkpoint)
     placeholder = Dictionary()
     for i in range((_vocab_size(state) or len(placeholder)) - len(placeholder)):
         placeholder.add_symbol(f"w{i}")
@@ -70,7 +71,7 @@ class BiasInspection:
                         data: Optional[str] = None) -> "BiasInspection":
         """``target_dictionary``: the ``dict.{tgt}.txt`` the model was trained with; without it,
         ``{data}/dict.{target_lang}.txt`` with the target language read from the checkpoint."""
-        state = torch.load(checkpoint, map_location="cpu", weights_only=True)
+        state = read_checkpoint(checkpoint)
         if target_dictionary is None:
             if data is None:
                 raise ValueError("give the target dictionary or the data directory of the checkpoint")

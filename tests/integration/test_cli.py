@@ -49,8 +49,10 @@ def test_checkpoints_need_the_allow_list_and_get_nothing_more(trained):
     assert plain.returncode != 0 and "Weights only load failed" in plain.stderr
     import fairseq_speaker.checkpoints as allow
 
-    names = {g[1] if isinstance(g, tuple) else f"{g.__module__}.{g.__qualname__}" for g in allow.checkpoint_globals()}
-    assert not any("eval" in n or "system" in n or "builtins" in n for n in names)
+    # only numpy's data types and reconstructors and argparse.Namespace; that code in a checkpoint is refused
+    # by every command is tested in test_malicious_checkpoints.py
+    modules = {(g[0] if isinstance(g, tuple) else g).__module__.split(".")[0] for g in allow.checkpoint_globals()}
+    assert modules <= {"numpy", "argparse"}, modules
 
 
 @pytest.fixture(scope="module")
