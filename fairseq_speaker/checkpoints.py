@@ -19,6 +19,7 @@ import contextlib
 import functools
 import pickle
 import re
+from typing import Callable, List
 
 import numpy as np
 import torch
@@ -67,6 +68,15 @@ SPEAKER_NAMES_KEY = "decoder.speaker_bias._extra_state"
 
 class CheckpointError(UserError):
     """A checkpoint that cannot or must not be loaded; the message names it."""
+
+
+#: functions ``state -> state`` applied to every checkpoint fairseq reads (after :func:`add_speaker_names`)
+_ON_LOAD: List[Callable[[dict], dict]] = []
+
+
+def on_checkpoint_load(fn: Callable[[dict], dict]) -> None:
+    """Have ``fn`` upgrade or complete every checkpoint as fairseq reads it."""
+    _ON_LOAD.append(fn)
 
 
 def add_speaker_names(state: dict) -> dict:
@@ -126,7 +136,10 @@ def _install_upgrade() -> None:
     def load_checkpoint_to_cpu(path, *args, **kwargs):
         with readable(path):
             state = load(path, *args, **kwargs)
-        return add_speaker_names(state)
+        state = add_speaker_names(state)
+        for fn in _ON_LOAD:
+            state = fn(state)
+        return state
 
     load_checkpoint_to_cpu.adds_speaker_names = True
     checkpoint_utils.load_checkpoint_to_cpu = load_checkpoint_to_cpu

@@ -15,9 +15,12 @@ without improvement is fairseq's ``--patience N``.
 
 With ``--fp16`` the remembered parameters are the optimizer's fp32 master
 copies; the model's half-precision weights follow them at the next update.
-Resuming from a checkpoint keeps the learning rate and the best score but not
-the in-memory copy: the first plateau after a resume halves the learning rate
-without going back.
+
+Resuming (``--restore-file``) continues exactly: the remembered parameters are
+saved in the checkpoint (the scheduler's state, one more copy of the
+parameters), and since fairseq saves an epoch's checkpoint before the schedule
+sees that epoch's validation loss, the decision of that epoch is taken when the
+checkpoint is loaded, from the validation loss the checkpoint records.
 """
 
 from dataclasses import dataclass, field
@@ -28,6 +31,7 @@ from fairseq.dataclass import FairseqDataclass
 from fairseq.optim.lr_scheduler import FairseqLRScheduler, register_lr_scheduler
 from omegaconf import II
 
+from fairseq_speaker.checkpoints import on_checkpoint_load
 from fairseq_speaker.errors import UserError
 
 
@@ -54,7 +58,7 @@ class RestartFromBestSchedule(FairseqLRScheduler):
             return True
         return val_loss > self.best if self.cfg.maximize_best_checkpoint_metric else val_loss < self.best
 
-    def step(self, epoch, val_loss=None):
+    def _decide(self, epoch, val_loss=None):
         if val_loss is None:
             return self.optimizer.get_lr()
         if self._improved(val_loss):
@@ -75,7 +79,7 @@ class RestartFromBestSchedule(FairseqLRScheduler):
         return self.optimizer.get_lr()
 
     def state_dict(self):
-        return {"best": self.best, "lr": self.lr, "restarts": self.restarts}
+        return {"best": self.best, "lr": self.lr, "restarts": self.restarts, "snapshot": self.snapshot}
 
     def load_state_dict(self, state_dict):
         self.best = state_dict["best"]
@@ -83,3 +87,30 @@ class RestartFromBestSchedule(FairseqLRScheduler):
             self.lr = state_dict["lr"]
             self.optimizer.set_lr(self.lr)
         self.restarts = state_dict.get("restarts", 0)
+        self.snapshot = state_dict.get("snapshot")
+        # the validation loss of the epoch the checkpoint ends (see :func:`_pending_decision`)
+        self._pending = state_dict.get(PENDING)
+
+    def step(self, epoch, val_loss=None):
+        if val_loss is None and getattr(self, "_pending", None) is not None:
+            # fairseq steps the schedule right after loading a checkpoint: the decision it missed
+            val_loss, self._pending = self._pending, None
+        return self._decide(epoch, val_loss)
+
+
+PENDING = "pending_val_loss"
+
+
+def _pending_decision(state: dict) -> dict:
+    """A checkpoint saved at the end of an epoch was written before the schedule saw that epoch's
+    validation loss: hand the loss it records to the schedule's state, which decides on loading."""
+    history = state.get("optimizer_history") or [{}]
+    schedule = history[-1].get("lr_scheduler_state") if isinstance(history[-1], dict) else None
+    extra = state.get("extra_state") or {}
+    iterator = extra.get("train_iterator") or {}
+    if isinstance(schedule, dict) and "restarts" in schedule and iterator.get("iterations_in_epoch", 1) == 0:
+        schedule[PENDING] = extra.get("val_loss")
+    return state
+
+
+on_checkpoint_load(_pending_decision)

@@ -243,3 +243,30 @@ def test_restart_from_best_in_fairseq_train(toy, tmp_path):
     schedule = state["optimizer_history"][-1]["lr_scheduler_state"]
     assert schedule["restarts"] >= 1
     assert schedule["lr"] == 3.0 * 0.5 ** schedule["restarts"]
+
+
+def test_restart_from_best_resumes_as_if_uninterrupted(toy, tmp_path):
+    """fairseq saves an epoch's checkpoint before the schedule sees its validation loss; a run stopped
+    and resumed at every epoch end takes the same decisions (lr, restarts, parameters) as one that
+    ran through."""
+    def args(save_dir, epochs):
+        # without dropout: a resumed run then repeats an uninterrupted one to rounding (with dropout it
+        # does not, an open question of the reliability work)
+        a = train_args(toy["bin"], str(save_dir), "lstm_base", "--max-epoch", str(epochs),
+                       "--lr-scheduler", "restart_from_best", "--lr-shrink", "0.5",
+                       "--dropout", "0", "--lstm-dropout", "0", "--target-word-dropout", "0")
+        a[a.index("--lr") + 1] = "3.0"  # validation gets worse: plateaus and restarts
+        return a
+
+    run("train", args(tmp_path / "through", 4))
+    for epochs in (1, 2, 3, 4):  # the same run, stopped after every epoch
+        run("train", args(tmp_path / "resumed", epochs))
+    through = torch.load(tmp_path / "through" / "checkpoint_last.pt", weights_only=True)
+    resumed = torch.load(tmp_path / "resumed" / "checkpoint_last.pt", weights_only=True)
+    schedules = [s["optimizer_history"][-1]["lr_scheduler_state"] for s in (through, resumed)]
+    assert schedules[0]["restarts"] >= 1  # the case this is about
+    for key in ("lr", "restarts", "best"):
+        assert schedules[0][key] == schedules[1][key], key
+    for name, value in through["model"].items():
+        if torch.is_tensor(value) and value.is_floating_point():
+            assert torch.allclose(value, resumed["model"][name], rtol=1e-2, atol=1e-2), name  # lr 3.0: rounding grows
