@@ -14,9 +14,13 @@ learns a per-speaker bias can get them right. Each split comes with
 reference, the word expected and the words a different speaker would use,
 which :func:`trait_accuracy` checks in a hypothesis.
 
+With ``--heldout`` (``heldout_speakers`` in Python), speakers who never appear in
+train/valid/test each get ``--heldout-sentences`` sentences in ``heldout.*``: the data of
+``fairseq-speaker-onboarding-eval``, which adapts a model to them on a few sentences.
+
 Usage::
 
-    python -m fairseq_speaker.toy.corpus --out raw --train 6000 --valid 300 --test 300
+    python -m fairseq_speaker.toy.corpus --out raw --train 6000 --valid 300 --test 300 [--heldout]
 """
 
 import argparse
@@ -101,10 +105,21 @@ class Trait:
     alternatives: Tuple[str, ...]
 
 
+#: every combination of (gender, address, profession)
+COMBINATIONS = [(g, a, p) for p in PROFESSIONS for a in ADDRESSES for g in GENDERS]
+#: one sentence of the corpus: English, French, speaker, the speaker-dependent words of the French
+Row = Tuple[str, str, str, List[Trait]]
+
+
 def make_speakers(num_speakers: int) -> List[Speaker]:
     """Speakers cycle through every combination of traits, so each combination is shared."""
-    combos = [(g, a, p) for p in PROFESSIONS for a in ADDRESSES for g in GENDERS]
-    return [Speaker(f"spk{i:03d}", *combos[i % len(combos)]) for i in range(num_speakers)]
+    return [Speaker(f"spk{i:03d}", *COMBINATIONS[i % len(COMBINATIONS)]) for i in range(num_speakers)]
+
+
+def make_heldout_speakers(num_speakers: int) -> List[Speaker]:
+    """Speakers ``new000``, ``new001``, ... for onboarding: every 5th combination of traits (5 is prime to
+    the 12 combinations), so that even a few of them mix genders, forms of address and professions."""
+    return [Speaker(f"new{i:03d}", *COMBINATIONS[5 * i % len(COMBINATIONS)]) for i in range(num_speakers)]
 
 
 def _last_word(phrase: str) -> str:
@@ -175,40 +190,63 @@ def make_sentence(rng: random.Random, speaker: Speaker) -> Tuple[str, str, List[
 
 
 def write_corpus(out: str, sizes: Dict[str, int], num_speakers: int = 24, seed: int = 1,
-                 src: str = "en", tgt: str = "fr") -> List[Speaker]:
-    """Write ``{split}.{src,tgt,spk,traits}`` for every split, and ``speakers.tsv``.
+                 src: str = "en", tgt: str = "fr", heldout_speakers: int = 0,
+                 heldout_sentences: int = 40) -> List[Speaker]:
+    """Write ``{split}.{src,tgt,spk,traits}`` for every split, and ``speakers.tsv``; returns the speakers.
 
-    Every speaker speaks in every split (sentences are dealt round-robin, then shuffled).
+    Every speaker speaks in every split (sentences are dealt round-robin, then shuffled). With
+    ``heldout_speakers`` > 0, that many more speakers (:func:`make_heldout_speakers`) say
+    ``heldout_sentences`` sentences each in the split ``heldout`` and nowhere else; they come after
+    the others in ``speakers.tsv`` and in the list returned. The other splits are the same with or
+    without them (the held-out sentences have a random generator of their own).
     """
     speakers = make_speakers(num_speakers)
     for split, size in sizes.items():
         if size < num_speakers:
             raise ValueError(f"split {split} has {size} sentences, fewer than the {num_speakers} speakers")
+    if "heldout" in sizes and heldout_speakers:
+        raise ValueError("the split 'heldout' is the held-out speakers': give the other splits other names")
+    if heldout_speakers < 0 or (heldout_speakers and heldout_sentences < 1):
+        raise ValueError(f"{heldout_speakers} held-out speakers of {heldout_sentences} sentences each: "
+                         f"both must be positive (or no held-out speakers: 0)")
     rng = random.Random(seed)
     os.makedirs(out, exist_ok=True)
     for split, size in sizes.items():
-        rows = []
-        for i in range(size):
-            speaker = speakers[i % num_speakers]
-            en, fr, traits = make_sentence(rng, speaker)
-            rows.append((en, fr, speaker.name, traits))
-        rng.shuffle(rows)
-        files = {ext: open(os.path.join(out, f"{split}.{ext}"), "w", encoding="utf-8")
-                 for ext in (src, tgt, "spk", "traits")}
-        try:
-            for en, fr, name, traits in rows:
-                files[src].write(en + "\n")
-                files[tgt].write(fr + "\n")
-                files["spk"].write(name + "\n")
-                files["traits"].write(json.dumps([t.__dict__ for t in traits], ensure_ascii=False) + "\n")
-        finally:
-            for f in files.values():
-                f.close()
+        _write_split(out, split, _deal(rng, speakers, size), src, tgt)
+    heldout = make_heldout_speakers(heldout_speakers)
+    if heldout:
+        rng = random.Random(f"heldout-{seed}")
+        _write_split(out, "heldout", _deal(rng, heldout, heldout_speakers * heldout_sentences), src, tgt)
     with open(os.path.join(out, "speakers.tsv"), "w", encoding="utf-8") as f:
         f.write("speaker\tgender\taddress\tprofession\n")
-        for s in speakers:
+        for s in speakers + heldout:
             f.write(f"{s.name}\t{s.gender}\t{s.address}\t{s.profession}\n")
-    return speakers
+    return speakers + heldout
+
+
+def _deal(rng: random.Random, speakers: Sequence[Speaker], size: int) -> List[Row]:
+    """``size`` sentences dealt round-robin to ``speakers``, shuffled: (English, French, speaker, traits)."""
+    rows = []
+    for i in range(size):
+        speaker = speakers[i % len(speakers)]
+        en, fr, traits = make_sentence(rng, speaker)
+        rows.append((en, fr, speaker.name, traits))
+    rng.shuffle(rows)
+    return rows
+
+
+def _write_split(out: str, split: str, rows: Sequence[Row], src: str, tgt: str) -> None:
+    files = {ext: open(os.path.join(out, f"{split}.{ext}"), "w", encoding="utf-8")
+             for ext in (src, tgt, "spk", "traits")}
+    try:
+        for en, fr, name, traits in rows:
+            files[src].write(en + "\n")
+            files[tgt].write(fr + "\n")
+            files["spk"].write(name + "\n")
+            files["traits"].write(json.dumps([t.__dict__ for t in traits], ensure_ascii=False) + "\n")
+    finally:
+        for f in files.values():
+            f.close()
 
 
 def read_traits(path: str) -> List[List[Trait]]:
@@ -245,10 +283,22 @@ def main(argv=None) -> None:
     parser.add_argument("--test", type=int, default=300, help="test sentences")
     parser.add_argument("--speakers", type=int, default=24, help="number of speakers")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--heldout", action="store_true",
+                        help="also write heldout.{en,fr,spk,traits}: the sentences of speakers who are in no other "
+                        "split, to evaluate onboarding (fairseq-speaker-onboarding-eval)")
+    parser.add_argument("--heldout-speakers", type=int, default=6, metavar="K", help="held-out speakers (--heldout)")
+    parser.add_argument("--heldout-sentences", type=int, default=40, metavar="M",
+                        help="sentences of each held-out speaker (--heldout)")
     args = parser.parse_args(argv)
+    if args.heldout and (args.heldout_speakers < 1 or args.heldout_sentences < 1):
+        parser.error("--heldout-speakers and --heldout-sentences must be at least 1")
     write_corpus(args.out, {"train": args.train, "valid": args.valid, "test": args.test},
-                 num_speakers=args.speakers, seed=args.seed)
+                 num_speakers=args.speakers, seed=args.seed, heldout_sentences=args.heldout_sentences,
+                 heldout_speakers=args.heldout_speakers if args.heldout else 0)
     print(f"wrote {args.train}/{args.valid}/{args.test} sentences of {args.speakers} speakers to {args.out}")
+    if args.heldout:
+        print(f"wrote {args.heldout_sentences} sentences of each of {args.heldout_speakers} held-out speakers "
+              f"to {args.out}/heldout.*")
 
 
 if __name__ == "__main__":

@@ -67,3 +67,42 @@ def test_read_generate_output_orders_by_id_and_keeps_the_best():
     assert read_generate_output(text) == ["first", "second"]
     with pytest.raises(ValueError, match=r"no hypothesis for sentence ids \[1\]"):
         read_generate_output("H-0\t-1\ta\nH-2\t-1\tc\n")
+
+
+def test_heldout_speakers_are_in_no_other_split_and_change_nothing_else(tmp_path):
+    sizes = {"train": 48, "valid": 24, "test": 24}
+    plain, extra = str(tmp_path / "plain"), str(tmp_path / "extra")
+    write_corpus(plain, sizes, num_speakers=12, seed=3)
+    speakers = write_corpus(extra, sizes, num_speakers=12, seed=3, heldout_speakers=3, heldout_sentences=5)
+    for name in os.listdir(plain):  # the other splits are byte-identical; speakers.tsv only grows
+        if name != "speakers.tsv":
+            assert lines(plain, name) == lines(extra, name), name
+    assert lines(extra, "speakers.tsv")[: len(lines(plain, "speakers.tsv"))] == lines(plain, "speakers.tsv")
+    assert [s.name for s in speakers[12:]] == ["new000", "new001", "new002"]
+
+    labels = lines(extra, "heldout.spk")
+    assert sorted(labels) == sorted(["new000", "new001", "new002"] * 5)
+    assert not set(labels) & set(lines(extra, "train.spk") + lines(extra, "valid.spk") + lines(extra, "test.spk"))
+    assert {len(lines(extra, f"heldout.{ext}")) for ext in ("en", "fr", "traits")} == {15}
+    traits = read_traits(os.path.join(extra, "heldout.traits"))
+    assert trait_accuracy(lines(extra, "heldout.fr"), traits)["all"] == 1.0
+    by_name = {s.name: s for s in speakers}
+    for spk, sentence_traits in zip(labels, traits):
+        for t in sentence_traits:
+            if t.trait == "address":
+                assert t.expected == ("vous" if by_name[spk].address == "formal" else "tu")
+    # a few held-out speakers already differ in every trait
+    for trait in ("gender", "address", "profession"):
+        assert len({getattr(s, trait) for s in speakers[12:]}) > 1
+
+
+def test_the_command_writes_heldout_speakers_only_when_asked(tmp_path):
+    from fairseq_speaker.toy.corpus import main
+
+    common = ["--train", "24", "--valid", "12", "--test", "12", "--speakers", "12"]
+    main(["--out", str(tmp_path / "a"), *common])
+    assert not os.path.exists(tmp_path / "a" / "heldout.spk")
+    main(["--out", str(tmp_path / "b"), *common, "--heldout", "--heldout-speakers", "2", "--heldout-sentences", "3"])
+    assert sorted(lines(str(tmp_path / "b"), "heldout.spk")) == ["new000"] * 3 + ["new001"] * 3
+    with pytest.raises(SystemExit):
+        main(["--out", str(tmp_path / "c"), *common, "--heldout", "--heldout-sentences", "0"])

@@ -1,0 +1,274 @@
+"""How well a model learns new speakers from n of their sentences: ``fairseq-speaker-onboarding-eval``.
+
+For every held-out speaker (one the model never saw), fit the speaker's parameters on their first n
+sentences (the network frozen, as ``fairseq-speaker-adapt`` does), then translate their remaining
+sentences as that speaker. The sentences translated are the same for every n (those after each
+speaker's first max(n)), so the numbers compare across n; n = 0 is no adaptation at all: the mean
+speaker, as for any unknown speaker.
+
+Usage::
+
+    fairseq-speaker-onboarding-eval DATA_DIR --path checkpoint_best.pt --heldout-prefix raw/heldout \\
+        --shots 0 1 2 5 10 20 --out onboarding
+
+``PREFIX.{src}``, ``PREFIX.{tgt}`` and ``PREFIX.{speaker suffix}`` hold the held-out speakers'
+sentences, one a line, in the form the model was trained on; each speaker's sentences are taken in
+file order. With ``PREFIX.traits`` (the toy corpus's, ``python -m fairseq_speaker.toy.corpus
+--heldout``) the speaker-dependent words are scored too. Writes ``OUT/onboarding.md`` (the table),
+``OUT/onboarding.json``, ``OUT/onboarding.png`` and ``OUT/hypotheses.n{N}.txt`` (the translations of
+the evaluation sentences, whose line numbers in the held-out files are in the JSON).
+
+The model is loaded once; for each n every speaker is adapted with one
+:class:`~fairseq_speaker.onboarding.adapt.SpeakerAdapter` under the name ``SPEAKER@n``, which starts
+from the mean speaker of the model as loaded (so adaptations for one n do not change those for
+another), and the evaluation sentences of every speaker are translated in batches.
+"""
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from typing import Dict, List, Optional, Sequence
+
+import sacrebleu
+import torch
+
+from fairseq_speaker.data import SpeakerDataError
+from fairseq_speaker.onboarding.adapt import read_adaptation_files
+from fairseq_speaker.onboarding.checkpoint import OnboardingError, SpeakerCheckpoint
+from fairseq_speaker.onboarding.fit import FitOptions
+from fairseq_speaker.toy.corpus import Trait, read_traits, trait_accuracy
+
+PROG = "fairseq-speaker-onboarding-eval"
+DEFAULT_SHOTS = [0, 1, 2, 5, 10, 20]
+#: the toy corpus's traits, in the order of the demo's table; other traits follow alphabetically
+TRAIT_ORDER = ("gender", "address", "profession")
+BLEU_TOKENIZERS = getattr(sacrebleu.metrics.bleu, "_TOKENIZERS", {"none": None, "13a": None, "intl": None})
+
+
+def load_translator(path: str, data: str, batch_size: int, fit: FitOptions, overrides: Dict):
+    """A :class:`~fairseq_speaker.serving.SpeakerTranslator` of ``path`` whose unknown speakers get the mean
+    speaker; refused (:class:`OnboardingError`) if speakers cannot be added to it."""
+    from fairseq.hub_utils import GeneratorHubInterface
+
+    from fairseq_speaker.serving import SpeakerTranslator
+
+    overrides = dict(overrides, unknown_speaker="mean", batch_size=batch_size)
+    checkpoint = SpeakerCheckpoint.load(path, data=data, overrides=overrides)
+    checkpoint.check_adaptable()
+    hub = GeneratorHubInterface(checkpoint.state["cfg"], checkpoint.task, [checkpoint.model])
+    hub.eval()
+    return SpeakerTranslator(hub, path, fit)
+
+
+def read_heldout(prefix: str, source_lang: str, target_lang: str, suffix: str):
+    """Sources, targets, speaker labels and (if ``PREFIX.traits`` exists, else None) traits of the held-out file."""
+    sources, targets, labels = read_adaptation_files(prefix, source_lang, target_lang, suffix)
+    path = f"{prefix}.traits"
+    if not os.path.isfile(path):
+        return sources, targets, labels, None
+    try:
+        traits = read_traits(path)
+    except (ValueError, KeyError, TypeError) as e:
+        raise OnboardingError(f"{path}: not a traits file (JSON lines, as python -m fairseq_speaker.toy.corpus "
+                              f"writes them): {type(e).__name__}: {e}") from None
+    if len(traits) != len(sources):
+        raise OnboardingError(f"{path} has {len(traits)} lines but {prefix}.{source_lang} has {len(sources)}: "
+                              f"one line of traits per sentence, or remove the file")
+    return sources, targets, labels, traits
+
+
+def split_speakers(labels: Sequence[str], first: int, where: str) -> Dict[str, List[int]]:
+    """Each speaker's line indices (file order, speakers in order of first appearance), checked to leave at
+    least one sentence to evaluate after the ``first`` ones adapted on."""
+    lines: Dict[str, List[int]] = {}
+    for i, label in enumerate(labels):
+        lines.setdefault(label, []).append(i)
+    short = [(name, len(ids)) for name, ids in lines.items() if len(ids) <= first]
+    if short:
+        name, count = short[0]
+        more = f" (and {len(short) - 1} more speaker(s))" if len(short) > 1 else ""
+        raise OnboardingError(
+            f"{where}: speaker {name!r} has {count} sentence(s){more}, but --shots {first} needs at least "
+            f"{first + 1} per speaker ({first} to adapt on, 1 or more to evaluate): lower the largest --shots "
+            f"or give each speaker more sentences")
+    return lines
+
+
+def evaluate(translator, sources: List[str], targets: List[str], labels: List[str],
+             traits: Optional[List[List[Trait]]], shots: List[int], beam: int = 5, tokenize: str = "none",
+             where: str = "<heldout>", **generation) -> Dict:
+    """Adapt on the first n sentences of each speaker for each n of ``shots``, translate every speaker's
+    sentences after the first max(shots), score them. Returns what ``onboarding.json`` holds, with the
+    hypotheses of each n under ``"hypotheses"``."""
+    lines = split_speakers(labels, max(shots), where)
+    evaluated = sorted(i for ids in lines.values() for i in ids[max(shots):])
+    references = [targets[i] for i in evaluated]
+    adapter = translator.adapter
+    encode_fn = lambda x: translator.hub.apply_bpe(translator.hub.tokenize(x))  # noqa: E731
+    adapt_on = sorted(i for ids in lines.values() for i in ids[:max(shots)])
+    pairs = dict(zip(adapt_on, adapter.encode([sources[i] for i in adapt_on], [targets[i] for i in adapt_on],
+                                              encode_fn=encode_fn)))
+    known = translator.task.speaker_dictionary
+    rows, hypotheses = [], {}
+    for n in sorted(shots):  # n = 0 first: the mean speaker is the mean of the table, which adapting grows
+        names = {speaker: f"{speaker}@{n}" for speaker in lines}
+        taken = [name for name in names.values() if name in known]
+        if taken:
+            raise OnboardingError(f"the model already has a speaker {taken[0]!r}: rename the speakers of {where}")
+        start = time.perf_counter()
+        if n > 0:
+            adapter.adapt({names[speaker]: [pairs[i] for i in ids[:n]] for speaker, ids in lines.items()})
+        adapt_seconds = time.perf_counter() - start
+        start = time.perf_counter()
+        hyps = translator.translate([sources[i] for i in evaluated], [names[labels[i]] for i in evaluated],
+                                    beam=beam, **generation)
+        row = {"n": n, "bleu": sacrebleu.corpus_bleu(hyps, [references], tokenize=tokenize, force=True).score,
+               "adapt_seconds": round(adapt_seconds, 3), "translate_seconds": round(time.perf_counter() - start, 3)}
+        if traits is not None:
+            row["traits"] = trait_accuracy(hyps, [traits[i] for i in evaluated])
+        rows.append(row)
+        hypotheses[n] = hyps
+    return {"speakers": len(lines), "adapt_sentences": max(shots), "eval_sentences": len(evaluated),
+            "eval_lines": [i + 1 for i in evaluated], "beam": beam, "tokenize": tokenize, "rows": rows,
+            "hypotheses": hypotheses}
+
+
+def trait_names(rows: List[Dict]) -> List[str]:
+    found = {t for row in rows for t in row.get("traits", {}) if t != "all"}
+    return [t for t in TRAIT_ORDER if t in found] + sorted(found - set(TRAIT_ORDER))
+
+
+def format_table(result: Dict) -> str:
+    """The markdown table: one row per n."""
+    traits = trait_names(result["rows"])
+    scored = any("traits" in row for row in result["rows"])
+    header = ["n", "BLEU", *(["speaker words", *traits] if scored else []), "adapt s"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in result["rows"]:
+        cells = [str(row["n"]), f"{row['bleu']:.2f}"]
+        if scored:
+            accuracy = row.get("traits", {})
+            cells += ["-" if accuracy.get(t) is None else f"{100 * accuracy[t]:.1f}%" for t in ["all", *traits]]
+        cells.append(f"{row['adapt_seconds']:.2f}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def describe(result: Dict, checkpoint: str, prefix: str) -> str:
+    return (f"Onboarding {checkpoint} on the held-out speakers of {prefix}: {result['speakers']} speakers, each "
+            f"adapted on their first n sentences (n = 0: none, the mean speaker) and evaluated on their sentences "
+            f"after the first {result['adapt_sentences']} ({result['eval_sentences']} sentences in all, the same for "
+            f"every n). BLEU: sacrebleu, tokenize {result['tokenize']}; beam {result['beam']}. 'speaker words': the "
+            f"share of the speaker-dependent words of the references that the translation gets right; 'adapt s': "
+            f"seconds to adapt every speaker for that n (the network's pass over their sentences and the fits).")
+
+
+def plot(result: Dict, path: str) -> None:
+    """BLEU and speaker-word accuracy against n (categorical x axis), side by side."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = result["rows"]
+    x, ticks = range(len(rows)), [str(row["n"]) for row in rows]
+    scored = any("traits" in row for row in rows)
+    fig, axes = plt.subplots(1, 2 if scored else 1, figsize=(10 if scored else 5, 3.8), squeeze=False)
+    axes[0][0].plot(x, [row["bleu"] for row in rows], marker="o")
+    axes[0][0].set(title="BLEU", xlabel="adaptation sentences per speaker (n)", ylabel="BLEU")
+    if scored:
+        ax = axes[0][1]
+        for trait in ["all", *trait_names(rows)]:
+            values = [100 * row.get("traits", {}).get(trait, float("nan")) for row in rows]
+            ax.plot(x, values, marker="o", label="speaker words" if trait == "all" else trait,
+                    linewidth=2.5 if trait == "all" else 1.2)
+        ax.set(title="Speaker words right", xlabel="adaptation sentences per speaker (n)", ylabel="%", ylim=(0, 103))
+        ax.legend(fontsize=8)
+    for ax in axes[0]:
+        ax.set_xticks(list(x))
+        ax.set_xticklabels(ticks)
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_outputs(result: Dict, out: str, checkpoint: str, prefix: str) -> str:
+    """``onboarding.md``, ``onboarding.json``, ``onboarding.png`` and the hypotheses in ``out``; returns the text."""
+    os.makedirs(out, exist_ok=True)
+    text = describe(result, checkpoint, prefix) + "\n\n" + format_table(result) + "\n"
+    with open(os.path.join(out, "onboarding.md"), "w", encoding="utf-8") as f:
+        f.write(text)
+    summary = {k: v for k, v in result.items() if k != "hypotheses"}
+    with open(os.path.join(out, "onboarding.json"), "w", encoding="utf-8") as f:
+        json.dump(dict(summary, checkpoint=checkpoint, heldout_prefix=prefix), f, indent=2)
+    for n, hyps in result["hypotheses"].items():
+        with open(os.path.join(out, f"hypotheses.n{n}.txt"), "w", encoding="utf-8") as f:
+            f.write("".join(h + "\n" for h in hyps))
+    plot(result, os.path.join(out, "onboarding.png"))
+    return text
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    parser.add_argument("data", metavar="DATA_DIR", help="the data directory the model was trained on (dictionaries)")
+    parser.add_argument("--path", required=True, metavar="CHECKPOINT", help="the trained speaker model")
+    parser.add_argument("--heldout-prefix", required=True, metavar="PREFIX",
+                        help="the held-out speakers' sentences: PREFIX.{src}, PREFIX.{tgt}, PREFIX.{speaker suffix} "
+                        "and optionally PREFIX.traits")
+    parser.add_argument("--shots", type=int, nargs="+", default=DEFAULT_SHOTS, metavar="N",
+                        help="numbers of adaptation sentences per speaker (default: %(default)s; 0 = the mean speaker)")
+    parser.add_argument("--out", default="onboarding", help="folder for the table, JSON, plot and hypotheses")
+    parser.add_argument("--beam", type=int, default=5)
+    parser.add_argument("--max-len-b", type=int, default=200, help="longest translation, in tokens (as fairseq's)")
+    parser.add_argument("--batch-size", type=int, default=64, help="sentences per translation batch")
+    parser.add_argument("--tokenize", default="none", choices=sorted(BLEU_TOKENIZERS),
+                        help="sacrebleu's tokenizer (default: score the text as the model reads it, tokenized)")
+    parser.add_argument("--adapt-l2", type=float, default=FitOptions.l2,
+                        help="weight of the pull towards the mean speaker (as fairseq-speaker-adapt)")
+    parser.add_argument("--adapt-max-iter", type=int, default=FitOptions.max_iter, help="L-BFGS iterations at most")
+    parser.add_argument("--source-lang", help="if the data directory has more than one language pair")
+    parser.add_argument("--target-lang")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    logging.basicConfig(format="%(message)s", level=logging.WARNING, stream=sys.stderr, force=True)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if min(args.shots) < 0:
+        parser.error("--shots: numbers of sentences must be 0 or more")
+    if args.beam < 1 or args.batch_size < 1 or args.adapt_l2 < 0 or args.adapt_max_iter < 1:
+        parser.error("--beam, --batch-size and --adapt-max-iter must be at least 1, --adapt-l2 at least 0")
+    shots = sorted(set(args.shots))
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    overrides = {k: getattr(args, k) for k in ("source_lang", "target_lang") if getattr(args, k)}
+    try:
+        translator = load_translator(args.path, args.data, args.batch_size,
+                                     FitOptions(l2=args.adapt_l2, max_iter=args.adapt_max_iter), overrides)
+        cfg = translator.task.cfg
+        sources, targets, labels, traits = read_heldout(args.heldout_prefix, cfg.source_lang, cfg.target_lang,
+                                                        cfg.speaker_suffix)
+        seen = sorted(set(labels) & set(translator.speakers))
+        if seen:
+            print(f"{PROG}: note: {len(seen)} speaker(s) of {args.heldout_prefix}.{cfg.speaker_suffix} were seen in "
+                  f"training ({', '.join(map(repr, seen[:3]))}{' ...' if len(seen) > 3 else ''}): they are evaluated "
+                  f"as new speakers all the same", file=sys.stderr)
+        result = evaluate(translator, sources, targets, labels, traits, shots, beam=args.beam, tokenize=args.tokenize,
+                          where=f"{args.heldout_prefix}.{cfg.speaker_suffix}", max_len_b=args.max_len_b)
+        text = write_outputs(result, args.out, args.path, args.heldout_prefix)
+    except (SpeakerDataError, FloatingPointError) as e:
+        raise SystemExit(f"{PROG}: {e}") from None
+    print(text.rstrip())
+    print(f"\n(written to {os.path.join(args.out, 'onboarding.md')}, onboarding.json, onboarding.png)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,98 @@
+"""fairseq-speaker-onboarding-eval: held-out speakers adapted on n sentences, scored on the sentences after."""
+
+import json
+import os
+
+import pytest
+import sacrebleu
+
+from fairseq_speaker.data import read_lines
+from fairseq_speaker.serving import SpeakerTranslator
+from fairseq_speaker.toy.corpus import read_traits, trait_accuracy, write_corpus
+from tests.cli import run
+
+SPEAKERS, SENTENCES, SHOTS = 3, 8, ["0", "1", "5"]
+
+
+@pytest.fixture(scope="module")
+def heldout(tmp_path_factory):
+    """Toy sentences of 3 speakers the toy model never saw (new000 ...), 8 each, with their traits."""
+    folder = str(tmp_path_factory.mktemp("heldout"))
+    write_corpus(folder, {}, num_speakers=8, seed=2, heldout_speakers=SPEAKERS, heldout_sentences=SENTENCES)
+    return os.path.join(folder, "heldout")
+
+
+def evaluate(toy, checkpoint, prefix, out, *extra, check=True):
+    return run("fairseq-speaker-onboarding-eval", [toy["bin"], "--path", checkpoint, "--heldout-prefix", prefix,
+                                                   "--out", str(out), "--max-len-b", "6", *extra], check=check)
+
+
+def test_a_row_per_n_and_n0_is_the_mean_speaker(toy, trained, heldout, tmp_path):
+    checkpoint = trained("lstm_full_bias")
+    proc = evaluate(toy, checkpoint, heldout, tmp_path, "--shots", *SHOTS)
+    for name in ("onboarding.md", "onboarding.json", "onboarding.png"):
+        assert os.path.getsize(tmp_path / name) > 0, name
+    table = [line for line in read_lines(str(tmp_path / "onboarding.md")) if line.startswith("| ")]
+    assert table[0].startswith("| n | BLEU | speaker words | gender | address | profession |")
+    assert [row.split(" | ")[0] for row in table[1:]] == ["| 0", "| 1", "| 5"]
+    assert all(row in proc.stdout for row in table)
+
+    with open(tmp_path / "onboarding.json", encoding="utf-8") as f:
+        result = json.load(f)
+    assert [row["n"] for row in result["rows"]] == [0, 1, 5]
+    assert result["speakers"] == SPEAKERS and result["eval_sentences"] == SPEAKERS * (SENTENCES - 5)
+    # the same sentences for every n: each speaker's after their first 5
+    labels, sources = read_lines(f"{heldout}.spk"), read_lines(f"{heldout}.en")
+    evaluated = [i - 1 for i in result["eval_lines"]]
+    for i in evaluated:
+        assert labels[:i].count(labels[i]) >= 5
+    assert len(evaluated) == SPEAKERS * (SENTENCES - 5)
+
+    # the scores are those of the hypotheses written
+    references = [read_lines(f"{heldout}.fr")[i] for i in evaluated]
+    traits = [read_traits(f"{heldout}.traits")[i] for i in evaluated]
+    for row in result["rows"]:
+        hyps = read_lines(str(tmp_path / f"hypotheses.n{row['n']}.txt"))
+        assert row["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [references], tokenize="none").score)
+        assert row["traits"] == pytest.approx(trait_accuracy(hyps, traits))
+
+    # n = 0 translates as an unknown speaker (the mean speaker) of the checkpoint as trained;
+    # n = 5 as a speaker added from their first 5 sentences
+    translator = SpeakerTranslator.from_pretrained(checkpoint, data=toy["bin"], max_len_b=6)
+    unknown = translator.translate([sources[i] for i in evaluated], speakers="someone-new", beam=5, max_len_b=6)
+    assert read_lines(str(tmp_path / "hypotheses.n0.txt")) == unknown
+    targets = read_lines(f"{heldout}.fr")
+    for speaker in sorted(set(labels)):
+        first = [i for i, label in enumerate(labels) if label == speaker][:5]
+        translator.add_speaker(speaker, [sources[i] for i in first], [targets[i] for i in first])
+    adapted = translator.translate([sources[i] for i in evaluated], speakers=[labels[i] for i in evaluated],
+                                   beam=5, max_len_b=6)
+    assert read_lines(str(tmp_path / "hypotheses.n5.txt")) == adapted
+
+
+def test_user_errors_are_one_line(toy, trained, heldout, tmp_path):
+    cases = [
+        (trained("lstm_full_bias"), heldout, ["--shots", "0", str(SENTENCES)],
+         [f"{heldout}.spk: speaker 'new00", f"' has {SENTENCES} sentence(s) (and 2 more speaker(s)), but --shots "
+          f"{SENTENCES} needs at least {SENTENCES + 1} per speaker"]),
+        (trained("lstm_base"), heldout, [], ["has no parameters per speaker, so there is nothing to adapt"]),
+        (trained("lstm_full_bias"), str(tmp_path / "missing"), [], [f"file not found: expected {tmp_path}/missing.en"]),
+    ]
+    for checkpoint, prefix, extra, messages in cases:
+        proc = evaluate(toy, checkpoint, prefix, tmp_path / "out", *extra, check=False)
+        last = proc.stderr.strip().splitlines()[-1]
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+        assert last.startswith("fairseq-speaker-onboarding-eval: ") and all(m in last for m in messages), last
+
+
+def test_the_readme_command_parses():
+    from fairseq_speaker.onboarding.evaluate import build_parser
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    text = open(os.path.join(root, "README.md"), encoding="utf-8").read().replace("\\\n", " ")
+    commands = [line.split() for line in text.splitlines()
+                if line.strip().startswith("fairseq-speaker-onboarding-eval")]
+    assert commands
+    for argv in commands:
+        args = build_parser().parse_args(argv[1:])
+        assert args.heldout_prefix and args.shots == [0, 1, 2, 5, 10, 20]
