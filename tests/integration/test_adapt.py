@@ -3,10 +3,13 @@
 import os
 import shutil
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
 from fairseq_speaker.data import read_lines
+from fairseq_speaker.onboarding.adapt import main
 from tests.cli import generate_args, run
 
 SPEAKER_PARAMETER = {"lstm_full_bias": "decoder.speaker_bias.weight",
@@ -75,9 +78,19 @@ def test_refusals(toy, trained, tmp_path):
     prefix = _adaptation_files(toy, str(tmp_path))
     fact = trained("lstm_fact_bias")
 
-    def adapt(checkpoint, adapt_prefix=prefix, *extra):
-        return run("fairseq-speaker-adapt", [toy["bin"], "--path", checkpoint, "--adapt-prefix", adapt_prefix,
-                                             "--save", str(tmp_path / "out.pt"), *extra], check=False)
+    def adapt(checkpoint, adapt_prefix=prefix, *extra, subprocess=False):
+        """The command's outcome (``returncode``, ``stderr``); in this process unless ``subprocess``
+        (a process costs seconds of imports: one run checks the real console script)."""
+        args = [toy["bin"], "--path", checkpoint, "--adapt-prefix", adapt_prefix, "--save", str(tmp_path / "out.pt"),
+                *extra]
+        if subprocess:
+            return run("fairseq-speaker-adapt", args, check=False)
+        try:
+            main(args)
+        except SystemExit as e:
+            return SimpleNamespace(returncode=1 if isinstance(e.code, str) else e.code,
+                                   stderr=e.code if isinstance(e.code, str) else "", stdout="")
+        return SimpleNamespace(returncode=0, stderr="", stdout="")
 
     def refused(proc, *words):
         assert proc.returncode != 0, proc.stdout
@@ -86,7 +99,7 @@ def test_refusals(toy, trained, tmp_path):
             assert word in proc.stderr, proc.stderr
         assert not os.path.exists(tmp_path / "out.pt")
 
-    refused(adapt(trained("lstm_base")), "nothing to adapt")
+    refused(adapt(trained("lstm_base"), subprocess=True), "nothing to adapt")
     refused(adapt(trained("lstm_base+spk_token")), "--speaker-token model")
     refused(adapt(str(tmp_path / "missing.pt")), "checkpoint not found", "missing.pt")
     same = _adaptation_files(toy, str(tmp_path / "same"), rename=lambda s: s)  # speakers it already has

@@ -39,8 +39,19 @@ def _refused(proc, path, marker):
 
 
 @pytest.mark.parametrize("place", PLACES)
-def test_generate_refuses_code_anywhere_in_the_checkpoint(toy, trained, tmp_path, place):
+def test_fairseqs_reader_refuses_code_anywhere_in_the_checkpoint(trained, tmp_path, place):
+    from fairseq import checkpoint_utils
+
+    from fairseq_speaker.checkpoints import CheckpointError
+
     path, marker = _evil(trained, tmp_path, place)
+    with pytest.raises(CheckpointError, match=f"{path}: refused to load: it holds posix.system"):
+        checkpoint_utils.load_checkpoint_to_cpu(path)
+    assert not os.path.exists(marker)
+
+
+def test_generate_refuses_it(toy, trained, tmp_path):
+    path, marker = _evil(trained, tmp_path, "last_optimizer_state")
     _refused(run("generate", generate_args(toy["bin"], path), check=False), path, marker)
 
 
