@@ -57,12 +57,13 @@ def test_generate_refuses_it(toy, trained, tmp_path):
 
 def test_every_other_command_refuses_it(toy, trained, tmp_path):
     path, marker = _evil(trained, tmp_path, "model")
+    references = os.path.join(toy["raw"], "test.fr")
     commands = [
         ("interactive", generate_args(toy["bin"], path, "--speaker", "spk000"), "i am tired .\n"),
         ("train", train_args(toy["bin"], str(tmp_path / "ckpt"), "lstm_fact_bias", "--restore-file", path,
                              "--max-epoch", "3"), None),
-        ("fairseq-speaker-report", ["--out", str(tmp_path / "report"), "--references", os.path.join(toy["raw"], "test.fr"),
-                                    "--system", f"x={os.path.join(toy['raw'], 'test.fr')}", "--checkpoint", f"x={path}",
+        ("fairseq-speaker-report", ["--out", str(tmp_path / "report"), "--references", references,
+                                    "--system", f"x={references}", "--checkpoint", f"x={path}",
                                     "--data", toy["bin"], "--tokenize", "none"], None),
         ("fairseq-speaker-adapt", [toy["bin"], "--path", path, "--adapt-prefix", os.path.join(toy["raw"], "test"),
                                    "--save", str(tmp_path / "out.pt"), "--replace"], None),
