@@ -20,6 +20,7 @@ from fairseq_speaker.data import (
     SpeakerDictionary,
     read_speaker_file,
 )
+from fairseq_speaker.data.speaker_dictionary import label_problem
 
 logger = logging.getLogger(__name__)
 
@@ -93,6 +94,7 @@ class SpeakerTranslationTask(TranslationTask):
         # inference_step: the batches' speakers wait here, checked against their tokens
         self._pending: Deque[Tuple[torch.Tensor, torch.Tensor]] = deque()
         self._interactive_labels: Optional[List[str]] = None
+        self._interactive_numbers: Optional[List[int]] = None  # their input line numbers
         self._input_lines = 0
         #: the labels of every loaded split, to map them again if the speaker table changes
         self._split_labels: Dict[str, Tuple[List[str], str]] = {}
@@ -239,26 +241,33 @@ class SpeakerTranslationTask(TranslationTask):
 
     # -- fairseq-interactive --------------------------------------------------------------
     def get_interactive_tokens_and_lengths(self, lines, encode_fn):
+        """fairseq-interactive's input lines, counted from the start of the input (for messages). With
+        --speaker-per-line, a line without 'SPEAKER<TAB>' or with a label that is not one is reported and
+        skipped; the session goes on."""
+        first = self._input_lines + 1
+        self._input_lines += len(lines)
+        numbers = list(range(first, first + len(lines)))
         if self.cfg.speaker_per_line:
-            labels, sentences = [], []
-            for line in lines:
-                self._input_lines += 1
+            labels, sentences, kept = [], [], []
+            for number, line in zip(numbers, lines):
                 label, sep, sentence = line.partition("\t")
-                if not sep or not label.strip():
-                    raise SpeakerDataError(
-                        f"<input>:{self._input_lines}: expected 'SPEAKER<TAB>sentence' "
-                        f"(--speaker-per-line), got {line!r}"
-                    )
-                labels.append(label.strip())
+                label = label.strip()
+                problem = label_problem(label) if sep else "expected 'SPEAKER<TAB>sentence' (--speaker-per-line)"
+                if problem:
+                    logger.warning(f"<input>:{number}: {problem}, got {line!r}; line skipped")
+                    continue
+                labels.append(label)
                 sentences.append(sentence)
-            self._interactive_labels = labels
-            lines = sentences
+                kept.append(number)
+            self._interactive_labels, numbers, lines = labels, kept, sentences
+        self._interactive_numbers = numbers
         return super().get_interactive_tokens_and_lengths(lines, encode_fn)
 
     def set_inference_speakers(self, labels: List[str]) -> None:
         """The speakers of the sentences given to the next :meth:`build_dataset_for_inference` (as fairseq's
         hub interface builds it: ``GeneratorHubInterface.translate``), one label per sentence."""
         self._interactive_labels = list(labels)
+        self._interactive_numbers = None
 
     def _default_labels(self, n: int) -> List[str]:
         if self.cfg.speaker is None:
@@ -270,14 +279,26 @@ class SpeakerTranslationTask(TranslationTask):
 
     def build_dataset_for_inference(self, src_tokens, src_lengths, constraints=None):
         dataset = super().build_dataset_for_inference(src_tokens, src_lengths, constraints=constraints)
-        labels = self._interactive_labels
-        self._interactive_labels = None
+        labels, numbers = self._interactive_labels, self._interactive_numbers
+        self._interactive_labels = self._interactive_numbers = None
         if labels is None:
             labels = self._default_labels(len(dataset))
         elif len(labels) != len(dataset):
             raise SpeakerDataError(
                 f"{len(labels)} speakers for {len(dataset)} sentences: give one speaker per sentence")
-        ids = self.speaker_dictionary.encode(labels, self.cfg.unknown_speaker, source="<input>")
+        if numbers is None or len(numbers) != len(labels):  # not fairseq-interactive: positions in the batch
+            numbers = list(range(1, len(labels) + 1))
+        policy = self.cfg.unknown_speaker
+        for number, label in zip(numbers, labels):
+            if label not in self.speaker_dictionary:
+                if policy == "fail":
+                    raise SpeakerDataError(
+                        f"<input>:{number}: speaker {label!r} is not among the {len(self.speaker_dictionary)} "
+                        f"speakers the model was trained on; use --unknown-speaker mean (the mean speaker) or "
+                        f"none (no bias) to translate unseen speakers")
+                logger.warning(f"<input>:{number}: speaker {label!r} is not among the model's "
+                               f"{len(self.speaker_dictionary)} speakers: translated with --unknown-speaker {policy}")
+        ids = self.speaker_dictionary.encode(labels, "mean" if policy == "fail" else policy, source="<input>")
         return _InferenceSpeakerDataset(dataset, ids, self._pending)
 
     def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):

@@ -1,30 +1,54 @@
 """Session fixtures: the toy data binarized once, and each system trained once (see tests/cli.py)."""
 
 import os
+import shutil
 
 import pytest
+from filelock import FileLock
 
 from tests.cli import make_toy, run, train_args
 
 
 @pytest.fixture(scope="session")
-def toy(tmp_path_factory):
-    return make_toy(str(tmp_path_factory.mktemp("toy")))
+def shared(tmp_path_factory, worker_id):
+    """A folder every test worker sees (pytest-xdist runs one session per worker): what is made here is
+    made once for the whole run, under a file lock."""
+    base = tmp_path_factory.getbasetemp()
+    return base if worker_id == "master" else base.parent
+
+
+def _once(shared, name, make):
+    """``make(folder)`` the first time any worker asks for ``name``; later calls wait for it and reuse it."""
+    folder = shared / name
+    with FileLock(str(shared / f"{name}.lock")):
+        if not (folder / ".done").exists():
+            if folder.exists():
+                shutil.rmtree(folder)  # a worker that failed half way
+            folder.mkdir()
+            make(str(folder))
+            (folder / ".done").touch()
+    return str(folder)
 
 
 @pytest.fixture(scope="session")
-def trained(toy, tmp_path_factory):
-    """A function system -> checkpoint path, training each system (``ARCH[:VARIANT][+spk_token]``) once."""
-    cache = {}
+def toy(shared):
+    folder = _once(shared, "toy", make_toy)
+    return {"root": folder, "raw": os.path.join(folder, "raw"), "bin": os.path.join(folder, "bin")}
+
+
+@pytest.fixture(scope="session")
+def trained(toy, shared):
+    """A function system -> checkpoint path, training each system (``ARCH[:VARIANT][+spk_token]``) once
+    for all test workers."""
+
+    def train(system, save_dir):
+        extra = []
+        if system == "lstm_fact_bias":  # numpy values in the checkpoint
+            extra = ["--eval-bleu", "--eval-bleu-args", '{"beam": 1, "max_len_b": 3}']
+        run("train", train_args(toy["bin"], save_dir, system, *extra))
 
     def get(system):
-        if system not in cache:
-            save_dir = str(tmp_path_factory.mktemp(system.replace(":", "-").replace("+", "-")))
-            extra = []
-            if system == "lstm_fact_bias":  # numpy values in the checkpoint
-                extra = ["--eval-bleu", "--eval-bleu-args", '{"beam": 1, "max_len_b": 3}']
-            run("train", train_args(toy["bin"], save_dir, system, *extra))
-            cache[system] = os.path.join(save_dir, "checkpoint_best.pt")
-        return cache[system]
+        name = "trained-" + system.replace(":", "-").replace("+", "-")
+        return os.path.join(_once(shared, name, lambda folder: train(system, folder)), "checkpoint_best.pt")
 
     return get

@@ -113,9 +113,26 @@ def test_interactive_with_one_speaker_and_with_a_speaker_per_line(toy, speaker_w
     hyps = hypotheses(proc)
     assert [h.split()[0] for h in hyps] == [boosts[line.split("\t")[0]] for line in lines]
 
-    proc = run("interactive", [*common, "--speaker-per-line"], stdin="spk000\ti am tired .\nno tab here\n",
-               check=False)
-    assert proc.returncode != 0 and "<input>:2: expected 'SPEAKER<TAB>sentence'" in proc.stderr
+    # a malformed line is reported by its input line number and skipped; the session goes on
+    proc = run("interactive", [*common, "--speaker-per-line", "--buffer-size", "2"],
+               stdin="spk000\ti am tired .\nno tab here\nspk001\ti am tired .\nab\rc\tyou have the car .\n"
+               "spk000\tyou have the car .\n")
+    assert ("<input>:2: expected 'SPEAKER<TAB>sentence' (--speaker-per-line), got 'no tab here'; line skipped"
+            in proc.stderr)
+    assert "<input>:4: speaker label 'ab\\rc' contains '\\r'" in proc.stderr
+    firsts = [line.split("\t")[2].split()[0] for line in proc.stdout.splitlines() if line.startswith("H-")]
+    assert firsts == ["chien", "voiture", "chien"]
+
+    # an unknown speaker: a warning naming the input line (the mean speaker), or with fail an error
+    proc = run("interactive", [*common, "--speaker-per-line"], stdin="spk000\ti am tired .\nspk0001\ti am tired .\n")
+    assert "<input>:2: speaker 'spk0001' is not among the model's 8 speakers" in proc.stderr
+    proc = run("interactive", [*common, "--speaker", "spk0001", "--buffer-size", "1"],
+               stdin="i am tired .\ni am tired .\n", check=False)
+    assert "<input>:1: speaker 'spk0001'" in proc.stderr and "<input>:2: speaker 'spk0001'" in proc.stderr
+    proc = run("interactive", [*common, "--speaker-per-line", "--unknown-speaker", "fail", "--buffer-size", "2"],
+               stdin="spk000\ti am tired .\nspk001\ti am tired .\nspk000\ti am tired .\nnobody\tx .\n", check=False)
+    assert proc.returncode != 0 and "<input>:4: speaker 'nobody' is not among the 8 speakers" in proc.stderr
+    assert_user_error(proc)
 
     proc = run("interactive", common, stdin="i am tired .\n", check=False)
     assert proc.returncode != 0 and "pass --speaker NAME, or --speaker-per-line" in proc.stderr
