@@ -166,6 +166,24 @@ def load_inspection(name: str, checkpoint: str, data: str, speakers: List[str]) 
     return inspection
 
 
+def read_systems(references_path: str, systems: List[Tuple[str, str]],
+                 lines: str) -> Tuple[List[str], Dict[str, List[str]]]:
+    """The references and every system's hypotheses, checked before any work: none empty, as many
+    hypotheses as references."""
+    try:
+        references = read_lines(references_path)
+        outputs = {name: read_hypotheses(path, lines) for name, path in systems}
+    except ValueError as e:  # a missing file, a fairseq-generate output with missing sentences
+        raise SystemExit(str(e)) from None
+    if not references:
+        raise SystemExit(f"--references {references_path} is empty: there is nothing to score against")
+    for (name, path), hyps in zip(systems, outputs.values()):
+        if len(hyps) != len(references):
+            raise SystemExit(f"--system {name}={path}: {len(hyps)} hypotheses for the {len(references)} references "
+                             f"of {references_path}; give the output of the same test set")
+    return references, outputs
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="folder for report.md, its plots, scores.json, classifier.pt")
@@ -215,10 +233,8 @@ def main(argv=None) -> None:
         raise SystemExit("--checkpoint needs --data, the data directory with the target dictionary")
     # checkpoints are read first, so that a wrong dictionary or speaker ends the run before the slow parts
     inspections = [(name, load_inspection(name, path, args.data, args.speaker)) for name, path in checkpoints]
+    references, outputs = read_systems(args.references, systems, args.lines)
     os.makedirs(args.out, exist_ok=True)
-
-    references = read_lines(args.references)
-    outputs = {name: read_hypotheses(path, args.lines) for name, path in systems}
     baseline = args.baseline or systems[0][0]
     scored = ({n: detokenize(h, args.detok) for n, h in outputs.items()}, detokenize(references, args.detok)) \
         if args.detok else (outputs, references)

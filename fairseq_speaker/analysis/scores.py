@@ -1,6 +1,7 @@
 """System outputs, BLEU and chrF with sacrebleu, and paired bootstrap resampling against a baseline."""
 
 import os
+import re
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -10,6 +11,7 @@ from sacrebleu.significance import PairedTest
 
 from fairseq_speaker.generate_output import read_generate_output
 
+GENERATE_LINE = re.compile(r"^[HD]-\d+\t")
 #: the paper marks differences with p < 0.05 as significant
 SIGNIFICANCE = 0.05
 
@@ -19,7 +21,8 @@ def read_hypotheses(path: str, kind: str = "H") -> List[str]:
     ``kind="D"``, put back in input order) or a plain file with one hypothesis a line."""
     with open(path, encoding="utf-8") as f:
         text = f.read()
-    if any(line.startswith(("H-", "D-")) for line in text.splitlines()):
+    # fairseq-generate's lines are H-<id><TAB>...: a plain hypothesis that starts with "D-" is not one
+    if any(GENERATE_LINE.match(line) for line in text.splitlines()):
         return read_generate_output(text, source=path, kind=kind)
     return text.splitlines()
 

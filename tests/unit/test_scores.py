@@ -80,3 +80,26 @@ def test_read_hypotheses_from_generate_output_or_plain_text(tmp_path):
 
 def test_detokenize_unescapes_moses():
     assert detokenize(["c&apos; est l&apos; idée ."], "fr") == ["c'est l'idée."]
+
+
+def test_a_plain_file_whose_hypotheses_start_with_d_dash_is_read_as_plain(tmp_path):
+    path = tmp_path / "hyp.txt"
+    path.write_text("D-Day was long ago .\nH-bomb tests .\nthe end .\n", encoding="utf-8")
+    assert read_hypotheses(str(path)) == ["D-Day was long ago .", "H-bomb tests .", "the end ."]
+    path.write_text("S-0\tx\nH-0\t-0.1\tthe end .\nD-0\t-0.1\tThe end.\n", encoding="utf-8")
+    assert read_hypotheses(str(path)) == ["the end ."] and read_hypotheses(str(path), "D") == ["The end."]
+
+
+def test_the_report_checks_its_inputs_before_writing_anything(tmp_path):
+    from fairseq_speaker.analysis.report import main
+
+    refs, hyps, out = tmp_path / "refs.txt", tmp_path / "hyps.txt", tmp_path / "out"
+    refs.write_text("", encoding="utf-8")
+    hyps.write_text("", encoding="utf-8")
+    with pytest.raises(SystemExit, match="refs.txt is empty"):
+        main(["--out", str(out), "--references", str(refs), "--system", f"x={hyps}"])
+    refs.write_text("a .\nb .\n", encoding="utf-8")
+    hyps.write_text("a .\n", encoding="utf-8")
+    with pytest.raises(SystemExit, match=r"--system x=.*hyps.txt: 1 hypotheses for the 2 references"):
+        main(["--out", str(out), "--references", str(refs), "--system", f"x={hyps}"])
+    assert not out.exists()
