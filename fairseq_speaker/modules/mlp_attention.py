@@ -16,8 +16,8 @@ class MLPAttention(nn.Module):
     def __init__(self, key_dim: int, query_dim: int, attention_dim: int):
         super().__init__()
         self.key_proj = nn.Linear(key_dim, attention_dim)  # W_a, b_a
-        self.query_proj = nn.Linear(query_dim, attention_dim, bias=False)  # W_ah
-        self.score = nn.Linear(attention_dim, 1, bias=False)  # v_a
+        self.query_proj = _without_bias(nn.Linear(query_dim, attention_dim, bias=False))  # W_ah
+        self.score = _without_bias(nn.Linear(attention_dim, 1, bias=False))  # v_a
 
     def project_keys(self, keys: Tensor) -> Tensor:
         """W_a x_i + b_a, ``[src_len, batch, attention_dim]``: computed once per sentence."""
@@ -43,3 +43,12 @@ class MLPAttention(nn.Module):
         weights = torch.softmax(scores, dim=0).to(values)  # S x B
         context = (weights.unsqueeze(2) * values).sum(dim=0)  # B x C
         return context, weights.t()
+
+
+def _without_bias(linear: nn.Linear) -> nn.Linear:
+    """``linear`` with no ``bias`` entry among its parameters (a plain ``None`` attribute instead):
+    fairseq's trainer takes the ``None`` entries of two such layers for one parameter shared by both
+    and logs "detected shared parameter" on every run."""
+    del linear._parameters["bias"]
+    linear.bias = None
+    return linear
