@@ -40,7 +40,7 @@ import json
 import os
 from typing import Dict, List
 
-import sacrebleu
+from sacrebleu.metrics import BLEU
 
 from fairseq_speaker import commands
 from fairseq_speaker.commands import run_fairseq
@@ -107,9 +107,11 @@ def run_system(system: str, args) -> Dict:
     with open(os.path.join(out, "test.hyp"), "w", encoding="utf-8") as f:
         f.writelines(h + "\n" for h in hypotheses)
     references = read_lines(os.path.join(args.data, "text", f"test.{args.pair.split('-')[1]}"))
-    bleu = sacrebleu.corpus_bleu(hypotheses, [references], tokenize="none", force=True)
+    metric = BLEU(tokenize="none", force=True)
+    bleu = metric.corpus_score(hypotheses, [references])
     print(f"[{system}] test BLEU {bleu.score:.2f}", flush=True)
-    return {"system": system, "bleu": round(bleu.score, 2), "signature": str(bleu.format(signature=True))}
+    # sacrebleu's signature (nrefs:1|case:mixed|...|tok:none|...|version:...), which says how BLEU was computed
+    return {"system": system, "bleu": round(bleu.score, 2), "signature": str(metric.get_signature())}
 
 
 def table(rows: List[Dict], pair: str) -> str:

@@ -174,6 +174,8 @@ def test_transformer_family_runs_the_same_systems_as_transformers(work):
     runs = work["out"] / "en-fr" / "runs"
     results = json.load(open(runs / "results.json"))
     assert results["family"] == "transformer"
+    for row in results["systems"]:  # sacrebleu's signature, not the score's text
+        assert row["signature"].startswith("nrefs:1|") and "|tok:none|" in row["signature"], row["signature"]
     assert [r["system"] for r in results["systems"]] == ["base", "fact_bias"]
     for system, arch in (("base", "transformer_base"), ("fact_bias", "transformer_fact_bias")):
         state = torch.load(runs / system / "adam" / "checkpoint_best.pt", weights_only=True)
