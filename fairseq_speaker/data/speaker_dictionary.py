@@ -181,12 +181,12 @@ class SpeakerDictionary:
 
     # -- mapping ---------------------------------------------------------------------------
     def encode(self, labels: Sequence[str], unknown: str = "mean", source: str = "<labels>",
-               advice: Optional[str] = None, first_line: int = 1) -> torch.Tensor:
+               advice: Optional[str] = None, lines: Optional[Sequence[int]] = None) -> torch.Tensor:
         """Map labels to ids by name; ``unknown`` decides what labels outside the dictionary become.
 
         ``mean`` -> :data:`MEAN_SPEAKER`, ``none`` -> :data:`NO_SPEAKER`, ``fail`` raises
-        :class:`SpeakerDataError` naming ``source`` and the line (label i is on line
-        ``first_line + i``), ending with ``advice`` (by default: the other policies).
+        :class:`SpeakerDataError` naming ``source`` and the line (label i is on line ``lines[i]``, by
+        default i + 1), ending with ``advice`` (by default: the other policies).
         """
         if unknown not in UNKNOWN_SPEAKER_POLICIES:
             raise ValueError(f"unknown-speaker policy must be one of {UNKNOWN_SPEAKER_POLICIES}, got {unknown!r}")
@@ -199,8 +199,8 @@ class SpeakerDictionary:
                     advice = advice or ("use --unknown-speaker mean (the mean speaker) or none (no bias) to "
                                         "translate unseen speakers")
                     raise SpeakerDataError(
-                        f"{source}:{i + first_line}: speaker {label!r} is not among the {len(self)} speakers "
-                        f"the model was trained on; {advice}"
+                        f"{source}:{lines[i] if lines is not None else i + 1}: speaker {label!r} is not among "
+                        f"the {len(self)} speakers the model was trained on; {advice}"
                     )
                 idx = fallback
             ids[i] = idx

@@ -289,16 +289,11 @@ class SpeakerTranslationTask(TranslationTask):
         if numbers is None or len(numbers) != len(labels):  # not fairseq-interactive: positions in the batch
             numbers = list(range(1, len(labels) + 1))
         policy = self.cfg.unknown_speaker
-        for number, label in zip(numbers, labels):
-            if label not in self.speaker_dictionary:
-                if policy == "fail":
-                    raise SpeakerDataError(
-                        f"<input>:{number}: speaker {label!r} is not among the {len(self.speaker_dictionary)} "
-                        f"speakers the model was trained on; use --unknown-speaker mean (the mean speaker) or "
-                        f"none (no bias) to translate unseen speakers")
+        ids = self.speaker_dictionary.encode(labels, policy, source="<input>", lines=numbers)
+        for number, label, i in zip(numbers, labels, ids.tolist()):
+            if i < 0:
                 logger.warning(f"<input>:{number}: speaker {label!r} is not among the model's "
                                f"{len(self.speaker_dictionary)} speakers: translated with --unknown-speaker {policy}")
-        ids = self.speaker_dictionary.encode(labels, "mean" if policy == "fail" else policy, source="<input>")
         return _InferenceSpeakerDataset(dataset, ids, self._pending)
 
     def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
