@@ -70,15 +70,6 @@ class CheckpointError(UserError):
     """A checkpoint that cannot or must not be loaded; the message names it."""
 
 
-#: functions ``state -> state`` applied to every checkpoint fairseq reads (after :func:`add_speaker_names`)
-_ON_LOAD: List[Callable[[dict], dict]] = []
-
-
-def on_checkpoint_load(fn: Callable[[dict], dict]) -> None:
-    """Have ``fn`` upgrade or complete every checkpoint as fairseq reads it."""
-    _ON_LOAD.append(fn)
-
-
 def add_speaker_names(state: dict) -> dict:
     """Name the speaker rows of a checkpoint written before 0.3.0 after its task state's speaker
     dictionary (the one its model was built with). Other checkpoints are returned as they are."""
@@ -93,6 +84,21 @@ def add_speaker_names(state: dict) -> dict:
     return state
 
 
+#: functions ``state -> state`` that upgrade or complete every checkpoint as it is read (:func:`upgrade`)
+_ON_LOAD: List[Callable[[dict], dict]] = [add_speaker_names]
+
+
+def on_checkpoint_load(fn: Callable[[dict], dict]) -> None:
+    """Have ``fn`` upgrade or complete every checkpoint as fairseq (or :func:`read_checkpoint`) reads it."""
+    _ON_LOAD.append(fn)
+
+
+def upgrade(state: dict) -> dict:
+    for fn in _ON_LOAD:
+        state = fn(state)
+    return state
+
+
 @contextlib.contextmanager
 def readable(path: str):
     """Turn what ``torch.load`` raises for a checkpoint that cannot or must not be loaded into a
@@ -101,28 +107,28 @@ def readable(path: str):
         yield
     except pickle.UnpicklingError as e:  # torch's weights_only refusal, or not a pickle at all
         found = re.search(r"GLOBAL ([\w.]+)", str(e))
-        if "Weights only load failed" in str(e):
+        if found:  # weights_only met a class or function it does not allow
             raise CheckpointError(
-                f"{path}: refused to load: it holds {found.group(1) if found else 'an object'}, which a "
-                f"fairseq-speaker checkpoint never holds and which could run code when loaded; load only "
-                f"checkpoints you trust") from None
-        raise CheckpointError(f"{path}: not a readable checkpoint (damaged, or another kind of file)") from None
+                f"{path}: refused to load: it holds {found.group(1)}, which a fairseq-speaker checkpoint never "
+                f"holds and which could run code when loaded; load only checkpoints you trust") from None
+        raise CheckpointError(f"{path}: not a readable fairseq checkpoint (damaged, or another kind of file)"
+                              ) from None
     except (EOFError, RuntimeError, OSError) as e:
         if isinstance(e, FileNotFoundError):
             raise CheckpointError(f"checkpoint not found: {path}") from None
         if isinstance(e, IsADirectoryError):
             raise CheckpointError(f"{path} is a directory, not a checkpoint") from None
         detail = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        raise CheckpointError(f"{path}: not a readable checkpoint: truncated, damaged or another kind of file "
+        raise CheckpointError(f"{path}: not a readable fairseq checkpoint: truncated, damaged or another kind of file "
                               f"({type(e).__name__}: {detail})") from None
 
 
 def read_checkpoint(path: str) -> dict:
     """A checkpoint's state as written (``weights_only``, the allow-list above), upgraded as fairseq's
-    reader upgrades it here (speaker names); errors name the file."""
+    reader upgrades it here (:func:`upgrade`); errors name the file."""
     with readable(path):
         state = torch.load(path, map_location="cpu", weights_only=True)
-    return add_speaker_names(state)
+    return upgrade(state)
 
 
 def _install_upgrade() -> None:
@@ -136,10 +142,7 @@ def _install_upgrade() -> None:
     def load_checkpoint_to_cpu(path, *args, **kwargs):
         with readable(path):
             state = load(path, *args, **kwargs)
-        state = add_speaker_names(state)
-        for fn in _ON_LOAD:
-            state = fn(state)
-        return state
+        return upgrade(state)
 
     load_checkpoint_to_cpu.adds_speaker_names = True
     checkpoint_utils.load_checkpoint_to_cpu = load_checkpoint_to_cpu

@@ -54,7 +54,17 @@ class SpeakerTranslator:
         loaded = hub_utils.from_pretrained(os.path.dirname(os.path.abspath(checkpoint)),
                                            checkpoint_file=os.path.basename(checkpoint),
                                            data_name_or_path=os.path.abspath(data), **overrides)
-        hub = hub_utils.GeneratorHubInterface(loaded["args"], loaded["task"], loaded["models"])
+        return cls._of(loaded["args"], loaded["task"], loaded["models"], checkpoint, fit)
+
+    @classmethod
+    def from_checkpoint(cls, opened: SpeakerCheckpoint, fit: Optional[FitOptions] = None) -> "SpeakerTranslator":
+        """A translator of a checkpoint opened with :meth:`SpeakerCheckpoint.load` (whose errors say
+        which file or data folder is wrong)."""
+        return cls._of(opened.state["cfg"], opened.task, [opened.model], opened.path, fit)
+
+    @classmethod
+    def _of(cls, cfg, task, models, checkpoint: str, fit: Optional[FitOptions]) -> "SpeakerTranslator":
+        hub = hub_utils.GeneratorHubInterface(cfg, task, models)
         hub.eval()
         return cls(hub, checkpoint, fit)
 
@@ -91,7 +101,8 @@ class SpeakerTranslator:
             self._adapter = SpeakerAdapter(self.model, self.task, self._fit)
         return self._adapter
 
-    def _pairs(self, sources: Sentences, targets: Sentences):
+    def encode_pairs(self, sources: Sentences, targets: Sentences):
+        """Token ids of raw sentence pairs, tokenized and BPE-encoded as the model's inputs are."""
         return self.adapter.encode(_as_list(sources), _as_list(targets),
                                    encode_fn=lambda x: self.hub.apply_bpe(self.hub.tokenize(x)))
 
@@ -99,12 +110,12 @@ class SpeakerTranslator:
                     heldout_targets: Sentences = (), replace: bool = False) -> FitReport:
         """Learn a speaker's parameters from their sentences and their translations (raw text, tokenized
         and BPE-encoded as the model's inputs are); a known name needs ``replace=True``."""
-        heldout = {name: self._pairs(heldout_sources, heldout_targets)} if _as_list(heldout_sources) else None
-        return self.adapter.adapt({name: self._pairs(sources, targets)}, heldout, replace=replace)[name]
+        heldout = {name: self.encode_pairs(heldout_sources, heldout_targets)} if _as_list(heldout_sources) else None
+        return self.adapter.adapt({name: self.encode_pairs(sources, targets)}, heldout, replace=replace)[name]
 
     def update_speaker(self, name: str, sources: Sentences, targets: Sentences) -> FitReport:
         """One or a few more sentences of a speaker (a post-edit, a correction): a warm-started refit."""
-        return self.adapter.update(name, self._pairs(sources, targets))
+        return self.adapter.update(name, self.encode_pairs(sources, targets))
 
     def export_speakers(self, path: str, names: Optional[Sequence[str]] = None):
         """Write the parameters of ``names`` (default: all speakers) to a portable ``.npz`` file."""
@@ -117,21 +128,10 @@ class SpeakerTranslator:
     def import_speakers(self, path: str, replace: bool = False) -> List[str]:
         """Add (or with ``replace``, overwrite) the speakers of a file written by :meth:`export_speakers`;
         returns their names. A file of an incompatible model is refused."""
-        from fairseq_speaker.onboarding.checkpoint import add_speakers, replace_speakers
-        from fairseq_speaker.onboarding.vectors import check_compatible, load_speaker_vectors
+        from fairseq_speaker.onboarding.vectors import import_vectors, load_speaker_vectors
 
-        bias = adaptable_bias(self.model, self.task, self.checkpoint)
         vectors = load_speaker_vectors(path)
-        check_compatible(vectors, bias, self.task.target_dictionary)
-        known = [n for n in vectors.names if n in self.task.speaker_dictionary]
-        if known and not replace:
-            raise OnboardingError(f"{path}: speaker(s) {', '.join(map(repr, known[:5]))} already in the model: "
-                                  f"pass replace=True to overwrite them")
-        new = [n for n in vectors.names if n not in self.task.speaker_dictionary]
-        if known:
-            replace_speakers(self.model, self.task, known, vectors.tensors(known))
-        if new:
-            add_speakers(self.model, self.task, new, vectors.tensors(new))
+        import_vectors(vectors, self.model, self.task, replace, where=self.checkpoint)
         return list(vectors.names)
 
     def save(self, path: str) -> None:

@@ -43,6 +43,7 @@ from hydra.core.config_store import ConfigStore
 from torch import Tensor
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
+from fairseq_speaker.checkpoints import SPEAKER_NAMES_KEY
 from fairseq_speaker.errors import UserError
 from fairseq_speaker.modules.speaker_bias import (
     SpeakerBias,
@@ -51,6 +52,7 @@ from fairseq_speaker.modules.speaker_bias import (
     reserve_options,
     speaker_option_fields,
 )
+from fairseq_speaker.modules.speaker_bias.base import _join
 
 logger = logging.getLogger(__name__)
 
@@ -232,10 +234,6 @@ class SpeakerDecoderMixin:
                                        {"bias": cached["bias"].index_select(0, new_order)})
 
 
-def _join(*parts: str) -> str:
-    return ".".join(p for p in parts if p)
-
-
 # -- optimizer state of grown speaker tables ---------------------------------------------------------
 
 _hook_registered = False
@@ -319,8 +317,8 @@ class SpeakerModelMixin:
         bias = self.speaker_bias
         state_dict = dict(state_dict)
         for path, _ in bias.named_variants():  # older checkpoints: no names
-            state_dict.setdefault(_join("decoder.speaker_bias", path, "_extra_state"), {})
-        saved = (state_dict.get("decoder.speaker_bias._extra_state") or {}).get("speakers")
+            state_dict.setdefault("decoder.speaker_bias." + _join(path, "_extra_state"), {})
+        saved = (state_dict.get(SPEAKER_NAMES_KEY) or {}).get("speakers")
         current = bias.speaker_names
         if saved is None or current is None or list(saved) == current:
             return super().load_state_dict(state_dict, strict=strict, model_cfg=model_cfg, args=args)

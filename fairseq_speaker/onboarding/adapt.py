@@ -26,7 +26,8 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from fairseq_speaker.data import SpeakerDataError, read_lines, read_speaker_file
+from fairseq_speaker.data import read_lines, read_speaker_file
+from fairseq_speaker.errors import UserError
 from fairseq_speaker.onboarding.checkpoint import (
     OnboardingError,
     SpeakerCheckpoint,
@@ -251,9 +252,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
     logging.basicConfig(format="%(message)s", level=logging.WARNING, stream=sys.stderr)
-    import fairseq_speaker  # noqa: F401  (registers the task and models)
     from fairseq import options
     from fairseq.data import encoders
+
+    import fairseq_speaker  # noqa: F401  (registers the task and models)
 
     parser = build_parser()
     argv = list(argv) if argv is not None else sys.argv[1:]
@@ -297,7 +299,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         reports = adapter.adapt(sentences, heldout, replace=args.replace, fit_shared=args.adapt_shared)
         seconds = time.perf_counter() - start
         checkpoint.save(args.save)
-    except (SpeakerDataError, FloatingPointError) as e:
+    except (UserError, FloatingPointError) as e:
         raise SystemExit(f"fairseq-speaker-adapt: {e}") from None
     print(format_reports(reports, sentences, seconds, checkpoint.speaker_bias.name, args.save))
 

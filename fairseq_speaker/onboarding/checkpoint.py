@@ -9,7 +9,6 @@ out, so that ``fairseq-train --restore-file`` on the result starts a fresh optim
 
 import logging
 import os
-import pickle
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
 
@@ -19,6 +18,7 @@ from omegaconf import OmegaConf
 from torch import Tensor
 
 from fairseq_speaker.data import SpeakerDataError
+from fairseq_speaker.errors import UserError
 from fairseq_speaker.modules.speaker_bias import SpeakerBias
 
 logger = logging.getLogger(__name__)
@@ -46,9 +46,11 @@ class SpeakerCheckpoint:
                 raise OnboardingError(f"data directory not found: {data} (the one the model was trained on, "
                                       f"with its dict.*.txt)")
             arg_overrides["data"] = data
-        try:
+        try:  # an unreadable or unsafe file is a CheckpointError already (fairseq_speaker.checkpoints)
             state = checkpoint_utils.load_checkpoint_to_cpu(path, arg_overrides=arg_overrides)
-        except (EOFError, RuntimeError, OSError, KeyError, ValueError, pickle.UnpicklingError) as e:
+        except UserError:
+            raise
+        except (KeyError, ValueError) as e:  # a readable file that is no fairseq checkpoint
             raise OnboardingError(f"{path}: not a readable fairseq checkpoint (damaged, or another kind of file: "
                                   f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
         cfg = state["cfg"]

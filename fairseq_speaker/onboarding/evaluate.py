@@ -35,7 +35,7 @@ from typing import Dict, List, Optional, Sequence
 import sacrebleu
 import torch
 
-from fairseq_speaker.data import SpeakerDataError
+from fairseq_speaker.errors import UserError
 from fairseq_speaker.onboarding.adapt import read_adaptation_files
 from fairseq_speaker.onboarding.checkpoint import OnboardingError, SpeakerCheckpoint
 from fairseq_speaker.onboarding.fit import FitOptions
@@ -51,16 +51,12 @@ BLEU_TOKENIZERS = getattr(sacrebleu.metrics.bleu, "_TOKENIZERS", {"none": None, 
 def load_translator(path: str, data: str, batch_size: int, fit: FitOptions, overrides: Dict):
     """A :class:`~fairseq_speaker.serving.SpeakerTranslator` of ``path`` whose unknown speakers get the mean
     speaker; refused (:class:`OnboardingError`) if speakers cannot be added to it."""
-    from fairseq.hub_utils import GeneratorHubInterface
-
     from fairseq_speaker.serving import SpeakerTranslator
 
     overrides = dict(overrides, unknown_speaker="mean", batch_size=batch_size)
     checkpoint = SpeakerCheckpoint.load(path, data=data, overrides=overrides)
     checkpoint.check_adaptable()
-    hub = GeneratorHubInterface(checkpoint.state["cfg"], checkpoint.task, [checkpoint.model])
-    hub.eval()
-    return SpeakerTranslator(hub, path, fit)
+    return SpeakerTranslator.from_checkpoint(checkpoint, fit)
 
 
 def read_heldout(prefix: str, source_lang: str, target_lang: str, suffix: str):
@@ -107,10 +103,9 @@ def evaluate(translator, sources: List[str], targets: List[str], labels: List[st
     evaluated = sorted(i for ids in lines.values() for i in ids[max(shots):])
     references = [targets[i] for i in evaluated]
     adapter = translator.adapter
-    encode_fn = lambda x: translator.hub.apply_bpe(translator.hub.tokenize(x))  # noqa: E731
     adapt_on = sorted(i for ids in lines.values() for i in ids[:max(shots)])
-    pairs = dict(zip(adapt_on, adapter.encode([sources[i] for i in adapt_on], [targets[i] for i in adapt_on],
-                                              encode_fn=encode_fn)))
+    pairs = dict(zip(adapt_on, translator.encode_pairs([sources[i] for i in adapt_on],
+                                                       [targets[i] for i in adapt_on])))
     known = translator.task.speaker_dictionary
     rows, hypotheses = [], {}
     for n in sorted(shots):  # n = 0 first: the mean speaker is the mean of the table, which adapting grows
@@ -264,7 +259,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         result = evaluate(translator, sources, targets, labels, traits, shots, beam=args.beam, tokenize=args.tokenize,
                           where=f"{args.heldout_prefix}.{cfg.speaker_suffix}", max_len_b=args.max_len_b)
         text = write_outputs(result, args.out, args.path, args.heldout_prefix)
-    except (SpeakerDataError, FloatingPointError) as e:
+    except (UserError, FloatingPointError) as e:
         raise SystemExit(f"{PROG}: {e}") from None
     print(text.rstrip())
     print(f"\n(written to {os.path.join(args.out, 'onboarding.md')}, onboarding.json, onboarding.png)")

@@ -25,15 +25,22 @@ import os
 import sys
 from collections import Counter
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from fairseq_speaker.data import SpeakerDataError, dictionary_hash
+from fairseq_speaker.data import dictionary_hash
+from fairseq_speaker.errors import UserError
 from fairseq_speaker.modules.speaker_bias import SpeakerBias
-from fairseq_speaker.onboarding.checkpoint import OnboardingError, SpeakerCheckpoint
+from fairseq_speaker.onboarding.checkpoint import (
+    OnboardingError,
+    SpeakerCheckpoint,
+    adaptable_bias,
+    add_speakers,
+    replace_speakers,
+)
 
 FORMAT = "fairseq-speaker-vectors"
 FORMAT_VERSION = 1
@@ -306,20 +313,29 @@ def export_command(args) -> str:
             f"(float32)\n  file: {_size(summary.file_bytes)}")
 
 
+def import_vectors(vectors: SpeakerVectors, model, task, replace: bool = False,
+                   where: str = "the model") -> Tuple[List[str], List[str]]:
+    """Put the speakers of ``vectors`` in ``model`` (and ``task``'s speaker dictionary): the ones it does not
+    know are added, known ones overwritten if ``replace``; an incompatible file is refused. Returns the
+    names added and the names replaced."""
+    bias = adaptable_bias(model, task, where)
+    check_compatible(vectors, bias, task.target_dictionary, where=where)
+    known = [n for n in vectors.names if n in task.speaker_dictionary]
+    new = [n for n in vectors.names if n not in task.speaker_dictionary]
+    if known and not replace:
+        raise OnboardingError(f"{vectors.path}: speaker(s) {_listing(known)} already in {where}: "
+                              f"pass --replace (replace=True) to overwrite them")
+    if new:
+        add_speakers(model, task, new, vectors.tensors(new))
+    if known:
+        replace_speakers(model, task, known, vectors.tensors(known))
+    return new, known
+
+
 def import_command(args) -> str:
     vectors = load_speaker_vectors(args.vectors)
     checkpoint = _load(args)
-    bias = checkpoint.check_adaptable()
-    check_compatible(vectors, bias, checkpoint.task.target_dictionary, where=args.path)
-    known = [n for n in vectors.names if n in checkpoint.task.speaker_dictionary]
-    new = [n for n in vectors.names if n not in checkpoint.task.speaker_dictionary]
-    if known and not args.replace:
-        raise OnboardingError(f"{args.vectors}: speaker(s) {_listing(known)} already in {args.path}: "
-                              f"pass --replace to overwrite them")
-    if new:
-        checkpoint.add_speakers(new, vectors.tensors(new))
-    if known:
-        checkpoint.replace_speakers(known, vectors.tensors(known))
+    new, known = import_vectors(vectors, checkpoint.model, checkpoint.task, args.replace, where=args.path)
     checkpoint.save(args.save)
     lines = [f"imported {len(vectors.names)} speaker(s) of {args.vectors} into {args.path}, saved to {args.save} "
              f"({len(checkpoint.speaker_names)} speakers)"]
@@ -345,7 +361,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         parser.error("--save must not be the checkpoint given by --path: write the new model to another file")
     try:
         report = export_command(args) if args.command == "export" else import_command(args)
-    except SpeakerDataError as e:  # OnboardingError included
+    except UserError as e:  # OnboardingError and CheckpointError included
         print(f"fairseq-speaker-vectors {args.command}: error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
     print(report)
