@@ -52,6 +52,8 @@ class RestartFromBestSchedule(FairseqLRScheduler):
         self.optimizer.set_lr(self.lr)
         self.snapshot: Optional[List[torch.Tensor]] = None
         self.restarts = 0
+        # the validation loss of the epoch a loaded checkpoint ends (see :func:`_pending_decision`)
+        self._pending: Optional[float] = None
 
     def _improved(self, val_loss: float) -> bool:
         if self.best is None:
@@ -88,11 +90,10 @@ class RestartFromBestSchedule(FairseqLRScheduler):
             self.optimizer.set_lr(self.lr)
         self.restarts = state_dict.get("restarts", 0)
         self.snapshot = state_dict.get("snapshot")
-        # the validation loss of the epoch the checkpoint ends (see :func:`_pending_decision`)
         self._pending = state_dict.get(PENDING)
 
     def step(self, epoch, val_loss=None):
-        if val_loss is None and getattr(self, "_pending", None) is not None:
+        if val_loss is None and self._pending is not None:
             # fairseq steps the schedule right after loading a checkpoint: the decision it missed
             val_loss, self._pending = self._pending, None
         return self._decide(epoch, val_loss)

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
-from fairseq.data import LanguagePairDataset
+from fairseq.data import LanguagePairDataset, data_utils
 from torch import Tensor
 
 from fairseq_speaker.data import NO_SPEAKER
@@ -106,7 +106,8 @@ def score_tokens(model, pairs: Sequence[Pair], source_dictionary, target_diction
     def joined(k: int) -> Tensor:  # no copy of the big matrix when there is one part
         return parts[0][k] if len(parts) == 1 else torch.cat([p[k] for p in parts])
 
-    return TokenScores(*(joined(k) for k in range(5)), _collate(sources, pad, left_pad_source))
+    source = data_utils.collate_tokens(sources, pad, left_pad=left_pad_source)
+    return TokenScores(*(joined(k) for k in range(5)), source)
 
 
 def split_scores(scores: TokenScores, sizes: Sequence[int]) -> List[TokenScores]:
@@ -120,12 +121,6 @@ def split_scores(scores: TokenScores, sizes: Sequence[int]) -> List[TokenScores]
                                scores.target[a:b], scores.sentence[a:b] - start, scores.source[start:start + size]))
         start += size
     return out
-
-
-def _collate(sources: List[Tensor], pad: int, left_pad: bool) -> Tensor:
-    from fairseq.data import data_utils
-
-    return data_utils.collate_tokens(sources, pad, left_pad=left_pad)
 
 
 @dataclass
@@ -185,12 +180,6 @@ def _objective(bias, shared, rows, prior, problems, l2) -> Tensor:
         for name, value in speaker_rows.items():
             loss = loss + l2 * (value - speaker_prior[name]).pow(2).sum()
     return loss / max(tokens, 1)
-
-
-def _per_token(bias, params, chunks: Sequence[TokenScores]) -> float:
-    with torch.no_grad():
-        tokens = sum(s.num_tokens for s in chunks)
-        return float(sum(_nll(bias, params, s) for s in chunks)) / max(tokens, 1)
 
 
 def fit_speakers(bias: SpeakerBias, problems: Sequence[Sequence[TokenScores]], options: FitOptions,
