@@ -12,7 +12,7 @@ smaller settings are flags away, e.g. fairseq's iwslt_de_en sizes with
 --decoder-attention-heads 4``.
 """
 
-from typing import Optional
+from typing import Optional, Tuple
 
 from fairseq.models.transformer import (
     TransformerConfig,
@@ -21,7 +21,7 @@ from fairseq.models.transformer import (
     TransformerModel,
 )
 from fairseq.models.transformer import base_architecture as transformer_base_architecture
-from torch import Tensor
+from torch import Tensor, nn
 
 from fairseq_speaker.errors import UserError
 from fairseq_speaker.models.presets import register_presets
@@ -39,7 +39,10 @@ class SpeakerTransformerEncoder(SpeakerEncoderMixin, TransformerEncoderBase):
 
 
 class SpeakerTransformerDecoder(SpeakerDecoderMixin, TransformerDecoderBase):
-    pass
+    def output_weight_and_bias(self) -> Optional[Tuple[Tensor, Optional[Tensor]]]:
+        if self.adaptive_softmax is None and isinstance(self.output_projection, nn.Linear):
+            return self.output_projection.weight, self.output_projection.bias
+        return None
 
 
 @register_speaker_model("speaker_transformer")

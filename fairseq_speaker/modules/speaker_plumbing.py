@@ -5,10 +5,12 @@ The data path (B sentences, V target words)::
     net_input["speakers"] [B] --> SpeakerEncoderMixin.forward: kept in the encoder output as
         encoder_out["speakers"] = [speakers] and encoder_out["source_tokens"] = [src_tokens],
         reordered with the beam by reorder_encoder_out
-    --> SpeakerDecoderMixin.forward: the variant's bias [B, V], computed once per sentence
-        (cached in the incremental state and reordered with the beam during generation),
-        added to the logits of every step; returned as extra["speaker_bias"], with the
-        variant's regularizers as extra["speaker_aux_losses"] when teacher-forced
+    --> SpeakerDecoderMixin.forward: the variant's bias [B, V], computed once per sentence and
+        added to the logits of every step. Teacher-forced, it is returned as extra["speaker_bias"],
+        with the variant's regularizers as extra["speaker_aux_losses"]. In generation it is made at
+        the first step and cached in the incremental state (one row per sentence, the beam reorders
+        an index into them); a decoder whose output layer is affine (output_weight_and_bias) makes
+        each step's logits with the bias in one matrix product
 
 A speaker-aware model is then a choice of pieces, as in ``models/speaker_lstm.py``::
 
@@ -41,7 +43,6 @@ from fairseq.dataclass.utils import gen_parser_from_dataclass
 from fairseq.models import MODEL_DATACLASS_REGISTRY, register_model
 from hydra.core.config_store import ConfigStore
 from torch import Tensor
-from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from fairseq_speaker.checkpoints import SPEAKER_NAMES_KEY
 from fairseq_speaker.errors import UserError
@@ -194,7 +195,10 @@ class SpeakerDecoderMixin:
                 incremental_state: Optional[IncrementalState] = None, features_only: bool = False, **kwargs):
         features, extra = super().forward(prev_output_tokens, encoder_out=encoder_out,
                                           incremental_state=incremental_state, features_only=True, **kwargs)
-        bias, aux_losses = self.sentence_bias(encoder_out, incremental_state)
+        if incremental_state is not None:  # generation: the bias was made at the first step
+            rows, index = self._step_bias(encoder_out, incremental_state)
+            return (features if features_only else self._step_logits(features, rows, index)), extra
+        bias, aux_losses = self.sentence_bias(encoder_out, None)
         extra["speaker_bias"] = bias  # B x V or None
         if aux_losses:
             extra["speaker_aux_losses"] = aux_losses
@@ -202,16 +206,22 @@ class SpeakerDecoderMixin:
             return features, extra
         logits = self.output_layer(features)  # B x T x V
         if bias is not None:
-            logits = logits + bias.unsqueeze(1).to(logits)
+            logits += bias.unsqueeze(1).to(logits)  # in place: no second B x T x V tensor
         return logits, extra
 
+    def output_weight_and_bias(self) -> Optional[Tuple[Tensor, Optional[Tensor]]]:
+        """The output layer as ``(W [V, d], b [V] or None)`` when ``output_layer(x)`` is ``x W^T + b``,
+        so that a generation step makes its logits with the speaker bias in one matrix product and no
+        tensor of size V beyond the plain decoder's; None otherwise (the bias is then added). The decoder
+        class the mixin is put before (or a subclass) says so by defining this method."""
+        base = getattr(super(), "output_weight_and_bias", None)
+        return base() if base is not None else None
+
     def sentence_bias(self, encoder_out: Optional[EncoderOut],
-                      incremental_state: Optional[IncrementalState]) -> Tuple[Optional[Tensor], Dict[str, Tensor]]:
-        """The bias of each sentence ``[B, V]``: computed at the first step, then read from the cache."""
-        if incremental_state is not None:
-            cached = self.get_incremental_state(incremental_state, "speaker_bias")
-            if cached is not None:
-                return cached["bias"], {}
+                      incremental_state: Optional[IncrementalState] = None
+                      ) -> Tuple[Optional[Tensor], Dict[str, Tensor]]:
+        """The bias of each sentence ``[B, V]`` (None for no bias) and, teacher-forced, the variant's
+        regularizers."""
         speakers = encoder_speakers(encoder_out)
         if speakers is None and self.speaker_bias.needs_speakers:
             raise ValueError(
@@ -221,49 +231,81 @@ class SpeakerDecoderMixin:
             )
         if incremental_state is None:  # teacher forcing: training and validation also need the regularizers
             return self.speaker_bias.bias_and_aux_losses(speakers, encoder_out)
-        bias = self.speaker_bias(speakers, encoder_out)
+        return self.speaker_bias(speakers, encoder_out), {}
+
+    def _step_bias(self, encoder_out: Optional[EncoderOut], incremental_state: IncrementalState
+                   ) -> Tuple[Optional[Tensor], Optional[Tensor]]:
+        """What each generation step adds: ``rows [B0, V]``, made once per sentence at the first step (the
+        output layer's own bias included when :meth:`output_weight_and_bias` allows the fused step), and
+        ``index [B]``, the row of each hypothesis. The beam reorders the index, never the rows."""
+        cached = self.get_incremental_state(incremental_state, "speaker_bias")
+        if cached is not None:
+            return cached["rows"], cached["index"]
+        bias, _ = self.sentence_bias(encoder_out, incremental_state)
+        rows = index = None
         if bias is not None:
-            self.set_incremental_state(incremental_state, "speaker_bias", {"bias": bias})
-        return bias, {}
+            fused = self.output_weight_and_bias()
+            if fused is not None:
+                weight, out_bias = fused
+                rows = bias.to(weight) if out_bias is None else bias.to(weight) + out_bias
+            else:
+                rows = bias
+            index = torch.arange(rows.size(0), device=rows.device)
+        self.set_incremental_state(incremental_state, "speaker_bias", {"rows": rows, "index": index})
+        return rows, index
+
+    def _step_logits(self, features: Tensor, rows: Optional[Tensor], index: Optional[Tensor]) -> Tensor:
+        if rows is None:
+            return self.output_layer(features)
+        fused = self.output_weight_and_bias()
+        bsz, steps, dim = features.shape
+        if fused is not None and steps == 1:
+            # the rows of the beam's sentences, then x W^T added in place: the one B x V tensor of the step
+            logits = rows.index_select(0, index)
+            logits.addmm_(features.reshape(bsz, dim).to(logits), fused[0].t())
+            return logits.unsqueeze(1)
+        if fused is not None:  # several steps at once: the output layer's own bias is in the rows already
+            weight = fused[0]
+            logits = torch.matmul(features.to(weight), weight.t())
+        else:
+            logits = self.output_layer(features)
+        logits += rows.index_select(0, index).unsqueeze(1).to(logits)
+        return logits
 
     def reorder_incremental_state(self, incremental_state: IncrementalState, new_order: Tensor) -> None:
         super().reorder_incremental_state(incremental_state, new_order)
         cached = self.get_incremental_state(incremental_state, "speaker_bias")
-        if cached is not None:
+        if cached is not None and cached["index"] is not None:
             self.set_incremental_state(incremental_state, "speaker_bias",
-                                       {"bias": cached["bias"].index_select(0, new_order)})
+                                       {"rows": cached["rows"], "index": cached["index"].index_select(0, new_order)})
 
 
 # -- optimizer state of grown speaker tables ---------------------------------------------------------
-
-_hook_registered = False
-
 
 def pad_grown_optimizer_state(params: Sequence[Tensor]) -> None:
     """Let an optimizer state loaded from a checkpoint with fewer speakers serve ``params``.
 
     fairseq loads the optimizer state after the model; a per-parameter state tensor (Adam's moments)
     shaped like the checkpoint's smaller table is extended with zero rows, the fresh state of the new
-    speakers, at the next step. States of other shapes (fairseq's flattened --fp16 master copy) are
-    left alone: use --reset-optimizer there.
+    speakers, at the next step (by :func:`pad_grown_state`, which the optimizer step hook of
+    :mod:`fairseq_speaker.optim.speaker_rows` calls). States of other shapes (fairseq's flattened --fp16
+    master copy) are left alone: use --reset-optimizer there.
     """
-    global _hook_registered
     for param in params:
-        param.speaker_table_grown = True  # a mark read by the hook: the state may be of fewer rows
-    if not _hook_registered:
-        register_optimizer_step_pre_hook(_pad_state)
-        _hook_registered = True
+        param.speaker_table_grown = True  # a mark read at the next step: the state may be of fewer rows
 
 
-def _pad_state(optimizer, args, kwargs) -> None:
+def pad_grown_state(optimizer) -> None:
+    """Extend with zero rows the per-row state tensors (moments, ``row_step``) of grown tables."""
     for group in optimizer.param_groups:
         for param in group["params"]:
             if not getattr(param, "speaker_table_grown", False) or param not in optimizer.state:
                 continue
             state = optimizer.state[param]
-            for key, value in state.items():
-                if (torch.is_tensor(value) and value.dim() == param.dim() and value.shape[1:] == param.shape[1:]
-                        and value.size(0) < param.size(0)):
+            for key, value in list(state.items()):
+                if not torch.is_tensor(value) or value.dim() == 0 or value.size(0) >= param.size(0):
+                    continue
+                if key == "row_step" or (value.dim() == param.dim() and value.shape[1:] == param.shape[1:]):
                     extra = value.new_zeros(param.size(0) - value.size(0), *value.shape[1:])
                     state[key] = torch.cat([value, extra])
             param.speaker_table_grown = False

@@ -126,6 +126,10 @@ def test_options_are_flags_of_every_speaker_model(name, family, arch):
     for f in dataclasses.fields(cls.config_class):
         if f.name.startswith("_"):
             continue
+        if f.type is bool:  # a switch: the flag turns the default around
+            expected[f.name] = not f.default
+            argv.append("--" + f.name.replace("_", "-"))
+            continue
         expected[f.name] = _flag_value(f)
         argv += ["--" + f.name.replace("_", "-"), str(expected[f.name])]
     args = options.parse_args_and_arch(options.get_training_parser(), argv)
@@ -244,6 +248,32 @@ def test_unseen_speakers_get_the_mean_speaker_or_nothing(name):
     assert torch.allclose(out[1], every.mean(0), atol=1e-5)
     assert torch.count_nonzero(out[2]) == 0
     assert torch.allclose(bias.mean_bias(), SpeakerBias.mean_bias(bias), atol=1e-5)  # closed form = average
+
+
+@pytest.mark.parametrize("name", SPEAKER_VARIANTS)
+def test_the_mean_speaker_is_cached_until_the_parameters_change(name, monkeypatch):
+    bias = build(name)
+    calls = []
+    for cls in {type(variant) for _, variant in bias.named_variants()}:  # a sum's parts keep their own means
+        monkeypatch.setattr(cls, "mean_bias", lambda self, compute=cls.mean_bias: calls.append(1) or compute(self))
+    unseen = torch.tensor([MEAN_SPEAKER, 1])
+    with torch.no_grad():
+        first = bias(unseen)
+        computed = len(calls)
+        again = bias(unseen)
+    assert computed >= 1 and len(calls) == computed and torch.equal(first, again)
+    with torch.no_grad():  # an optimizer's in-place step, an import, a load: the cache is stale
+        for p in bias.speaker_parameters().values():
+            p.add_(torch.randn_like(p))
+        after = bias(unseen)
+    assert len(calls) > computed
+    assert torch.allclose(after[0], bias(torch.arange(S)).mean(0), atol=1e-5)
+    computed = len(calls)
+    out = bias(unseen)  # with gradients: computed every time, and every speaker's row gets its share
+    assert len(calls) > computed
+    out[0].sum().backward()
+    for p in bias.speaker_parameters().values():
+        assert p.grad is not None and bool((p.grad.reshape(S, -1).abs().sum(1) > 0).all())
 
 
 @pytest.mark.parametrize("name", SPEAKER_VARIANTS)

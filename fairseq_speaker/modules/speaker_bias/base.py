@@ -47,9 +47,11 @@ from typing import ClassVar, Dict, Iterator, List, Optional, Sequence, Tuple, Ty
 
 import torch
 from fairseq.dataclass import FairseqDataclass
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fairseq_speaker.data.speaker_dictionary import MEAN_SPEAKER, NO_SPEAKER
+from fairseq_speaker.optim.speaker_rows import mark_row_sparse
 
 EncoderOut = Optional[Dict[str, List[Tensor]]]
 
@@ -65,6 +67,19 @@ class SpeakerBiasConfig(FairseqDataclass):
             "of a variant): adds speaker_l2 * mean over sentences of ||bias||^2 to the per-token "
             "(or per-sentence, with --sentence-avg) loss"
         },
+    )
+
+
+@dataclass
+class RowSparseConfig(SpeakerBiasConfig):
+    """Options of the variants whose speaker tables are updated row by row (``row_sparse_parameter_names``)."""
+
+    speaker_dense_updates: bool = field(
+        default=False,
+        metadata={"help": "update every row of the speaker table (and its optimizer state) at every update, as a "
+                  "dense parameter. By default only the rows of each batch's speakers are updated (with fairseq's "
+                  "adam or sgd, as the authors' lookup parameters; a row seen at every update follows the dense "
+                  "optimizer exactly)"},
     )
 
 
@@ -87,6 +102,9 @@ class SpeakerBias(nn.Module):
     name: ClassVar[str] = "?"  # set by register_speaker_bias
     config_class: ClassVar[Type[SpeakerBiasConfig]] = SpeakerBiasConfig
     speaker_parameter_names: ClassVar[Tuple[str, ...]] = ()
+    #: the speaker parameters read by :meth:`row_lookup`, whose optimizer updates only the rows of a batch's
+    #: speakers (see :mod:`fairseq_speaker.optim.speaker_rows`)
+    row_sparse_parameter_names: ClassVar[Tuple[str, ...]] = ()
     needs_speakers: ClassVar[bool] = True
     #: whether the bias depends on the source sentence (``encoder_out``)
     reads_source: ClassVar[bool] = False
@@ -101,6 +119,8 @@ class SpeakerBias(nn.Module):
         #: the name of each row (the speaker dictionary's labels), saved with the parameters so that a
         #: checkpoint's rows are restored by name; set by the model that owns this bias, None if unknown
         self.speaker_names: Optional[List[str]] = None
+        #: whether the optimizer updates the row-sparse parameters row by row (told at its first step)
+        self.row_sparse = False
 
     # -- building ----------------------------------------------------------------------------
     @classmethod
@@ -150,6 +170,20 @@ class SpeakerBias(nn.Module):
             total = part if total is None else total + part
         return total / max(self.num_speakers, 1)
 
+    def cached_mean_bias(self) -> Tensor:
+        """:meth:`mean_bias`, computed again only when a parameter or buffer of the variant has changed
+        (moved, replaced, or updated in place: their version counters say so). Where gradients flow to
+        the parameters (training), it is computed every time, so that every speaker gets its share."""
+        tensors = list(self.parameters()) + list(self.buffers())
+        if torch.is_grad_enabled() and any(p.requires_grad for p in tensors):
+            return self.mean_bias()
+        key = tuple((id(t), t._version, t.data_ptr(), t.dtype, tuple(t.shape)) for t in tensors)
+        cached = self.__dict__.get("_mean_bias_cache")
+        if cached is None or cached[0] != key:
+            cached = (key, self.mean_bias().detach())
+            self.__dict__["_mean_bias_cache"] = cached
+        return cached[1]
+
     def forward(self, speakers: Optional[Tensor], encoder_out: EncoderOut = None) -> Optional[Tensor]:
         """The bias ``[B, V]`` for speaker ids ``[B]``: ids ``>= 0`` are rows of the speaker dictionary,
         ``MEAN_SPEAKER`` (-1) gets the mean speaker's bias, ``NO_SPEAKER`` (-2) none. None: no bias."""
@@ -165,7 +199,7 @@ class SpeakerBias(nn.Module):
             return None
         mean, none = speakers == MEAN_SPEAKER, speakers == NO_SPEAKER
         if bool(mean.any()):  # the mean is a pass over every speaker: only when asked for
-            bias = torch.where(mean.unsqueeze(1), self.mean_bias().to(bias), bias)
+            bias = torch.where(mean.unsqueeze(1), self.cached_mean_bias().to(bias), bias)
         if bool(none.any()):
             bias = bias.masked_fill(none.unsqueeze(1), 0.0)
         return bias
@@ -199,6 +233,25 @@ class SpeakerBias(nn.Module):
         if bias is None or not weight:
             return {}
         return {f"{self.name}_l2": weight * bias.float().pow(2).sum(dim=1).mean()}
+
+    def row_lookup(self, name: str, speakers: Tensor) -> Tensor:
+        """The rows ``speakers`` of the speaker parameter ``name`` (one of :attr:`row_sparse_parameter_names`):
+        in training, once the optimizer has said it updates row by row, with a row-sparse gradient."""
+        param = getattr(self, name)  # a plain tensor under torch.func.functional_call
+        sparse = (self.training and torch.is_grad_enabled() and isinstance(param, nn.Parameter)
+                  and param.requires_grad and self._sparse_updates())
+        if sparse:
+            mark_row_sparse(param, self)
+        if sparse and self.row_sparse:
+            return F.embedding(speakers, param, sparse=True)
+        return param.index_select(0, speakers)
+
+    def row_sparse_ready(self, ready: bool) -> None:
+        """Called by the optimizer step: whether the row-sparse parameters are updated row by row."""
+        self.row_sparse = ready
+
+    def _sparse_updates(self) -> bool:
+        return not getattr(self.cfg, "speaker_dense_updates", False)
 
     # -- the speakers' parameters --------------------------------------------------------------
     def named_variants(self) -> Iterator[Tuple[str, "SpeakerBias"]]:

@@ -7,11 +7,11 @@ from torch import Tensor, nn
 from fairseq_speaker.errors import UserError
 
 from . import register_speaker_bias
-from .base import EncoderOut, SpeakerBias, SpeakerBiasConfig
+from .base import EncoderOut, RowSparseConfig, SpeakerBias
 
 
 @dataclass
-class RankedSpeakerBiasConfig(SpeakerBiasConfig):
+class RankedSpeakerBiasConfig(RowSparseConfig):
     """Options of the variants that mix r shared bias vectors (``fact``, ``simplex``)."""
 
     speaker_rank: int = field(
@@ -33,6 +33,7 @@ class FactorizedSpeakerBias(SpeakerBias):
     """
 
     speaker_parameter_names = ("speaker_weights",)
+    row_sparse_parameter_names = ("speaker_weights",)
     speaker_vector_label = "mixture weights"
 
     def __init__(self, cfg: RankedSpeakerBiasConfig, num_speakers: int, vocab_size: int):
@@ -45,7 +46,7 @@ class FactorizedSpeakerBias(SpeakerBias):
         self.shared_biases = nn.Parameter(torch.randn(vocab_size, rank) * rank ** -0.25 + 1.0 / rank)  # V x r
 
     def lookup(self, speakers: Tensor, encoder_out: EncoderOut = None) -> Tensor:
-        weights = self.speaker_weights.index_select(0, speakers)  # B x r
+        weights = self.row_lookup("speaker_weights", speakers)  # B x r
         return weights @ self.shared_biases.t()  # B x V
 
     def mean_bias(self) -> Tensor:

@@ -2,10 +2,10 @@ import torch
 from torch import Tensor, nn
 
 from . import register_speaker_bias
-from .base import EncoderOut, SpeakerBias, SpeakerBiasConfig
+from .base import EncoderOut, RowSparseConfig, SpeakerBias
 
 
-@register_speaker_bias("full", dataclass=SpeakerBiasConfig)
+@register_speaker_bias("full", dataclass=RowSparseConfig)
 class FullSpeakerBias(SpeakerBias):
     """``full_bias`` (eq. 2 of Michel & Neubig, 2018): a learned vocabulary-sized bias b_s per speaker.
 
@@ -16,14 +16,15 @@ class FullSpeakerBias(SpeakerBias):
     """
 
     speaker_parameter_names = ("weight",)
+    row_sparse_parameter_names = ("weight",)
     speaker_vector_label = "bias vectors"
 
-    def __init__(self, cfg: SpeakerBiasConfig, num_speakers: int, vocab_size: int):
+    def __init__(self, cfg: RowSparseConfig, num_speakers: int, vocab_size: int):
         super().__init__(cfg, num_speakers, vocab_size)
         self.weight = nn.Parameter(torch.zeros(num_speakers, vocab_size))  # S x V
 
     def lookup(self, speakers: Tensor, encoder_out: EncoderOut = None) -> Tensor:
-        return self.weight.index_select(0, speakers)  # B x V
+        return self.row_lookup("weight", speakers)  # B x V
 
     def mean_bias(self) -> Tensor:
         return self.weight.mean(0)

@@ -7,11 +7,11 @@ from torch import Tensor, nn
 from fairseq_speaker.errors import UserError
 
 from . import register_speaker_bias
-from .base import EncoderOut, SpeakerBias, SpeakerBiasConfig
+from .base import EncoderOut, RowSparseConfig, SpeakerBias
 
 
 @dataclass
-class ProjectedSpeakerBiasConfig(SpeakerBiasConfig):
+class ProjectedSpeakerBiasConfig(RowSparseConfig):
     speaker_embed_dim: int = field(
         default=10, metadata={"help": "proj: d, the size of the speaker embeddings", "symbol": "d"}
     )
@@ -34,6 +34,7 @@ class ProjectedSpeakerBias(SpeakerBias):
     """
 
     speaker_parameter_names = ("speaker_embeddings",)
+    row_sparse_parameter_names = ("speaker_embeddings",)
     speaker_vector_label = "speaker embeddings"
 
     def __init__(self, cfg: ProjectedSpeakerBiasConfig, num_speakers: int, vocab_size: int):
@@ -45,7 +46,7 @@ class ProjectedSpeakerBias(SpeakerBias):
         self.projection = nn.Parameter(torch.zeros(vocab_size, dim))  # V x d
 
     def lookup(self, speakers: Tensor, encoder_out: EncoderOut = None) -> Tensor:
-        return self.speaker_embeddings.index_select(0, speakers) @ self.projection.t()  # B x V
+        return self.row_lookup("speaker_embeddings", speakers) @ self.projection.t()  # B x V
 
     def mean_bias(self) -> Tensor:
         return self.projection @ self.speaker_embeddings.mean(0)  # linear in the embedding

@@ -25,6 +25,7 @@ class SimplexSpeakerBias(SpeakerBias):
     """
 
     speaker_parameter_names = ("speaker_logits",)
+    row_sparse_parameter_names = ("speaker_logits",)
     speaker_vector_label = "mixture weights (softmax)"
 
     def __init__(self, cfg: RankedSpeakerBiasConfig, num_speakers: int, vocab_size: int):
@@ -38,7 +39,7 @@ class SimplexSpeakerBias(SpeakerBias):
         self.prototypes = nn.Parameter(prototypes - prototypes.mean(dim=1, keepdim=True))  # V x r
 
     def lookup(self, speakers: Tensor, encoder_out: EncoderOut = None) -> Tensor:
-        weights = torch.softmax(self.speaker_logits.index_select(0, speakers).float(), dim=1)  # B x r
+        weights = torch.softmax(self.row_lookup("speaker_logits", speakers).float(), dim=1)  # B x r
         return weights.to(self.prototypes) @ self.prototypes.t()  # B x V
 
     def mean_bias(self) -> Tensor:

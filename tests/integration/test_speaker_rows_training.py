@@ -1,0 +1,48 @@
+"""Row-sparse updates of the full speaker table through fairseq-train: logged, checkpointed, resumed."""
+
+import os
+
+import torch
+
+from tests.cli import run, train_args
+
+TABLE = "decoder.speaker_bias.weight"
+
+
+def _table_state(checkpoint: str):
+    """The checkpoint and the optimizer state of the speaker table (the one entry shaped like it)."""
+    state = torch.load(checkpoint, weights_only=True)
+    shape = tuple(state["model"][TABLE].shape)
+    entries = [v for v in state["last_optimizer_state"]["state"].values() if tuple(v["exp_avg"].shape) == shape]
+    assert len(entries) == 1
+    return state, entries[0]
+
+
+def test_fairseq_train_updates_only_the_rows_of_each_batchs_speakers_and_resumes(toy, tmp_path):
+    save = str(tmp_path / "sparse")
+    first = run("train", train_args(toy["bin"], save, "lstm_full_bias", "--batch-size", "4", "--max-update", "5"))
+    assert "row-sparse adam updates (only the rows of each batch's speakers)" in first.stdout + first.stderr
+    state, table = _table_state(os.path.join(save, "checkpoint_last.pt"))
+    steps = table["row_step"].round().long()
+    assert table["step"] == 5 and int(steps.max()) <= 5
+    # at most 4 speakers a batch: each row counts the updates its speaker was in, which adds up to fewer than 5 x 4
+    assert 5 <= int(steps.sum()) <= 5 * 4 and int(steps.min()) < 5
+    weight = state["model"][TABLE]
+    assert torch.count_nonzero(weight[steps == 0]) == 0  # never seen: still the initial zeros
+    assert bool((weight[steps > 0].abs().sum(1) > 0).all())
+
+    resumed = run("train", train_args(toy["bin"], save, "lstm_full_bias", "--batch-size", "4", "--max-update", "8",
+                                      "--restore-file", os.path.join(save, "checkpoint_last.pt")))
+    assert "row-sparse adam updates" in resumed.stdout + resumed.stderr
+    _, after = _table_state(os.path.join(save, "checkpoint_last.pt"))
+    assert after["step"] == 8
+    assert bool((after["row_step"].round().long() >= steps).all()) and int(after["row_step"].sum()) > int(steps.sum())
+
+
+def test_dense_updates_on_request(toy, tmp_path):
+    save = str(tmp_path / "dense")
+    out = run("train", train_args(toy["bin"], save, "lstm_full_bias", "--batch-size", "4", "--max-update", "3",
+                                  "--speaker-dense-updates"))
+    assert "row-sparse" not in out.stdout + out.stderr
+    _, table = _table_state(os.path.join(save, "checkpoint_last.pt"))
+    assert "row_step" not in table and table["step"] == 3

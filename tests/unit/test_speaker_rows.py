@@ -1,0 +1,232 @@
+"""Row-sparse updates of speaker tables: what fairseq's optimizers would do, row by row."""
+
+import copy
+import logging
+
+import pytest
+import torch
+import torch.nn.functional as F
+from fairseq import utils as fairseq_utils
+from fairseq.optim.adam import Adam as FairseqAdam
+
+from fairseq_speaker.modules.speaker_bias import SPEAKER_BIAS_REGISTRY
+from fairseq_speaker.modules.speaker_plumbing import pad_grown_optimizer_state
+from tests.helpers import build_bias, make_task
+
+S, V = 6, 13
+
+
+class Toy(torch.nn.Module):
+    """A shared logit vector plus the ``full`` speaker bias: enough to give every row its own gradient."""
+
+    def __init__(self, sparse: bool, seed: int = 0, name: str = "full"):
+        super().__init__()
+        torch.manual_seed(seed)
+        task = make_task(num_speakers=S, num_words=V - 4 - 3)
+        self.bias = build_bias(name, task, speaker_dense_updates=not sparse)
+        self.shared = torch.nn.Parameter(torch.randn(len(task.target_dictionary)))
+
+    def loss(self, speakers, targets):
+        logits = self.shared + self.bias(speakers)
+        return F.cross_entropy(logits, targets, reduction="sum")
+
+
+def batches(n, speakers_of_batch, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(n):
+        speakers = torch.tensor(speakers_of_batch(i))
+        out.append((speakers, torch.randint(0, V, (len(speakers),), generator=g)))
+    return out
+
+
+def train(model, optimizer, data, clip=0.0):
+    model.train()
+    for speakers, targets in data:
+        optimizer.zero_grad()
+        model.loss(speakers, targets).backward()
+        if clip:
+            fairseq_utils.clip_grad_norm_(list(model.parameters()), clip)
+        optimizer.step()
+
+
+def adam(model, **kwargs):
+    return FairseqAdam(model.parameters(), **{"lr": 0.1, "betas": (0.9, 0.98), "eps": 1e-8, "weight_decay": 0.0,
+                                              **kwargs})
+
+
+EVERYONE = lambda i: list(range(S)) + [i % S]  # noqa: E731
+
+
+@pytest.mark.parametrize("weight_decay", [0.0, 0.01])
+def test_lazy_adam_is_fairseqs_adam_when_every_speaker_is_in_every_batch(weight_decay):
+    sparse, dense = Toy(sparse=True), Toy(sparse=False)
+    opt_sparse, opt_dense = adam(sparse, weight_decay=weight_decay), adam(dense, weight_decay=weight_decay)
+    data = batches(6, EVERYONE)
+    train(sparse, opt_sparse, data)
+    train(dense, opt_dense, data)
+    assert sparse.bias.row_sparse and not dense.bias.row_sparse
+    assert torch.allclose(sparse.bias.weight, dense.bias.weight, atol=1e-6)
+    assert torch.allclose(sparse.shared, dense.shared, atol=1e-6)
+    state, reference = opt_sparse.state[sparse.bias.weight], opt_dense.state[dense.bias.weight]
+    assert state["step"] == reference["step"] == 6 and state["row_step"].tolist() == [6] * S
+    for key in ("exp_avg", "exp_avg_sq"):
+        assert torch.allclose(state[key], reference[key], atol=1e-7)
+
+
+ROW_SPARSE = sorted(name for name, cls in SPEAKER_BIAS_REGISTRY.items() if cls.row_sparse_parameter_names)
+
+
+def test_every_variant_with_speaker_tables_of_the_paper_is_row_sparse():
+    assert {"full", "fact"} <= set(ROW_SPARSE)
+
+
+@pytest.mark.parametrize("name", ROW_SPARSE)
+def test_every_row_sparse_variant_follows_dense_adam_on_seen_rows_and_leaves_the_others(name):
+    sparse, dense = Toy(sparse=True, name=name), Toy(sparse=False, name=name)
+    opts = [adam(sparse), adam(dense)]
+    data = batches(3, EVERYONE)
+    train(sparse, opts[0], data)
+    train(dense, opts[1], data)
+    assert sparse.bias.row_sparse and not dense.bias.row_sparse
+    for (key, a), b in zip(sparse.named_parameters(), dense.parameters()):
+        assert torch.allclose(a, b, atol=1e-5), key
+    table = sparse.bias.get_parameter(type(sparse.bias).row_sparse_parameter_names[0])
+    before = table.detach().clone()
+    train(sparse, opts[0], batches(1, lambda i: [4], seed=2))
+    assert torch.equal(table[:4], before[:4]) and not torch.equal(table[4], before[4])
+
+
+def test_rows_of_absent_speakers_and_their_state_stay_as_they_were():
+    model = Toy(sparse=True)
+    optimizer = adam(model)
+    train(model, optimizer, batches(2, EVERYONE))
+    before = model.bias.weight.detach().clone()
+    state = {k: v.clone() for k, v in optimizer.state[model.bias.weight].items() if torch.is_tensor(v)}
+    train(model, optimizer, batches(1, lambda i: [0, 1, 1], seed=7))
+    after = optimizer.state[model.bias.weight]
+    assert torch.equal(model.bias.weight[2:], before[2:])  # dense Adam would move them with their momentum
+    assert not torch.equal(model.bias.weight[:2], before[:2])
+    for key in ("exp_avg", "exp_avg_sq"):
+        assert torch.equal(after[key][2:], state[key][2:])
+    assert after["row_step"].tolist() == [3, 3, 2, 2, 2, 2]
+
+    dense = Toy(sparse=False)
+    dense_optimizer = adam(dense)
+    train(dense, dense_optimizer, batches(2, EVERYONE))
+    moved = dense.bias.weight.detach().clone()
+    train(dense, dense_optimizer, batches(1, lambda i: [0, 1, 1], seed=7))
+    assert not torch.equal(dense.bias.weight[2:], moved[2:])
+
+
+def test_a_row_follows_adam_over_the_batches_of_its_own_speaker():
+    """With the shared network frozen, a row's gradient depends on its own row only: lazily updated, it is
+    Adam run on the batches where its speaker appears, and only those."""
+    model = Toy(sparse=True)
+    model.shared.requires_grad_(False)
+    pattern = [[0, 2], [1, 3], [2, 2, 4], [0, 5], [2]]
+    data = batches(len(pattern), lambda i: pattern[i])
+    train(model, adam(model), data)
+
+    alone = Toy(sparse=False)
+    alone.shared.requires_grad_(False)
+    row = torch.nn.Parameter(alone.bias.weight.detach()[2].clone())
+    optimizer = FairseqAdam([row], lr=0.1, betas=(0.9, 0.98), eps=1e-8, weight_decay=0.0)
+    for speakers, targets in data:
+        if 2 in speakers.tolist():
+            optimizer.zero_grad()
+            mine = speakers == 2
+            logits = alone.shared + row.expand(int(mine.sum()), -1)
+            F.cross_entropy(logits, targets[mine], reduction="sum").backward()
+            optimizer.step()
+    assert torch.allclose(model.bias.weight[2], row, atol=1e-6)
+
+
+def test_the_gradient_norm_and_clipping_count_the_rows():
+    sparse, dense = Toy(sparse=True), Toy(sparse=False)
+    train(sparse, adam(sparse), batches(1, EVERYONE))  # the first step tells the variant it may go sparse
+    speakers, targets = batches(1, lambda i: [1, 4, 4], seed=3)[0]
+    for model in (sparse, dense):
+        model.zero_grad()
+        model.loss(speakers, targets).backward()
+    dense.bias.weight.data.copy_(sparse.bias.weight.data)
+    dense.shared.data.copy_(sparse.shared.data)
+    dense.zero_grad()
+    dense.loss(speakers, targets).backward()
+    assert sparse.bias.weight.grad.is_sparse and not dense.bias.weight.grad.is_sparse
+    norms = [fairseq_utils.clip_grad_norm_(list(m.parameters()), 0.5) for m in (sparse, dense)]
+    assert float(norms[0]) == pytest.approx(float(norms[1]), rel=1e-6) and float(norms[1]) > 0.5
+    assert torch.allclose(sparse.bias.weight.grad.to_dense(), dense.bias.weight.grad, atol=1e-7)
+    assert torch.allclose(sparse.shared.grad, dense.shared.grad, atol=1e-7)
+    total = torch.cat([dense.bias.weight.grad.flatten(), dense.shared.grad]).norm()
+    assert float(total) == pytest.approx(0.5, rel=1e-4)  # clipped to the norm asked for
+
+
+def test_clipped_training_matches_the_dense_run_when_every_speaker_is_in_every_batch():
+    sparse, dense = Toy(sparse=True), Toy(sparse=False)
+    data = batches(4, EVERYONE)
+    train(sparse, adam(sparse), data, clip=0.1)
+    train(dense, adam(dense), data, clip=0.1)
+    assert torch.allclose(sparse.bias.weight, dense.bias.weight, atol=1e-6)
+
+
+def test_the_rows_state_survives_a_checkpoint():
+    data = batches(5, lambda i: [[0, 1], [2, 0], [5, 5], [1, 3], [0, 4]][i])
+    straight = Toy(sparse=True)
+    train(straight, adam(straight), data)
+
+    first = Toy(sparse=True)
+    optimizer = adam(first)
+    train(first, optimizer, data[:3])
+    saved_model, saved_optimizer = copy.deepcopy(first.state_dict()), copy.deepcopy(optimizer.state_dict())
+    resumed = Toy(sparse=True, seed=3)
+    resumed.load_state_dict(saved_model)
+    resumed_optimizer = adam(resumed)
+    resumed_optimizer.load_state_dict(saved_optimizer)
+    train(resumed, resumed_optimizer, data[3:])
+    assert torch.allclose(resumed.bias.weight, straight.bias.weight, atol=1e-7)
+    assert resumed_optimizer.state[resumed.bias.weight]["row_step"].tolist() == [3, 2, 1, 1, 1, 1]
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+def test_lazy_sgd_is_torch_sgd_when_every_speaker_is_in_every_batch_and_leaves_absent_rows(momentum):
+    sparse, dense = Toy(sparse=True), Toy(sparse=False)
+    opts = [torch.optim.SGD(m.parameters(), lr=0.5, momentum=momentum, weight_decay=0.01) for m in (sparse, dense)]
+    data = batches(3, EVERYONE)
+    train(sparse, opts[0], data)
+    train(dense, opts[1], data)
+    assert sparse.bias.row_sparse
+    assert torch.allclose(sparse.bias.weight, dense.bias.weight, atol=1e-6)
+    before = sparse.bias.weight.detach().clone()
+    train(sparse, opts[0], batches(1, lambda i: [3], seed=9))
+    unchanged = [i for i in range(S) if i != 3]
+    assert torch.equal(sparse.bias.weight[unchanged], before[unchanged])
+    assert not torch.equal(sparse.bias.weight[3], before[3])
+
+
+def test_another_optimizer_trains_the_table_densely_and_says_so(caplog):
+    model = Toy(sparse=True)
+    optimizer = torch.optim.Adagrad(model.parameters(), lr=0.1)
+    with caplog.at_level(logging.INFO, logger="fairseq_speaker.optim.speaker_rows"):
+        train(model, optimizer, batches(3, lambda i: [i]))
+    assert not model.bias.row_sparse
+    assert "dense updates (the optimizer Adagrad has no row-sparse update here)" in caplog.text
+    assert model.bias.weight.grad is not None and not model.bias.weight.grad.is_sparse
+
+
+def test_growing_the_table_gives_the_new_rows_a_fresh_state():
+    model = Toy(sparse=True)
+    optimizer = adam(model)
+    train(model, optimizer, batches(2, EVERYONE))
+    model.bias.grow(2, "mean")
+    grown = model.bias.weight
+    # as fairseq does on --restore-file: a new optimizer over the grown table, loading the saved state
+    saved = optimizer.state_dict()
+    optimizer = adam(model)
+    optimizer.load_state_dict(saved)
+    pad_grown_optimizer_state([grown])
+    model.bias.num_speakers = S + 2
+    train(model, optimizer, batches(1, lambda i: [S + 1, 0], seed=4))
+    state = optimizer.state[grown]
+    assert state["row_step"].tolist() == [3, 2, 2, 2, 2, 2, 0, 1]
+    assert state["exp_avg"].shape == grown.shape and torch.count_nonzero(state["exp_avg"][S]) == 0
