@@ -14,6 +14,7 @@ from fairseq.modules import FairseqDropout
 from torch import Tensor, nn
 
 from fairseq_speaker.modules.mlp_attention import MLPAttention
+from fairseq_speaker.modules.step_weights import StepWeight
 from fairseq_speaker.modules.variational_lstm import sentence_mask, variational_bilstm
 
 EncoderOut = Dict[str, Tensor]
@@ -152,19 +153,12 @@ class AttentionalLSTMDecoder(FairseqIncrementalDecoder):
             bsz = embedded.size(1)
             in_mask = sentence_mask(bsz, embedded.size(2) + feed.size(1), self.lstm_dropout, embedded)
             hidden_mask = sentence_mask(bsz, hidden.size(1), self.lstm_dropout, embedded)
-        hiddens: List[Tensor] = []
-        contexts: List[Tensor] = []
-        attns: List[Tensor] = []
-        for step in range(embedded.size(0)):
-            lstm_input = torch.cat([embedded[step], feed], dim=1)
-            if in_mask is not None:
-                hidden, cell = self.cell(lstm_input * in_mask, (hidden * hidden_mask, cell))
-            else:
-                hidden, cell = self.cell(lstm_input, (hidden, cell))
-            feed, attn = self.attention(hidden, keys, encoder_outs, padding_mask)  # B x C, B x S
-            hiddens.append(hidden)
-            contexts.append(feed)
-            attns.append(attn)
+        if cached is not None or embedded.size(0) == 1:  # one generation step: the fused cell
+            hiddens, contexts, attns, hidden, cell, feed = self._steps(
+                embedded, hidden, cell, feed, keys, encoder_outs, padding_mask, in_mask, hidden_mask)
+        else:
+            hiddens, contexts, attns, hidden, cell, feed = self._teacher_forced_steps(
+                embedded, hidden, cell, feed, keys, encoder_outs, padding_mask, in_mask, hidden_mask)
 
         if incremental_state is not None:
             self.set_incremental_state(
@@ -174,6 +168,51 @@ class AttentionalLSTMDecoder(FairseqIncrementalDecoder):
         features = torch.cat([torch.stack(hiddens), torch.stack(contexts), embedded], dim=2)  # T x B x (H+C+E)
         out = self.dropout_out(self.output_projection(features)).transpose(0, 1)  # B x T x E
         return out, {"attn": [torch.stack(attns, dim=1)]}
+
+    def _steps(self, embedded, hidden, cell, feed, keys, values, padding_mask, in_mask, hidden_mask):
+        """The recurrence step by step with ``nn.LSTMCell``."""
+        hiddens: List[Tensor] = []
+        contexts: List[Tensor] = []
+        attns: List[Tensor] = []
+        for step in range(embedded.size(0)):
+            lstm_input = torch.cat([embedded[step], feed], dim=1)
+            if in_mask is not None:
+                hidden, cell = self.cell(lstm_input * in_mask, (hidden * hidden_mask, cell))
+            else:
+                hidden, cell = self.cell(lstm_input, (hidden, cell))
+            feed, attn = self.attention(hidden, keys, values, padding_mask)  # B x C, B x S
+            hiddens.append(hidden)
+            contexts.append(feed)
+            attns.append(attn)
+        return hiddens, contexts, attns, hidden, cell, feed
+
+    def _teacher_forced_steps(self, embedded, hidden, cell, feed, keys, values, padding_mask, in_mask, hidden_mask):
+        """The same recurrence as :meth:`_steps` (the cell's own weights and gate order), arranged for a
+        whole known target: the word embeddings' part of the gates is one matrix product over all steps,
+        each step multiplies only [c_(t-1); h_(t-1)], and the weights used at every step get their
+        gradients as one product over all steps (:class:`StepWeight`)."""
+        embed_dim = embedded.size(2)
+        w_ih, w_hh = self.cell.weight_ih, self.cell.weight_hh
+        words = embedded if in_mask is None else embedded * in_mask[:, :embed_dim]
+        gates_words = F.linear(words, w_ih[:, :embed_dim], self.cell.bias_ih + self.cell.bias_hh)  # T x B x 4H
+        recurrent = StepWeight(torch.cat([w_ih[:, embed_dim:], w_hh], dim=1))  # 4H x (C + H)
+        query = StepWeight(self.attention.query_proj.weight)
+        feed_mask = None if in_mask is None else in_mask[:, embed_dim:]
+        hiddens: List[Tensor] = []
+        contexts: List[Tensor] = []
+        attns: List[Tensor] = []
+        for gates_word in gates_words.unbind(0):  # one backward node for all steps (indexing makes T)
+            state = torch.cat([feed if feed_mask is None else feed * feed_mask,
+                               hidden if hidden_mask is None else hidden * hidden_mask], dim=1)
+            gates = gates_word + recurrent.linear(state)
+            i, f, g, o = gates.chunk(4, dim=1)
+            cell = torch.sigmoid(f) * cell + torch.sigmoid(i) * torch.tanh(g)
+            hidden = torch.sigmoid(o) * torch.tanh(cell)
+            feed, attn = self.attention(hidden, keys, values, padding_mask, projected_query=query.linear(hidden))
+            hiddens.append(hidden)
+            contexts.append(feed)
+            attns.append(attn)
+        return hiddens, contexts, attns, hidden, cell, feed
 
     def drop_words(self, tokens: Tensor) -> Tensor:
         """Replace decoder input words by <unk> with probability ``target_word_dropout`` (not the first, BOS)."""
@@ -185,6 +224,10 @@ class AttentionalLSTMDecoder(FairseqIncrementalDecoder):
     def output_layer(self, features: Tensor) -> Tensor:
         """E_T o_t + b_T: ``[batch, tgt_len, vocab]``."""
         return F.linear(features, self.embed_tokens.weight, self.output_bias)
+
+    def output_weight_and_bias(self) -> Tuple[Tensor, Tensor]:
+        """The output layer's weight and bias: ``(E_T, b_T)``."""
+        return self.embed_tokens.weight, self.output_bias
 
     def reorder_incremental_state(self, incremental_state: IncrementalState, new_order: Tensor) -> None:
         cached = self.get_incremental_state(incremental_state, "cached_state")

@@ -24,7 +24,8 @@ class MLPAttention(nn.Module):
         return self.key_proj(keys)
 
     def forward(
-        self, query: Tensor, projected_keys: Tensor, values: Tensor, padding_mask: Optional[Tensor]
+        self, query: Tensor, projected_keys: Tensor, values: Tensor, padding_mask: Optional[Tensor],
+        projected_query: Optional[Tensor] = None,
     ) -> Tuple[Tensor, Tensor]:
         """
         Args:
@@ -32,16 +33,19 @@ class MLPAttention(nn.Module):
             projected_keys: from :meth:`project_keys`, ``[src_len, batch, attention_dim]``.
             values: the encoder outputs ``[src_len, batch, key_dim]``.
             padding_mask: ``[src_len, batch]``, True at padding, or None.
+            projected_query: W_ah h_t ``[batch, attention_dim]`` if the caller has computed it.
 
         Returns:
             the context c_t ``[batch, key_dim]`` and the weights ``[batch, src_len]``.
         """
-        hidden = torch.tanh(projected_keys + self.query_proj(query).unsqueeze(0))
+        if projected_query is None:
+            projected_query = self.query_proj(query)
+        hidden = torch.tanh(projected_keys + projected_query.unsqueeze(0))
         scores = self.score(hidden).squeeze(2).float()  # S x B
         if padding_mask is not None:
             scores = scores.masked_fill(padding_mask, float("-inf"))
         weights = torch.softmax(scores, dim=0).to(values)  # S x B
-        context = (weights.unsqueeze(2) * values).sum(dim=0)  # B x C
+        context = torch.bmm(weights.t().unsqueeze(1), values.transpose(0, 1)).squeeze(1)  # B x C
         return context, weights.t()
 
 

@@ -11,6 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from fairseq_speaker.modules.step_weights import StepWeight
+
 
 def sentence_mask(batch: int, size: int, p: float, like: Tensor) -> Tensor:
     """A dropout mask ``[batch, size]`` (kept units scaled by 1/(1-p)), to apply at every time step."""
@@ -34,9 +36,10 @@ def lstm_scan(gates_x: Tensor, w_hh: Tensor, hidden_mask: Tensor) -> Tensor:
     batch, hidden_size = hidden_mask.shape
     h = gates_x.new_zeros(batch, hidden_size)
     c = gates_x.new_zeros(batch, hidden_size)
+    recurrent = StepWeight(w_hh)  # its gradient: one product over all steps
     outputs = []
     for gates_t in gates_x:
-        gates = gates_t + F.linear(h * hidden_mask, w_hh)
+        gates = gates_t + recurrent.linear(h * hidden_mask)
         i, f, g, o = gates.chunk(4, dim=1)
         c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
         h = torch.sigmoid(o) * torch.tanh(c)

@@ -262,3 +262,101 @@ def test_half_precision_forward_beam_search_and_training(family, dtype):
     logits, _ = forward(model, src, torch.tensor([0, 1]), prev)
     logits.float().logsumexp(-1).sum().backward()
     assert all(p.grad is not None and p.grad.dtype == dtype for p in model.speaker_bias.speaker_parameters().values())
+
+
+class _LargeOutputs(torch.utils._python_dispatch.TorchDispatchMode):
+    """Records every operator output with at least ``numel`` elements."""
+
+    def __init__(self, numel: int):
+        super().__init__()
+        self.numel, self.ops = numel, []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, (tuple, list)) else [out]:
+            if isinstance(t, torch.Tensor) and t.numel() >= self.numel and not func._schema.is_mutable:
+                self.ops.append(str(func))
+        return out
+
+
+def _decoding_steps(model, src, speakers, steps=3, reorder=None):
+    encoder_out = model.encoder(src, src.ne(1).sum(1), speakers=speakers)
+    state, prev = {}, torch.full((len(src), 1), 2)
+    outputs = []
+    for _ in range(steps):
+        outputs.append(model.decoder(prev, encoder_out, incremental_state=state)[0])
+        if reorder is not None:
+            model.decoder.reorder_incremental_state_scripting(state, reorder)
+            encoder_out = model.encoder.reorder_encoder_out(encoder_out, reorder)
+        prev = torch.cat([prev, outputs[-1].argmax(-1)], dim=1)
+    return state, encoder_out, prev, outputs
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("name", ["full", "fact"])
+def test_a_generation_step_allocates_nothing_of_vocabulary_size_beyond_the_plain_decoder(family, name):
+    task = make_task(num_speakers=4, num_words=300)
+    biased = make_model(name, task=task, family=family)
+    plain = make_model("none", task=task, family=family)
+    plain.load_state_dict(biased.state_dict(), strict=False)
+    src = random_batch(task.source_dictionary, [5, 3, 4, 4])
+    speakers = torch.tensor([1, 0, 3, 1])
+    counts = []
+    for model in (biased, plain):
+        model.eval()
+        with torch.no_grad():
+            state, encoder_out, prev, _ = _decoding_steps(model, src, speakers, reorder=torch.tensor([1, 1, 0, 3]))
+            with _LargeOutputs(len(task.target_dictionary)) as mode:
+                model.decoder(prev, encoder_out, incremental_state=state)
+                model.decoder.reorder_incremental_state_scripting(state, torch.tensor([2, 0, 1, 1]))
+        counts.append(mode.ops)
+    assert len(counts[0]) == len(counts[1]) >= 1, counts
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("name", SPEAKER_VARIANTS)
+def test_the_fused_generation_step_equals_adding_the_bias(family, name, monkeypatch):
+    task = make_task(num_speakers=4)
+    model = make_model(name, task=task, family=family).eval()
+    src = random_batch(task.source_dictionary, [5, 5, 3, 6])
+    speakers = torch.tensor([0, 1, 2, -1])
+    with torch.no_grad():
+        fused = _decoding_steps(model, src, speakers, steps=4, reorder=torch.tensor([3, 0, 0, 2]))[3]
+        beam = _generate(model, task, src, speakers)
+        monkeypatch.setattr(type(model.decoder), "output_weight_and_bias", lambda self: None)
+        plain = _decoding_steps(model, src, speakers, steps=4, reorder=torch.tensor([3, 0, 0, 2]))[3]
+        plain_beam = _generate(model, task, src, speakers)
+    for a, b in zip(fused, plain):
+        assert torch.allclose(a, b, atol=1e-5)
+    assert [h["tokens"].tolist() for h in beam] == [h["tokens"].tolist() for h in plain_beam]
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.4])
+def test_the_fast_lstm_training_path_gives_the_plain_losses_and_gradients(dropout, monkeypatch):
+    """Teacher forcing arranges the recurrence for speed (hoisted word gates, one product per weight
+    gradient); with the same dropout masks it must give what nn.LSTMCell and autograd give step by step."""
+    from fairseq_speaker.modules.attentional_lstm import AttentionalLSTMDecoder
+    from fairseq_speaker.modules.step_weights import StepWeight
+
+    task = make_task(num_speakers=4)
+    model = make_model("fact", task=task, lstm_dropout=dropout, dropout=dropout, target_word_dropout=0.1)
+    src = random_batch(task.source_dictionary, [6, 3, 5, 4])
+    prev = random_batch(task.target_dictionary, [5, 7, 2, 6], left_pad=False)
+    speakers = torch.tensor([0, 3, 1, -1])
+    runs = []
+    for plain in (False, True):
+        if plain:
+            monkeypatch.setattr(StepWeight, "enabled", False)
+            monkeypatch.setattr(AttentionalLSTMDecoder, "_teacher_forced_steps", AttentionalLSTMDecoder._steps)
+        model.train()
+        model.zero_grad()
+        torch.manual_seed(5)
+        logits, _ = forward(model, src, speakers, prev)
+        loss = torch.log_softmax(logits, -1).gather(2, prev.unsqueeze(2)).sum()
+        loss.backward()
+        runs.append((loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}))
+    (fast_loss, fast), (plain_loss, plain) = runs
+    assert torch.allclose(fast_loss, plain_loss, rtol=1e-5)
+    assert fast.keys() == plain.keys() and "decoder.cell.weight_hh" in fast and "encoder.lstm.weight_hh_l0" in fast
+    for name in fast:
+        assert torch.allclose(fast[name], plain[name], atol=1e-5, rtol=1e-4), name
