@@ -16,7 +16,6 @@ depend on which words). Usage::
 
 import argparse
 import json
-import os
 import statistics
 import tempfile
 import time
@@ -25,21 +24,9 @@ from typing import Dict, List
 import torch
 
 import fairseq_speaker  # noqa: F401  (registers the task and the models)
-from fairseq_speaker.data import SpeakerDictionary
+from fairseq_speaker.benchmarks.synthetic import make_task
 from fairseq_speaker.onboarding.adapt import SpeakerAdapter
 from fairseq_speaker.onboarding.fit import FitOptions
-
-
-def make_task(folder: str, vocab: int, speakers: int):
-    """A speaker_translation task over dictionaries of ``vocab`` words (4 special symbols included)."""
-    from fairseq_speaker.tasks.speaker_translation import SpeakerTranslationConfig, SpeakerTranslationTask
-
-    for lang in ("src", "tgt"):
-        with open(os.path.join(folder, f"dict.{lang}.txt"), "w", encoding="utf-8") as f:
-            f.writelines(f"w{i} 1\n" for i in range(vocab - 4))
-    SpeakerDictionary([f"spk{i}" for i in range(speakers)], [1] * speakers).save(os.path.join(folder, "dict.spk.txt"))
-    cfg = SpeakerTranslationConfig(data=folder, source_lang="src", target_lang="tgt")
-    return SpeakerTranslationTask.setup_task(cfg)
 
 
 def make_model(task, arch: str, model_args: List[str]):

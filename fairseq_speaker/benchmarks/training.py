@@ -1,0 +1,420 @@
+"""How fast speaker models train and translate: a benchmark anyone can rerun.
+
+Every configuration runs in its own process (threads pinned, a warm-up, then timed
+updates of fairseq's own ``Trainer``: forward, backward, gradient clipping, the
+optimizer step), on a synthetic corpus made in memory: Zipfian word ids over a
+``--vocab``-word vocabulary, source lengths uniform in [``--min-len``, ``--max-len``]
+and target lengths within two words of them,
+speakers drawn uniformly from a table of ``--speakers`` speakers. Runs are
+interleaved (configuration A, B, C, A, B, C, ...) so that machine noise hits them
+alike; the table shows the median and the spread of ``--repeats`` runs.
+
+Measured:
+
+- training: target tokens per second (words and </s>, padding excluded), the
+  configuration's FLOP per target token (the matrix products of three more training
+  steps, counted by ``torch.utils.flop_counter``), and the fraction of the machine's matrix-product rate
+  it reaches (the rate of one large sgemm, measured in the same run with the same
+  threads);
+- generation (``--generate``): beam-5 sentences per second. A randomly initialised
+  model would stop at random lengths, so every hypothesis is forced to
+  ``--gen-len`` words (fairseq's ``--min-len`` = ``--max-len-b``): every model does the same work;
+- peak resident memory of each process.
+
+The references run beside ours: stock fairseq's ``lstm`` (bidirectional encoder,
+input feeding, dot attention, output tied to the target embeddings, the same sizes)
+and ``transformer`` (``--family transformer``).
+
+Usage::
+
+    fairseq-speaker-benchmark                                   # the paper's sizes, one thread
+    fairseq-speaker-benchmark --sizes 256 256 128 --generate
+    fairseq-speaker-benchmark --configs lstm_fact_bias lstm_full_bias --speakers 1000 100000 1000000
+    fairseq-speaker-benchmark --gpu --fp16                      # CUDA (bf16: --bf16)
+"""
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Dict, List, Optional
+
+#: configuration name -> (task, arch, criterion)
+STOCK = {"lstm": ("translation", "lstm", "label_smoothed_cross_entropy"),
+         "transformer": ("translation", "transformer", "label_smoothed_cross_entropy")}
+SUFFIXES = ("base", "full_bias", "fact_bias")
+BYTES = 4  # float32
+
+
+def default_configs(family: str) -> List[str]:
+    return [f"{family}_{suffix}" for suffix in SUFFIXES] + [f"stock_{family}"]
+
+
+def size_args(config: str, sizes: List[int], layers: int) -> List[str]:
+    """Model flags of the same sizes for our presets and fairseq's own archs."""
+    embed, hidden, attention = sizes
+    if "lstm" in config:
+        common = ["--encoder-embed-dim", str(embed), "--encoder-hidden-size", str(hidden),
+                  "--decoder-embed-dim", str(embed), "--decoder-hidden-size", str(hidden)]
+        if config.startswith("stock_"):  # tied output: o_t has the embedding size, as ours
+            return common + ["--encoder-bidirectional", "--decoder-out-embed-dim", str(embed),
+                             "--share-decoder-input-output-embed"]
+        return common + ["--attention-dim", str(attention)]
+    return ["--encoder-embed-dim", str(embed), "--decoder-embed-dim", str(embed),
+            "--encoder-ffn-embed-dim", str(4 * hidden), "--decoder-ffn-embed-dim", str(4 * hidden),
+            "--encoder-attention-heads", "4", "--decoder-attention-heads", "4",
+            "--encoder-layers", str(layers), "--decoder-layers", str(layers),
+            "--share-decoder-input-output-embed"]
+
+
+def task_arch_criterion(config: str):
+    if config.startswith("stock_"):
+        return STOCK[config[len("stock_"):]]
+    return "speaker_translation", config, "speaker_label_smoothed_cross_entropy"
+
+
+def memory_estimate(config: str, vocab: int, speakers: int) -> int:
+    """Bytes the speaker table of ``full`` needs in training (weights, gradient, Adam's two moments)."""
+    return 4 * BYTES * vocab * speakers if "full" in config else 0
+
+
+# -- the worker: one configuration in one process ------------------------------------------------
+def _fairseq_args(spec: Dict, data: str, generation: bool = False):
+    from fairseq import options
+
+    task, arch, criterion = task_arch_criterion(spec["config"])
+    argv = [data, "--task", task, "--arch", arch, "--source-lang", "src", "--target-lang", "tgt",
+            "--seed", str(spec["seed"]), "--num-workers", "0", "--batch-size", str(spec["batch"]),
+            "--required-batch-size-multiple", "1", *size_args(spec["config"], spec["sizes"], spec["layers"]),
+            *spec["extra"]]
+    if not spec["gpu"]:
+        argv.append("--cpu")
+    argv += ["--fp16"] if spec["fp16"] else ["--bf16"] if spec["bf16"] else []
+    if generation:  # fairseq-generate's flags (the model's come from the training parser, as from a checkpoint)
+        length = str(spec["gen_len"])
+        return options.parse_args_and_arch(options.get_generation_parser(), [
+            data, "--task", task, "--beam", "5", "--max-len-a", "0", "--max-len-b", length, "--min-len", length,
+            "--batch-size", str(spec["gen_batch"])])
+    argv += ["--criterion", criterion, "--optimizer", "adam", "--lr", "0.001", "--clip-norm", "1.0"]
+    return options.parse_args_and_arch(options.get_training_parser(), argv)
+
+
+def _setup(spec: Dict, folder: str, generation: bool = False):
+    from fairseq import tasks
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    from fairseq_speaker.benchmarks.synthetic import corpus, language_pair_dataset, write_dictionaries
+    from fairseq_speaker.data.speaker_dataset import SpeakerDataset
+
+    write_dictionaries(folder, spec["vocab"], spec["speakers"])
+    cfg = convert_namespace_to_omegaconf(_fairseq_args(spec, folder))
+    args = _fairseq_args(spec, folder, generation=True) if generation else None
+    task = tasks.setup_task(cfg.task)
+    src, tgt, spk = corpus(spec["sentences"], spec["vocab"], spec["speakers"], spec["min_len"], spec["max_len"],
+                           spec["seed"])
+    dataset = language_pair_dataset(src, tgt, task.source_dictionary, task.target_dictionary)
+    if task.__class__.__name__ == "SpeakerTranslationTask":
+        dataset = SpeakerDataset(dataset, spk)
+    task.datasets["train"] = dataset
+    return args, cfg, task, dataset
+
+
+def _batches(task, dataset, model, batch: int, seed: int):
+    """Batches without end: a new shuffled epoch starts when one runs out, so that a small corpus serves
+    any number of warm-up, timed and counted updates."""
+    from fairseq import utils
+
+    epochs = task.get_batch_iterator(
+        dataset=dataset, max_sentences=batch, required_batch_size_multiple=1, seed=seed,
+        max_positions=utils.resolve_max_positions(task.max_positions(), model.max_positions()),
+        ignore_invalid_inputs=True,
+    )
+    while True:
+        yield from epochs.next_epoch_itr(shuffle=True)
+
+
+def train_worker(spec: Dict) -> Dict:
+    import torch
+    from fairseq.trainer import Trainer
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with tempfile.TemporaryDirectory() as folder:
+        args, cfg, task, dataset = _setup(spec, folder)
+        model = task.build_model(cfg.model)
+        criterion = task.build_criterion(cfg.criterion)
+        trainer = Trainer(cfg, task, model, criterion)
+    samples = _batches(task, dataset, model, spec["batch"], spec["seed"])
+    for _ in range(spec["warmup"]):
+        trainer.train_step([next(samples)])
+    tokens, times = 0, []
+    for _ in range(spec["updates"]):
+        sample = next(samples)
+        tokens += int(sample["ntokens"])
+        start = time.perf_counter()
+        trainer.train_step([sample])
+        if spec["gpu"]:
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    counted = 0
+    with FlopCounterMode(display=False) as counter:
+        for _ in range(3):
+            sample = next(samples)
+            counted += int(sample["ntokens"])
+            trainer.train_step([sample])
+    return {
+        "tokens_per_second": tokens / sum(times),
+        "update_seconds": statistics.median(times),
+        "flop_per_token": counter.get_total_flops() / counted,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "max_rss_bytes": _max_rss(),
+    }
+
+
+def generate_worker(spec: Dict) -> Dict:
+    import torch
+
+    with tempfile.TemporaryDirectory() as folder:
+        args, cfg, task, dataset = _setup(spec, folder, generation=True)
+        model = task.build_model(cfg.model)
+    device = "cuda" if spec["gpu"] else "cpu"
+    model = model.to(device).eval()
+    if spec["fp16"]:
+        model.half()
+    generator = task.build_generator([model], args)
+    batches = _batches(task, dataset, model, spec["gen_batch"], spec["seed"])
+
+    def run(sample):
+        sample = _to(sample, device)
+        with torch.no_grad():
+            task.inference_step(generator, [model], sample)
+        if spec["gpu"]:
+            torch.cuda.synchronize()
+
+    run(next(batches))  # warm-up
+    sentences, elapsed = 0, 0.0
+    while sentences < spec["gen_sentences"]:
+        sample = next(batches)
+        start = time.perf_counter()
+        run(sample)
+        elapsed += time.perf_counter() - start
+        sentences += int(sample["nsentences"])
+    return {"sentences_per_second": sentences / elapsed, "max_rss_bytes": _max_rss()}
+
+
+def peak_worker(spec: Dict) -> Dict:
+    """The machine's matrix-product rate: one n x n sgemm, median of 10."""
+    import torch
+
+    n = 2048 if spec["gpu"] else 1024
+    device = "cuda" if spec["gpu"] else "cpu"
+    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
+    times = []
+    for _ in range(12):
+        start = time.perf_counter()
+        a @ b
+        if spec["gpu"]:
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return {"flop_per_second": 2 * n ** 3 / statistics.median(times[2:])}
+
+
+def _to(sample, device: str):
+    from fairseq import utils
+
+    return utils.move_to_cuda(sample) if device == "cuda" else sample
+
+
+def _max_rss() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+
+
+WORKERS = {"train": train_worker, "generate": generate_worker, "peak": peak_worker}
+
+
+def worker_main(spec_json: str) -> None:
+    import torch
+
+    import fairseq_speaker  # noqa: F401  (registers the task, models, criterion)
+
+    spec = json.loads(spec_json)
+    torch.set_num_threads(spec["threads"])
+    torch.manual_seed(spec["seed"])
+    result = WORKERS[spec["mode"]](spec)
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+# -- the driver ------------------------------------------------------------------------------------
+def run_spec(spec: Dict) -> Dict:
+    env = dict(os.environ, OMP_NUM_THREADS=str(spec["threads"]), MKL_NUM_THREADS=str(spec["threads"]))
+    proc = subprocess.run([sys.executable, "-m", "fairseq_speaker.benchmarks.training", "--worker", json.dumps(spec)],
+                          capture_output=True, text=True, env=env)
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith("RESULT "):
+            return json.loads(line[len("RESULT "):])
+    tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
+    return {"error": f"failed (exit {proc.returncode}): {tail}"}
+
+
+def available_memory() -> Optional[int]:
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fairseq-speaker-benchmark", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog="\n\n".join(__doc__.split("\n\n")[1:]))
+    parser.add_argument("--family", choices=["lstm", "transformer"], default="lstm")
+    parser.add_argument("--configs", nargs="+", help="presets (lstm_fact_bias, ...) and stock_lstm / stock_transformer "
+                        "(default: the family's base, full_bias, fact_bias and stock reference)")
+    parser.add_argument("--sizes", nargs=3, type=int, default=[512, 512, 256], metavar=("EMBED", "HIDDEN", "ATT"),
+                        help="embedding, LSTM and attention sizes (the paper's 512 512 256); the Transformer takes "
+                        "EMBED as its model size and 4 x HIDDEN as its feed-forward size")
+    parser.add_argument("--layers", type=int, default=3, help="Transformer layers (encoder and decoder)")
+    parser.add_argument("--vocab", type=int, default=4600, help="source and target vocabulary sizes")
+    parser.add_argument("--speakers", type=int, nargs="+", default=[400],
+                        help="speaker table sizes; several give the time per update against the table size")
+    parser.add_argument("--sentences", type=int, default=20000, help="synthetic corpus size")
+    parser.add_argument("--min-len", type=int, default=5)
+    parser.add_argument("--max-len", type=int, default=40)
+    parser.add_argument("--batch", type=int, default=32, help="sentences per batch")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed updates first")
+    parser.add_argument("--updates", type=int, default=20, help="timed updates per run")
+    parser.add_argument("--repeats", type=int, default=3, help="runs per configuration (interleaved)")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--generate", action="store_true", help="also time beam-5 generation")
+    parser.add_argument("--no-train", action="store_true", help="time generation only")
+    parser.add_argument("--gen-sentences", type=int, default=96, help="sentences translated per generation run")
+    parser.add_argument("--gen-batch", type=int, default=32)
+    parser.add_argument("--gen-len", type=int, default=20, help="words of every hypothesis")
+    parser.add_argument("--gpu", action="store_true", help="run on CUDA")
+    parser.add_argument("--fp16", action="store_true", help="fairseq's --fp16 (with --gpu)")
+    parser.add_argument("--bf16", action="store_true", help="fairseq's --bf16")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--json", help="write every figure here")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    return parser
+
+
+def make_specs(args) -> List[Dict]:
+    configs = args.configs or default_configs(args.family)
+    base = {"vocab": args.vocab, "sizes": args.sizes, "layers": args.layers, "sentences": args.sentences,
+            "min_len": args.min_len, "max_len": args.max_len, "batch": args.batch, "warmup": args.warmup,
+            "updates": args.updates, "threads": args.threads, "gpu": args.gpu, "fp16": args.fp16, "bf16": args.bf16,
+            "seed": args.seed, "gen_sentences": args.gen_sentences, "gen_batch": args.gen_batch,
+            "gen_len": args.gen_len, "extra": []}
+    modes = ([] if args.no_train else ["train"]) + (["generate"] if args.generate or args.no_train else [])
+    specs = []
+    for mode in modes:
+        for config in configs:
+            for speakers in args.speakers:
+                if config.startswith("stock_") and speakers != args.speakers[0]:
+                    continue  # no speakers: once is enough
+                specs.append(dict(base, mode=mode, config=config, speakers=speakers))
+    return specs
+
+
+def _median(values: List[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def summarize(specs: List[Dict], results: List[List[Dict]], peak: List[float], args) -> List[Dict]:
+    rows = []
+    for spec, runs in zip(specs, results):
+        ok = [r for r in runs if "error" not in r]
+        row = {"mode": spec["mode"], "config": spec["config"], "speakers": spec["speakers"], "runs": ok,
+               "errors": [r["error"] for r in runs if "error" in r]}
+        key = "tokens_per_second" if spec["mode"] == "train" else "sentences_per_second"
+        values = [r[key] for r in ok]
+        row.update(median=_median(values), low=min(values, default=float("nan")),
+                   high=max(values, default=float("nan")))
+        if spec["mode"] == "train" and ok:
+            row["update_seconds"] = _median([r["update_seconds"] for r in ok])
+            row["flop_per_token"] = _median([r["flop_per_token"] for r in ok])
+            row["peak_fraction"] = row["median"] * row["flop_per_token"] / _median(peak) if peak else None
+        row["max_rss_bytes"] = max((r["max_rss_bytes"] for r in ok), default=None)
+        rows.append(row)
+    return rows
+
+
+def format_tables(rows: List[Dict], peak: List[float], args) -> str:
+    lines = []
+    device = "CUDA" if args.gpu else f"CPU, {args.threads} thread(s)"
+    e, h, a = args.sizes
+    lines.append(f"{device}; sizes {e}-{h}-{a}; V = {args.vocab:,}; batches of {args.batch} sentences; "
+                 f"median [min-max] of {args.repeats} interleaved run(s)")
+    if peak:
+        lines.append(f"machine's matrix-product rate (one sgemm): {_median(peak) / 1e9:.1f} GFLOP/s")
+    for mode, unit in (("train", "tokens/s"), ("generate", "sentences/s")):
+        part = [r for r in rows if r["mode"] == mode]
+        if not part:
+            continue
+        ref = next((r for r in part if r["config"].startswith("stock_")), None)
+        lines.append("")
+        lines.append("training, target tokens/s (words + </s>)" if mode == "train" else
+                     f"generation, beam 5, {args.gen_len}-word hypotheses, sentences/s")
+        header = f"  {'config':<24}{'speakers':>10}{unit:>13}{'spread':>20}{'vs stock':>10}"
+        if mode == "train":
+            header += f"{'ms/update':>11}{'MFLOP/tok':>11}{'of peak':>9}"
+        lines.append(header + f"{'max RSS':>10}")
+        for r in part:
+            if r["errors"] and not r["runs"]:
+                lines.append(f"  {r['config']:<24}{r['speakers']:>10,}  {r['errors'][0]}")
+                continue
+            ratio = f"{r['median'] / ref['median']:.2f}x" if ref and ref["runs"] else "-"
+            line = (f"  {r['config']:<24}{r['speakers']:>10,}{r['median']:>13,.1f}"
+                    f"{'[' + format(r['low'], ',.1f') + '-' + format(r['high'], ',.1f') + ']':>20}{ratio:>10}")
+            if mode == "train":
+                frac = f"{100 * r['peak_fraction']:.0f}%" if r.get("peak_fraction") else "-"
+                line += f"{1000 * r['update_seconds']:>11.1f}{r['flop_per_token'] / 1e6:>11.1f}{frac:>9}"
+            rss = f"{r['max_rss_bytes'] / 2 ** 30:.2f}G" if r["max_rss_bytes"] else "-"
+            lines.append(line + f"{rss:>10}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    args = build_parser().parse_args(argv)
+    if args.worker:
+        worker_main(args.worker)
+        return
+    specs = make_specs(args)
+    free = available_memory()
+    skipped = {}
+    for i, spec in enumerate(specs):
+        need = memory_estimate(spec["config"], spec["vocab"], spec["speakers"])
+        if free is not None and need > 0.8 * free:
+            skipped[i] = (f"skipped: its speaker table needs {need / 2 ** 30:.1f} GB in training "
+                          f"(weights, gradient, two Adam moments), {free / 2 ** 30:.1f} GB are available")
+    results: List[List[Dict]] = [[] for _ in specs]
+    peak: List[float] = []
+    base = specs[0] if specs else {}
+    for repeat in range(args.repeats):  # interleaved
+        peak.append(run_spec(dict(base, mode="peak")).get("flop_per_second", float("nan")))
+        for i, spec in enumerate(specs):
+            if i in skipped:
+                continue
+            print(f"[{repeat + 1}/{args.repeats}] {spec['mode']} {spec['config']} ({spec['speakers']:,} speakers)",
+                  file=sys.stderr, flush=True)
+            results[i].append(run_spec(spec))
+    for i, reason in skipped.items():
+        results[i] = [{"error": reason}]
+    rows = summarize(specs, results, peak, args)
+    print(format_tables(rows, peak, args))
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump({"args": vars(args), "peak_flop_per_second": peak, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,28 @@
+"""fairseq-speaker-benchmark at toy sizes: every configuration measured, the JSON complete, the impossible skipped."""
+
+import json
+
+from tests.cli import run
+
+TINY = ["--sizes", "8", "8", "8", "--vocab", "40", "--sentences", "120", "--warmup", "1", "--updates", "2",
+        "--repeats", "1", "--gen-sentences", "8", "--gen-batch", "4", "--gen-len", "4"]
+
+
+def test_benchmark_measures_ours_beside_stock_fairseq_and_skips_what_cannot_fit(tmp_path):
+    out = tmp_path / "bench.json"
+    proc = run("fairseq-speaker-benchmark", [*TINY, "--configs", "lstm_full_bias", "stock_lstm", "--generate",
+                                             "--speakers", "4", "1000000000", "--json", str(out)])
+    figures = json.loads(out.read_text())
+    assert figures["peak_flop_per_second"][0] > 1e8
+    rows = {(r["mode"], r["config"], r["speakers"]): r for r in figures["rows"]}
+    # stock fairseq has no speakers: measured once; the billion-speaker full table cannot fit in memory
+    assert set(rows) == {(m, c, s) for m in ("train", "generate") for c, s in
+                         [("lstm_full_bias", 4), ("lstm_full_bias", 1000000000), ("stock_lstm", 4)]}
+    for key in [("train", "lstm_full_bias", 4), ("train", "stock_lstm", 4)]:
+        row = rows[key]
+        assert not row["errors"] and row["median"] > 0 and row["flop_per_token"] > 0 and 0 < row["peak_fraction"]
+    for key in [("generate", "lstm_full_bias", 4), ("generate", "stock_lstm", 4)]:
+        assert not rows[key]["errors"] and rows[key]["median"] > 0
+    skipped = rows[("train", "lstm_full_bias", 1000000000)]
+    assert not skipped["runs"] and "GB in training" in skipped["errors"][0]
+    assert "vs stock" in proc.stdout and "skipped: its speaker table needs" in proc.stdout
