@@ -6,7 +6,7 @@ The file is UTF-8 (a byte-order mark at its start is ignored); lines end with
 ``\n`` or ``\r\n``. A label is the whole line, surrounding whitespace removed;
 it may contain inner spaces, but not be empty nor contain a tab or another
 control character (a lone ``\r``, for instance): such a line is an error that
-names the file and the line.
+names the file and the line. README.md ("File formats") states the rules in full.
 
 The speaker dictionary maps labels to the rows of the model's speaker
 parameters. It is built from the training labels, saved as ``dict.spk.txt``
@@ -15,6 +15,7 @@ checkpoint, so that a checkpoint maps a label to the same row whatever later
 happens to the files in the data directory.
 """
 
+import operator
 import os
 import unicodedata
 from collections import Counter
@@ -22,6 +23,7 @@ from typing import Dict, Iterable, List, Optional, Sequence
 
 import torch
 
+from fairseq_speaker.atomic_write import atomic_path
 from fairseq_speaker.errors import UserError
 
 #: id given to a speaker outside the dictionary who gets the mean of all speakers' biases
@@ -37,17 +39,46 @@ class SpeakerDataError(UserError):
 
 
 BOM = "\ufeff"
+#: Unicode categories refused in a label: control characters (tab, ``\r``, NUL, ...), line and paragraph
+#: separators, and surrogates (not text: UTF-8 cannot hold them)
+REFUSED_CATEGORIES = ("Cc", "Zl", "Zp", "Cs")
+#: the largest count of a ``dict.spk.txt`` line, in digits
+MAX_COUNT_DIGITS = 18
+
+
+def shown(text: str, limit: int = 60) -> str:
+    """``repr(text)`` for a message, cut after ``limit`` characters."""
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit]!r}... ({len(text)} characters)"
 
 
 def label_problem(label: str) -> Optional[str]:
     """Why ``label`` (already stripped) cannot be a speaker label, or None if it can."""
     if not label:
         return "empty speaker label"
-    bad = sorted({c for c in label if unicodedata.category(c) in ("Cc", "Zl", "Zp") or c == BOM})
+    bad = sorted({c for c in label if unicodedata.category(c) in REFUSED_CATEGORIES or c == BOM})
     if bad:
-        return (f"speaker label {label!r} contains {', '.join(repr(c) for c in bad)} "
+        listed = ", ".join(repr(c) for c in bad[:5]) + (", ..." if len(bad) > 5 else "")
+        return (f"speaker label {shown(label)} contains {listed} "
                 f"(tabs and control characters are not allowed in a label)")
     return None
+
+
+def _surrounding_whitespace(label: str) -> Optional[str]:
+    """The problem of a label that a speaker file would give back stripped, or None."""
+    return f"speaker label {shown(label)} with surrounding whitespace" if label != label.strip() else None
+
+
+def _sentence_count(count) -> Optional[int]:
+    """``count`` as an int if it is a whole number of sentences that ``dict.spk.txt`` can hold, else None."""
+    if isinstance(count, bool):
+        return None
+    try:
+        number = operator.index(count)  # ints, numpy's and torch's integers; not 3.0
+    except TypeError:
+        return None
+    return number if 0 <= number < 10 ** MAX_COUNT_DIGITS else None
 
 
 def _decode_lines(path: str):
@@ -55,7 +86,11 @@ def _decode_lines(path: str):
     reported), a byte-order mark at the start dropped."""
     if os.path.isdir(path):
         raise SpeakerDataError(f"{path} is a directory, not a file")
-    with open(path, "rb") as f:
+    try:
+        f = open(path, "rb")
+    except OSError as e:
+        raise SpeakerDataError(f"{path}: cannot be read ({e.strerror})") from None
+    with f:
         for lineno, raw in enumerate(f, start=1):
             try:
                 text = raw.decode("utf-8")
@@ -63,6 +98,8 @@ def _decode_lines(path: str):
                 raise SpeakerDataError(f"{path}:{lineno}: not valid UTF-8 ({e}); save the file as UTF-8") from None
             if lineno == 1 and text.startswith(BOM):
                 text = text[1:]
+                if not text:  # nothing but the byte-order mark: an empty file
+                    return
             if text.endswith("\n"):
                 text = text[:-1]
             if text.endswith("\r"):
@@ -142,12 +179,26 @@ class SpeakerDictionary:
 
     # -- files ---------------------------------------------------------------------------
     def save(self, path: str) -> None:
-        """Write ``label<TAB>count`` lines atomically: a reader never sees half a file."""
-        tmp = f"{path}.tmp{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as f:
-            for name, count in zip(self.names, self.counts):
-                f.write(f"{name}\t{count}\n")
-        os.replace(tmp, path)
+        """Write ``label<TAB>count`` lines atomically: a reader never sees half a file, and a save that
+        fails leaves the earlier file as it was.
+
+        Raises:
+            SpeakerDataError: a label that the file would not give back the same (see :func:`label_problem`;
+                surrounding whitespace), or a count that is not a number of sentences; nothing is written.
+        """
+        counts = []
+        for lineno, (name, count) in enumerate(zip(self.names, self.counts), start=1):
+            problem = label_problem(name) or _surrounding_whitespace(name)
+            number = _sentence_count(count)
+            if problem is None and number is None:
+                problem = f"count {count!r} of speaker {shown(name)} is not a number of sentences"
+            if problem:
+                raise SpeakerDataError(f"{path}:{lineno}: cannot be written: {problem}")
+            counts.append(number)
+        with atomic_path(path) as tmp:
+            with open(tmp, "w", encoding="utf-8", newline="\n") as f:
+                for name, count in zip(self.names, counts):
+                    f.write(f"{name}\t{count}\n")
 
     @classmethod
     def load(cls, path: str) -> "SpeakerDictionary":
@@ -156,14 +207,17 @@ class SpeakerDictionary:
         fix = "delete the file to rebuild it from the training speaker labels"
         for lineno, line in _decode_lines(path):
             name, sep, count = line.rpartition("\t")
-            if not sep or not name.strip() or not count.strip().isdigit():
-                raise SpeakerDataError(f"{path}:{lineno}: expected 'label<TAB>count', got {line!r}; {fix}")
-            problem = label_problem(name)
-            if problem or name != name.strip():
-                raise SpeakerDataError(f"{path}:{lineno}: {problem or 'speaker label with surrounding spaces'}; {fix}")
+            count = count.strip()
+            # ASCII digits only: str.isdigit also takes '²', which int() refuses, and '٣', which it reads as 3
+            if (not sep or not name.strip() or not count.isascii() or not count.isdigit()
+                    or len(count) > MAX_COUNT_DIGITS):
+                raise SpeakerDataError(f"{path}:{lineno}: expected 'label<TAB>count', got {shown(line)}; {fix}")
+            problem = label_problem(name) or _surrounding_whitespace(name)
+            if problem:
+                raise SpeakerDataError(f"{path}:{lineno}: {problem}; {fix}")
             if name in seen:
                 raise SpeakerDataError(
-                    f"{path}:{lineno}: speaker {name!r} already listed on line {seen[name]}; {fix}"
+                    f"{path}:{lineno}: speaker {shown(name)} already listed on line {seen[name]}; {fix}"
                 )
             seen[name] = lineno
             names.append(name)

@@ -148,3 +148,51 @@ def test_binary_dictionary_and_directory_name_the_path(tmp_path):
     os.makedirs(tmp_path / "train.spk")
     with pytest.raises(SpeakerDataError, match=r"train.spk is a directory"):
         read_speaker_file(str(tmp_path / "train.spk"))
+
+
+@pytest.mark.parametrize("count", ["\u00b2", "\u0663", "9" * 19, "9" * 5000])
+def test_a_count_is_ascii_digits_that_fit(tmp_path, count):
+    """'²' passed str.isdigit but not int(); '٣' was read as 3; 5000 digits exceed int()'s limit."""
+    path = write(tmp_path / "dict.spk.txt", f"ann\t{count}\n")
+    with pytest.raises(SpeakerDataError, match=r"dict.spk.txt:1: expected 'label<TAB>count'"):
+        SpeakerDictionary.load(path)
+
+
+@pytest.mark.parametrize("label,problem", [
+    ("x\t5\ny", "contains"),  # was written as two speakers, x and y
+    (" ann", "with surrounding whitespace"),
+    ("", "empty speaker label"),
+    ("a\ud800", "contains"),  # failed half-way through writing, leaving the temporary file
+])
+def test_save_refuses_a_label_that_would_not_read_back_the_same(tmp_path, label, problem):
+    path = write(tmp_path / "dict.spk.txt", "old\t1\n")
+    with pytest.raises(SpeakerDataError, match=rf"dict.spk.txt:2: cannot be written: .*{problem}"):
+        SpeakerDictionary(["bob", label], [2, 1]).save(path)
+    assert os.listdir(tmp_path) == ["dict.spk.txt"]
+    assert open(path, encoding="utf-8").read() == "old\t1\n"
+
+
+@pytest.mark.parametrize("count", [-1, 1.5, True, "3", None])
+def test_save_refuses_a_count_that_is_not_a_number_of_sentences(tmp_path, count):
+    with pytest.raises(SpeakerDataError, match=r"dict.spk.txt:1: cannot be written: count .* not a number"):
+        SpeakerDictionary(["ann"], [count]).save(str(tmp_path / "dict.spk.txt"))
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_file_holding_only_a_byte_order_mark_is_empty(tmp_path):
+    (tmp_path / "train.spk").write_bytes(b"\xef\xbb\xbf")
+    assert read_speaker_file(str(tmp_path / "train.spk")) == []
+    (tmp_path / "dict.spk.txt").write_bytes(b"\xef\xbb\xbf")
+    assert len(SpeakerDictionary.load(str(tmp_path / "dict.spk.txt"))) == 0
+
+
+def test_a_missing_dictionary_names_the_path(tmp_path):
+    with pytest.raises(SpeakerDataError, match=r"dict.spk.txt: cannot be read \(No such file"):
+        SpeakerDictionary.load(str(tmp_path / "dict.spk.txt"))
+
+
+def test_a_long_bad_label_is_cut_in_the_message(tmp_path):
+    path = write(tmp_path / "train.spk", "a" * 100_000 + "\x00\n")
+    with pytest.raises(SpeakerDataError, match=r"train.spk:1: speaker label 'a+'\.\.\. \(100001 characters\)") as e:
+        read_speaker_file(path)
+    assert len(str(e.value)) < 400
