@@ -2,7 +2,9 @@
 classifier, and what the speaker biases learned.
 
 Writes ``OUT/report.md`` with PNG plots beside it, ``OUT/scores.json`` and the
-trained classifier ``OUT/classifier.pt``.
+trained classifier ``OUT/classifier.pt``. Every input is checked before anything is
+written, and every file is written whole or not at all (an interrupted run leaves the
+earlier version, or none).
 
 Usage::
 
@@ -14,7 +16,6 @@ Usage::
 """
 
 import argparse
-import json
 import logging
 import os
 import sys
@@ -23,8 +24,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from fairseq_speaker.analysis.classifier import train_classifier
 from fairseq_speaker.analysis.inspect_bias import BiasInspection
 from fairseq_speaker.analysis.scores import SIGNIFICANCE, SystemScore, detokenize, read_hypotheses, score_systems
-from fairseq_speaker.data import read_speaker_file
-from fairseq_speaker.data import read_lines
+from fairseq_speaker.atomic_write import atomic_path, write_json, write_text
+from fairseq_speaker.data import read_lines, read_speaker_file
 
 logger = logging.getLogger("fairseq_speaker.report")
 
@@ -130,7 +131,8 @@ def plot_bars(accuracies: List[Tuple[str, float]], chance: float, path: str) -> 
     ax.legend(loc="upper right")
     plt.setp(ax.get_xticklabels(), rotation=20, ha="right")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=120)
     plt.close(fig)
 
 
@@ -150,7 +152,8 @@ def plot_projection(inspection: BiasInspection, highlight: List[str], path: str,
     ax.set_xlabel("first principal component")
     ax.set_ylabel("second principal component")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=120)
     plt.close(fig)
 
 
@@ -208,7 +211,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="a checkpoint whose speaker bias to inspect, of any variant with speaker parameters "
                        "or shared vocabulary vectors (repeat)")
     group.add_argument("--data", help="the data directory of the checkpoints (for the target dictionary)")
-    group.add_argument("--speaker", action="append", default=[], help="speakers to inspect (default: the most frequent)")
+    group.add_argument("--speaker", action="append", default=[],
+                       help="speakers to inspect (default: the most frequent)")
     group.add_argument("--inspect-speakers", type=int, default=3, help="how many speakers, without --speaker")
     group.add_argument("--top-words", type=int, default=10)
     group.add_argument("--user-dir", help="a package registering more speaker bias variants, as given to "
@@ -231,9 +235,14 @@ def main(argv=None) -> None:
         raise SystemExit("the speaker classifier needs --train-text, --train-speakers and --test-speakers")
     if checkpoints and not args.data:
         raise SystemExit("--checkpoint needs --data, the data directory with the target dictionary")
-    # checkpoints are read first, so that a wrong dictionary or speaker ends the run before the slow parts
+    # every input is read and checked before any work or output: a wrong dictionary, speaker or file
+    # ends the run before the slow parts, with nothing written
     inspections = [(name, load_inspection(name, path, args.data, args.speaker)) for name, path in checkpoints]
     references, outputs = read_systems(args.references, systems, args.lines)
+    if all(classifier_files):
+        train_text = read_lines(args.train_text)
+        train_speakers = read_speaker_file(args.train_speakers, len(train_text))
+        test_speakers = read_speaker_file(args.test_speakers, len(references))
     os.makedirs(args.out, exist_ok=True)
     baseline = args.baseline or systems[0][0]
     scored = ({n: detokenize(h, args.detok) for n, h in outputs.items()}, detokenize(references, args.detok)) \
@@ -248,12 +257,11 @@ def main(argv=None) -> None:
     results: Dict = {"scores": [s.__dict__ for s in scores], "signatures": signatures}
 
     if all(classifier_files):
-        train_text, test_speakers = read_lines(args.train_text), read_speaker_file(args.test_speakers, len(references))
-        train_speakers = read_speaker_file(args.train_speakers, len(train_text))
         _progress(f"training the speaker classifier on {len(train_text)} sentences, {args.classifier_epochs} epochs")
         classifier = train_classifier(train_text, train_speakers, epochs=args.classifier_epochs,
                                       batch_size=args.classifier_batch_size)
-        classifier.save(os.path.join(args.out, "classifier.pt"))
+        with atomic_path(os.path.join(args.out, "classifier.pt")) as tmp:
+            classifier.save(tmp)
         accuracies = [("references", classifier.accuracy(references, test_speakers))]
         accuracies += [(name, classifier.accuracy(hyps, test_speakers)) for name, hyps in outputs.items()]
         majority = max(test_speakers.count(s) for s in set(test_speakers)) / len(test_speakers)
@@ -274,10 +282,8 @@ def main(argv=None) -> None:
         report += inspection_section(name, inspection, figures, args.top_words, plot)
         results.setdefault("inspection", {})[name] = figures
 
-    with open(os.path.join(args.out, "report.md"), "w", encoding="utf-8") as f:
-        f.write("\n".join(report) + "\n")
-    with open(os.path.join(args.out, "scores.json"), "w", encoding="utf-8") as f:
-        json.dump(results, f, indent=2, ensure_ascii=False)
+    write_json(os.path.join(args.out, "scores.json"), results)
+    write_text(os.path.join(args.out, "report.md"), "\n".join(report) + "\n")  # last: the report is complete
     _progress(f"wrote {os.path.join(args.out, 'report.md')}")
 
 

@@ -2,10 +2,17 @@
 
 import json
 import os
+import resource
+import shutil
 import subprocess
 import sys
 
+import pytest
+
+from fairseq_speaker.analysis.report import main as report_main
 from tests.cli import generate_args, run
+
+REPORT = os.path.join(os.path.dirname(sys.executable), "fairseq-speaker-report")
 
 
 def test_report_has_every_section(toy, trained, tmp_path):
@@ -56,3 +63,52 @@ def test_report_refuses_half_given_classifier_inputs(toy, tmp_path):
     assert proc.returncode != 0
     assert "needs --train-text, --train-speakers and --test-speakers" in proc.stderr
     assert not (tmp_path / "r").exists()
+
+
+def files(folder):
+    return {p.name: p.read_bytes() for p in folder.iterdir()}
+
+
+@pytest.mark.parametrize("classifier", [False, True], ids=["scores", "classifier"])
+def test_an_interrupted_report_leaves_each_file_whole(toy, tmp_path, classifier):
+    """Writing fails (here: a file size limit) in the middle of each output in turn: every file under its
+    name stays the earlier, complete one; no temporary file is left."""
+    raw = toy["raw"]
+    hyp = tmp_path / "hyp.txt"
+    hyp.write_text("".join(reversed(open(f"{raw}/test.fr").readlines())))
+    options = ["--references", f"{raw}/test.fr", "--tokenize", "none", "--bootstrap", "20", "--system", f"x={hyp}"]
+    if classifier:
+        options += ["--train-text", f"{raw}/train.fr", "--train-speakers", f"{raw}/train.spk",
+                    "--test-speakers", f"{raw}/test.spk", "--classifier-epochs", "1"]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
+
+    def report(out, limit=None):
+        def set_limit():
+            resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+        return subprocess.run([REPORT, "--out", str(out), *options], env=env, preexec_fn=set_limit if limit else None,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    complete = tmp_path / "complete"
+    proc = report(complete)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    written = files(complete)
+    assert {"report.md", "scores.json"} <= set(written) and ("classifier.pt" in written) == classifier
+    sizes = sorted({len(content) for content in written.values()})
+    for size in sizes if not classifier else sizes[:1]:  # the classifier's run fails in its first file
+        out = tmp_path / f"limit{size}"
+        shutil.copytree(complete, out)
+        proc = report(out, limit=size - 1)
+        assert proc.returncode != 0, f"a limit of {size - 1} bytes did not stop the report"
+        assert files(out) == written
+
+
+def test_the_classifier_inputs_are_checked_before_anything_is_written(toy, tmp_path):
+    raw, out = toy["raw"], tmp_path / "out"
+    test_speakers = tmp_path / "test.spk"
+    test_speakers.write_text("".join(open(f"{raw}/test.spk").readlines()[:-1]))
+    with pytest.raises(ValueError, match=rf"{test_speakers}: 36 speaker labels but the text has 37 sentences"):
+        report_main(["--out", str(out), "--references", f"{raw}/test.fr", "--system", f"x={raw}/test.fr",
+                     "--train-text", f"{raw}/train.fr", "--train-speakers", f"{raw}/train.spk",
+                     "--test-speakers", str(test_speakers)])
+    assert not out.exists()
