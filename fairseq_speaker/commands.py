@@ -1,9 +1,12 @@
 """The stock fairseq command lines for speaker models: built in one place, run from recipes and demos."""
 
 import os
+import re
 import subprocess
 import sys
-from typing import Dict, List, Optional, Sequence
+import threading
+import time
+from typing import Callable, Dict, List, Optional, Sequence
 
 from fairseq_speaker import USER_DIR
 
@@ -51,8 +54,12 @@ def model_size_args(family_name: str, dim: int, hidden: int, layers: int = 1, he
 
 
 def run_fairseq(command: str, args: Sequence[str], log: str, threads: Optional[int] = None,
-                env: Optional[Dict[str, str]] = None) -> str:
+                env: Optional[Dict[str, str]] = None, progress: Optional[Callable[[str], None]] = print) -> str:
     """Run ``fairseq-<command> args``; return its standard output, keep both streams in ``log``.
+
+    The log is written as the command runs. For ``train``, ``progress`` (``print`` by default; None for
+    silence) gets a line at the end of every epoch: the epoch out of ``--max-epoch``, the training and
+    validation losses, the time so far and an estimate of the time left.
 
     Raises:
         SystemExit: the command failed; the message ends with the last lines it printed.
@@ -61,11 +68,73 @@ def run_fairseq(command: str, args: Sequence[str], log: str, threads: Optional[i
     if threads:
         env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     cmd = [sys.executable, "-m", f"fairseq_cli.{command}", *args]
-    proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     os.makedirs(os.path.dirname(os.path.abspath(log)), exist_ok=True)
+    tracker = EpochProgress(_max_epoch(args)) if command == "train" and progress is not None else None
+    stdout: List[str] = []
+    stderr: List[str] = []
     with open(log, "w", encoding="utf-8") as f:
-        f.write("$ fairseq-" + command + " " + " ".join(args) + "\n" + proc.stderr + proc.stdout)
+        f.write("$ fairseq-" + command + " " + " ".join(args) + "\n")
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        errors = threading.Thread(target=_collect, args=(proc.stderr, stderr, f))
+        errors.start()
+        for line in proc.stdout:  # fairseq logs to standard output
+            stdout.append(line)
+            f.write(line)
+            f.flush()
+            message = tracker.update(line) if tracker is not None else None
+            if message:
+                progress(message)
+        errors.join()
+        proc.wait()
     if proc.returncode != 0:
-        tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
+        tail = "\n".join("".join(stderr).strip().splitlines()[-15:])
         raise SystemExit(f"fairseq-{command} failed (exit {proc.returncode}); full log in {log}:\n{tail}")
-    return proc.stdout
+    return "".join(stdout)
+
+
+def _collect(stream, lines: List[str], log) -> None:
+    for line in stream:
+        lines.append(line)
+        log.write(line)
+
+
+def _max_epoch(args: Sequence[str]) -> Optional[int]:
+    args = list(args)
+    for i, arg in enumerate(args[:-1]):
+        if arg == "--max-epoch":
+            return int(args[i + 1]) or None
+    return None
+
+
+_SUMMARY = re.compile(r"\| (train|valid) \| epoch (\d+) .*?\| loss ([0-9.]+)")
+
+
+class EpochProgress:
+    """Reads fairseq-train's log lines and says, at the end of each epoch, where training stands."""
+
+    def __init__(self, max_epoch: Optional[int], clock: Callable[[], float] = time.monotonic):
+        self.max_epoch, self.clock = max_epoch, clock
+        self.start = clock()
+        self.train_loss: Optional[str] = None
+
+    def update(self, line: str) -> Optional[str]:
+        """A progress line when ``line`` closes an epoch (its validation, or its training without one)."""
+        match = _SUMMARY.search(line)
+        if match is None:
+            return None
+        split, epoch, loss = match.group(1), int(match.group(2)), match.group(3)
+        if split == "train":
+            self.train_loss = loss
+            return None
+        elapsed = self.clock() - self.start
+        total = f"/{self.max_epoch}" if self.max_epoch else ""
+        left = ""
+        if self.max_epoch and epoch < self.max_epoch:
+            left = f", about {_clock(elapsed / epoch * (self.max_epoch - epoch))} left"
+        train = f"train loss {self.train_loss}, " if self.train_loss else ""
+        return f"  epoch {epoch}{total}: {train}valid loss {loss} ({_clock(elapsed)} so far{left})"
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"

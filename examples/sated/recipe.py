@@ -27,7 +27,15 @@ scored the same way; there is no SGD pass.
 
 Results go to ``OUT/results.md`` (the layout of Table 3, the paper's numbers
 beside ours) and ``OUT/results.json``. ``--toy`` runs the same pipeline with
-tiny dimensions and one epoch a stage, on the CPU, in seconds.
+tiny dimensions and one epoch a stage (unless ``--max-epoch`` says otherwise),
+to try the pipeline: on SATED's size it still reads the whole corpus each epoch
+(the README gives the measured time).
+
+``OUT/recipe.json`` records the settings of the run and what it finished. Run
+again with the same settings, the recipe resumes: finished stages and scores
+are kept, an interrupted stage goes on from its last checkpoint. A folder used
+with other settings (another family, ``--toy`` or not, other data, ...) is
+refused, with what differs: give another ``--out`` or delete the folder.
 
 Usage::
 
@@ -36,15 +44,19 @@ Usage::
 """
 
 import argparse
+import hashlib
 import json
 import os
+import sys
 from typing import Dict, List
 
 from sacrebleu.metrics import BLEU
 
 from fairseq_speaker import commands
+from fairseq_speaker.atomic_write import write_json, write_text
 from fairseq_speaker.commands import run_fairseq
 from fairseq_speaker.data import read_lines
+from fairseq_speaker.errors import UserError
 from fairseq_speaker.generate_output import read_generate_output
 from fairseq_speaker.models import PAPER_SYSTEMS, paper_system_args
 
@@ -68,50 +80,151 @@ FIRST_STAGE = {
 }
 
 
-def stage(data: str, system: str, save_dir: str, args, options: List[str], extra: List[str]) -> None:
+#: the record of a run in its output folder: its settings, the stages it finished, the systems it scored
+RUN_FILE = "recipe.json"
+
+
+class RecipeError(UserError):
+    """A run that cannot go on as asked; the message says what to do."""
+
+
+def data_fingerprint(bin_dir: str) -> str:
+    """sha256 of the binarized text, the dictionaries and the speaker files of ``bin_dir`` (not of
+    ``dict.spk.txt``, which training writes there)."""
+    if not os.path.isdir(bin_dir):
+        raise RecipeError(f"{bin_dir} not found: --data must be an output folder of prepare.py")
+    digest = hashlib.sha256()
+    for name in sorted(os.listdir(bin_dir)):
+        if name.endswith((".bin", ".idx", ".spk")) or (name.startswith("dict.") and name != "dict.spk.txt"):
+            digest.update(name.encode("utf-8") + b"\0")
+            with open(os.path.join(bin_dir, name), "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    digest.update(block)
+    return digest.hexdigest()
+
+
+def run_settings(args) -> Dict:
+    """What a run's checkpoints depend on: a folder's run is resumed only under the same settings
+    (the systems to run and the device may change)."""
+    return {"data": data_fingerprint(os.path.join(args.data, "bin")), "pair": args.pair, "family": args.family,
+            "toy": args.toy, "max_epoch": args.max_epoch, "sgd_lr": args.sgd_lr, "seed": args.seed, "fp16": args.fp16}
+
+
+def _shown(value) -> str:
+    if value is None:
+        return "not given"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return str(value)
+
+
+def _difference(key: str, before, now) -> str:
+    if key == "data":
+        return "other data, the files of --data's bin/ differ"
+    return f"--{key.replace('_', '-')} {_shown(before)} then, {_shown(now)} now"
+
+
+def open_run(out: str, settings: Dict) -> Dict:
+    """The record of the run in ``out``: a new one in a new or empty folder, the earlier one if it has the same
+    settings. Any other folder is refused: its checkpoints would be resumed with other settings."""
+    path = os.path.join(out, RUN_FILE)
+    fix = f"give another --out (with run.sh, another WORK_DIR) or delete {out} to start again"
+    if os.path.exists(path):
+        try:
+            with open(path, encoding="utf-8") as f:
+                run = json.load(f)
+            before = run["settings"]
+            if not (isinstance(before, dict) and isinstance(run["finished"], list)
+                    and isinstance(run["results"], dict)):
+                raise ValueError("unexpected content")
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise RecipeError(f"{path} is not a readable record of a run ({type(e).__name__}: {e}); {fix}") from None
+        changed = [_difference(key, before.get(key), value) for key, value in settings.items()
+                   if before.get(key) != value]
+        if changed:
+            raise RecipeError(f"{out} holds a run with other settings ({'; '.join(changed)}): its checkpoints "
+                              f"cannot go on with these; {fix}")
+        print(f"resuming the run in {out} (same settings; finished stages are kept)", flush=True)
+        return run
+    if os.path.isdir(out) and os.listdir(out):
+        raise RecipeError(f"{out} is not empty but has no {RUN_FILE}, the record of a run's settings: its checkpoints, "
+                          f"if any, may be of other settings; {fix}")
+    os.makedirs(out, exist_ok=True)
+    run = {"settings": settings, "finished": [], "results": {}}
+    write_json(path, run)
+    return run
+
+
+def stage(data: str, system: str, save_dir: str, args, run: Dict, label: str, options: List[str],
+          restore: List[str], start_again: bool = False) -> bool:
+    """Train one stage into ``save_dir`` unless an earlier run of the same settings finished it (then return
+    False). An interrupted stage resumes from its last checkpoint instead of ``restore`` (options naming a
+    checkpoint to start from), unless ``start_again`` (the stage it starts from was trained again)."""
+    key = os.path.relpath(save_dir, args.out)
+    if start_again and key in run["finished"]:
+        run["finished"].remove(key)
+    if key in run["finished"] and os.path.exists(os.path.join(save_dir, "checkpoint_best.pt")):
+        print(f"[{system}] {label}: finished by an earlier run, kept", flush=True)
+        return False
+    if not start_again and os.path.exists(os.path.join(save_dir, "checkpoint_last.pt")):
+        print(f"[{system}] {label}: resuming from {save_dir}/checkpoint_last.pt", flush=True)
+        restore = []
+    else:
+        print(f"[{system}] {label}", flush=True)
     common = commands.train_args(
         data, save_dir, paper_system_args(system, args.family), *options,
         "--patience", "3", "--no-epoch-checkpoints", "--seed", str(args.seed),
-        "--log-format", "simple", "--log-interval", "100", *extra,
+        "--log-format", "simple", "--log-interval", "100", *restore,
     )
     if args.fp16:
         common.append("--fp16")
     if args.toy:
-        common += TOY[args.family] + ["--speaker-rank", "3", "--max-epoch", "1"]
-    elif args.max_epoch:
-        common += ["--max-epoch", str(args.max_epoch)]
+        common += TOY[args.family] + ["--speaker-rank", "3"]
+    max_epoch = args.max_epoch or (1 if args.toy else None)
+    if max_epoch:
+        common += ["--max-epoch", str(max_epoch)]
     run_fairseq("train", common, f"{save_dir}.log", env=args.env)
+    if key not in run["finished"]:
+        run["finished"].append(key)
+    write_json(os.path.join(args.out, RUN_FILE), run)
+    return True
 
 
-def run_system(system: str, args) -> Dict:
+def run_system(system: str, args, run: Dict) -> Dict:
     data, out = os.path.join(args.data, "bin"), os.path.join(args.out, system)
     first, sgd = os.path.join(out, "adam"), os.path.join(out, "sgd")
-    print(f"[{system}] Adam", flush=True)
-    stage(data, system, first, args, FIRST_STAGE[args.family], [])
+    trained = stage(data, system, first, args, run, "Adam", FIRST_STAGE[args.family], [])
     best = os.path.join(first, "checkpoint_best.pt")
     if args.family == "lstm":
-        print(f"[{system}] SGD tuning from the best Adam model", flush=True)
-        stage(data, system, sgd, args, [
-            "--optimizer", "sgd", "--lr", str(args.sgd_lr), "--clip-norm", "0.1", "--batch-size", "32",
-            "--required-batch-size-multiple", "1", "--lr-scheduler", "restart_from_best", "--lr-shrink", "0.5",
-        ], ["--restore-file", best, "--reset-optimizer", "--reset-lr-scheduler", "--reset-dataloader",
-            "--reset-meters"])
+        sgd_options = ["--optimizer", "sgd", "--lr", str(args.sgd_lr), "--clip-norm", "0.1", "--batch-size", "32",
+                       "--required-batch-size-multiple", "1", "--lr-scheduler", "restart_from_best", "--lr-shrink",
+                       "0.5"]
+        restore = ["--restore-file", best, "--reset-optimizer", "--reset-lr-scheduler", "--reset-dataloader",
+                   "--reset-meters"]
+        trained |= stage(data, system, sgd, args, run, "SGD tuning from the best Adam model", sgd_options, restore,
+                         start_again=trained)
         best = os.path.join(sgd, "checkpoint_best.pt")
+    hyp_path = os.path.join(out, "test.hyp")
+    if not trained and system in run["results"] and os.path.exists(hyp_path):
+        row = run["results"][system]
+        print(f"[{system}] test BLEU {row['bleu']:.2f} (scored by an earlier run)", flush=True)
+        return row
     print(f"[{system}] decoding the test set (beam 5)", flush=True)
     output = run_fairseq("generate", commands.generate_args(
         data, best, "--gen-subset", "test", "--beam", "5", "--batch-size", "64", *(["--fp16"] if args.fp16 else []),
     ), os.path.join(out, "generate.log"), env=args.env)
-    with open(os.path.join(out, "test.generate"), "w", encoding="utf-8") as f:
-        f.write(output)
+    write_text(os.path.join(out, "test.generate"), output)
     hypotheses = read_generate_output(output, source=os.path.join(out, "test.generate"))
-    with open(os.path.join(out, "test.hyp"), "w", encoding="utf-8") as f:
-        f.writelines(h + "\n" for h in hypotheses)
+    write_text(hyp_path, "".join(h + "\n" for h in hypotheses))
     references = read_lines(os.path.join(args.data, "text", f"test.{args.pair.split('-')[1]}"))
     metric = BLEU(tokenize="none", force=True)
     bleu = metric.corpus_score(hypotheses, [references])
     print(f"[{system}] test BLEU {bleu.score:.2f}", flush=True)
     # sacrebleu's signature (nrefs:1|case:mixed|...|tok:none|...|version:...), which says how BLEU was computed
-    return {"system": system, "bleu": round(bleu.score, 2), "signature": str(metric.get_signature())}
+    row = {"system": system, "bleu": round(bleu.score, 2), "signature": str(metric.get_signature())}
+    run["results"][system] = row
+    write_json(os.path.join(args.out, RUN_FILE), run)
+    return row
 
 
 def table(rows: List[Dict], pair: str) -> str:
@@ -135,9 +248,13 @@ def main(argv=None) -> None:
     parser.add_argument("--cpu", action="store_true", help="train on the CPU even if a GPU is visible")
     parser.add_argument("--fp16", action="store_true", help="half-precision training and decoding (GPU)")
     parser.add_argument("--sgd-lr", type=float, default=1.0, help="learning rate of the SGD tuning pass")
-    parser.add_argument("--max-epoch", type=int, help="cap the epochs of each stage")
+    parser.add_argument("--max-epoch", type=int, help="cap the epochs of each stage (with --toy too)")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--toy", action="store_true", help="tiny dimensions, one epoch a stage (for tests)")
+    parser.add_argument("--toy", action="store_true",
+                        help="try the pipeline with tiny models: the family's sizes become 16-dim embeddings (LSTM: "
+                        "16 units; Transformer: one layer a side, 2 heads, feed-forward 32) and --speaker-rank 3, "
+                        "and each stage runs one epoch unless --max-epoch is given; the data, optimizers, schedules "
+                        "and decoding are those of a real run")
     args = parser.parse_args(argv)
     args.env = {}
     if args.gpu is not None:
@@ -145,13 +262,15 @@ def main(argv=None) -> None:
     if args.cpu:
         args.env["CUDA_VISIBLE_DEVICES"] = ""
 
-    os.makedirs(args.out, exist_ok=True)
-    rows = [run_system(system, args) for system in args.systems]
+    try:
+        run = open_run(args.out, run_settings(args))
+    except RecipeError as e:
+        sys.exit(f"recipe.py: error: {e}")
+    rows = [run_system(system, args, run) for system in args.systems]
     text = table(rows, args.pair)
-    with open(os.path.join(args.out, "results.md"), "w", encoding="utf-8") as f:
-        f.write(text + "\n")
-    with open(os.path.join(args.out, "results.json"), "w", encoding="utf-8") as f:
-        json.dump({"pair": args.pair, "family": args.family, "toy": args.toy, "systems": rows}, f, indent=2)
+    write_text(os.path.join(args.out, "results.md"), text + "\n")
+    write_json(os.path.join(args.out, "results.json"),
+               {"pair": args.pair, "family": args.family, "toy": args.toy, "systems": rows})
     print(text)
 
 

@@ -177,9 +177,17 @@ class SpeakerTranslationTask(TranslationTask):
 
     # -- datasets -------------------------------------------------------------------------
     def _speaker_path(self, data_path: str, split: str) -> str:
+        """``{split}.{suffix}``; for fairseq's validation split (``valid``, ``valid1``, ...) without one,
+        the same file under SATED's name for it (``dev.{suffix}``, ``dev1.{suffix}``) if there is one."""
         if self.cfg.speaker_file and split != self.cfg.train_subset:
             return self.cfg.speaker_file
-        return os.path.join(data_path, f"{split}.{self.cfg.speaker_suffix}")
+        path = os.path.join(data_path, f"{split}.{self.cfg.speaker_suffix}")
+        dev = _dev_name(split)
+        if dev and not os.path.exists(path):
+            dev_path = os.path.join(data_path, f"{dev}.{self.cfg.speaker_suffix}")
+            if os.path.exists(dev_path):
+                return dev_path
+        return path
 
     def _num_sentences(self, data_path: str, split: str) -> Optional[int]:
         src, tgt = self.cfg.source_lang, self.cfg.target_lang
@@ -194,13 +202,16 @@ class SpeakerTranslationTask(TranslationTask):
         path = self._speaker_path(data_path, split)
         if num_sentences is None:
             num_sentences = self._num_sentences(data_path, split)
-        hint = (
-            f"; put one speaker label per sentence of the {split} split there "
-            f"(e.g. cp raw/{split}.{self.cfg.speaker_suffix} {data_path}/)"
-        )
+        suffix, dev = self.cfg.speaker_suffix, _dev_name(split)
+        if dev and os.path.basename(path) == f"{dev}.{suffix}" and path != self.cfg.speaker_file:
+            logger.info(f"{split}: no {split}.{suffix}, speaker labels read from {path} (SATED's name for the split)")
+        hint = f"; put one speaker label per sentence of the {split} split there"
+        if dev:
+            hint += f" or in {data_path}/{dev}.{suffix} (SATED's name for that split)"
+        hint += f" (e.g. cp raw/{split}.{suffix} {data_path}/)"
         if split != self.cfg.train_subset:
             hint += " or pass --speaker-file"
-        if self.cfg.speaker_suffix == "spk":
+        if suffix == "spk":
             hint += "; SATED's .usr files are read with --speaker-suffix usr"
         return read_speaker_file(path, num_sentences, hint=hint)
 
@@ -345,6 +356,11 @@ class SpeakerTranslationTask(TranslationTask):
         return self.speaker_dictionary.encode(labels, self.cfg.unknown_speaker, source="--speaker").to(
             src_tokens.device
         )
+
+
+def _dev_name(split: str) -> Optional[str]:
+    """SATED's name for a fairseq validation split (``valid`` -> ``dev``, ``valid1`` -> ``dev1``), or None."""
+    return "dev" + split[len("valid"):] if split.startswith("valid") else None
 
 
 def _strip_first_token(hypo: dict) -> None:

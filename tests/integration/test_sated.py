@@ -1,5 +1,6 @@
 """SATED preparation on a hand-written fixture, and the per-pair recipes at toy scale through the real CLIs."""
 
+import glob
 import json
 import os
 import shutil
@@ -10,6 +11,7 @@ import pytest
 import torch
 
 from fairseq_speaker.data import SpeakerDictionary
+from tests.cli import run, train_args
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SATED = os.path.join(ROOT, "examples", "sated")
@@ -114,10 +116,126 @@ def test_misaligned_input_is_refused_and_nothing_is_replaced(tmp_path):
     assert f"{corpus}/train.usr: 25 speaker labels but the text has 24 sentences" in proc.stderr
     assert (out / "precious.txt").read_text() == "keep me"
     # a folder that is not an earlier output is never deleted
-    (corpus / "train.usr").write_text("".join(lines(os.path.join(FIXTURE, "en-fr", "train.usr"))[i] + "\n" for i in range(24)))
+    labels = lines(os.path.join(FIXTURE, "en-fr", "train.usr"))
+    (corpus / "train.usr").write_text("".join(labels[i] + "\n" for i in range(24)))
     proc = prepare("--input", str(corpus), "--src", "en", "--tgt", "fr", "--out", str(out))
     assert proc.returncode != 0 and "is not an earlier output of prepare.py" in proc.stderr
     assert (out / "precious.txt").exists()
+
+
+def test_the_manual_flow_reads_sateds_dev_speakers_for_the_valid_split(tmp_path):
+    """fairseq-preprocess names SATED's dev split valid; its speaker file keeps SATED's name, dev.usr."""
+    corpus, data = os.path.join(FIXTURE, "en-fr"), str(tmp_path / "bin")
+    run("preprocess", ["--source-lang", "en", "--target-lang", "fr", "--trainpref", f"{corpus}/train",
+                       "--validpref", f"{corpus}/dev", "--testpref", f"{corpus}/test", "--destdir", data,
+                       "--workers", "1"])
+    for path in glob.glob(os.path.join(corpus, "*.usr")):
+        shutil.copy(path, data)
+    args = train_args(data, str(tmp_path / "ckpt"), "lstm_fact_bias", "--max-epoch", "1", "--speaker-suffix", "usr")
+    proc = run("train", args)
+    assert f"valid: no valid.usr, speaker labels read from {data}/dev.usr" in proc.stderr + proc.stdout
+    assert os.path.exists(tmp_path / "ckpt" / "checkpoint_best.pt")
+
+    os.remove(os.path.join(data, "dev.usr"))
+    proc = run("train", args, check=False)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith(
+        f"error: speaker file not found: expected {data}/valid.usr; put one speaker label per sentence of the "
+        f"valid split there or in {data}/dev.usr (SATED's name for that split)")
+
+
+def recipe(*options):
+    return subprocess.run([sys.executable, os.path.join(SATED, "recipe.py"), *options], env=ENV,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.fixture(scope="module")
+def toy_run(prepared, tmp_path_factory):
+    """The base system trained by the recipe at toy sizes, two epochs a stage."""
+    data, _ = prepared
+    out = tmp_path_factory.mktemp("recipe") / "runs"
+    options = ["--data", data, "--pair", "en-fr", "--out", str(out), "--systems", "base", "--toy", "--max-epoch", "2"]
+    proc = recipe(*options)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out, options
+
+
+def test_toy_runs_the_epochs_max_epoch_asks_for(toy_run):
+    out, _ = toy_run
+    for stage in ("adam", "sgd"):
+        log = (out / "base" / f"{stage}.log").read_text()
+        assert "--max-epoch 2" in log.splitlines()[0] and "--max-epoch 1" not in log.splitlines()[0]
+        assert "end of epoch 2 " in log and "end of epoch 3 " not in log
+
+
+def stamps(folder):
+    return {str(p): p.stat().st_mtime_ns for p in folder.rglob("*")}
+
+
+def test_a_folder_run_with_other_settings_is_refused_saying_what_differs(toy_run, prepared, tmp_path):
+    out, _ = toy_run
+    before = stamps(out)
+    other = tmp_path / "other"
+    shutil.copytree(prepared[0], other)
+    with open(other / "bin" / "train.spk", "a", encoding="utf-8") as f:
+        f.write("talk_1\n")
+    common = ["--pair", "en-fr", "--out", str(out), "--systems", "base"]
+    cases = [
+        (["--data", prepared[0], "--toy", "--max-epoch", "2", "--family", "transformer"],
+         "--family lstm then, transformer now"),
+        (["--data", prepared[0], "--toy"], "--max-epoch 2 then, not given now"),
+        (["--data", prepared[0], "--max-epoch", "2"], "--toy on then, off now"),
+        (["--data", str(other), "--toy", "--max-epoch", "2"], "other data, the files of --data's bin/ differ"),
+    ]
+    for options, difference in cases:
+        proc = recipe(*common, *options)
+        assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+        message = proc.stderr.strip().splitlines()[-1]
+        assert message.startswith(f"recipe.py: error: {out} holds a run with other settings ("), message
+        assert difference in message, message
+        assert message.endswith(f"give another --out (with run.sh, another WORK_DIR) or delete {out} to start again")
+    assert stamps(out) == before  # nothing trained, nothing written
+
+
+def test_a_used_folder_without_the_record_of_a_run_is_refused(prepared, tmp_path):
+    out = tmp_path / "runs"
+    (out / "base" / "adam").mkdir(parents=True)
+    (out / "base" / "adam" / "checkpoint_last.pt").write_bytes(b"a checkpoint of unknown settings")
+    proc = recipe("--data", prepared[0], "--pair", "en-fr", "--out", str(out), "--systems", "base", "--toy")
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    message = proc.stderr.strip().splitlines()[-1]
+    assert message.startswith(f"recipe.py: error: {out} is not empty but has no recipe.json"), message
+    assert message.endswith(f"or delete {out} to start again")
+    assert (out / "base" / "adam" / "checkpoint_last.pt").read_bytes() == b"a checkpoint of unknown settings"
+
+
+def test_the_same_settings_resume_the_run(toy_run, tmp_path):
+    out, options = toy_run
+    copy = tmp_path / "runs"
+    shutil.copytree(out, copy)
+    options = [str(copy) if o == str(out) else o for o in options]
+    checkpoints = {p: p.stat().st_mtime_ns for p in copy.rglob("*.pt")}
+    results = json.load(open(copy / "results.json"))
+
+    proc = recipe(*options)  # everything was finished: nothing is trained or decoded again
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "[base] Adam: finished by an earlier run, kept" in proc.stdout
+    assert "[base] SGD tuning from the best Adam model: finished by an earlier run, kept" in proc.stdout
+    assert "(scored by an earlier run)" in proc.stdout
+    assert {p: p.stat().st_mtime_ns for p in copy.rglob("*.pt")} == checkpoints
+    assert json.load(open(copy / "results.json")) == results
+
+    # a stage that did not finish goes on from its own last checkpoint, not from the Adam model
+    record = json.load(open(copy / "recipe.json"))
+    record["finished"].remove("base/sgd")
+    (copy / "recipe.json").write_text(json.dumps(record))
+    proc = recipe(*options)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"SGD tuning from the best Adam model: resuming from {copy}/base/sgd/checkpoint_last.pt" in proc.stdout
+    log = (copy / "base" / "sgd.log").read_text()
+    assert "--restore-file" not in log.splitlines()[0]
+    assert f"Loaded checkpoint {copy}/base/sgd/checkpoint_last.pt" in log
+    assert "base/sgd" in json.load(open(copy / "recipe.json"))["finished"]
 
 
 def run_recipe(pair, work, *options):
