@@ -10,16 +10,23 @@ belong to speakers and those shared), what one more speaker costs, and every
 registered variant side by side at the same number of speakers and words.
 Options a variant needs and the command line does not give (topic's
 ``--topic-model``) come from the variant's small example (``example_options``),
-and the report says so.
+and the report says so. Then the memory of training it, in bytes
+(:mod:`fairseq_speaker.analysis.training_memory`): with fairseq-train's
+``--optimizer``, ``--lr-scheduler``, ``--fp16`` / ``--memory-efficient-fp16``, for
+the shared network, for one more speaker, at more speakers and against a
+``--memory-budget``.
 
 Usage::
 
     fairseq-speaker-params --data bin --arch lstm_fact_bias
     fairseq-speaker-params --src-vocab 40000 --tgt-vocab 40000 --speakers 1887 --arch transformer_fact_bias
+    fairseq-speaker-params --tgt-vocab 40000 --speakers 1000000 --arch lstm_full_bias --memory-budget 80GB
 """
 
 import argparse
+import logging
 import os
+import sys
 import tempfile
 from dataclasses import dataclass, field, fields
 from types import SimpleNamespace
@@ -29,6 +36,10 @@ import torch
 from fairseq import options
 from fairseq.data import Dictionary, data_utils
 from fairseq.models import ARCH_MODEL_NAME_REGISTRY, ARCH_MODEL_REGISTRY
+from fairseq.optim.lr_scheduler import LR_SCHEDULER_REGISTRY
+from torch import nn
+
+from fairseq_speaker.analysis.training_memory import OPTIMIZER_STATE, format_memory, parse_size, training_memory
 
 from fairseq_speaker.data import SpeakerDictionary, read_speaker_file
 from fairseq_speaker.models import speaker_presets
@@ -147,13 +158,23 @@ def _variant_label(bias: SpeakerBias, name: str) -> str:
     return f"{name} = {parts}" if parts and parts != name else name
 
 
-def count_parameters(src_vocab: Union[int, Dictionary], tgt_vocab: Union[int, Dictionary], num_speakers: int,
-                     arch: str = "lstm_fact_bias", model_args: Sequence[str] = ()) -> Accounting:
-    """Build ``arch`` on the meta device and count its parameters by component.
+@dataclass
+class MetaModel:
+    """A model built on the meta device, with the options it was built with."""
+
+    model: nn.Module
+    args: argparse.Namespace  # fairseq-train's options
+    filled: Dict[str, object]  # options taken from the variants' examples
+    vocab_size: int
+
+
+def build_meta_model(src_vocab: Union[int, Dictionary], tgt_vocab: Union[int, Dictionary], num_speakers: int,
+                     arch: str = "lstm_fact_bias", model_args: Sequence[str] = ()) -> MetaModel:
+    """``arch`` as fairseq-train builds it with the flags ``model_args``, on the meta device (nothing allocated).
 
     ``src_vocab`` / ``tgt_vocab``: vocabulary sizes (fairseq's 4 special symbols included) or the
     dictionaries themselves. ``model_args`` are fairseq-train flags (``--speaker-rank 4``,
-    ``--encoder-layers 3``, ``--speaker-bias simplex``); the rest keep the preset's defaults.
+    ``--encoder-layers 3``, ``--speaker-bias simplex``, ``--optimizer sgd``); the rest keep the preset's defaults.
     """
     task = SimpleNamespace(
         source_dictionary=_dictionary(src_vocab),
@@ -164,6 +185,18 @@ def count_parameters(src_vocab: Union[int, Dictionary], tgt_vocab: Union[int, Di
         args, filled = with_examples(model_options(arch, model_args), arch, workdir, task.source_dictionary)
         with torch.device("meta"):
             model = ARCH_MODEL_REGISTRY[arch].build_model(args, task)
+    return MetaModel(model, args, filled, len(task.target_dictionary))
+
+
+def count_parameters(src_vocab: Union[int, Dictionary], tgt_vocab: Union[int, Dictionary], num_speakers: int,
+                     arch: str = "lstm_fact_bias", model_args: Sequence[str] = ()) -> Accounting:
+    """Build ``arch`` on the meta device (:func:`build_meta_model`) and count its parameters by component."""
+    return accounting_of(build_meta_model(src_vocab, tgt_vocab, num_speakers, arch, model_args), arch)
+
+
+def accounting_of(built: MetaModel, arch: str) -> Accounting:
+    """The parameters of a model by component."""
+    model, args = built.model, built.args
     labels = LABELS.get(ARCH_MODEL_NAME_REGISTRY[arch], {})
     components: Dict[str, int] = {label: 0 for label in labels.values()}  # in the paper's order
     for name, p in model.named_parameters():  # named_parameters yields a tied parameter once
@@ -172,8 +205,8 @@ def count_parameters(src_vocab: Union[int, Dictionary], tgt_vocab: Union[int, Di
     components = {label: n for label, n in components.items() if n}
     bias = model.decoder.speaker_bias
     total = sum(p.numel() for p in model.parameters())
-    cost = variant_cost(bias, args.speaker_bias, _options_read(bias, filled))
-    return Accounting(arch, components, total, cost, len(task.target_dictionary))
+    cost = variant_cost(bias, args.speaker_bias, _options_read(bias, built.filled))
+    return Accounting(arch, components, total, cost, built.vocab_size)
 
 
 def compare_variants(tgt_vocab: Union[int, Dictionary], num_speakers: int, arch: str = "lstm_base",
@@ -242,7 +275,8 @@ def format_report(acc: Accounting, variants: List[VariantCost]) -> str:
         _row("  of which shared by all speakers", cost.shared),
         "",
         f"one more speaker, for V = {acc.vocab_size:,} target words: {cost.per_speaker:,} parameters = "
-        f"{cost.per_speaker * BYTES_PER_PARAMETER:,} bytes ({100 * cost.per_speaker / acc.base:.5f}% of the base model)",
+        f"{cost.per_speaker * BYTES_PER_PARAMETER:,} bytes "
+        f"({100 * cost.per_speaker / acc.base:.5f}% of the base model)",
         "",
         f"every variant for {cost.num_speakers:,} speakers and V = {acc.vocab_size:,}, with the options given "
         f"(savings against the largest variant not made of others):",
@@ -260,19 +294,33 @@ def format_report(acc: Accounting, variants: List[VariantCost]) -> str:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     epilog="Any other flag is a model flag of fairseq-train (--encoder-layers 3, "
-                                            "--speaker-bias simplex, --speaker-rank 4, ...).")
+    epilog = ("Any other flag is a flag of fairseq-train: of the model (--encoder-layers 3, --speaker-bias simplex, "
+              "--speaker-rank 4, ...) or of training (--momentum 0.9, --bf16, --fp16-no-flatten-grads, "
+              "--no-save-optimizer-state, ...).")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=epilog)
     parser.add_argument("--data", help="a data directory binarized by fairseq-preprocess, with speaker files")
     parser.add_argument("--source-lang")
     parser.add_argument("--target-lang")
     parser.add_argument("--speaker-suffix", default="spk")
-    parser.add_argument("--src-vocab", type=int, help="source vocabulary size, without --data")
+    parser.add_argument("--src-vocab", type=int, help="source vocabulary size, without --data (default: --tgt-vocab)")
     parser.add_argument("--tgt-vocab", type=int, help="target vocabulary size, without --data")
-    parser.add_argument("--speakers", type=int, help="number of speakers, without --data")
+    parser.add_argument("--speakers", type=int, nargs="+", metavar="S",
+                        help="number of speakers, without --data; more numbers add rows to the memory table "
+                             "(with --data, they only add rows)")
     parser.add_argument("--arch", default="lstm_fact_bias", choices=speaker_presets())
     parser.add_argument("--user-dir", help="a package registering more speaker bias variants (fairseq's --user-dir)")
+    training = parser.add_argument_group("training memory (fairseq-train's options; the defaults are the paper's "
+                                         "recipe)")
+    training.add_argument("--optimizer", default="adam", choices=sorted(OPTIMIZER_STATE))
+    training.add_argument("--lr-scheduler", default="restart_from_best", choices=sorted(LR_SCHEDULER_REGISTRY))
+    training.add_argument("--fp16", action="store_true", help="fairseq's FP16Optimizer: fp16 weights and gradients "
+                          "plus an fp32 master copy of both")
+    training.add_argument("--memory-efficient-fp16", action="store_true",
+                          help="fp16 weights and gradients, no fp32 copy (fairseq's MemoryEfficientFP16Optimizer)")
+    training.add_argument("--memory-budget", type=parse_size, metavar="SIZE",
+                          help="bytes available for training (80GB, 16GiB): whether it fits, how many speakers would")
     args, model_args = parser.parse_known_args(argv)
+    logging.basicConfig(format="%(message)s", level=logging.WARNING, stream=sys.stderr, force=True)
     if args.user_dir:
         from fairseq import utils
 
@@ -281,16 +329,25 @@ def main(argv=None) -> None:
     if args.data:
         src, tgt, speakers = dictionaries_from_data(args.data, args.source_lang, args.target_lang,
                                                     args.speaker_suffix)
-    elif args.src_vocab and args.tgt_vocab and args.speakers:
-        src, tgt, speakers = args.src_vocab, args.tgt_vocab, args.speakers
+        more = args.speakers or []
+    elif args.tgt_vocab and args.speakers:
+        src, tgt, speakers = args.src_vocab or args.tgt_vocab, args.tgt_vocab, args.speakers[0]
+        more = args.speakers[1:]
     else:
-        parser.error("give --data, or --src-vocab, --tgt-vocab and --speakers")
+        parser.error("give --data, or --tgt-vocab and --speakers (and --src-vocab if it differs)")
+    model_args = [*model_args, "--optimizer", args.optimizer, "--lr-scheduler", args.lr_scheduler]
+    precision = {"--fp16": args.fp16, "--memory-efficient-fp16": args.memory_efficient_fp16}
+    model_args += [flag for flag, given in precision.items() if given]
     try:
-        accounting = count_parameters(src, tgt, speakers, args.arch, model_args)
+        built = build_meta_model(src, tgt, speakers, args.arch, model_args)
+        accounting = accounting_of(built, args.arch)
+        memory = training_memory(built.model, built.args)
         variants = compare_variants(tgt, speakers, args.arch, model_args)
     except ValueError as e:  # an unknown variant, a file that does not fit the data: the variant's own message
         parser.error(str(e))
     print(format_report(accounting, variants))
+    print()
+    print(format_memory(memory, more, args.memory_budget))
 
 
 if __name__ == "__main__":
