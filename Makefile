@@ -1,6 +1,6 @@
 # Set up a virtual environment and run the demo or the tests.
 #   make demo              toy corpus -> train lstm_base, lstm_fact_bias, transformer_fact_bias -> BLEU / speaker-word table
-#   make test              unit and integration tests (about 11 minutes on 2 cores)
+#   make test              unit and integration tests (about 5 minutes on 2 cores)
 #   make test-slow         the slow tier: trains on the toy corpus and checks that the biases learn
 # torch is installed first, pinned, so that no CUDA build is pulled on a CPU machine;
 # choose another with e.g. `make test TORCH="torch==2.6.0 --index-url https://download.pytorch.org/whl/cu124"`.
@@ -28,7 +28,7 @@ demo: install
 	$(BIN)/fairseq-speaker-demo --workdir demo-work
 
 test: install
-	$(TEST_ENV) $(BIN)/python -m pytest -n 2 tests
+	$(TEST_ENV) $(BIN)/python -m pytest -n 2 --dist worksteal tests
 
 test-slow: install
 	$(BIN)/python -m pytest -m slow tests
