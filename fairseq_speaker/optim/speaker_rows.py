@@ -31,10 +31,12 @@ variant that its lookups may now give row-sparse gradients.
 
 import logging
 import weakref
+from collections import defaultdict
 from typing import Optional
 
 import torch
 from fairseq import utils as fairseq_utils
+from fairseq.optim.fairseq_optimizer import FairseqOptimizer
 from torch import Tensor
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
@@ -202,5 +204,23 @@ def clip_grad_norm_(params, max_norm, aggregate_norm_fn=None) -> Tensor:
     return total
 
 
+def multiply_grads(self, c) -> None:
+    """``FairseqOptimizer.multiply_grads`` that also scales row-sparse gradients. fairseq's own
+    ``p.grad.data.mul_(c)`` scales a detached alias of a sparse gradient and leaves the gradient itself as
+    it was: the speaker rows' gradients would stay unnormalized (not divided by the batch's tokens),
+    dominate the gradient norm and shrink every other gradient under ``--clip-norm``."""
+    dense = defaultdict(list)
+    for p in self.params:
+        if p.grad is None:
+            continue
+        if p.grad.is_sparse:
+            p.grad.mul_(c.to(p.grad.device) if torch.is_tensor(c) else c)
+        else:
+            dense[(p.grad.device, p.grad.dtype)].append(p.grad)
+    for (device, _), grads in dense.items():
+        torch._foreach_mul_(grads, c.to(device) if torch.is_tensor(c) else c)
+
+
+FairseqOptimizer.multiply_grads = multiply_grads
 fairseq_utils.clip_grad_norm_ = clip_grad_norm_
 _handle = register_optimizer_step_pre_hook(_step_pre_hook)

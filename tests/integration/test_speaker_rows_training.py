@@ -46,3 +46,24 @@ def test_dense_updates_on_request(toy, tmp_path):
     assert "row-sparse" not in out.stdout + out.stderr
     _, table = _table_state(os.path.join(save, "checkpoint_last.pt"))
     assert "row_step" not in table and table["step"] == 3
+
+
+def test_row_sparse_sgd_trains_exactly_as_dense_sgd_through_fairseq_train(toy, tmp_path):
+    """Plain SGD leaves a row without gradient where it is, so the row-sparse and the dense update are the
+    same update: through the real trainer (gradients divided by the batch's tokens, accumulated over
+    --update-freq, clipped) the two runs must end with the same parameters."""
+    models = {}
+    for mode, extra in (("sparse", []), ("dense", ["--speaker-dense-updates"])):
+        save = str(tmp_path / mode)
+        args = train_args(toy["bin"], save, "lstm_full_bias", "--batch-size", "6", "--update-freq", "2",
+                          "--max-update", "6", "--dropout", "0", "--lstm-dropout", "0", "--target-word-dropout", "0",
+                          "--clip-norm", "0.5", *extra)
+        args[args.index("--optimizer") + 1] = "sgd"
+        args[args.index("--lr") + 1] = "0.5"
+        out = run("train", args)
+        assert ("row-sparse sgd updates" in out.stdout + out.stderr) == (mode == "sparse")
+        models[mode] = torch.load(os.path.join(save, "checkpoint_last.pt"), weights_only=True)["model"]
+    assert torch.count_nonzero(models["sparse"][TABLE]) > 0
+    for name, value in models["dense"].items():
+        if torch.is_tensor(value) and value.is_floating_point():
+            assert torch.allclose(models["sparse"][name], value, atol=1e-6), name

@@ -162,6 +162,37 @@ def test_the_gradient_norm_and_clipping_count_the_rows():
     assert float(total) == pytest.approx(0.5, rel=1e-4)  # clipped to the norm asked for
 
 
+def test_fairseqs_multiply_grads_scales_row_sparse_gradients_as_dense_ones():
+    """fairseq divides every gradient by the batch's tokens with ``multiply_grads``; its own code scales a
+    detached alias of a sparse gradient, which left the rows unscaled."""
+    from fairseq.optim import FairseqOptimizer
+
+    class Wrapped(FairseqOptimizer):  # what fairseq's optimizers share: multiply_grads over their params
+        def __init__(self, params):
+            super().__init__(cfg=None)
+            self._optimizer = torch.optim.SGD(params, lr=0.1)
+
+    sparse, dense = Toy(sparse=True), Toy(sparse=False)
+    train(sparse, adam(sparse), batches(1, EVERYONE))  # the first step tells the variant it may go sparse
+    dense.load_state_dict(sparse.state_dict())
+    speakers, targets = batches(1, lambda i: [1, 4, 4], seed=3)[0]
+    grads = []
+    for model in (sparse, dense):
+        optimizer = Wrapped(list(model.parameters()))
+        model.zero_grad()
+        model.loss(speakers, targets).backward()
+        optimizer.multiply_grads(torch.tensor(0.25))
+        grads.append((model.bias.weight.grad, model.shared.grad))
+    assert grads[0][0].is_sparse and not grads[1][0].is_sparse
+    assert torch.allclose(grads[0][0].to_dense(), grads[1][0], atol=1e-7)
+    assert torch.allclose(grads[0][1], grads[1][1], atol=1e-7)
+    unscaled = torch.zeros_like(grads[1][0])
+    dense.zero_grad()
+    dense.loss(speakers, targets).backward()
+    unscaled.copy_(dense.bias.weight.grad)
+    assert torch.allclose(grads[1][0], 0.25 * unscaled, atol=1e-7) and unscaled.abs().sum() > 0
+
+
 def test_clipped_training_matches_the_dense_run_when_every_speaker_is_in_every_batch():
     sparse, dense = Toy(sparse=True), Toy(sparse=False)
     data = batches(4, EVERYONE)
