@@ -19,12 +19,22 @@ PARSERS = {
 }
 
 
+def shell_variables(text: str):
+    """The README's shell variables: ``NAME="..."`` (over several lines too) and a loop's first value
+    (``for NAME in A B; do``), as a shell would set them."""
+    found = {name: " ".join(value.split()) for name, value in re.findall(r'^\s*([A-Z_]+)="([^"]*)"', text, re.M)}
+    found.update(re.findall(r"^\s*for (\w+) in (\S+)", text, re.M))
+    return found
+
+
 def readme_commands():
     text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read().replace("\\\n", " ")
+    variables = shell_variables(text)
     commands = []
     for line in text.splitlines():
-        line = line.strip()
+        line = re.sub(r"\$(\w+)", lambda m: variables.get(m.group(1), m.group(0)), line.strip())
         line = line.split("|")[-1].strip() if line.startswith(("echo", "paste")) else line
+        line = line[:-1].strip() if line.endswith("&") else line  # started in the background
         if line.split(" ")[0] in PARSERS or line.startswith("fairseq-speaker-demo "):
             commands.append(line)
     return commands
