@@ -229,6 +229,22 @@ class SpeakerTranslationTask(TranslationTask):
         speakers = self._encode_split(split, labels, source)
         self.datasets[split] = SpeakerDataset(dataset, speakers, target_prefix=self._target_prefix(speakers))
 
+    def get_batch_iterator(self, dataset, *args, **kwargs):
+        """fairseq's batch iterator, whose batches do not depend on where a run was resumed.
+
+        fairseq sorts the sentences by length, ties broken by a permutation seeded with ``--seed`` +
+        epoch, and cuts them into batches once: a run that goes through keeps the batches made at
+        epoch 1 for every epoch (only their order changes), but a run resumed in epoch e made its
+        batches with seed + e and trained on other batches. Here a resumed run makes epoch 1's batches
+        too (fairseq then sets the iterator to the checkpoint's epoch and position), so that it trains
+        on the batches, in the order, of a run that went through. Iterators made anew each epoch
+        (sharded data, ``--update-epoch-batch-itr``) are left as fairseq makes them."""
+        epoch = kwargs.get("epoch", 1)
+        if epoch > 1 and not kwargs.get("disable_iterator_cache") and not kwargs.get("update_epoch_batch_itr") \
+                and self.can_reuse_epoch_itr(dataset) and dataset not in self.dataset_to_epoch_iter:
+            kwargs["epoch"] = 1
+        return super().get_batch_iterator(dataset, *args, **kwargs)
+
     def _encode_split(self, split: str, labels: List[str], source: str) -> torch.Tensor:
         if split == self.cfg.train_subset:
             dict_path = os.path.join(os.path.dirname(source), SPEAKER_DICT_FILE)

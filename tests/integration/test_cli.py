@@ -267,11 +267,10 @@ def test_restart_from_best_resumes_as_if_uninterrupted(toy, tmp_path):
     and resumed at an epoch end takes the same decisions (lr, restarts, parameters) as one that ran
     through."""
     def args(save_dir, epochs):
-        # without dropout: a resumed run then repeats an uninterrupted one to rounding (with dropout it
-        # does not, an open question of the reliability work)
+        # with the presets' dropout, and batches of 40 (4 an epoch): a resumed run repeats an uninterrupted
+        # one to rounding (test_resume.py)
         a = train_args(toy["bin"], str(save_dir), "lstm_base", "--max-epoch", str(epochs),
-                       "--lr-scheduler", "restart_from_best", "--lr-shrink", "0.5",
-                       "--dropout", "0", "--lstm-dropout", "0", "--target-word-dropout", "0")
+                       "--lr-scheduler", "restart_from_best", "--lr-shrink", "0.5", "--batch-size", "40")
         a[a.index("--lr") + 1] = "3.0"  # validation gets worse: plateaus and restarts
         return a
 
