@@ -6,7 +6,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from fairseq_speaker import USER_DIR
 
@@ -110,29 +110,32 @@ _SUMMARY = re.compile(r"\| (train|valid) \| epoch (\d+) .*?\| loss ([0-9.]+)")
 
 
 class EpochProgress:
-    """Reads fairseq-train's log lines and says, at the end of each epoch, where training stands."""
+    """Reads fairseq-train's log lines and says, at the end of each epoch, where training stands.
+
+    fairseq logs an epoch's validation (``| valid | epoch 003 | ... | loss ...``) before the epoch's
+    training summary (``| train | epoch 003 | loss ...``), which closes the epoch."""
 
     def __init__(self, max_epoch: Optional[int], clock: Callable[[], float] = time.monotonic):
         self.max_epoch, self.clock = max_epoch, clock
         self.start = clock()
-        self.train_loss: Optional[str] = None
+        self.valid: Optional[Tuple[int, str]] = None  # (epoch, loss) of the last validation
 
     def update(self, line: str) -> Optional[str]:
-        """A progress line when ``line`` closes an epoch (its validation, or its training without one)."""
+        """A progress line when ``line`` is an epoch's training summary, else None."""
         match = _SUMMARY.search(line)
         if match is None:
             return None
         split, epoch, loss = match.group(1), int(match.group(2)), match.group(3)
-        if split == "train":
-            self.train_loss = loss
+        if split == "valid":
+            self.valid = (epoch, loss)
             return None
         elapsed = self.clock() - self.start
         total = f"/{self.max_epoch}" if self.max_epoch else ""
         left = ""
         if self.max_epoch and epoch < self.max_epoch:
             left = f", about {_clock(elapsed / epoch * (self.max_epoch - epoch))} left"
-        train = f"train loss {self.train_loss}, " if self.train_loss else ""
-        return f"  epoch {epoch}{total}: {train}valid loss {loss} ({_clock(elapsed)} so far{left})"
+        valid = f", valid loss {self.valid[1]}" if self.valid and self.valid[0] == epoch else ""
+        return f"  epoch {epoch}{total}: train loss {loss}{valid} ({_clock(elapsed)} so far{left})"
 
 
 def _clock(seconds: float) -> str:
