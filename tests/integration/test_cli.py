@@ -41,6 +41,14 @@ def test_train_then_generate_every_test_sentence(toy, trained, arch):
     assert f"Translated {SIZES['test']} sentences" in proc.stderr
 
 
+def test_tensorboard_logs_are_written_and_nothing_asks_to_install_tensorboardx(toy, tmp_path):
+    logdir = tmp_path / "tb"
+    proc = run("train", train_args(toy["bin"], str(tmp_path / "ckpt"), "lstm_fact_bias", "--max-epoch", "1",
+                                   "--tensorboard-logdir", str(logdir)))
+    assert "tensorboardX" not in proc.stdout + proc.stderr
+    assert list((logdir / "train").glob("events.out.tfevents.*")) and list((logdir / "valid").glob("events.*"))
+
+
 def test_checkpoints_need_the_allow_list_and_get_nothing_more(trained):
     """With --eval-bleu a checkpoint holds numpy values, which plain torch.load refuses."""
     checkpoint = trained("lstm_fact_bias")
