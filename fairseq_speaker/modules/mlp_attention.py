@@ -28,25 +28,33 @@ class MLPAttention(nn.Module):
         projected_query: Optional[Tensor] = None,
     ) -> Tuple[Tensor, Tensor]:
         """
+        The queries may come in groups that attend over the same source sentence (the hypotheses of one
+        sentence in beam search): G sentences, B = G x n queries, the n queries of sentence g in rows
+        g n ... g n + n - 1. The sentences' keys and values are then read once for the group, not copied
+        per query. G = B is one sentence per query.
+
         Args:
-            query: h_t ``[batch, query_dim]``.
-            projected_keys: from :meth:`project_keys`, ``[src_len, batch, attention_dim]``.
-            values: the encoder outputs ``[src_len, batch, key_dim]``.
-            padding_mask: ``[src_len, batch]``, True at padding, or None.
-            projected_query: W_ah h_t ``[batch, attention_dim]`` if the caller has computed it.
+            query: h_t ``[B, query_dim]``.
+            projected_keys: from :meth:`project_keys`, ``[src_len, G, attention_dim]``.
+            values: the encoder outputs ``[src_len, G, key_dim]``.
+            padding_mask: ``[src_len, G]``, True at padding, or None.
+            projected_query: W_ah h_t ``[B, attention_dim]`` if the caller has computed it.
 
         Returns:
-            the context c_t ``[batch, key_dim]`` and the weights ``[batch, src_len]``.
+            the context c_t ``[B, key_dim]`` and the weights ``[B, src_len]``.
         """
         if projected_query is None:
             projected_query = self.query_proj(query)
-        hidden = torch.tanh(projected_keys + projected_query.unsqueeze(0))
-        scores = self.score(hidden).squeeze(2).float()  # S x B
+        src_len, groups = projected_keys.shape[:2]
+        per_group = query.size(0) // groups
+        queries = projected_query.view(groups, per_group, -1)  # G x n x A
+        hidden = torch.tanh(projected_keys.unsqueeze(2) + queries.unsqueeze(0))  # S x G x n x A
+        scores = self.score(hidden).squeeze(3).float()  # S x G x n
         if padding_mask is not None:
-            scores = scores.masked_fill(padding_mask, float("-inf"))
-        weights = torch.softmax(scores, dim=0).to(values)  # S x B
-        context = torch.bmm(weights.t().unsqueeze(1), values.transpose(0, 1)).squeeze(1)  # B x C
-        return context, weights.t()
+            scores = scores.masked_fill(padding_mask.unsqueeze(2), float("-inf"))
+        weights = torch.softmax(scores, dim=0).to(values)  # S x G x n
+        context = torch.bmm(weights.permute(1, 2, 0), values.transpose(0, 1))  # G x n x C
+        return context.reshape(-1, values.size(2)), weights.reshape(src_len, -1).t()
 
 
 def _without_bias(linear: nn.Linear) -> nn.Linear:

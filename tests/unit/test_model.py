@@ -81,6 +81,12 @@ def test_reorder_encoder_out_moves_the_speakers_and_sources_with_the_sentences(f
     assert torch.equal(reordered["source_tokens"][0][2], src[0])
     states = reordered["encoder_out"]
     states = states[0] if isinstance(states, list) else states
+    if "sentence_index" in reordered:  # the LSTM keeps the sentences' states and an index into them
+        assert reordered["sentence_index"].tolist() == [1, 1, 0] and torch.equal(states, out["encoder_out"])
+        states = states.index_select(1, reordered["sentence_index"])
+        # reordered again: the index follows, as the states would
+        again = model.encoder.reorder_encoder_out(reordered, torch.tensor([2, 0]))
+        assert again["sentence_index"].tolist() == [0, 1] and again["speakers"][0].tolist() == [1, 3]
     original = out["encoder_out"][0] if isinstance(out["encoder_out"], list) else out["encoder_out"]
     assert torch.equal(states[:, 2], original[:, 0])
 
@@ -329,6 +335,38 @@ def test_the_fused_generation_step_equals_adding_the_bias(family, name, monkeypa
     for a, b in zip(fused, plain):
         assert torch.allclose(a, b, atol=1e-5)
     assert [h["tokens"].tolist() for h in beam] == [h["tokens"].tolist() for h in plain_beam]
+
+
+@pytest.mark.parametrize("name", SPEAKER_VARIANTS)
+def test_beam_search_reading_each_sentences_encoder_states_once_equals_copying_them_per_hypothesis(
+        name, monkeypatch):
+    """The LSTM's beam search keeps the encoder states of each sentence and attends from all of its
+    hypotheses at once; copying the states for every hypothesis (a group per hypothesis) is the plain way."""
+    from fairseq_speaker.modules import attentional_lstm
+
+    task = make_task(num_speakers=4)
+    model = make_model(name, task=task, family="lstm").eval()
+    _favour_eos(model, task, speaker=2)  # sentences leave the batch: the groups change on the way
+    src = random_batch(task.source_dictionary, [5, 5, 3, 6, 5])
+    speakers = torch.tensor([0, 1, 2, 3, 2])
+    groups = []
+    monkeypatch.setattr(attentional_lstm, "_groups", _recording(attentional_lstm._groups, groups))
+    grouped = _generate(model, task, src, speakers)
+    assert groups and all(len(g) < 25 for g in groups) and len({len(g) for g in groups}) > 1
+    monkeypatch.setattr(attentional_lstm, "_groups", lambda index: index)
+    plain = _generate(model, task, src, speakers)
+    for a, b in zip(grouped, plain):
+        assert a["tokens"].tolist() == b["tokens"].tolist()
+        assert torch.allclose(a["positional_scores"], b["positional_scores"], atol=1e-5)
+        assert torch.allclose(a["attention"], b["attention"], atol=1e-6)
+
+
+def _recording(function, calls):
+    def recorded(*args):
+        result = function(*args)
+        calls.append(result.tolist())
+        return result
+    return recorded
 
 
 @pytest.mark.parametrize("dropout", [0.0, 0.4])
