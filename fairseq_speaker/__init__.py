@@ -11,7 +11,7 @@ this registers the task ``speaker_translation``, the models ``speaker_lstm``
 
 import os
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 
 #: the folder to pass as ``--user-dir``
 USER_DIR = os.path.dirname(os.path.abspath(__file__))

@@ -47,6 +47,15 @@ def test_dense_updates_on_request(toy, tmp_path):
     _, table = _table_state(os.path.join(save, "checkpoint_last.pt"))
     assert "row_step" not in table and table["step"] == 3
 
+    # a dense optimizer state (as every checkpoint before 0.4.0 holds) resumes row by row: every row is
+    # taken to have seen the 3 updates, and the rows of the next batches' speakers go on from there
+    resumed = run("train", train_args(toy["bin"], save, "lstm_full_bias", "--batch-size", "4", "--max-update", "5",
+                                      "--restore-file", os.path.join(save, "checkpoint_last.pt")))
+    assert "row-sparse adam updates" in resumed.stdout + resumed.stderr
+    _, after = _table_state(os.path.join(save, "checkpoint_last.pt"))
+    steps = after["row_step"].round().long()
+    assert after["step"] == 5 and int(steps.min()) >= 3 and int(steps.max()) <= 5 and int(steps.max()) > 3
+
 
 def test_row_sparse_sgd_trains_exactly_as_dense_sgd_through_fairseq_train(toy, tmp_path):
     """Plain SGD leaves a row without gradient where it is, so the row-sparse and the dense update are the
