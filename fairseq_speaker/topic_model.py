@@ -27,6 +27,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from fairseq_speaker.atomic_write import atomic_path
 from fairseq_speaker.data import SpeakerDataError, dictionary_hash
 
 logger = logging.getLogger(__name__)
@@ -60,13 +61,12 @@ class TopicModel:
 
     def save(self, path: str) -> None:
         """Write atomically: a reader never sees half a file."""
-        tmp = f"{path}.tmp{os.getpid()}.npz"
-        np.savez(tmp, format_version=np.int64(FORMAT_VERSION), exp_topic_word=self.exp_topic_word.astype(np.float32),
-                 doc_topic_prior=np.float64(self.doc_topic_prior),
-                 max_doc_update_iter=np.int64(self.max_doc_update_iter),
-                 mean_change_tol=np.float64(self.mean_change_tol), nspecial=np.int64(self.nspecial),
-                 dictionary_hash=np.array(self.dictionary_hash))
-        os.replace(tmp, path)
+        with atomic_path(path) as tmp, open(tmp, "wb") as f:  # a file object: np.savez adds no ".npz"
+            np.savez(f, format_version=np.int64(FORMAT_VERSION), exp_topic_word=self.exp_topic_word.astype(np.float32),
+                     doc_topic_prior=np.float64(self.doc_topic_prior),
+                     max_doc_update_iter=np.int64(self.max_doc_update_iter),
+                     mean_change_tol=np.float64(self.mean_change_tol), nspecial=np.int64(self.nspecial),
+                     dictionary_hash=np.array(self.dictionary_hash))
 
     @classmethod
     def load(cls, path: str) -> "TopicModel":

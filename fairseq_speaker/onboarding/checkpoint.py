@@ -17,6 +17,7 @@ from fairseq import checkpoint_utils, tasks
 from omegaconf import OmegaConf
 from torch import Tensor
 
+from fairseq_speaker.atomic_write import atomic_path
 from fairseq_speaker.data import SpeakerDataError
 from fairseq_speaker.errors import UserError
 from fairseq_speaker.modules.speaker_bias import SpeakerBias
@@ -106,13 +107,8 @@ class SpeakerCheckpoint:
         folder = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(folder):
             raise OnboardingError(f"cannot write {path}: the folder {folder} does not exist")
-        tmp = f"{path}.tmp{os.getpid()}"
-        try:
+        with atomic_path(path) as tmp:
             torch.save(state, tmp)
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.remove(tmp)
         logger.info(f"saved {path} ({len(self.speaker_names)} speakers)")
 
 

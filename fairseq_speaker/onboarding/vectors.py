@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from fairseq_speaker.atomic_write import atomic_path
 from fairseq_speaker.data import dictionary_hash
 from fairseq_speaker.errors import UserError
 from fairseq_speaker.modules.speaker_bias import SpeakerBias
@@ -131,14 +132,8 @@ def write_npz(path: str, names: Sequence[str], rows: Dict[str, np.ndarray], meta
     arrays = {f"{PARAM_PREFIX}{key}": np.ascontiguousarray(value, dtype=np.float32) for key, value in rows.items()}
     arrays["names"] = np.array(list(names), dtype=str)
     arrays["meta"] = np.array(json.dumps(meta, sort_keys=True))
-    tmp = f"{path}.tmp{os.getpid()}"
-    try:
-        with open(tmp, "wb") as f:
-            np.savez(f, **arrays)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        np.savez(f, **arrays)
 
 
 def save_speaker_vectors(path: str, bias: SpeakerBias, names: Sequence[str], target_dictionary,
