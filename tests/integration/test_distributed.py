@@ -7,7 +7,7 @@ import subprocess
 
 import torch
 
-from tests.cli import BIN, train_args
+from tests.cli import BIN, run, train_args
 
 #: without dropout the two runs do the same arithmetic, up to the order of the gradient sums
 NO_DROPOUT = ["--dropout", "0", "--lstm-dropout", "0", "--target-word-dropout", "0"]
@@ -46,8 +46,6 @@ def test_two_processes_train_as_one_with_their_two_batches(toy, tmp_path):
     assert "distributed init (rank 1)" in outputs[1]
     # several processes average dense gradients: the speaker table is then updated densely, and says so
     assert "dense updates (several processes average dense gradients)" in outputs[0]
-    from tests.cli import run
-
     run("train", train_args(toy["bin"], str(tmp_path / "one"), "lstm_full_bias", *common, "--update-freq", "2",
                             "--speaker-dense-updates"))
     two, two_state = _floats(str(tmp_path / "two" / "checkpoint_last.pt"))
