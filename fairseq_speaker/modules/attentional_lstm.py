@@ -7,12 +7,12 @@ input-feeding LSTM decoder with MLP attention and the output layer of their eq. 
 from typing import Dict, List, Optional, Tuple
 
 import torch
-import torch.nn.functional as F
 from fairseq import utils
 from fairseq.models import FairseqEncoder, FairseqIncrementalDecoder
 from fairseq.modules import FairseqDropout
 from torch import Tensor, nn
 
+from fairseq_speaker.modules.gemm import linear
 from fairseq_speaker.modules.mlp_attention import MLPAttention
 from fairseq_speaker.modules.step_weights import StepWeight
 from fairseq_speaker.modules.variational_lstm import sentence_mask, variational_bilstm
@@ -167,7 +167,7 @@ class AttentionalLSTMDecoder(FairseqIncrementalDecoder):
             self.set_incremental_state(incremental_state, "cached_state", {"hidden": hidden, "cell": cell, "feed": feed})
 
         features = torch.cat([torch.stack(hiddens), torch.stack(contexts), embedded], dim=2)  # T x B x (H+C+E)
-        out = self.dropout_out(self.output_projection(features)).transpose(0, 1)  # B x T x E
+        out = self.dropout_out(linear(features, self.output_projection.weight, self.output_projection.bias)).transpose(0, 1)  # B x T x E
         return out, {"attn": [torch.stack(attns, dim=1)]}
 
     def _attention_memory(self, encoder_out: EncoderOut, index: Optional[Tensor],
@@ -220,7 +220,7 @@ class AttentionalLSTMDecoder(FairseqIncrementalDecoder):
         embed_dim = embedded.size(2)
         w_ih, w_hh = self.cell.weight_ih, self.cell.weight_hh
         words = embedded if in_mask is None else embedded * in_mask[:, :embed_dim]
-        gates_words = F.linear(words, w_ih[:, :embed_dim], self.cell.bias_ih + self.cell.bias_hh)  # T x B x 4H
+        gates_words = linear(words, w_ih[:, :embed_dim], self.cell.bias_ih + self.cell.bias_hh)  # T x B x 4H
         recurrent = StepWeight(torch.cat([w_ih[:, embed_dim:], w_hh], dim=1))  # 4H x (C + H)
         query = StepWeight(self.attention.query_proj.weight)
         feed_mask = None if in_mask is None else in_mask[:, embed_dim:]
@@ -249,7 +249,7 @@ class AttentionalLSTMDecoder(FairseqIncrementalDecoder):
 
     def output_layer(self, features: Tensor) -> Tensor:
         """E_T o_t + b_T: ``[batch, tgt_len, vocab]``."""
-        return F.linear(features, self.embed_tokens.weight, self.output_bias)
+        return linear(features, self.embed_tokens.weight, self.output_bias)
 
     def output_weight_and_bias(self) -> Tuple[Tensor, Tensor]:
         """The output layer's weight and bias: ``(E_T, b_T)``."""

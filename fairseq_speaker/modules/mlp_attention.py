@@ -3,6 +3,8 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor, nn
 
+from fairseq_speaker.modules.gemm import linear
+
 
 class MLPAttention(nn.Module):
     """Additive attention: a_it = v_a^T tanh(W_a x_i + W_ah h_t + b_a), softmax over source positions.
@@ -21,7 +23,7 @@ class MLPAttention(nn.Module):
 
     def project_keys(self, keys: Tensor) -> Tensor:
         """W_a x_i + b_a, ``[src_len, batch, attention_dim]``: computed once per sentence."""
-        return self.key_proj(keys)
+        return linear(keys, self.key_proj.weight, self.key_proj.bias)
 
     def forward(
         self, query: Tensor, projected_keys: Tensor, values: Tensor, padding_mask: Optional[Tensor],

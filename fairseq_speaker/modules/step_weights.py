@@ -11,8 +11,9 @@ The gradients with respect to the inputs are autograd's, unchanged.
 from typing import Dict, List, Optional
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
+
+from fairseq_speaker.modules.gemm import linear, mm_t
 
 
 class StepWeight:
@@ -35,7 +36,7 @@ class StepWeight:
     def linear(self, x: Tensor, bias: Optional[Tensor] = None) -> Tensor:
         """``x W^T (+ bias)`` for one step, ``x`` ``[batch, in]``."""
         if not self.deferred:
-            return F.linear(x, self.weight, bias)
+            return linear(x, self.weight, bias)
         step = len(self.inputs)
         self.inputs.append(x.detach())
         out = _StepLinear.apply(x, self.alias, self, step)
@@ -59,7 +60,7 @@ class _Collect(torch.autograd.Function):
         if steps:
             grads = torch.cat([owner.output_grads[s] for s in steps])
             inputs = torch.cat([owner.inputs[s] for s in steps]).to(grads)
-            product = grads.t().mm(inputs)
+            product = grads.t().mm(inputs)  # the BLAS: oneDNN would copy grads^T first (see gemm.linear)
             total = product if total is None else total + product
         owner.inputs, owner.output_grads = [], {}
         ctx.owner = None
@@ -73,12 +74,12 @@ class _StepLinear(torch.autograd.Function):
     def forward(ctx, x: Tensor, weight: Tensor, owner: StepWeight, step: int) -> Tensor:
         ctx.save_for_backward(weight)
         ctx.owner, ctx.step = owner, step
-        return F.linear(x, weight)
+        return linear(x, weight)
 
     @staticmethod
     def backward(ctx, grad: Tensor):
         (weight,) = ctx.saved_tensors
         ctx.owner.output_grads[ctx.step] = grad
         ctx.owner = None
-        grad_x = grad.mm(weight.to(grad)) if ctx.needs_input_grad[0] else None
+        grad_x = mm_t(grad, weight.to(grad).t()) if ctx.needs_input_grad[0] else None  # grad W
         return grad_x, None, None, None

@@ -8,9 +8,9 @@ the paper's authors, does the same.
 """
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
+from fairseq_speaker.modules.gemm import linear
 from fairseq_speaker.modules.step_weights import StepWeight
 
 
@@ -62,7 +62,7 @@ def variational_bilstm(lstm: nn.LSTM, x: Tensor, lengths: Tensor, p: float) -> T
         in_mask = sentence_mask(batch, x.size(2), p, x)
         hidden_mask = sentence_mask(batch, lstm.hidden_size, p, x)
         bias = getattr(lstm, f"bias_ih_l0{suffix}") + getattr(lstm, f"bias_hh_l0{suffix}")
-        gates_x = F.linear(inputs * in_mask, getattr(lstm, f"weight_ih_l0{suffix}"), bias)  # T x B x 4H
+        gates_x = linear(inputs * in_mask, getattr(lstm, f"weight_ih_l0{suffix}"), bias)  # T x B x 4H
         out = lstm_scan(gates_x, getattr(lstm, f"weight_hh_l0{suffix}"), hidden_mask)
         directions.append(reverse_padded(out, lengths) if reverse else out)
     out = torch.cat(directions, dim=2)

@@ -271,7 +271,8 @@ def test_half_precision_forward_beam_search_and_training(family, dtype):
 
 
 class _LargeOutputs(torch.utils._python_dispatch.TorchDispatchMode):
-    """Records every operator output with at least ``numel`` elements."""
+    """Records every operator output with at least ``numel`` elements in memory of its own (not a view
+    of an input, not written in place)."""
 
     def __init__(self, numel: int):
         super().__init__()
@@ -279,8 +280,11 @@ class _LargeOutputs(torch.utils._python_dispatch.TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
+        inputs = {t.untyped_storage().data_ptr() for t in torch.utils._pytree.tree_leaves((args, kwargs))
+                  if isinstance(t, torch.Tensor)}
         for t in out if isinstance(out, (tuple, list)) else [out]:
-            if isinstance(t, torch.Tensor) and t.numel() >= self.numel and not func._schema.is_mutable:
+            if isinstance(t, torch.Tensor) and t.numel() >= self.numel and not func._schema.is_mutable \
+                    and t.untyped_storage().data_ptr() not in inputs:
                 self.ops.append(str(func))
         return out
 
@@ -372,7 +376,9 @@ def _recording(function, calls):
 @pytest.mark.parametrize("dropout", [0.0, 0.4])
 def test_the_fast_lstm_training_path_gives_the_plain_losses_and_gradients(dropout, monkeypatch):
     """Teacher forcing arranges the recurrence for speed (hoisted word gates, one product per weight
-    gradient); with the same dropout masks it must give what nn.LSTMCell and autograd give step by step."""
+    gradient, oneDNN's products); with the same dropout masks it must give what nn.LSTMCell, PyTorch's
+    own products and autograd give step by step."""
+    from fairseq_speaker.modules import gemm
     from fairseq_speaker.modules.attentional_lstm import AttentionalLSTMDecoder
     from fairseq_speaker.modules.step_weights import StepWeight
 
@@ -385,6 +391,7 @@ def test_the_fast_lstm_training_path_gives_the_plain_losses_and_gradients(dropou
     for plain in (False, True):
         if plain:
             monkeypatch.setattr(StepWeight, "enabled", False)
+            monkeypatch.setattr(gemm.settings, "enabled", False)
             monkeypatch.setattr(AttentionalLSTMDecoder, "_teacher_forced_steps", AttentionalLSTMDecoder._steps)
         model.train()
         model.zero_grad()
