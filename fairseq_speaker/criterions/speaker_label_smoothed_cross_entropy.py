@@ -1,9 +1,11 @@
 """Label-smoothed cross-entropy plus the speaker bias variant's own regularizers."""
 
-from typing import Dict, Optional
+import os
+from typing import Dict, Optional, Tuple
 
 import torch
 from fairseq import utils
+from fairseq.models import BaseFairseqModel, FairseqDecoder
 from fairseq.criterions import register_criterion
 from fairseq.criterions.label_smoothed_cross_entropy import (
     LabelSmoothedCrossEntropyCriterion,
@@ -31,8 +33,16 @@ class SpeakerLabelSmoothedCrossEntropyCriterion(LabelSmoothedCrossEntropyCriteri
         super().__init__(task, sentence_avg, label_smoothing, ignore_prefix_size, report_accuracy)
         self._logged: Dict[str, torch.Tensor] = {}
 
+    #: False (or FAIRSEQ_SPEAKER_FUSED_LOSS=0 in the environment): always fairseq's own loss over
+    #: log_softmax, the plain path, for comparison
+    fused = os.environ.get("FAIRSEQ_SPEAKER_FUSED_LOSS", "1") != "0"
+
     def compute_loss(self, model, net_output, sample, reduce=True):
-        loss, nll_loss = super().compute_loss(model, net_output, sample, reduce=reduce)
+        if self.fused and reduce and self.ignore_prefix_size == 0 and _plain_log_softmax(model):
+            target = model.get_targets(sample, net_output).reshape(-1)
+            loss, nll_loss = label_smoothed_nll_loss_from_logits(net_output[0], target, self.eps, self.padding_idx)
+        else:
+            loss, nll_loss = super().compute_loss(model, net_output, sample, reduce=reduce)
         extra = net_output[1] if len(net_output) > 1 and isinstance(net_output[1], dict) else {}
         self._logged = {}
         bias: Optional[torch.Tensor] = extra.get("speaker_bias")
@@ -66,3 +76,54 @@ class SpeakerLabelSmoothedCrossEntropyCriterion(LabelSmoothedCrossEntropyCriteri
             for key in names:
                 total = utils.item(sum(log.get(key, 0) for log in logging_outputs))
                 metrics.log_scalar(key[len(AUX_PREFIX):], total / max(sample_size, 1), sample_size, round=4)
+
+
+def _plain_log_softmax(model) -> bool:
+    """Whether ``model``'s log-probabilities are fairseq's default, ``log_softmax`` of its logits."""
+    while isinstance(getattr(model, "module", None), torch.nn.Module):  # data-parallel wrappers
+        model = model.module
+    decoder = getattr(model, "decoder", None)
+    return (isinstance(model, BaseFairseqModel) and isinstance(decoder, FairseqDecoder)
+            and getattr(decoder, "adaptive_softmax", None) is None
+            and type(model).get_normalized_probs is BaseFairseqModel.get_normalized_probs
+            and type(model).get_normalized_probs_scriptable is BaseFairseqModel.get_normalized_probs_scriptable
+            and type(decoder).get_normalized_probs is FairseqDecoder.get_normalized_probs
+            and type(decoder).get_normalized_probs_scriptable is FairseqDecoder.get_normalized_probs_scriptable)
+
+
+def label_smoothed_nll_loss_from_logits(logits: torch.Tensor, target: torch.Tensor, epsilon: float,
+                                        ignore_index: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    """fairseq's ``label_smoothed_nll_loss(log_softmax(logits), target, epsilon, ignore_index)``, summed,
+    with one vocabulary-sized buffer instead of four: the log-probabilities, which the backward pass
+    turns in place into the gradient (softmax minus the smoothed target). Returns ``(loss, nll_loss)``;
+    like fairseq's, only ``loss`` is meant for ``backward``."""
+    return _LabelSmoothedNLL.apply(logits.reshape(-1, logits.size(-1)), target, epsilon, ignore_index)
+
+
+class _LabelSmoothedNLL(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, logits, target, epsilon, ignore_index):
+        lprobs = torch.log_softmax(logits.float(), dim=-1)  # the one [tokens, V] buffer
+        keep = target.ne(ignore_index)
+        nll = -(lprobs.gather(1, target.unsqueeze(1)).squeeze(1) * keep).sum()
+        smooth = -(lprobs.sum(-1) * keep).sum()
+        eps_i = epsilon / (lprobs.size(-1) - 1)
+        ctx.save_for_backward(target, keep)
+        ctx.lprobs, ctx.epsilon, ctx.eps_i, ctx.dtype = lprobs, epsilon, eps_i, logits.dtype
+        ctx.mark_non_differentiable(nll)
+        return (1.0 - epsilon - eps_i) * nll + eps_i * smooth, nll
+
+    @staticmethod
+    def backward(ctx, grad_loss, grad_nll):
+        if ctx.lprobs is None:
+            raise RuntimeError("the fused label-smoothed loss frees its buffer in backward: backward runs once "
+                               "(no retain_graph)")
+        target, keep = ctx.saved_tensors
+        grad, ctx.lprobs = ctx.lprobs, None
+        vocab, eps_i = grad.size(-1), ctx.eps_i
+        nll_weight = 1.0 - ctx.epsilon - eps_i
+        # d loss / d logits = nll_weight (p - onehot) + eps_i (V p - 1), rows of padding zero
+        grad.exp_().mul_(nll_weight + eps_i * vocab).sub_(eps_i)
+        grad.scatter_add_(1, target.unsqueeze(1), grad.new_full((grad.size(0), 1), -nll_weight))
+        grad.mul_(keep.unsqueeze(1).to(grad) * grad_loss)
+        return grad.to(ctx.dtype), None, None, None

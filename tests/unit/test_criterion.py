@@ -155,3 +155,82 @@ def test_baseline_logs_no_bias_norm_nor_regularizer():
     _, _, log = criterion(task)(model, make_sample(task))
     assert "speaker_bias_norm" not in log
     assert not any(key.startswith("speaker_aux:") for key in log)
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1, 0.4])
+def test_the_fused_loss_gives_fairseqs_loss_and_gradients(smoothing):
+    from fairseq.criterions.label_smoothed_cross_entropy import label_smoothed_nll_loss
+
+    from fairseq_speaker.criterions.speaker_label_smoothed_cross_entropy import label_smoothed_nll_loss_from_logits
+
+    torch.manual_seed(3)
+    logits = (3 * torch.randn(4, 5, 11)).requires_grad_()
+    target = torch.randint(2, 11, (20,))
+    target[[3, 7, 8, 19]] = 1  # padding
+    loss, nll = label_smoothed_nll_loss_from_logits(logits, target, smoothing, ignore_index=1)
+    plain_logits = logits.detach().clone().requires_grad_()
+    lprobs = torch.log_softmax(plain_logits, -1).view(-1, 11)
+    expected, expected_nll = label_smoothed_nll_loss(lprobs, target, smoothing, ignore_index=1)
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-6)
+    assert nll.item() == pytest.approx(expected_nll.item(), rel=1e-6)
+    (2.5 * loss).backward()
+    (2.5 * expected).backward()
+    assert torch.allclose(logits.grad, plain_logits.grad, atol=1e-6)
+    assert logits.grad.view(-1, 11)[[3, 7, 8, 19]].abs().sum() == 0
+
+
+def test_the_fused_loss_refuses_a_second_backward():
+    from fairseq_speaker.criterions.speaker_label_smoothed_cross_entropy import label_smoothed_nll_loss_from_logits
+
+    logits = torch.randn(3, 7, requires_grad=True)
+    loss, _ = label_smoothed_nll_loss_from_logits(logits, torch.tensor([2, 3, 4]), 0.1, ignore_index=1)
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="backward runs once"):
+        loss.backward()
+
+
+@pytest.mark.parametrize("name", ["none", "full", "fact"])
+def test_the_criterion_fuses_the_loss_and_its_gradients_are_fairseqs(name, monkeypatch):
+    from fairseq_speaker.criterions import speaker_label_smoothed_cross_entropy as module
+
+    task = make_task(num_speakers=4)
+    model = make_model(name, task=task).train()
+    sample = make_sample(task)
+    calls = []
+    fused = module.label_smoothed_nll_loss_from_logits
+    monkeypatch.setattr(module, "label_smoothed_nll_loss_from_logits", lambda *a: calls.append(1) or fused(*a))
+    runs = []
+    for plain in (False, True):
+        monkeypatch.setattr(SpeakerLabelSmoothedCrossEntropyCriterion, "fused", not plain)
+        model.zero_grad()
+        torch.manual_seed(1)
+        loss, _, log = criterion(task)(model, sample)
+        loss.backward()
+        runs.append((loss.item(), log["nll_loss"].item(),
+                     {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}))
+    assert calls == [1]
+    (loss, nll, grads), (plain_loss, plain_nll, plain_grads) = runs
+    assert loss == pytest.approx(plain_loss, rel=1e-6) and nll == pytest.approx(plain_nll, rel=1e-6)
+    assert grads.keys() == plain_grads.keys()
+    for key in grads:
+        assert torch.allclose(grads[key], plain_grads[key], atol=1e-6), key
+
+
+def test_a_model_with_its_own_normalization_keeps_fairseqs_loss(setup, monkeypatch):
+    """The fused loss is log_softmax's: a model that normalizes otherwise gets fairseq's path."""
+    from fairseq_speaker.criterions import speaker_label_smoothed_cross_entropy as module
+
+    task, model, sample = setup
+
+    class Tempered(type(model)):
+        def get_normalized_probs(self, net_output, log_probs, sample=None):
+            return torch.log_softmax(net_output[0] / 2.0, dim=-1)
+
+    model.__class__ = Tempered
+    monkeypatch.setattr(module, "label_smoothed_nll_loss_from_logits", None)  # would fail if called
+    loss, _, _ = criterion(task)(model, sample)
+    logits, _ = model(**sample["net_input"])
+    lprobs = torch.log_softmax(logits / 2.0, -1).view(-1, logits.size(-1))
+    from fairseq.criterions.label_smoothed_cross_entropy import label_smoothed_nll_loss
+    expected, _ = label_smoothed_nll_loss(lprobs, sample["target"].view(-1), 0.1, task.target_dictionary.pad())
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
