@@ -143,6 +143,8 @@ def train_worker(spec: Dict) -> Dict:
     from fairseq.trainer import Trainer
     from torch.utils.flop_counter import FlopCounterMode
 
+    from fairseq_speaker.modules.gemm import flop_formulas
+
     with tempfile.TemporaryDirectory() as folder:
         args, cfg, task, dataset = _setup(spec, folder)
         model = task.build_model(cfg.model)
@@ -161,7 +163,7 @@ def train_worker(spec: Dict) -> Dict:
             torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
     counted = 0
-    with FlopCounterMode(display=False) as counter:
+    with FlopCounterMode(display=False, custom_mapping=flop_formulas()) as counter:
         for _ in range(3):
             sample = next(samples)
             counted += int(sample["ntokens"])
@@ -251,6 +253,8 @@ def worker_main(spec_json: str) -> None:
 # -- the driver ------------------------------------------------------------------------------------
 def run_spec(spec: Dict) -> Dict:
     env = dict(os.environ, OMP_NUM_THREADS=str(spec["threads"]), MKL_NUM_THREADS=str(spec["threads"]))
+    if spec.get("plain"):  # PyTorch's own products, fairseq's own loss
+        env.update(FAIRSEQ_SPEAKER_GEMM="blas", FAIRSEQ_SPEAKER_FUSED_LOSS="0")
     proc = subprocess.run([sys.executable, "-m", "fairseq_speaker.benchmarks.training", "--worker", json.dumps(spec)],
                           capture_output=True, text=True, env=env)
     for line in reversed(proc.stdout.splitlines()):
@@ -293,6 +297,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--updates", type=int, default=20, help="timed updates per run")
     parser.add_argument("--repeats", type=int, default=3, help="runs per configuration (interleaved)")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--plain", action="store_true",
+                        help="also run each of our configurations (as <config>:plain) with PyTorch's own matrix "
+                        "products instead of oneDNN's and fairseq's own loss instead of the fused one")
     parser.add_argument("--generate", action="store_true", help="also time beam-5 generation")
     parser.add_argument("--no-train", action="store_true", help="time generation only")
     parser.add_argument("--gen-sentences", type=int, default=96, help="sentences translated per generation run")
@@ -322,6 +329,8 @@ def make_specs(args) -> List[Dict]:
                 if config.startswith("stock_") and speakers != args.speakers[0]:
                     continue  # no speakers: once is enough
                 specs.append(dict(base, mode=mode, config=config, speakers=speakers))
+                if args.plain and not config.startswith("stock_"):
+                    specs.append(dict(base, mode=mode, config=config, speakers=speakers, plain=True))
     return specs
 
 
@@ -333,7 +342,8 @@ def summarize(specs: List[Dict], results: List[List[Dict]], peak: List[float], a
     rows = []
     for spec, runs in zip(specs, results):
         ok = [r for r in runs if "error" not in r]
-        row = {"mode": spec["mode"], "config": spec["config"], "speakers": spec["speakers"], "runs": ok,
+        label = spec["config"] + (":plain" if spec.get("plain") else "")
+        row = {"mode": spec["mode"], "config": label, "speakers": spec["speakers"], "runs": ok,
                "errors": [r["error"] for r in runs if "error" in r]}
         key = "tokens_per_second" if spec["mode"] == "train" else "sentences_per_second"
         values = [r[key] for r in ok]
@@ -404,7 +414,8 @@ def main(argv=None) -> None:
         for i, spec in enumerate(specs):
             if i in skipped:
                 continue
-            print(f"[{repeat + 1}/{args.repeats}] {spec['mode']} {spec['config']} ({spec['speakers']:,} speakers)",
+            plain = ":plain" if spec.get("plain") else ""
+            print(f"[{repeat + 1}/{args.repeats}] {spec['mode']} {spec['config']}{plain} ({spec['speakers']:,} speakers)",
                   file=sys.stderr, flush=True)
             results[i].append(run_spec(spec))
     for i, reason in skipped.items():

@@ -26,3 +26,14 @@ def test_benchmark_measures_ours_beside_stock_fairseq_and_skips_what_cannot_fit(
     skipped = rows[("train", "lstm_full_bias", 1000000000)]
     assert not skipped["runs"] and "GB in training" in skipped["errors"][0]
     assert "vs stock" in proc.stdout and "skipped: its speaker table needs" in proc.stdout
+
+
+def test_plain_runs_count_the_same_arithmetic_as_the_fast_ones(tmp_path):
+    """--plain runs our configurations again with PyTorch's own products and fairseq's own loss: the same
+    FLOP per token must be counted on both paths (oneDNN's products are counted by their own formula)."""
+    out = tmp_path / "bench.json"
+    run("fairseq-speaker-benchmark", [*TINY, "--configs", "lstm_base", "stock_lstm", "--plain", "--json", str(out)])
+    rows = {r["config"]: r for r in json.loads(out.read_text())["rows"]}
+    assert set(rows) == {"lstm_base", "lstm_base:plain", "stock_lstm"}
+    assert all(not r["errors"] and r["median"] > 0 for r in rows.values())
+    assert rows["lstm_base"]["flop_per_token"] == rows["lstm_base:plain"]["flop_per_token"] > 0
