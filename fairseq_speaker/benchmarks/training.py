@@ -253,8 +253,8 @@ def worker_main(spec_json: str) -> None:
 # -- the driver ------------------------------------------------------------------------------------
 def run_spec(spec: Dict) -> Dict:
     env = dict(os.environ, OMP_NUM_THREADS=str(spec["threads"]), MKL_NUM_THREADS=str(spec["threads"]))
-    if spec.get("plain"):  # PyTorch's own products, fairseq's own loss
-        env.update(FAIRSEQ_SPEAKER_GEMM="blas", FAIRSEQ_SPEAKER_FUSED_LOSS="0")
+    if spec.get("plain"):  # PyTorch's own products and tanh, fairseq's own loss
+        env.update(FAIRSEQ_SPEAKER_PLAIN="1")
     proc = subprocess.run([sys.executable, "-m", "fairseq_speaker.benchmarks.training", "--worker", json.dumps(spec)],
                           capture_output=True, text=True, env=env)
     for line in reversed(proc.stdout.splitlines()):
@@ -299,7 +299,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--plain", action="store_true",
                         help="also run each of our configurations (as <config>:plain) with PyTorch's own matrix "
-                        "products instead of oneDNN's and fairseq's own loss instead of the fused one")
+                        "products and tanh instead of oneDNN's and sigmoid's, and fairseq's own loss instead of the "
+                        "fused one (FAIRSEQ_SPEAKER_PLAIN=1)")
     parser.add_argument("--generate", action="store_true", help="also time beam-5 generation")
     parser.add_argument("--no-train", action="store_true", help="time generation only")
     parser.add_argument("--gen-sentences", type=int, default=96, help="sentences translated per generation run")

@@ -33,9 +33,9 @@ class SpeakerLabelSmoothedCrossEntropyCriterion(LabelSmoothedCrossEntropyCriteri
         super().__init__(task, sentence_avg, label_smoothing, ignore_prefix_size, report_accuracy)
         self._logged: Dict[str, torch.Tensor] = {}
 
-    #: False (or FAIRSEQ_SPEAKER_FUSED_LOSS=0 in the environment): always fairseq's own loss over
+    #: False (or FAIRSEQ_SPEAKER_PLAIN=1 in the environment): always fairseq's own loss over
     #: log_softmax, the plain path, for comparison
-    fused = os.environ.get("FAIRSEQ_SPEAKER_FUSED_LOSS", "1") != "0"
+    fused = os.environ.get("FAIRSEQ_SPEAKER_PLAIN", "0") != "1"
 
     def compute_loss(self, model, net_output, sample, reduce=True):
         if self.fused and reduce and self.ignore_prefix_size == 0 and _plain_log_softmax(model):

@@ -7,7 +7,7 @@ project is measured on, 8-25% on the products of a training step, and over 30% o
 ``F.linear`` computed there, forward and the input's gradient; the weight's gradient stays with the
 BLAS, as fast for those shapes. It falls back to ``F.linear`` where oneDNN cannot serve (another
 device or dtype, a build without oneDNN) and everywhere when :data:`settings.enabled` is False
-(``FAIRSEQ_SPEAKER_GEMM=blas`` in the environment; ``fairseq-speaker-benchmark --plain`` measures both).
+(``FAIRSEQ_SPEAKER_PLAIN=1`` in the environment; ``fairseq-speaker-benchmark --plain`` measures both).
 """
 
 import os
@@ -20,7 +20,7 @@ from torch import Tensor
 
 class _Settings:
     #: False: every product through PyTorch's own ``F.linear`` / ``mm`` (the BLAS)
-    enabled: bool = os.environ.get("FAIRSEQ_SPEAKER_GEMM", "onednn").lower() != "blas"
+    enabled: bool = os.environ.get("FAIRSEQ_SPEAKER_PLAIN", "0") != "1"
 
 
 settings = _Settings()

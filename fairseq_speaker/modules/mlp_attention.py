@@ -4,6 +4,7 @@ import torch
 from torch import Tensor, nn
 
 from fairseq_speaker.modules.gemm import linear
+from fairseq_speaker.modules.pointwise import tanh
 
 
 class MLPAttention(nn.Module):
@@ -50,7 +51,7 @@ class MLPAttention(nn.Module):
         src_len, groups = projected_keys.shape[:2]
         per_group = query.size(0) // groups
         queries = projected_query.view(groups, per_group, -1)  # G x n x A
-        hidden = torch.tanh(projected_keys.unsqueeze(2) + queries.unsqueeze(0))  # S x G x n x A
+        hidden = tanh(projected_keys.unsqueeze(2) + queries.unsqueeze(0))  # S x G x n x A
         scores = self.score(hidden).squeeze(3).float()  # S x G x n
         if padding_mask is not None:
             scores = scores.masked_fill(padding_mask.unsqueeze(2), float("-inf"))

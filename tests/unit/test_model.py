@@ -376,9 +376,9 @@ def _recording(function, calls):
 @pytest.mark.parametrize("dropout", [0.0, 0.4])
 def test_the_fast_lstm_training_path_gives_the_plain_losses_and_gradients(dropout, monkeypatch):
     """Teacher forcing arranges the recurrence for speed (hoisted word gates, one product per weight
-    gradient, oneDNN's products); with the same dropout masks it must give what nn.LSTMCell, PyTorch's
-    own products and autograd give step by step."""
-    from fairseq_speaker.modules import gemm
+    gradient, oneDNN's products, tanh from sigmoid); with the same dropout masks it must give what
+    nn.LSTMCell, PyTorch's own products and tanh and autograd give step by step."""
+    from fairseq_speaker.modules import gemm, pointwise
     from fairseq_speaker.modules.attentional_lstm import AttentionalLSTMDecoder
     from fairseq_speaker.modules.step_weights import StepWeight
 
@@ -392,6 +392,7 @@ def test_the_fast_lstm_training_path_gives_the_plain_losses_and_gradients(dropou
         if plain:
             monkeypatch.setattr(StepWeight, "enabled", False)
             monkeypatch.setattr(gemm.settings, "enabled", False)
+            monkeypatch.setattr(pointwise.settings, "enabled", False)
             monkeypatch.setattr(AttentionalLSTMDecoder, "_teacher_forced_steps", AttentionalLSTMDecoder._steps)
         model.train()
         model.zero_grad()
