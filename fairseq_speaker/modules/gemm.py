@@ -64,21 +64,20 @@ def mm_t(a: Tensor, b: Tensor) -> Tensor:
 
 
 class _Linear(torch.autograd.Function):
-    """``x weight^T + bias`` for a 2-d ``x`` (the operator returns a view for more dimensions, which
-    autograd would not let the caller add to in place)."""
-
     @staticmethod
     def forward(ctx, x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> Tensor:
-        ctx.save_for_backward(x, weight)
-        ctx.has_bias = bias is not None
-        return _onednn(x, weight, bias)
+        flat = x.reshape(-1, x.size(-1))
+        ctx.save_for_backward(flat, weight)
+        ctx.has_bias, ctx.x_shape = bias is not None, x.shape
+        return _not_a_view(_onednn(flat, weight, bias), (*x.shape[:-1], weight.size(0)))
 
     @staticmethod
     def backward(ctx, grad: Tensor):
         x, weight = ctx.saved_tensors
+        grad = grad.reshape(-1, grad.size(-1))
         grad_x = grad_w = grad_b = None
         if ctx.needs_input_grad[0]:
-            grad_x = _onednn(grad, weight.t())  # grad W: weight^T's [in, out] view, no copy
+            grad_x = _onednn(grad, weight.t()).view(ctx.x_shape)  # grad W: weight^T's [in, out] view, no copy
         if ctx.needs_input_grad[1]:
             # grad^T x by the BLAS: as fast here, and oneDNN would copy grad^T (its first operand must be
             # contiguous), a fresh [out, rows] buffer per product
@@ -88,16 +87,21 @@ class _Linear(torch.autograd.Function):
         return grad_x, grad_w, grad_b
 
 
+def _not_a_view(out: Tensor, shape) -> Tensor:
+    """The contiguous ``out`` in ``shape``, as a tensor of its own for autograd (``out.view`` would be a
+    view: a caller adding to it in place, as the speaker plumbing adds the bias to the logits, would make
+    autograd copy the whole gradient in backward, and a custom function may not return a view at all)."""
+    return out.new_empty(0).set_(out.untyped_storage(), out.storage_offset(), shape)
+
+
 def linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None) -> Tensor:
     """``F.linear(x, weight, bias)``, through oneDNN on CPU for float32 (see the module's text)."""
     if not _serves(x, weight, bias):
         return F.linear(x, weight, bias)
     if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad
                                     or (bias is not None and bias.requires_grad)):
-        out = _Linear.apply(x.reshape(-1, x.size(-1)), weight, bias)
-    else:
-        out = _onednn(x.reshape(-1, x.size(-1)), weight, bias)
-    return out.view(*x.shape[:-1], weight.size(0))
+        return _Linear.apply(x, weight, bias)
+    return _onednn(x.reshape(-1, x.size(-1)), weight, bias).view(*x.shape[:-1], weight.size(0))
 
 
 def _linear_flop(x_shape, w_shape, *args, out_shape=None, **kwargs) -> int:

@@ -75,3 +75,22 @@ def test_the_flop_counter_counts_the_onednn_products():
     with FlopCounterMode(display=False, custom_mapping=gemm.flop_formulas()) as counter:
         gemm.linear(x, weight)
     assert counter.get_total_flops() == 2 * 2 * 7 * 16 * 32
+
+
+@needs_onednn
+def test_an_in_place_addition_to_the_output_is_an_ordinary_one():
+    """The speaker plumbing adds the bias to the logits in place: the output must not be a view (autograd
+    would copy the whole gradient through CopySlices) and the gradients must be F.linear's."""
+    x, weight = torch.randn(2, 3, 4, requires_grad=True), torch.randn(5, 4, requires_grad=True)
+    bias = torch.randn(2, 1, 5, requires_grad=True)
+    out = gemm.linear(x, weight)
+    assert out._base is None
+    out += bias
+    assert type(out.grad_fn).__name__ == "AddBackward0"
+    plain = [t.detach().clone().requires_grad_() for t in (x, weight, bias)]
+    expected = F.linear(plain[0], plain[1]) + plain[2]
+    grad = torch.randn_like(out)
+    out.backward(grad)
+    expected.backward(grad)
+    for mine, theirs in zip((x, weight, bias), plain):
+        assert torch.allclose(mine.grad, theirs.grad, atol=1e-5)
