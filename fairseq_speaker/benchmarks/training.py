@@ -335,6 +335,11 @@ def make_specs(args) -> List[Dict]:
     return specs
 
 
+def _label(spec: Dict) -> str:
+    """The configuration's name in the tables: ``<config>:plain`` for a --plain run."""
+    return spec["config"] + (":plain" if spec.get("plain") else "")
+
+
 def _median(values: List[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
@@ -343,8 +348,7 @@ def summarize(specs: List[Dict], results: List[List[Dict]], peak: List[float], a
     rows = []
     for spec, runs in zip(specs, results):
         ok = [r for r in runs if "error" not in r]
-        label = spec["config"] + (":plain" if spec.get("plain") else "")
-        row = {"mode": spec["mode"], "config": label, "speakers": spec["speakers"], "runs": ok,
+        row = {"mode": spec["mode"], "config": _label(spec), "speakers": spec["speakers"], "runs": ok,
                "errors": [r["error"] for r in runs if "error" in r]}
         key = "tokens_per_second" if spec["mode"] == "train" else "sentences_per_second"
         values = [r[key] for r in ok]
@@ -415,8 +419,7 @@ def main(argv=None) -> None:
         for i, spec in enumerate(specs):
             if i in skipped:
                 continue
-            plain = ":plain" if spec.get("plain") else ""
-            print(f"[{repeat + 1}/{args.repeats}] {spec['mode']} {spec['config']}{plain} ({spec['speakers']:,} speakers)",
+            print(f"[{repeat + 1}/{args.repeats}] {spec['mode']} {_label(spec)} ({spec['speakers']:,} speakers)",
                   file=sys.stderr, flush=True)
             results[i].append(run_spec(spec))
     for i, reason in skipped.items():

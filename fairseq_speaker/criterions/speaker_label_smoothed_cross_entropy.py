@@ -1,17 +1,18 @@
 """Label-smoothed cross-entropy plus the speaker bias variant's own regularizers."""
 
-import os
 from typing import Dict, Optional, Tuple
 
 import torch
 from fairseq import utils
-from fairseq.models import BaseFairseqModel, FairseqDecoder
 from fairseq.criterions import register_criterion
 from fairseq.criterions.label_smoothed_cross_entropy import (
     LabelSmoothedCrossEntropyCriterion,
     LabelSmoothedCrossEntropyCriterionConfig,
 )
 from fairseq.logging import metrics
+from fairseq.models import BaseFairseqModel, FairseqDecoder
+
+from fairseq_speaker.modules.gemm import fast_paths_requested
 
 #: logging-output keys of the variants' regularizers: "speaker_aux:<name>"
 AUX_PREFIX = "speaker_aux:"
@@ -35,7 +36,7 @@ class SpeakerLabelSmoothedCrossEntropyCriterion(LabelSmoothedCrossEntropyCriteri
 
     #: False (or FAIRSEQ_SPEAKER_PLAIN=1 in the environment): always fairseq's own loss over
     #: log_softmax, the plain path, for comparison
-    fused = os.environ.get("FAIRSEQ_SPEAKER_PLAIN", "0") != "1"
+    fused = fast_paths_requested()
 
     def compute_loss(self, model, net_output, sample, reduce=True):
         if self.fused and reduce and self.ignore_prefix_size == 0 and _plain_log_softmax(model):

@@ -167,7 +167,8 @@ class AttentionalLSTMDecoder(FairseqIncrementalDecoder):
             self.set_incremental_state(incremental_state, "cached_state", {"hidden": hidden, "cell": cell, "feed": feed})
 
         features = torch.cat([torch.stack(hiddens), torch.stack(contexts), embedded], dim=2)  # T x B x (H+C+E)
-        out = self.dropout_out(linear(features, self.output_projection.weight, self.output_projection.bias)).transpose(0, 1)  # B x T x E
+        projection = self.output_projection
+        out = self.dropout_out(linear(features, projection.weight, projection.bias)).transpose(0, 1)  # B x T x E
         return out, {"attn": [torch.stack(attns, dim=1)]}
 
     def _attention_memory(self, encoder_out: EncoderOut, index: Optional[Tensor],

@@ -18,12 +18,21 @@ import torch.nn.functional as F
 from torch import Tensor
 
 
-class _Settings:
-    #: False: every product through PyTorch's own ``F.linear`` / ``mm`` (the BLAS)
-    enabled: bool = os.environ.get("FAIRSEQ_SPEAKER_PLAIN", "0") != "1"
+def fast_paths_requested() -> bool:
+    """False when ``FAIRSEQ_SPEAKER_PLAIN=1`` is in the environment: the default of every fast CPU path's
+    switch (these products, :mod:`~fairseq_speaker.modules.pointwise`, the fused loss)."""
+    return os.environ.get("FAIRSEQ_SPEAKER_PLAIN", "0") != "1"
 
 
-settings = _Settings()
+class FastPathSetting:
+    """A fast path's switch, ``enabled`` (tests turn one path off at a time)."""
+
+    def __init__(self):
+        self.enabled = fast_paths_requested()
+
+
+#: False: every product through PyTorch's own ``F.linear`` / ``mm`` (the BLAS)
+settings = FastPathSetting()
 
 
 def _available() -> bool:

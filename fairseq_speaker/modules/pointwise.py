@@ -11,18 +11,13 @@ search). :func:`tanh` computes ``2 sigmoid(2x) - 1``, within 2e-7 of ``torch.tan
 ``fairseq-speaker-benchmark --plain``).
 """
 
-import os
-
 import torch
 from torch import Tensor
 
+from fairseq_speaker.modules.gemm import FastPathSetting
 
-class _Settings:
-    #: False: ``torch.tanh`` everywhere
-    enabled: bool = os.environ.get("FAIRSEQ_SPEAKER_PLAIN", "0") != "1"
-
-
-settings = _Settings()
+#: False: ``torch.tanh`` everywhere
+settings = FastPathSetting()
 
 
 class _Tanh(torch.autograd.Function):
