@@ -46,7 +46,8 @@ _AVAILABLE = _available()
 _onednn_op = torch.ops.mkldnn._linear_pointwise if _AVAILABLE else None
 
 
-def _serves(*tensors: Optional[Tensor]) -> bool:
+def serves(*tensors: Optional[Tensor]) -> bool:
+    """Whether :func:`linear` multiplies these tensors by oneDNN (CPU, float32, strided, the switch on)."""
     return settings.enabled and _AVAILABLE and all(
         t is None or (t.device.type == "cpu" and t.dtype == torch.float32 and t.layout == torch.strided)
         for t in tensors)
@@ -67,7 +68,7 @@ def _onednn(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None) -> Tensor:
 def mm_t(a: Tensor, b: Tensor) -> Tensor:
     """``a b^T`` for 2-d ``a`` ``[m, k]`` (best contiguous) and ``b`` ``[n, k]``, without autograd: oneDNN
     where it serves."""
-    if _serves(a, b):
+    if serves(a, b):
         return _onednn(a, b)
     return a.mm(b.t())
 
@@ -105,7 +106,7 @@ def _not_a_view(out: Tensor, shape) -> Tensor:
 
 def linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None) -> Tensor:
     """``F.linear(x, weight, bias)``, through oneDNN on CPU for float32 (see the module's text)."""
-    if not _serves(x, weight, bias):
+    if not serves(x, weight, bias):
         return F.linear(x, weight, bias)
     if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad
                                     or (bias is not None and bias.requires_grad)):

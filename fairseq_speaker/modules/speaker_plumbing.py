@@ -10,7 +10,8 @@ The data path (B sentences, V target words)::
         with the variant's regularizers as extra["speaker_aux_losses"]. In generation it is made at
         the first step and cached in the incremental state (one row per sentence, the beam reorders
         an index into them); a decoder whose output layer is affine (output_weight_and_bias) makes
-        each step's logits with the bias in one matrix product
+        each step's logits with the bias in one matrix product (on CPU: oneDNN's product, then the
+        rows added in place), with no tensor of size V beyond the plain decoder's
 
 A speaker-aware model is then a choice of pieces, as in ``models/speaker_lstm.py``::
 
@@ -46,6 +47,7 @@ from torch import Tensor
 
 from fairseq_speaker.checkpoints import SPEAKER_NAMES_KEY
 from fairseq_speaker.errors import UserError
+from fairseq_speaker.modules import gemm
 from fairseq_speaker.modules.speaker_bias import (
     SpeakerBias,
     build_speaker_bias,
@@ -196,8 +198,8 @@ class SpeakerDecoderMixin:
         features, extra = super().forward(prev_output_tokens, encoder_out=encoder_out,
                                           incremental_state=incremental_state, features_only=True, **kwargs)
         if incremental_state is not None:  # generation: the bias was made at the first step
-            rows, index = self._step_bias(encoder_out, incremental_state)
-            return (features if features_only else self._step_logits(features, rows, index)), extra
+            step = self._step_bias(encoder_out, incremental_state)
+            return (features if features_only else self._step_logits(features, step)), extra
         bias, aux_losses = self.sentence_bias(encoder_out, None)
         extra["speaker_bias"] = bias  # B x V or None
         if aux_losses:
@@ -211,8 +213,8 @@ class SpeakerDecoderMixin:
 
     def output_weight_and_bias(self) -> Optional[Tuple[Tensor, Optional[Tensor]]]:
         """The output layer as ``(W [V, d], b [V] or None)`` when ``output_layer(x)`` is ``x W^T + b``,
-        so that a generation step makes its logits with the speaker bias in one matrix product and no
-        tensor of size V beyond the plain decoder's; None otherwise (the bias is then added). The decoder
+        so that a generation step makes its logits with the speaker bias without a tensor of size V beyond
+        the plain decoder's; None otherwise (the bias is then added). The decoder
         class the mixin is put before (or a subclass) says so by defining this method."""
         base = getattr(super(), "output_weight_and_bias", None)
         return base() if base is not None else None
@@ -234,13 +236,15 @@ class SpeakerDecoderMixin:
         return self.speaker_bias(speakers, encoder_out), {}
 
     def _step_bias(self, encoder_out: Optional[EncoderOut], incremental_state: IncrementalState
-                   ) -> Tuple[Optional[Tensor], Optional[Tensor]]:
+                   ) -> Dict[str, Optional[Tensor]]:
         """What each generation step adds: ``rows [B0, V]``, made once per sentence at the first step (the
         output layer's own bias included when :meth:`output_weight_and_bias` allows the fused step), and
-        ``index [B]``, the row of each hypothesis. The beam reorders the index, never the rows."""
+        ``index [B]``, the row of each hypothesis. The beam reorders the index, never the rows. ``gathered``
+        is a ``[B0, V]`` buffer for the rows of a step's hypotheses, filled anew at every step where oneDNN
+        makes the step's product (see :meth:`_step_logits`)."""
         cached = self.get_incremental_state(incremental_state, "speaker_bias")
         if cached is not None:
-            return cached["rows"], cached["index"]
+            return cached
         bias, _ = self.sentence_bias(encoder_out, incremental_state)
         rows = index = None
         if bias is not None:
@@ -251,18 +255,31 @@ class SpeakerDecoderMixin:
             else:
                 rows = bias
             index = torch.arange(rows.size(0), device=rows.device)
-        self.set_incremental_state(incremental_state, "speaker_bias", {"rows": rows, "index": index})
-        return rows, index
+        cached = {"rows": rows, "index": index, "gathered": None}
+        self.set_incremental_state(incremental_state, "speaker_bias", cached)
+        return cached
 
-    def _step_logits(self, features: Tensor, rows: Optional[Tensor], index: Optional[Tensor]) -> Tensor:
+    def _step_logits(self, features: Tensor, step: Dict[str, Optional[Tensor]]) -> Tensor:
+        rows, index = step["rows"], step["index"]
         if rows is None:
             return self.output_layer(features)
         fused = self.output_weight_and_bias()
         bsz, steps, dim = features.shape
         if fused is not None and steps == 1:
-            # the rows of the beam's sentences, then x W^T added in place: the one B x V tensor of the step
-            logits = rows.index_select(0, index)
-            logits.addmm_(features.reshape(bsz, dim).to(logits), fused[0].t())
+            weight = fused[0]
+            flat = features.reshape(bsz, dim).to(rows)
+            if gemm.serves(flat, weight, rows):
+                # oneDNN's product is faster than the BLAS's addmm_ on the CPUs it serves, but has no in-place
+                # form: x W^T makes the step's one B x V tensor, and the hypotheses' rows, gathered into a
+                # buffer kept for the whole batch, are added to it
+                logits = gemm.linear(flat, weight)
+                gathered = step["gathered"]
+                if gathered is None or gathered.size(0) < bsz:
+                    gathered = step["gathered"] = rows.new_empty(max(bsz, rows.size(0)), rows.size(1))
+                logits += torch.index_select(rows, 0, index, out=gathered[:bsz])
+            else:  # the rows of the beam's sentences, then x W^T added in place: the one B x V tensor of the step
+                logits = rows.index_select(0, index)
+                logits.addmm_(flat, weight.t())
             return logits.unsqueeze(1)
         if fused is not None:  # several steps at once: the output layer's own bias is in the rows already
             weight = fused[0]
@@ -277,7 +294,7 @@ class SpeakerDecoderMixin:
         cached = self.get_incremental_state(incremental_state, "speaker_bias")
         if cached is not None and cached["index"] is not None:
             self.set_incremental_state(incremental_state, "speaker_bias",
-                                       {"rows": cached["rows"], "index": cached["index"].index_select(0, new_order)})
+                                       dict(cached, index=cached["index"].index_select(0, new_order)))
 
 
 # -- optimizer state of grown speaker tables ---------------------------------------------------------

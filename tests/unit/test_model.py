@@ -325,7 +325,13 @@ def test_a_generation_step_allocates_nothing_of_vocabulary_size_beyond_the_plain
 
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("name", SPEAKER_VARIANTS)
-def test_the_fused_generation_step_equals_adding_the_bias(family, name, monkeypatch):
+@pytest.mark.parametrize("onednn", [True, False], ids=["onednn-product", "blas-addmm"])
+def test_the_fused_generation_step_equals_adding_the_bias(family, name, onednn, monkeypatch):
+    """A step's logits with the bias rows fused (oneDNN's product plus the gathered rows on CPU, the rows
+    and the BLAS's in-place addmm_ elsewhere) equal the output layer's logits plus the bias."""
+    from fairseq_speaker.modules import gemm
+
+    monkeypatch.setattr(gemm.settings, "enabled", onednn)
     task = make_task(num_speakers=4)
     model = make_model(name, task=task, family=family).eval()
     src = random_batch(task.source_dictionary, [5, 5, 3, 6])
