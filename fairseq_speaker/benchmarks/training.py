@@ -6,8 +6,11 @@ optimizer step), on a synthetic corpus made in memory: Zipfian word ids over a
 ``--vocab``-word vocabulary, source lengths uniform in [``--min-len``, ``--max-len``]
 and target lengths within two words of them,
 speakers drawn uniformly from a table of ``--speakers`` speakers. Runs are
-interleaved (configuration A, B, C, A, B, C, ...) so that machine noise hits them
-alike; the table shows the median and the spread of ``--repeats`` runs.
+interleaved in rounds, each round starting one configuration further on (A, B, C,
+then B, C, A, then C, A, B, ...), so that machine noise and a place in the round hit
+them alike; the table shows the median and the spread of ``--repeats`` runs, and
+each configuration's ratios to stock fairseq and to the speaker-agnostic model of the
+same network (``vs base``) as the median of the ratios within each round.
 
 Measured:
 
@@ -344,6 +347,23 @@ def _median(values: List[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
+def paired_ratio(values: List[Optional[float]], reference: List[Optional[float]]) -> Optional[float]:
+    """The median over rounds of ``values[r] / reference[r]``: each round runs every configuration once, one
+    after the other, so that a ratio within a round cancels the machine's slow drifts; rounds where either
+    run failed are left out (None when none is left)."""
+    ratios = [v / ref for v, ref in zip(values, reference) if v is not None and ref]
+    return statistics.median(ratios) if ratios else None
+
+
+def reference_of(config: str) -> Optional[str]:
+    """The speaker-agnostic configuration of the same network a row is compared with (``lstm_base`` for
+    ``lstm_fact_bias``, ``lstm_base:plain`` for ``lstm_fact_bias:plain``); None for the stock ones."""
+    if config.startswith("stock_"):
+        return None
+    name, _, plain = config.partition(":")
+    return name.split("_")[0] + "_base" + (":" + plain if plain else "")
+
+
 def summarize(specs: List[Dict], results: List[List[Dict]], peak: List[float], args) -> List[Dict]:
     rows = []
     for spec, runs in zip(specs, results):
@@ -352,6 +372,7 @@ def summarize(specs: List[Dict], results: List[List[Dict]], peak: List[float], a
                "errors": [r["error"] for r in runs if "error" in r]}
         key = "tokens_per_second" if spec["mode"] == "train" else "sentences_per_second"
         values = [r[key] for r in ok]
+        row["by_round"] = [r.get(key) for r in runs]  # None for a failed run: rounds stay aligned
         row.update(median=_median(values), low=min(values, default=float("nan")),
                    high=max(values, default=float("nan")))
         if spec["mode"] == "train" and ok:
@@ -360,6 +381,12 @@ def summarize(specs: List[Dict], results: List[List[Dict]], peak: List[float], a
             row["peak_fraction"] = row["median"] * row["flop_per_token"] / _median(peak) if peak else None
         row["max_rss_bytes"] = max((r["max_rss_bytes"] for r in ok), default=None)
         rows.append(row)
+    by_name = {(r["mode"], r["config"], r["speakers"]): r for r in rows}
+    for row in rows:
+        stock = next((r for r in rows if r["mode"] == row["mode"] and r["config"].startswith("stock_")), None)
+        base = by_name.get((row["mode"], reference_of(row["config"]), row["speakers"]))
+        row["vs_stock"] = paired_ratio(row["by_round"], stock["by_round"]) if stock else None
+        row["vs_base"] = paired_ratio(row["by_round"], base["by_round"]) if base else None
     return rows
 
 
@@ -368,18 +395,17 @@ def format_tables(rows: List[Dict], peak: List[float], args) -> str:
     device = "CUDA" if args.gpu else f"CPU, {args.threads} thread(s)"
     e, h, a = args.sizes
     lines.append(f"{device}; sizes {e}-{h}-{a}; V = {args.vocab:,}; batches of {args.batch} sentences; "
-                 f"median [min-max] of {args.repeats} interleaved run(s)")
+                 f"median [min-max] of {args.repeats} interleaved run(s); the ratios are medians of each round's ratios")
     if peak:
         lines.append(f"machine's matrix-product rate (one sgemm): {_median(peak) / 1e9:.1f} GFLOP/s")
     for mode, unit in (("train", "tokens/s"), ("generate", "sentences/s")):
         part = [r for r in rows if r["mode"] == mode]
         if not part:
             continue
-        ref = next((r for r in part if r["config"].startswith("stock_")), None)
         lines.append("")
         lines.append("training, target tokens/s (words + </s>)" if mode == "train" else
                      f"generation, beam 5, {args.gen_len}-word hypotheses, sentences/s")
-        header = f"  {'config':<24}{'speakers':>10}{unit:>13}{'spread':>20}{'vs stock':>10}"
+        header = f"  {'config':<24}{'speakers':>10}{unit:>13}{'spread':>20}{'vs stock':>10}{'vs base':>9}"
         if mode == "train":
             header += f"{'ms/update':>11}{'MFLOP/tok':>11}{'of peak':>9}"
         lines.append(header + f"{'max RSS':>10}")
@@ -387,15 +413,24 @@ def format_tables(rows: List[Dict], peak: List[float], args) -> str:
             if r["errors"] and not r["runs"]:
                 lines.append(f"  {r['config']:<24}{r['speakers']:>10,}  {r['errors'][0]}")
                 continue
-            ratio = f"{r['median'] / ref['median']:.2f}x" if ref and ref["runs"] else "-"
+            ratios = [f"{r[key]:.2f}x" if r[key] is not None else "-" for key in ("vs_stock", "vs_base")]
             line = (f"  {r['config']:<24}{r['speakers']:>10,}{r['median']:>13,.1f}"
-                    f"{'[' + format(r['low'], ',.1f') + '-' + format(r['high'], ',.1f') + ']':>20}{ratio:>10}")
+                    f"{'[' + format(r['low'], ',.1f') + '-' + format(r['high'], ',.1f') + ']':>20}"
+                    f"{ratios[0]:>10}{ratios[1]:>9}")
             if mode == "train":
                 frac = f"{100 * r['peak_fraction']:.0f}%" if r.get("peak_fraction") else "-"
                 line += f"{1000 * r['update_seconds']:>11.1f}{r['flop_per_token'] / 1e6:>11.1f}{frac:>9}"
             rss = f"{r['max_rss_bytes'] / 2 ** 30:.2f}G" if r["max_rss_bytes"] else "-"
             lines.append(line + f"{rss:>10}")
     return "\n".join(lines)
+
+
+def rotated(count: int, round_index: int) -> List[int]:
+    """The order of the configurations in a round: ``0..count-1`` started ``round_index`` places further on,
+    so that no configuration always runs first (or right after the same one) when the machine's load or the
+    previous process's leftovers favour a place in the round."""
+    start = round_index % count if count else 0
+    return list(range(start, count)) + list(range(start))
 
 
 def main(argv=None) -> None:
@@ -414,9 +449,10 @@ def main(argv=None) -> None:
     results: List[List[Dict]] = [[] for _ in specs]
     peak: List[float] = []
     base = specs[0] if specs else {}
-    for repeat in range(args.repeats):  # interleaved
+    for repeat in range(args.repeats):  # interleaved, each round starting one configuration further on
         peak.append(run_spec(dict(base, mode="peak")).get("flop_per_second", float("nan")))
-        for i, spec in enumerate(specs):
+        for i in rotated(len(specs), repeat):
+            spec = specs[i]
             if i in skipped:
                 continue
             print(f"[{repeat + 1}/{args.repeats}] {spec['mode']} {_label(spec)} ({spec['speakers']:,} speakers)",

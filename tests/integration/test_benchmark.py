@@ -37,3 +37,21 @@ def test_plain_runs_count_the_same_arithmetic_as_the_fast_ones(tmp_path):
     assert set(rows) == {"lstm_base", "lstm_base:plain", "stock_lstm"}
     assert all(not r["errors"] and r["median"] > 0 for r in rows.values())
     assert rows["lstm_base"]["flop_per_token"] == rows["lstm_base:plain"]["flop_per_token"] > 0
+
+
+def test_ratios_are_paired_within_rounds_and_rounds_rotate():
+    """A ratio is the median of the per-round ratios (a slow drift of the machine cancels), failed runs
+    leave their round out, and every configuration takes every place of a round in turn."""
+    from fairseq_speaker.benchmarks.training import paired_ratio, reference_of, rotated
+
+    # the machine slows down over the rounds: medians of the runs would mislead, paired ratios do not
+    base = [100.0, 80.0, 60.0]
+    fact = [99.0, 79.2, 59.4]
+    assert abs(paired_ratio(fact, base) - 0.99) < 1e-12
+    assert paired_ratio([None, 50.0, 90.0], [100.0, 100.0, 100.0]) == 0.7
+    assert paired_ratio([None], [100.0]) is None
+    assert reference_of("lstm_fact_bias") == "lstm_base" and reference_of("stock_lstm") is None
+    assert reference_of("transformer_full_bias:plain") == "transformer_base:plain"
+    orders = [rotated(3, r) for r in range(3)]
+    assert orders == [[0, 1, 2], [1, 2, 0], [2, 0, 1]]
+    assert rotated(0, 2) == []
