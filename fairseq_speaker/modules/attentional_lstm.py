@@ -12,6 +12,7 @@ from fairseq.models import FairseqEncoder, FairseqIncrementalDecoder
 from fairseq.modules import FairseqDropout
 from torch import Tensor, nn
 
+from fairseq_speaker.modules import gemm
 from fairseq_speaker.modules.gemm import linear
 from fairseq_speaker.modules.mlp_attention import MLPAttention
 from fairseq_speaker.modules.step_weights import StepWeight
@@ -197,21 +198,35 @@ class AttentionalLSTMDecoder(FairseqIncrementalDecoder):
         return memory["grouped"]
 
     def _steps(self, embedded, hidden, cell, feed, keys, values, padding_mask, in_mask, hidden_mask):
-        """The recurrence step by step with ``nn.LSTMCell``."""
+        """The recurrence step by step with ``nn.LSTMCell`` (its products through oneDNN where
+        :func:`gemm.serves`: a generation step's two largest products)."""
         hiddens: List[Tensor] = []
         contexts: List[Tensor] = []
         attns: List[Tensor] = []
+        fast = gemm.serves(embedded, self.cell.weight_ih)
         for step in range(embedded.size(0)):
             lstm_input = torch.cat([embedded[step], feed], dim=1)
             if in_mask is not None:
-                hidden, cell = self.cell(lstm_input * in_mask, (hidden * hidden_mask, cell))
+                lstm_input, hidden = lstm_input * in_mask, hidden * hidden_mask
+            if fast:
+                hidden, cell = self._cell(lstm_input, hidden, cell)
+                query = linear(hidden, self.attention.query_proj.weight)
             else:
                 hidden, cell = self.cell(lstm_input, (hidden, cell))
-            feed, attn = self.attention(hidden, keys, values, padding_mask)  # B x C, B x S
+                query = None
+            feed, attn = self.attention(hidden, keys, values, padding_mask, projected_query=query)  # B x C, B x S
             hiddens.append(hidden)
             contexts.append(feed)
             attns.append(attn)
         return hiddens, contexts, attns, hidden, cell, feed
+
+    def _cell(self, lstm_input: Tensor, hidden: Tensor, cell: Tensor) -> Tuple[Tensor, Tensor]:
+        """``self.cell(lstm_input, (hidden, cell))`` with the products through :func:`linear`."""
+        gates = linear(lstm_input, self.cell.weight_ih, self.cell.bias_ih + self.cell.bias_hh)
+        gates += linear(hidden, self.cell.weight_hh)
+        i, f, g, o = gates.chunk(4, dim=1)
+        cell = torch.sigmoid(f) * cell + torch.sigmoid(i) * torch.tanh(g)
+        return torch.sigmoid(o) * torch.tanh(cell), cell
 
     def _teacher_forced_steps(self, embedded, hidden, cell, feed, keys, values, padding_mask, in_mask, hidden_mask):
         """The same recurrence as :meth:`_steps` (the cell's own weights and gate order), arranged for a

@@ -347,6 +347,55 @@ def test_the_fused_generation_step_equals_adding_the_bias(family, name, onednn, 
     assert [h["tokens"].tolist() for h in beam] == [h["tokens"].tolist() for h in plain_beam]
 
 
+@pytest.mark.parametrize("name", ["none", "full", "fact"])
+def test_decoding_through_onednn_gives_the_plain_steps_and_beams(name, monkeypatch):
+    """A generation step of the LSTM multiplies through oneDNN (the cell's products, the attention's query,
+    the output layer and the speaker rows' fused step): the same step logits and beams as PyTorch's own
+    nn.LSTMCell and products."""
+    from fairseq_speaker.modules import gemm
+
+    task = make_task(num_speakers=4)
+    model = make_model(name, task=task, family="lstm").eval()
+    if name != "none":
+        _favour_eos(model, task, speaker=2)  # sentences leave the beam on the way
+    src = random_batch(task.source_dictionary, [5, 5, 3, 6, 4])
+    speakers = torch.tensor([0, 1, 2, 3, 2])
+    runs = []
+    for enabled in (True, False):
+        monkeypatch.setattr(gemm.settings, "enabled", enabled)
+        with torch.no_grad():
+            steps = _decoding_steps(model, src, speakers, steps=4, reorder=torch.tensor([3, 0, 0, 2, 4]))[3]
+        runs.append((steps, _generate(model, task, src, speakers)))
+    (fast_steps, fast_beams), (plain_steps, plain_beams) = runs
+    for a, b in zip(fast_steps, plain_steps):
+        assert torch.allclose(a, b, atol=1e-5)
+    for a, b in zip(fast_beams, plain_beams):
+        assert a["tokens"].tolist() == b["tokens"].tolist()
+        assert torch.allclose(a["positional_scores"], b["positional_scores"], atol=1e-5)
+
+
+def test_the_decoder_cell_through_onednn_is_nn_lstm_cell():
+    """:meth:`AttentionalLSTMDecoder._cell` against the nn.LSTMCell whose weights it uses: states and
+    gradients."""
+    task = make_task(num_speakers=4)
+    decoder = make_model("none", task=task, family="lstm").decoder
+    cell = decoder.cell
+    x = torch.randn(6, cell.input_size, requires_grad=True)
+    h = torch.randn(6, cell.hidden_size, requires_grad=True)
+    c = torch.randn(6, cell.hidden_size, requires_grad=True)
+    results = []
+    for step in (decoder._cell, lambda x, h, c: cell(x, (h, c))):
+        decoder.zero_grad()
+        new_h, new_c = step(x, h, c)
+        (new_h.sum() * 2 + (new_c * new_c).sum()).backward()
+        grads = [t.grad.clone() for t in (x, h, c, cell.weight_ih, cell.weight_hh, cell.bias_ih)]
+        for t in (x, h, c):
+            t.grad = None
+        results.append(([new_h.detach(), new_c.detach()], grads))
+    for a, b in zip(results[0][0] + results[0][1], results[1][0] + results[1][1]):
+        assert torch.allclose(a, b, atol=1e-5, rtol=1e-4)
+
+
 @pytest.mark.parametrize("name", SPEAKER_VARIANTS)
 def test_beam_search_reading_each_sentences_encoder_states_once_equals_copying_them_per_hypothesis(
         name, monkeypatch):
