@@ -141,30 +141,34 @@ def _batches(task, dataset, model, batch: int, seed: int):
         yield from epochs.next_epoch_itr(shuffle=True)
 
 
-def train_worker(spec: Dict) -> Dict:
-    import torch
+def _trainer(spec: Dict):
+    """fairseq's ``Trainer`` for one configuration and its endless batches."""
     from fairseq.trainer import Trainer
-    from torch.utils.flop_counter import FlopCounterMode
-
-    from fairseq_speaker.modules.gemm import flop_formulas
 
     with tempfile.TemporaryDirectory() as folder:
         args, cfg, task, dataset = _setup(spec, folder)
         model = task.build_model(cfg.model)
         criterion = task.build_criterion(cfg.criterion)
         trainer = Trainer(cfg, task, model, criterion)
-    samples = _batches(task, dataset, model, spec["batch"], spec["seed"])
-    for _ in range(spec["warmup"]):
-        trainer.train_step([next(samples)])
-    tokens, times = 0, []
-    for _ in range(spec["updates"]):
-        sample = next(samples)
-        tokens += int(sample["ntokens"])
-        start = time.perf_counter()
-        trainer.train_step([sample])
-        if spec["gpu"]:
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
+    return trainer, model, _batches(task, dataset, model, spec["batch"], spec["seed"])
+
+
+def _timed_update(trainer, sample, spec: Dict) -> float:
+    import torch
+
+    start = time.perf_counter()
+    trainer.train_step([sample])
+    if spec["gpu"]:
+        torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+def _training_figures(trainer, model, samples, tokens: int, times: List[float]) -> Dict:
+    """Tokens per second of the timed updates, and the FLOP per token of three more, counted."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from fairseq_speaker.modules.gemm import flop_formulas
+
     counted = 0
     with FlopCounterMode(display=False, custom_mapping=flop_formulas()) as counter:
         for _ in range(3):
@@ -180,7 +184,39 @@ def train_worker(spec: Dict) -> Dict:
     }
 
 
-def generate_worker(spec: Dict) -> Dict:
+def train_worker(spec: Dict) -> Dict:
+    trainer, model, samples = _trainer(spec)
+    for _ in range(spec["warmup"]):
+        trainer.train_step([next(samples)])
+    tokens, times = 0, []
+    for _ in range(spec["updates"]):
+        sample = next(samples)
+        tokens += int(sample["ntokens"])
+        times.append(_timed_update(trainer, sample, spec))
+    return _training_figures(trainer, model, samples, tokens, times)
+
+
+def paired_train_worker(spec: Dict) -> Dict:
+    """Every configuration of ``spec["members"]`` in this one process, taking turns update by update (the
+    order rotating), on the same batches: their ratios are then free of the machine's drifts between
+    processes."""
+    runs = [_trainer(dict(spec, **member)) for member in spec["members"]]
+    for trainer, _, samples in runs:
+        for _ in range(spec["warmup"]):
+            trainer.train_step([next(samples)])
+    tokens = [0] * len(runs)
+    times: List[List[float]] = [[] for _ in runs]
+    for update in range(spec["updates"]):
+        for i in rotated(len(runs), update):
+            trainer, _, samples = runs[i]
+            sample = next(samples)
+            tokens[i] += int(sample["ntokens"])
+            times[i].append(_timed_update(trainer, sample, spec))
+    return {"members": [_training_figures(*run, tokens[i], times[i]) for i, run in enumerate(runs)]}
+
+
+def _generation(spec: Dict):
+    """A model, its generator and a function translating one batch (timed), for one configuration."""
     import torch
 
     with tempfile.TemporaryDirectory() as folder:
@@ -191,24 +227,47 @@ def generate_worker(spec: Dict) -> Dict:
     if spec["fp16"]:
         model.half()
     generator = task.build_generator([model], args)
-    batches = _batches(task, dataset, model, spec["gen_batch"], spec["seed"])
 
-    def run(sample):
+    def run(sample) -> float:
         sample = _to(sample, device)
+        start = time.perf_counter()
         with torch.no_grad():
             task.inference_step(generator, [model], sample)
         if spec["gpu"]:
             torch.cuda.synchronize()
+        return time.perf_counter() - start
 
+    return run, _batches(task, dataset, model, spec["gen_batch"], spec["seed"])
+
+
+def generate_worker(spec: Dict) -> Dict:
+    run, batches = _generation(spec)
     run(next(batches))  # warm-up
     sentences, elapsed = 0, 0.0
     while sentences < spec["gen_sentences"]:
         sample = next(batches)
-        start = time.perf_counter()
-        run(sample)
-        elapsed += time.perf_counter() - start
+        elapsed += run(sample)
         sentences += int(sample["nsentences"])
     return {"sentences_per_second": sentences / elapsed, "max_rss_bytes": _max_rss()}
+
+
+def paired_generate_worker(spec: Dict) -> Dict:
+    """Generation as :func:`paired_train_worker` trains: the configurations in turns, batch by batch."""
+    runs = [_generation(dict(spec, **member)) for member in spec["members"]]
+    for run, batches in runs:
+        run(next(batches))  # warm-up
+    sentences = [0] * len(runs)
+    elapsed = [0.0] * len(runs)
+    turn = 0
+    while min(sentences) < spec["gen_sentences"]:
+        for i in rotated(len(runs), turn):
+            run, batches = runs[i]
+            sample = next(batches)
+            elapsed[i] += run(sample)
+            sentences[i] += int(sample["nsentences"])
+        turn += 1
+    return {"members": [{"sentences_per_second": n / t, "max_rss_bytes": _max_rss()}
+                        for n, t in zip(sentences, elapsed)]}
 
 
 def peak_worker(spec: Dict) -> Dict:
@@ -238,7 +297,8 @@ def _max_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
 
 
-WORKERS = {"train": train_worker, "generate": generate_worker, "peak": peak_worker}
+WORKERS = {"train": train_worker, "generate": generate_worker, "peak": peak_worker,
+           "paired_train": paired_train_worker, "paired_generate": paired_generate_worker}
 
 
 def worker_main(spec_json: str) -> None:
@@ -304,6 +364,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="also run each of our configurations (as <config>:plain) with PyTorch's own matrix "
                         "products and tanh instead of oneDNN's and sigmoid's, and fairseq's own loss instead of the "
                         "fused one (FAIRSEQ_SPEAKER_PLAIN=1)")
+    parser.add_argument("--paired", action="store_true",
+                        help="run the configurations in one process per round, taking turns update by update "
+                        "(and batch by batch in generation) on the same batches: ratios of a few percent "
+                        "measured without the drifts between processes (max RSS is then the process's)")
     parser.add_argument("--generate", action="store_true", help="also time beam-5 generation")
     parser.add_argument("--no-train", action="store_true", help="time generation only")
     parser.add_argument("--gen-sentences", type=int, default=96, help="sentences translated per generation run")
@@ -395,7 +459,9 @@ def format_tables(rows: List[Dict], peak: List[float], args) -> str:
     device = "CUDA" if args.gpu else f"CPU, {args.threads} thread(s)"
     e, h, a = args.sizes
     lines.append(f"{device}; sizes {e}-{h}-{a}; V = {args.vocab:,}; batches of {args.batch} sentences; "
-                 f"median [min-max] of {args.repeats} interleaved run(s); the ratios are medians of each round's ratios")
+                 f"median [min-max] of {args.repeats} " + ("paired round(s): the configurations in one process, in turns"
+                                               if args.paired else "interleaved run(s)")
+                 + "; the ratios are medians of each round's ratios")
     if peak:
         lines.append(f"machine's matrix-product rate (one sgemm): {_median(peak) / 1e9:.1f} GFLOP/s")
     for mode, unit in (("train", "tokens/s"), ("generate", "sentences/s")):
@@ -433,11 +499,31 @@ def rotated(count: int, round_index: int) -> List[int]:
     return list(range(start, count)) + list(range(start))
 
 
+def run_paired_round(specs: List[Dict], skipped: Dict[int, str], results: List[List[Dict]], repeat: int,
+                     repeats: int) -> None:
+    """One round of ``--paired``: per mode, one process running all its configurations in turns."""
+    for mode in dict.fromkeys(spec["mode"] for spec in specs):
+        members = [i for i, spec in enumerate(specs) if spec["mode"] == mode and i not in skipped]
+        if not members:
+            continue
+        print(f"[{repeat + 1}/{repeats}] {mode} {', '.join(_label(specs[i]) for i in members)} (paired)",
+              file=sys.stderr, flush=True)
+        paired = dict(specs[members[0]], mode="paired_" + mode,
+                      members=[{"config": specs[i]["config"], "speakers": specs[i]["speakers"]} for i in members])
+        outcome = run_spec(paired)
+        figures = outcome.get("members") or [{"error": outcome.get("error", "no figures")}] * len(members)
+        for i, figure in zip(members, figures):
+            results[i].append(figure)
+
+
 def main(argv=None) -> None:
     args = build_parser().parse_args(argv)
     if args.worker:
         worker_main(args.worker)
         return
+    if args.paired and args.plain:
+        sys.exit("fairseq-speaker-benchmark: --paired runs every configuration in one process, and --plain "
+                 "needs a process of its own (FAIRSEQ_SPEAKER_PLAIN=1): use one or the other")
     specs = make_specs(args)
     free = available_memory()
     skipped = {}
@@ -451,6 +537,9 @@ def main(argv=None) -> None:
     base = specs[0] if specs else {}
     for repeat in range(args.repeats):  # interleaved, each round starting one configuration further on
         peak.append(run_spec(dict(base, mode="peak")).get("flop_per_second", float("nan")))
+        if args.paired:
+            run_paired_round(specs, skipped, results, repeat, args.repeats)
+            continue
         for i in rotated(len(specs), repeat):
             spec = specs[i]
             if i in skipped:

@@ -55,3 +55,23 @@ def test_ratios_are_paired_within_rounds_and_rounds_rotate():
     orders = [rotated(3, r) for r in range(3)]
     assert orders == [[0, 1, 2], [1, 2, 0], [2, 0, 1]]
     assert rotated(0, 2) == []
+
+
+def test_paired_rounds_measure_every_configuration_in_one_process_and_refuse_plain(tmp_path):
+    """--paired runs the configurations of a mode in one process per round, taking turns: every row has a
+    figure per round, and the ratios to base and stock are filled; --plain cannot share that process."""
+    out = tmp_path / "bench.json"
+    proc = run("fairseq-speaker-benchmark", [*TINY, "--repeats", "2", "--paired", "--generate", "--configs",
+                                             "lstm_base", "lstm_fact_bias", "stock_lstm", "--json", str(out)])
+    assert "paired round(s)" in proc.stdout and proc.stderr.count("(paired)") == 4  # 2 rounds x 2 modes
+    rows = {(r["mode"], r["config"]): r for r in json.loads(out.read_text())["rows"]}
+    assert set(rows) == {(m, c) for m in ("train", "generate") for c in ("lstm_base", "lstm_fact_bias", "stock_lstm")}
+    for (mode, config), row in rows.items():
+        assert not row["errors"] and len(row["runs"]) == 2 and all(v > 0 for v in row["by_round"]), (mode, config)
+        assert row["vs_stock"] > 0
+    assert rows[("train", "lstm_base")]["vs_base"] == 1.0 and rows[("train", "lstm_fact_bias")]["vs_base"] > 0
+    assert rows[("train", "stock_lstm")]["vs_base"] is None
+    assert rows[("train", "lstm_fact_bias")]["flop_per_token"] > 0
+
+    refused = run("fairseq-speaker-benchmark", [*TINY, "--paired", "--plain"], check=False)
+    assert refused.returncode != 0 and "--paired" in refused.stderr and "Traceback" not in refused.stderr
