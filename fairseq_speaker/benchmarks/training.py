@@ -32,6 +32,7 @@ Usage::
 
     fairseq-speaker-benchmark                                   # the paper's sizes, one thread
     fairseq-speaker-benchmark --sizes 256 256 128 --generate
+    fairseq-speaker-benchmark --paired --generate               # small ratios: one process, in turns
     fairseq-speaker-benchmark --configs lstm_fact_bias lstm_full_bias --speakers 1000 100000 1000000
     fairseq-speaker-benchmark --gpu --fp16                      # CUDA (bf16: --bf16)
 """
