@@ -502,11 +502,14 @@ def rotated(count: int, round_index: int) -> List[int]:
 
 def run_paired_round(specs: List[Dict], skipped: Dict[int, str], results: List[List[Dict]], repeat: int,
                      repeats: int) -> None:
-    """One round of ``--paired``: per mode, one process running all its configurations in turns."""
+    """One round of ``--paired``: per mode, one process running all its configurations in turns. The models
+    are built in an order that rotates from round to round too: in one process, the first built trains
+    faster (5-9% measured at 256-256-128, whichever configuration it is)."""
     for mode in dict.fromkeys(spec["mode"] for spec in specs):
         members = [i for i, spec in enumerate(specs) if spec["mode"] == mode and i not in skipped]
         if not members:
             continue
+        members = [members[k] for k in rotated(len(members), repeat)]
         print(f"[{repeat + 1}/{repeats}] {mode} {', '.join(_label(specs[i]) for i in members)} (paired)",
               file=sys.stderr, flush=True)
         paired = dict(specs[members[0]], mode="paired_" + mode,

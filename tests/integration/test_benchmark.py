@@ -64,6 +64,9 @@ def test_paired_rounds_measure_every_configuration_in_one_process_and_refuse_pla
     proc = run("fairseq-speaker-benchmark", [*TINY, "--repeats", "2", "--paired", "--generate", "--configs",
                                              "lstm_base", "lstm_fact_bias", "stock_lstm", "--json", str(out)])
     assert "paired round(s)" in proc.stdout and proc.stderr.count("(paired)") == 4  # 2 rounds x 2 modes
+    # the models are built in a rotating order: in one process the first built runs faster
+    assert "[1/2] train lstm_base, lstm_fact_bias, stock_lstm (paired)" in proc.stderr
+    assert "[2/2] train lstm_fact_bias, stock_lstm, lstm_base (paired)" in proc.stderr
     rows = {(r["mode"], r["config"]): r for r in json.loads(out.read_text())["rows"]}
     assert set(rows) == {(m, c) for m in ("train", "generate") for c in ("lstm_base", "lstm_fact_bias", "stock_lstm")}
     for (mode, config), row in rows.items():
