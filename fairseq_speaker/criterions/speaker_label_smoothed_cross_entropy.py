@@ -11,6 +11,7 @@ from fairseq.criterions.label_smoothed_cross_entropy import (
 )
 from fairseq.logging import metrics
 from fairseq.models import BaseFairseqModel, FairseqDecoder
+from fairseq.models.transformer import TransformerModelBase
 
 from fairseq_speaker.modules.gemm import fast_paths_requested
 
@@ -79,6 +80,11 @@ class SpeakerLabelSmoothedCrossEntropyCriterion(LabelSmoothedCrossEntropyCriteri
                 metrics.log_scalar(key[len(AUX_PREFIX):], total / max(sample_size, 1), sample_size, round=4)
 
 
+#: model methods known to be fairseq's default normalization: the Transformer's only re-exports the default
+#: for TorchScript
+_DEFAULT_NORMALIZATIONS = (BaseFairseqModel.get_normalized_probs, TransformerModelBase.get_normalized_probs)
+
+
 def _plain_log_softmax(model) -> bool:
     """Whether ``model``'s log-probabilities are fairseq's default, ``log_softmax`` of its logits."""
     while isinstance(getattr(model, "module", None), torch.nn.Module):  # data-parallel wrappers
@@ -86,7 +92,7 @@ def _plain_log_softmax(model) -> bool:
     decoder = getattr(model, "decoder", None)
     return (isinstance(model, BaseFairseqModel) and isinstance(decoder, FairseqDecoder)
             and getattr(decoder, "adaptive_softmax", None) is None
-            and type(model).get_normalized_probs is BaseFairseqModel.get_normalized_probs
+            and type(model).get_normalized_probs in _DEFAULT_NORMALIZATIONS
             and type(model).get_normalized_probs_scriptable is BaseFairseqModel.get_normalized_probs_scriptable
             and type(decoder).get_normalized_probs is FairseqDecoder.get_normalized_probs
             and type(decoder).get_normalized_probs_scriptable is FairseqDecoder.get_normalized_probs_scriptable)

@@ -9,7 +9,7 @@ from fairseq.logging import metrics
 from fairseq_speaker.criterions import SpeakerLabelSmoothedCrossEntropyCriterion
 from fairseq_speaker.modules.speaker_bias import register_speaker_bias, unregister_speaker_bias
 from fairseq_speaker.modules.speaker_bias.full import FullSpeakerBias
-from tests.helpers import make_model, make_task, random_batch
+from tests.helpers import FAMILIES, make_model, make_task, random_batch
 
 
 def make_sample(task, pad_target_to=None, target=None):
@@ -189,12 +189,13 @@ def test_the_fused_loss_refuses_a_second_backward():
         loss.backward()
 
 
+@pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("name", ["none", "full", "fact"])
-def test_the_criterion_fuses_the_loss_and_its_gradients_are_fairseqs(name, monkeypatch):
+def test_the_criterion_fuses_the_loss_and_its_gradients_are_fairseqs(name, family, monkeypatch):
     from fairseq_speaker.criterions import speaker_label_smoothed_cross_entropy as module
 
     task = make_task(num_speakers=4)
-    model = make_model(name, task=task).train()
+    model = make_model(name, task=task, family=family).train()
     sample = make_sample(task)
     calls = []
     fused = module.label_smoothed_nll_loss_from_logits
