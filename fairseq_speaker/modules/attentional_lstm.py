@@ -16,7 +16,7 @@ from fairseq_speaker.modules import gemm
 from fairseq_speaker.modules.gemm import linear
 from fairseq_speaker.modules.mlp_attention import MLPAttention
 from fairseq_speaker.modules.step_weights import StepWeight
-from fairseq_speaker.modules.variational_lstm import sentence_mask, variational_bilstm
+from fairseq_speaker.modules.variational_lstm import lstm_cell_update, sentence_mask, variational_bilstm
 
 EncoderOut = Dict[str, Tensor]
 IncrementalState = Dict[str, Dict[str, Optional[Tensor]]]
@@ -224,9 +224,7 @@ class AttentionalLSTMDecoder(FairseqIncrementalDecoder):
         """``self.cell(lstm_input, (hidden, cell))`` with the products through :func:`linear`."""
         gates = linear(lstm_input, self.cell.weight_ih, self.cell.bias_ih + self.cell.bias_hh)
         gates += linear(hidden, self.cell.weight_hh)
-        i, f, g, o = gates.chunk(4, dim=1)
-        cell = torch.sigmoid(f) * cell + torch.sigmoid(i) * torch.tanh(g)
-        return torch.sigmoid(o) * torch.tanh(cell), cell
+        return lstm_cell_update(gates, cell)
 
     def _teacher_forced_steps(self, embedded, hidden, cell, feed, keys, values, padding_mask, in_mask, hidden_mask):
         """The same recurrence as :meth:`_steps` (the cell's own weights and gate order), arranged for a
@@ -246,10 +244,7 @@ class AttentionalLSTMDecoder(FairseqIncrementalDecoder):
         for gates_word in gates_words.unbind(0):  # one backward node for all steps (indexing makes T)
             state = torch.cat([feed if feed_mask is None else feed * feed_mask,
                                hidden if hidden_mask is None else hidden * hidden_mask], dim=1)
-            gates = gates_word + recurrent.linear(state)
-            i, f, g, o = gates.chunk(4, dim=1)
-            cell = torch.sigmoid(f) * cell + torch.sigmoid(i) * torch.tanh(g)
-            hidden = torch.sigmoid(o) * torch.tanh(cell)
+            hidden, cell = lstm_cell_update(gates_word + recurrent.linear(state), cell)
             feed, attn = self.attention(hidden, keys, values, padding_mask, projected_query=query.linear(hidden))
             hiddens.append(hidden)
             contexts.append(feed)

@@ -7,6 +7,8 @@ applies them at every step; DyNet's ``VanillaLSTMBuilder.set_dropout``, used by
 the paper's authors, does the same.
 """
 
+from typing import Tuple
+
 import torch
 from torch import Tensor, nn
 
@@ -28,6 +30,14 @@ def reverse_padded(x: Tensor, lengths: Tensor) -> Tensor:
     return x.gather(0, index)
 
 
+def lstm_cell_update(gates: Tensor, cell: Tensor) -> Tuple[Tensor, Tensor]:
+    """The element-wise part of an LSTM step: the new ``(hidden, cell)`` from the gates ``[batch, 4H]`` (in
+    PyTorch's order: input, forget, cell, output) and the previous cell ``[batch, H]``, as ``nn.LSTMCell``."""
+    i, f, g, o = gates.chunk(4, dim=1)
+    cell = torch.sigmoid(f) * cell + torch.sigmoid(i) * torch.tanh(g)
+    return torch.sigmoid(o) * torch.tanh(cell), cell
+
+
 def lstm_scan(gates_x: Tensor, w_hh: Tensor, hidden_mask: Tensor) -> Tensor:
     """Run an LSTM over precomputed input gates ``[time, batch, 4H]`` with a fixed recurrent mask ``[batch, H]``.
 
@@ -39,10 +49,7 @@ def lstm_scan(gates_x: Tensor, w_hh: Tensor, hidden_mask: Tensor) -> Tensor:
     recurrent = StepWeight(w_hh)  # its gradient: one product over all steps
     outputs = []
     for gates_t in gates_x:
-        gates = gates_t + recurrent.linear(h * hidden_mask)
-        i, f, g, o = gates.chunk(4, dim=1)
-        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
-        h = torch.sigmoid(o) * torch.tanh(c)
+        h, c = lstm_cell_update(gates_t + recurrent.linear(h * hidden_mask), c)
         outputs.append(h)
     return torch.stack(outputs)
 
