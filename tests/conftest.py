@@ -18,3 +18,13 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fast"))
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture
+def fast_path_switch():
+    """``fast_paths.set_enabled``, with the switch put back as it was after the test."""
+    from fairseq_speaker import fast_paths
+
+    before = fast_paths.enabled()
+    yield fast_paths.set_enabled
+    fast_paths.set_enabled(before)

@@ -12,6 +12,7 @@ from fairseq.models import FairseqEncoder, FairseqIncrementalDecoder
 from fairseq.modules import FairseqDropout
 from torch import Tensor, nn
 
+from fairseq_speaker import fast_paths
 from fairseq_speaker.modules import gemm
 from fairseq_speaker.modules.gemm import linear
 from fairseq_speaker.modules.mlp_attention import MLPAttention
@@ -157,7 +158,7 @@ class AttentionalLSTMDecoder(FairseqIncrementalDecoder):
             bsz = embedded.size(1)
             in_mask = sentence_mask(bsz, embedded.size(2) + feed.size(1), self.lstm_dropout, embedded)
             hidden_mask = sentence_mask(bsz, hidden.size(1), self.lstm_dropout, embedded)
-        if cached is not None or embedded.size(0) == 1:  # one generation step: the fused cell
+        if cached is not None or embedded.size(0) == 1 or not fast_paths.enabled():  # a generation step, or plain
             hiddens, contexts, attns, hidden, cell, feed = self._steps(
                 embedded, hidden, cell, feed, keys, values, padding_mask, in_mask, hidden_mask)
         else:

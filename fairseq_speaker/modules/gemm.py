@@ -6,33 +6,18 @@ project is measured on, 8-25% on the products of a training step, and over 30% o
 ``[batch, 4H] x [4H, in]`` products of the recurrences' backward passes. :func:`linear` is
 ``F.linear`` computed there, forward and the input's gradient; the weight's gradient stays with the
 BLAS, as fast for those shapes. It falls back to ``F.linear`` where oneDNN cannot serve (another
-device or dtype, a build without oneDNN) and everywhere when :data:`settings.enabled` is False
-(``FAIRSEQ_SPEAKER_PLAIN=1`` in the environment; ``fairseq-speaker-benchmark --plain`` measures both).
+device or dtype, a build without oneDNN) and everywhere when the fast paths are off
+(:mod:`fairseq_speaker.fast_paths`: ``FAIRSEQ_SPEAKER_PLAIN=1``; ``fairseq-speaker-benchmark --plain``
+measures both).
 """
 
-import os
 from typing import Optional
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-
-def fast_paths_requested() -> bool:
-    """False when ``FAIRSEQ_SPEAKER_PLAIN=1`` is in the environment: the default of every fast CPU path's
-    switch (these products, :mod:`~fairseq_speaker.modules.pointwise`, the fused loss)."""
-    return os.environ.get("FAIRSEQ_SPEAKER_PLAIN", "0") != "1"
-
-
-class FastPathSetting:
-    """A fast path's switch, ``enabled`` (tests turn one path off at a time)."""
-
-    def __init__(self):
-        self.enabled = fast_paths_requested()
-
-
-#: False: every product through PyTorch's own ``F.linear`` / ``mm`` (the BLAS)
-settings = FastPathSetting()
+from fairseq_speaker import fast_paths
 
 
 def _available() -> bool:
@@ -48,7 +33,7 @@ _onednn_op = torch.ops.mkldnn._linear_pointwise if _AVAILABLE else None
 
 def serves(*tensors: Optional[Tensor]) -> bool:
     """Whether :func:`linear` multiplies these tensors by oneDNN (CPU, float32, strided, the switch on)."""
-    return settings.enabled and _AVAILABLE and all(
+    return fast_paths.enabled() and _AVAILABLE and all(
         t is None or (t.device.type == "cpu" and t.dtype == torch.float32 and t.layout == torch.strided)
         for t in tensors)
 

@@ -6,18 +6,15 @@ attention takes a tanh over every source position at every target step (of every
 search). :func:`tanh` computes ``2 sigmoid(2x) - 1``, within 2e-7 of ``torch.tanh``, with its gradient
 ``1 - tanh(x)^2`` from the output as ``torch.tanh``'s. The LSTM cells keep ``torch.tanh``: on a
 ``[batch, hidden]`` tensor the extra operations cost what the faster function saves. :func:`tanh` is
-``torch.tanh`` itself on other devices and dtypes and when :data:`settings.enabled` is False
-(``FAIRSEQ_SPEAKER_PLAIN=1`` in the environment, the plain path of the tests and of
+``torch.tanh`` itself on other devices and dtypes and when the fast paths are off
+(:mod:`fairseq_speaker.fast_paths`: ``FAIRSEQ_SPEAKER_PLAIN=1``, the plain path of the tests and of
 ``fairseq-speaker-benchmark --plain``).
 """
 
 import torch
 from torch import Tensor
 
-from fairseq_speaker.modules.gemm import FastPathSetting
-
-#: False: ``torch.tanh`` everywhere
-settings = FastPathSetting()
+from fairseq_speaker import fast_paths
 
 
 class _Tanh(torch.autograd.Function):
@@ -35,7 +32,7 @@ class _Tanh(torch.autograd.Function):
 
 def tanh(x: Tensor) -> Tensor:
     """``torch.tanh(x)`` (see the module's text)."""
-    if not (settings.enabled and x.device.type == "cpu" and x.dtype == torch.float32):
+    if not (fast_paths.enabled() and x.device.type == "cpu" and x.dtype == torch.float32):
         return torch.tanh(x)
     if torch.is_grad_enabled() and x.requires_grad:
         return _Tanh.apply(x)

@@ -13,24 +13,23 @@ from typing import Dict, List, Optional
 import torch
 from torch import Tensor
 
+from fairseq_speaker import fast_paths
 from fairseq_speaker.modules.gemm import linear, mm_t
 
 
 class StepWeight:
     """``weight`` ``[out, in]`` shared by the steps of one forward pass: call :meth:`linear` at every step.
 
-    Without gradients (evaluation, ``torch.no_grad``), or with ``StepWeight.enabled = False``, it is
-    ``F.linear`` itself (autograd's gradients, step by step).
+    Without gradients (evaluation, ``torch.no_grad``), or with the fast paths off
+    (:mod:`fairseq_speaker.fast_paths`), it is :func:`~fairseq_speaker.modules.gemm.linear` itself
+    (autograd's gradients, step by step).
     """
-
-    #: False: autograd's own per-step gradients (the plain path, for comparison)
-    enabled = True
 
     def __init__(self, weight: Tensor):
         self.weight = weight
         self.inputs: List[Tensor] = []
         self.output_grads: Dict[int, Tensor] = {}
-        self.deferred = StepWeight.enabled and torch.is_grad_enabled() and weight.requires_grad
+        self.deferred = fast_paths.enabled() and torch.is_grad_enabled() and weight.requires_grad
         self.alias = _Collect.apply(weight, self) if self.deferred else weight
 
     def linear(self, x: Tensor, bias: Optional[Tensor] = None) -> Tensor:

@@ -39,7 +39,7 @@ def test_linear_gives_f_linear_and_its_gradients(case):
 
 
 @needs_onednn
-def test_linear_goes_through_onednn_and_the_switch_turns_it_off(monkeypatch):
+def test_linear_goes_through_onednn_and_the_switch_turns_it_off(monkeypatch, fast_path_switch):
     x, weight = torch.randn(3, 8), torch.randn(5, 8)
     calls = []
     real = torch.ops.mkldnn._linear_pointwise
@@ -51,7 +51,7 @@ def test_linear_goes_through_onednn_and_the_switch_turns_it_off(monkeypatch):
     monkeypatch.setattr(gemm, "_onednn_op", spy)
     gemm.linear(x, weight)
     assert calls == [torch.Size([3, 8])]
-    monkeypatch.setattr(gemm.settings, "enabled", False)
+    fast_path_switch(False)
     assert torch.equal(gemm.linear(x, weight), F.linear(x, weight))
     assert len(calls) == 1
 

@@ -326,12 +326,10 @@ def test_a_generation_step_allocates_nothing_of_vocabulary_size_beyond_the_plain
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("name", SPEAKER_VARIANTS)
 @pytest.mark.parametrize("onednn", [True, False], ids=["onednn-product", "blas-addmm"])
-def test_the_fused_generation_step_equals_adding_the_bias(family, name, onednn, monkeypatch):
+def test_the_fused_generation_step_equals_adding_the_bias(family, name, onednn, monkeypatch, fast_path_switch):
     """A step's logits with the bias rows fused (oneDNN's product plus the gathered rows on CPU, the rows
     and the BLAS's in-place addmm_ elsewhere) equal the output layer's logits plus the bias."""
-    from fairseq_speaker.modules import gemm
-
-    monkeypatch.setattr(gemm.settings, "enabled", onednn)
+    fast_path_switch(onednn)
     task = make_task(num_speakers=4)
     model = make_model(name, task=task, family=family).eval()
     src = random_batch(task.source_dictionary, [5, 5, 3, 6])
@@ -348,12 +346,10 @@ def test_the_fused_generation_step_equals_adding_the_bias(family, name, onednn, 
 
 
 @pytest.mark.parametrize("name", ["none", "full", "fact"])
-def test_decoding_through_onednn_gives_the_plain_steps_and_beams(name, monkeypatch):
+def test_decoding_through_onednn_gives_the_plain_steps_and_beams(name, fast_path_switch):
     """A generation step of the LSTM multiplies through oneDNN (the cell's products, the attention's query,
     the output layer and the speaker rows' fused step): the same step logits and beams as PyTorch's own
     nn.LSTMCell and products."""
-    from fairseq_speaker.modules import gemm
-
     task = make_task(num_speakers=4)
     model = make_model(name, task=task, family="lstm").eval()
     if name != "none":
@@ -362,7 +358,7 @@ def test_decoding_through_onednn_gives_the_plain_steps_and_beams(name, monkeypat
     speakers = torch.tensor([0, 1, 2, 3, 2])
     runs = []
     for enabled in (True, False):
-        monkeypatch.setattr(gemm.settings, "enabled", enabled)
+        fast_path_switch(enabled)
         with torch.no_grad():
             steps = _decoding_steps(model, src, speakers, steps=4, reorder=torch.tensor([3, 0, 0, 2, 4]))[3]
         runs.append((steps, _generate(model, task, src, speakers)))
@@ -429,14 +425,10 @@ def _recording(function, calls):
 
 
 @pytest.mark.parametrize("dropout", [0.0, 0.4])
-def test_the_fast_lstm_training_path_gives_the_plain_losses_and_gradients(dropout, monkeypatch):
+def test_the_fast_lstm_training_path_gives_the_plain_losses_and_gradients(dropout, fast_path_switch):
     """Teacher forcing arranges the recurrence for speed (hoisted word gates, one product per weight
     gradient, oneDNN's products, tanh from sigmoid); with the same dropout masks it must give what
     nn.LSTMCell, PyTorch's own products and tanh and autograd give step by step."""
-    from fairseq_speaker.modules import gemm, pointwise
-    from fairseq_speaker.modules.attentional_lstm import AttentionalLSTMDecoder
-    from fairseq_speaker.modules.step_weights import StepWeight
-
     task = make_task(num_speakers=4)
     model = make_model("fact", task=task, lstm_dropout=dropout, dropout=dropout, target_word_dropout=0.1)
     src = random_batch(task.source_dictionary, [6, 3, 5, 4])
@@ -444,11 +436,7 @@ def test_the_fast_lstm_training_path_gives_the_plain_losses_and_gradients(dropou
     speakers = torch.tensor([0, 3, 1, -1])
     runs = []
     for plain in (False, True):
-        if plain:
-            monkeypatch.setattr(StepWeight, "enabled", False)
-            monkeypatch.setattr(gemm.settings, "enabled", False)
-            monkeypatch.setattr(pointwise.settings, "enabled", False)
-            monkeypatch.setattr(AttentionalLSTMDecoder, "_teacher_forced_steps", AttentionalLSTMDecoder._steps)
+        fast_path_switch(not plain)
         model.train()
         model.zero_grad()
         torch.manual_seed(5)
