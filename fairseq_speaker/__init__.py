@@ -20,5 +20,8 @@ from .errors import install_excepthook  # noqa: E402
 
 install_excepthook()  # user errors end in their message, without a traceback, in every command line
 
-from . import checkpoints  # noqa: E402,F401  (lets torch >= 2.6 load fairseq checkpoints safely)
+from . import fairseq_patches  # noqa: E402
+
+fairseq_patches.apply()  # every change to fairseq, once (and the check of its version): see fairseq_patches.py
+
 from . import criterions, lr_schedulers, models, modules, tasks  # noqa: E402,F401

@@ -6,17 +6,17 @@ numpy arrays and scalars in its saved metrics (BLEU counts with
 ``--eval-bleu``, a numpy ``best`` score) and an ``argparse.Namespace`` in
 checkpoints of the legacy argparse path; stock ``fairseq-generate`` then fails
 with "Weights only load failed". Importing this package (``--user-dir``)
-allow-lists exactly those classes, so a checkpoint from an untrusted source
-still cannot run code when it is loaded.
+allow-lists exactly those classes (:func:`allow_fairseq_checkpoints`), so a
+checkpoint from an untrusted source still cannot run code when it is loaded.
 
-It also upgrades checkpoints written before 0.3.0 as fairseq reads them: their
-speaker rows get the names of the speaker dictionary saved beside them (the
-task state), so that ``fairseq-train --restore-file`` maps them by name.
+It also upgrades checkpoints written before 0.3.0 as fairseq reads them (:func:`upgrade`):
+their speaker rows get the names of the speaker dictionary saved beside them (the
+task state), so that ``fairseq-train --restore-file`` maps them by name. Both are
+installed in fairseq and torch by :mod:`fairseq_speaker.fairseq_patches`.
 """
 
 import argparse
 import contextlib
-import functools
 import pickle
 import re
 from typing import Callable, List
@@ -129,24 +129,3 @@ def read_checkpoint(path: str) -> dict:
     with readable(path):
         state = torch.load(path, map_location="cpu", weights_only=True)
     return upgrade(state)
-
-
-def _install_upgrade() -> None:
-    from fairseq import checkpoint_utils
-
-    load = checkpoint_utils.load_checkpoint_to_cpu
-    if getattr(load, "adds_speaker_names", False):
-        return
-
-    @functools.wraps(load)
-    def load_checkpoint_to_cpu(path, *args, **kwargs):
-        with readable(path):
-            state = load(path, *args, **kwargs)
-        return upgrade(state)
-
-    load_checkpoint_to_cpu.adds_speaker_names = True
-    checkpoint_utils.load_checkpoint_to_cpu = load_checkpoint_to_cpu
-
-
-allow_fairseq_checkpoints()
-_install_upgrade()

@@ -103,7 +103,7 @@ class TrainingSetup:
         from fairseq.optim.lr_scheduler import LR_SCHEDULER_REGISTRY
 
         from fairseq_speaker.lr_schedulers.restart_from_best import RestartFromBestSchedule
-        from fairseq_speaker.optim.speaker_rows import _kind, _unsupported
+        from fairseq_speaker.optim.speaker_rows import dense_reason, optimizer_kind
 
         name = args.optimizer
         if name not in OPTIMIZER_STATE:
@@ -120,9 +120,9 @@ class TrainingSetup:
         if half and not efficient and flatten and not probe.supports_flat_params:
             raise UserError(f"fairseq's --{half} flattens the parameters, which --optimizer {name} does not support: "
                             f"add --fp16-no-flatten-grads")
-        kind = _kind(probe.optimizer)
+        kind = optimizer_kind(probe.optimizer)
         # FP16Optimizer steps on fp32 copies of the parameters: the speaker tables are updated as dense ones
-        sparse = (kind is not None and _unsupported(probe.optimizer, group) is None
+        sparse = (kind is not None and dense_reason(probe.optimizer, group) is None
                   and not (half and not efficient) and args.distributed_world_size <= 1)
         return cls(
             optimizer=name,

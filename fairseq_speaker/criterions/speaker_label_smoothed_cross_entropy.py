@@ -10,10 +10,9 @@ from fairseq.criterions.label_smoothed_cross_entropy import (
     LabelSmoothedCrossEntropyCriterionConfig,
 )
 from fairseq.logging import metrics
-from fairseq.models import BaseFairseqModel, FairseqDecoder
-from fairseq.models.transformer import TransformerModelBase
 
-from fairseq_speaker.modules.gemm import fast_paths_requested
+from fairseq_speaker import fast_paths
+from fairseq_speaker.fairseq_patches import uses_default_log_softmax
 
 #: logging-output keys of the variants' regularizers: "speaker_aux:<name>"
 AUX_PREFIX = "speaker_aux:"
@@ -29,18 +28,19 @@ class SpeakerLabelSmoothedCrossEntropyCriterion(LabelSmoothedCrossEntropyCriteri
     size, so that its weight does not depend on the batch size (fairseq divides the summed
     loss by the sample size), added to reduced losses and logged under its name (``fact_l2``).
     ``bias_norm`` logs the mean L2 norm of the speaker biases the batch used.
+
+    With the fast paths on (:mod:`fairseq_speaker.fast_paths`) and a model whose log-probabilities are
+    fairseq's default ``log_softmax``, the loss is computed from the logits in one piece
+    (:func:`label_smoothed_nll_loss_from_logits`): fairseq's losses and gradients, one vocabulary-sized
+    buffer instead of four.
     """
 
     def __init__(self, task, sentence_avg, label_smoothing, ignore_prefix_size=0, report_accuracy=False):
         super().__init__(task, sentence_avg, label_smoothing, ignore_prefix_size, report_accuracy)
         self._logged: Dict[str, torch.Tensor] = {}
 
-    #: False (or FAIRSEQ_SPEAKER_PLAIN=1 in the environment): always fairseq's own loss over
-    #: log_softmax, the plain path, for comparison
-    fused = fast_paths_requested()
-
     def compute_loss(self, model, net_output, sample, reduce=True):
-        if self.fused and reduce and self.ignore_prefix_size == 0 and _plain_log_softmax(model):
+        if fast_paths.enabled() and reduce and self.ignore_prefix_size == 0 and uses_default_log_softmax(model):
             target = model.get_targets(sample, net_output).reshape(-1)
             loss, nll_loss = label_smoothed_nll_loss_from_logits(net_output[0], target, self.eps, self.padding_idx)
         else:
@@ -78,24 +78,6 @@ class SpeakerLabelSmoothedCrossEntropyCriterion(LabelSmoothedCrossEntropyCriteri
             for key in names:
                 total = utils.item(sum(log.get(key, 0) for log in logging_outputs))
                 metrics.log_scalar(key[len(AUX_PREFIX):], total / max(sample_size, 1), sample_size, round=4)
-
-
-#: model methods known to be fairseq's default normalization: the Transformer's only re-exports the default
-#: for TorchScript
-_DEFAULT_NORMALIZATIONS = (BaseFairseqModel.get_normalized_probs, TransformerModelBase.get_normalized_probs)
-
-
-def _plain_log_softmax(model) -> bool:
-    """Whether ``model``'s log-probabilities are fairseq's default, ``log_softmax`` of its logits."""
-    while isinstance(getattr(model, "module", None), torch.nn.Module):  # data-parallel wrappers
-        model = model.module
-    decoder = getattr(model, "decoder", None)
-    return (isinstance(model, BaseFairseqModel) and isinstance(decoder, FairseqDecoder)
-            and getattr(decoder, "adaptive_softmax", None) is None
-            and type(model).get_normalized_probs in _DEFAULT_NORMALIZATIONS
-            and type(model).get_normalized_probs_scriptable is BaseFairseqModel.get_normalized_probs_scriptable
-            and type(decoder).get_normalized_probs is FairseqDecoder.get_normalized_probs
-            and type(decoder).get_normalized_probs_scriptable is FairseqDecoder.get_normalized_probs_scriptable)
 
 
 def label_smoothed_nll_loss_from_logits(logits: torch.Tensor, target: torch.Tensor, epsilon: float,

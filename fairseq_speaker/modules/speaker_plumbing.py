@@ -36,18 +36,19 @@ import dataclasses
 import logging
 import weakref
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple, Type
+from typing import Dict, List, Optional, Tuple, Type
 
 import torch
 from fairseq.dataclass import FairseqDataclass
 from fairseq.dataclass.utils import gen_parser_from_dataclass
-from fairseq.models import MODEL_DATACLASS_REGISTRY, register_model
-from hydra.core.config_store import ConfigStore
+from fairseq.models import register_model
 from torch import Tensor
 
 from fairseq_speaker.checkpoints import SPEAKER_NAMES_KEY
 from fairseq_speaker.errors import UserError
+from fairseq_speaker.fairseq_patches import parser_option_names, set_model_options
 from fairseq_speaker.modules import gemm
+from fairseq_speaker.optim.speaker_rows import pad_grown_optimizer_state
 from fairseq_speaker.modules.speaker_bias import (
     SpeakerBias,
     build_speaker_bias,
@@ -55,7 +56,6 @@ from fairseq_speaker.modules.speaker_bias import (
     reserve_options,
     speaker_option_fields,
 )
-from fairseq_speaker.modules.speaker_bias.base import _join
 
 logger = logging.getLogger(__name__)
 
@@ -117,17 +117,9 @@ def fill_defaults(args, config_class: Type[FairseqDataclass]) -> None:
 _DATACLASS_MODELS: Dict[str, Tuple[type, Type[FairseqDataclass]]] = {}
 
 
-def _store(name: str, model_cls: type, options: Type[FairseqDataclass]) -> None:
-    MODEL_DATACLASS_REGISTRY[name] = options
-    setattr(model_cls, "__dataclass", options)  # where fairseq looks for a model's options
-    node = options()
-    node._name = name
-    ConfigStore.instance().store(name=name, group="model", node=node, provider="fairseq")
-
-
 def _refresh_models() -> None:
     for name, (model_cls, base) in _DATACLASS_MODELS.items():
-        _store(name, model_cls, compose_options(base))
+        set_model_options(name, model_cls, compose_options(base))
 
 
 on_register(_refresh_models)
@@ -153,7 +145,7 @@ def register_speaker_model(name: str, dataclass: Optional[Type[FairseqDataclass]
         else:
             parser = argparse.ArgumentParser(add_help=False)
             super(SpeakerModelMixin, model_cls).add_args(parser)  # the network's own options
-            reserve_options(f"model {name}", [action.dest for action in parser._actions])
+            reserve_options(f"model {name}", parser_option_names(parser))
             register_model(name)(model_cls)
         return model_cls
 
@@ -297,37 +289,6 @@ class SpeakerDecoderMixin:
                                        dict(cached, index=cached["index"].index_select(0, new_order)))
 
 
-# -- optimizer state of grown speaker tables ---------------------------------------------------------
-
-def pad_grown_optimizer_state(params: Sequence[Tensor]) -> None:
-    """Let an optimizer state loaded from a checkpoint with fewer speakers serve ``params``.
-
-    fairseq loads the optimizer state after the model; a per-parameter state tensor (Adam's moments)
-    shaped like the checkpoint's smaller table is extended with zero rows, the fresh state of the new
-    speakers, at the next step (by :func:`pad_grown_state`, which the optimizer step hook of
-    :mod:`fairseq_speaker.optim.speaker_rows` calls). States of other shapes (fairseq's flattened --fp16
-    master copy) are left alone: use --reset-optimizer there.
-    """
-    for param in params:
-        param.speaker_table_grown = True  # a mark read at the next step: the state may be of fewer rows
-
-
-def pad_grown_state(optimizer) -> None:
-    """Extend with zero rows the per-row state tensors (moments, ``row_step``) of grown tables."""
-    for group in optimizer.param_groups:
-        for param in group["params"]:
-            if not getattr(param, "speaker_table_grown", False) or param not in optimizer.state:
-                continue
-            state = optimizer.state[param]
-            for key, value in list(state.items()):
-                if not torch.is_tensor(value) or value.dim() == 0 or value.size(0) >= param.size(0):
-                    continue
-                if key == "row_step" or (value.dim() == param.dim() and value.shape[1:] == param.shape[1:]):
-                    extra = value.new_zeros(param.size(0) - value.size(0), *value.shape[1:])
-                    state[key] = torch.cat([value, extra])
-            param.speaker_table_grown = False
-
-
 class SpeakerModelMixin:
     """Put before a fairseq encoder-decoder model class whose encoder and decoder use the mixins above."""
 
@@ -375,8 +336,8 @@ class SpeakerModelMixin:
         """
         bias = self.speaker_bias
         state_dict = dict(state_dict)
-        for path, _ in bias.named_variants():  # older checkpoints: no names
-            state_dict.setdefault("decoder.speaker_bias." + _join(path, "_extra_state"), {})
+        for key in bias.extra_state_keys():  # older checkpoints: no names
+            state_dict.setdefault("decoder.speaker_bias." + key, {})
         saved = (state_dict.get(SPEAKER_NAMES_KEY) or {}).get("speakers")
         current = bias.speaker_names
         if saved is None or current is None or list(saved) == current:

@@ -240,7 +240,7 @@ def fit_speakers(bias: SpeakerBias, problems: Sequence[Sequence[TokenScores]], o
     best, best_held, since_best, iterations = None, held_before, 0, 0
     while True:
         optimizer.step(closure)
-        done = optimizer.state[optimizer._params[0]]["n_iter"]
+        done = optimizer.state[optimizer.param_groups[0]["params"][0]]["n_iter"]
         progressed = done > iterations
         iterations = done
         if held is None:

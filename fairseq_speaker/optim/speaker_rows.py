@@ -17,28 +17,27 @@ only the rows of the batch's speakers and their state ("lazy" updates):
 
 It is wired into fairseq's own machinery: the state lives in the optimizer's state
 (saved in checkpoints, restored by ``--restore-file``); the gradient norm and clipping
-(``--clip-norm``) count the rows' gradients (fairseq's ``clip_grad_norm_`` is extended
-to row-sparse gradients); fairseq's ``multiply_grads`` handles them already; with
-``--memory-efficient-fp16`` / ``--memory-efficient-bf16`` the rows are updated in fp32
-as fairseq's Adam does. Where a step cannot be row-sparse (``--fp16``/``--bf16``, whose
-optimizer works on one flattened copy of every parameter; another optimizer; amsgrad;
-several processes), the table is trained as a dense parameter and the log says so once.
+(``--clip-norm``) count the rows' gradients (:func:`clip_grad_norm_`) and the gradient
+scaling scales them (:func:`multiply_grads`), both installed in fairseq by
+:mod:`fairseq_speaker.fairseq_patches`; with ``--memory-efficient-fp16`` /
+``--memory-efficient-bf16`` the rows are updated in fp32 as fairseq's Adam does. Where a step
+cannot be row-sparse (``--fp16``/``--bf16``, whose optimizer works on one flattened copy of
+every parameter; another optimizer; amsgrad; several processes), the table is trained as a
+dense parameter and the log says so once.
 
-Everything happens in a step pre-hook of every torch optimizer: the first step of a
-table runs it from its dense gradient (the rows with a gradient), and says to the
-variant that its lookups may now give row-sparse gradients.
+Everything happens in a step pre-hook of the torch optimizers that fairseq's optimizers
+drive (:func:`update_speaker_rows`; other optimizers, such as onboarding's L-BFGS, never
+see it): the first step of a table runs it from its dense gradient (the rows with a
+gradient), and says to the variant that its lookups may now give row-sparse gradients.
 """
 
 import logging
 import weakref
 from collections import defaultdict
-from typing import Optional
+from typing import Optional, Sequence
 
 import torch
-from fairseq import utils as fairseq_utils
-from fairseq.optim.fairseq_optimizer import FairseqOptimizer
 from torch import Tensor
-from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +52,8 @@ def mark_row_sparse(param: Tensor, variant) -> None:
         setattr(param, OWNER, weakref.ref(variant))
 
 
-def _kind(optimizer: torch.optim.Optimizer) -> Optional[str]:
+def optimizer_kind(optimizer: torch.optim.Optimizer) -> Optional[str]:
+    """``"adam"`` or ``"sgd"``: the torch optimizers whose update this module can make row by row; else None."""
     from fairseq.optim.adam import Adam as FairseqAdamImpl
 
     if isinstance(optimizer, (FairseqAdamImpl, torch.optim.Adam)) and type(optimizer) in (
@@ -64,8 +64,9 @@ def _kind(optimizer: torch.optim.Optimizer) -> Optional[str]:
     return None
 
 
-def _unsupported(optimizer, group) -> Optional[str]:
-    kind = _kind(optimizer)
+def dense_reason(optimizer, group) -> Optional[str]:
+    """Why the speaker tables of ``group`` must be updated densely by ``optimizer``; None if they can go row by row."""
+    kind = optimizer_kind(optimizer)
     if kind is None:
         return f"the optimizer {type(optimizer).__name__} has no row-sparse update here"
     if group.get("amsgrad", False):
@@ -143,9 +144,35 @@ _UPDATES = {"adam": _adam_rows, "sgd": _sgd_rows}
 _said = set()
 
 
-def _step_pre_hook(optimizer, args, kwargs) -> None:
-    from fairseq_speaker.modules.speaker_plumbing import pad_grown_state
+def pad_grown_optimizer_state(params: Sequence[Tensor]) -> None:
+    """Let an optimizer state loaded from a checkpoint with fewer speakers serve ``params``.
 
+    fairseq loads the optimizer state after the model; a per-parameter state tensor (Adam's moments)
+    shaped like the checkpoint's smaller table is extended with zero rows, the fresh state of the new
+    speakers, at the next step (by :func:`pad_grown_state`, which the optimizer step hook calls). States
+    of other shapes (fairseq's flattened --fp16 master copy) are left alone: use --reset-optimizer there.
+    """
+    for param in params:
+        param.speaker_table_grown = True  # a mark read at the next step: the state may be of fewer rows
+
+
+def pad_grown_state(optimizer) -> None:
+    """Extend with zero rows the per-row state tensors (moments, ``row_step``) of grown tables."""
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            if not getattr(param, "speaker_table_grown", False) or param not in optimizer.state:
+                continue
+            state = optimizer.state[param]
+            for key, value in list(state.items()):
+                if not torch.is_tensor(value) or value.dim() == 0 or value.size(0) >= param.size(0):
+                    continue
+                if key == "row_step" or (value.dim() == param.dim() and value.shape[1:] == param.shape[1:]):
+                    extra = value.new_zeros(param.size(0) - value.size(0), *value.shape[1:])
+                    state[key] = torch.cat([value, extra])
+            param.speaker_table_grown = False
+
+
+def _step_pre_hook(optimizer, args, kwargs) -> None:
     pad_grown_state(optimizer)  # a table grown on load: its state gets the new rows first
     for group in optimizer.param_groups:
         for param in group["params"]:
@@ -153,7 +180,7 @@ def _step_pre_hook(optimizer, args, kwargs) -> None:
             variant = owner() if owner is not None else None
             if variant is None or param.grad is None:
                 continue
-            reason = _unsupported(optimizer, group)
+            reason = dense_reason(optimizer, group)
             if reason is not None:
                 variant.row_sparse_ready(False)
                 if param.grad.is_sparse:
@@ -163,9 +190,9 @@ def _step_pre_hook(optimizer, args, kwargs) -> None:
             variant.row_sparse_ready(True)
             rows, grads = _rows_and_grads(param.grad)
             with torch.no_grad():
-                _UPDATES[_kind(optimizer)](optimizer, group, param, rows, grads)
+                _UPDATES[optimizer_kind(optimizer)](optimizer, group, param, rows, grads)
             param.grad = None  # the optimizer's own step leaves the table alone
-            _say(f"speaker table {tuple(param.shape)}: row-sparse {_kind(optimizer)} updates "
+            _say(f"speaker table {tuple(param.shape)}: row-sparse {optimizer_kind(optimizer)} updates "
                  f"(only the rows of each batch's speakers)")
 
 
@@ -175,22 +202,33 @@ def _say(message: str) -> None:
         logger.info(message)
 
 
-_fairseq_clip_grad_norm = fairseq_utils.clip_grad_norm_
+#: the attribute of a torch optimizer whose steps update the speaker tables row by row
+_HOOKED = "_speaker_rows_hook"
 
 
-def clip_grad_norm_(params, max_norm, aggregate_norm_fn=None) -> Tensor:
-    """fairseq's ``clip_grad_norm_``, also over row-sparse gradients (the norm of their rows)."""
+def update_speaker_rows(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+    """Have ``optimizer``'s steps update row-sparse speaker tables row by row (and extend the state of grown
+    tables); once per optimizer. fairseq's optimizers call this at their steps (see
+    :mod:`fairseq_speaker.fairseq_patches`); a torch optimizer used directly (tests) calls it itself."""
+    if getattr(optimizer, _HOOKED, None) is None:
+        setattr(optimizer, _HOOKED, optimizer.register_step_pre_hook(_step_pre_hook))
+    return optimizer
+
+
+def clip_grad_norm_(params, max_norm, aggregate_norm_fn=None, *, dense_clip_grad_norm_) -> Tensor:
+    """``dense_clip_grad_norm_`` (fairseq's ``clip_grad_norm_``), also over row-sparse gradients (the norm of
+    their rows)."""
     params = [params] if isinstance(params, Tensor) else list(params)
     sparse = [p for p in params if getattr(p, "grad", None) is not None and p.grad.is_sparse]
     if not sparse:
-        return _fairseq_clip_grad_norm(params, max_norm, aggregate_norm_fn)
+        return dense_clip_grad_norm_(params, max_norm, aggregate_norm_fn)
     sparse_ids = {id(p) for p in sparse}
     dense = [p for p in params if id(p) not in sparse_ids]
     for p in sparse:
         p.grad = p.grad.coalesce()
     norms = [p.grad.values().float().norm() for p in sparse]
     if any(getattr(p, "grad", None) is not None for p in dense):
-        norms.append(_fairseq_clip_grad_norm(dense, 0).float().to(norms[0].device))
+        norms.append(dense_clip_grad_norm_(dense, 0).float().to(norms[0].device))
     total = torch.stack(norms).norm()
     if aggregate_norm_fn is not None:
         total = aggregate_norm_fn(total)
@@ -204,13 +242,11 @@ def clip_grad_norm_(params, max_norm, aggregate_norm_fn=None) -> Tensor:
     return total
 
 
-def multiply_grads(self, c) -> None:
-    """``FairseqOptimizer.multiply_grads`` that also scales row-sparse gradients. fairseq's own
-    ``p.grad.data.mul_(c)`` scales a detached alias of a sparse gradient and leaves the gradient itself as
-    it was: the speaker rows' gradients would stay unnormalized (not divided by the batch's tokens),
-    dominate the gradient norm and shrink every other gradient under ``--clip-norm``."""
+def multiply_grads(params, c) -> None:
+    """Multiply every gradient of ``params`` by ``c``, row-sparse ones included (see
+    :mod:`fairseq_speaker.fairseq_patches` for why fairseq's own scaling misses them)."""
     dense = defaultdict(list)
-    for p in self.params:
+    for p in params:
         if p.grad is None:
             continue
         if p.grad.is_sparse:
@@ -219,8 +255,3 @@ def multiply_grads(self, c) -> None:
             dense[(p.grad.device, p.grad.dtype)].append(p.grad)
     for (device, _), grads in dense.items():
         torch._foreach_mul_(grads, c.to(device) if torch.is_tensor(c) else c)
-
-
-FairseqOptimizer.multiply_grads = multiply_grads
-fairseq_utils.clip_grad_norm_ = clip_grad_norm_
-_handle = register_optimizer_step_pre_hook(_step_pre_hook)

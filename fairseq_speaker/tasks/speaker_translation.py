@@ -21,6 +21,7 @@ from fairseq_speaker.data import (
     read_speaker_file,
 )
 from fairseq_speaker.data.speaker_dictionary import label_problem
+from fairseq_speaker.fairseq_patches import epoch_iterator_is_cached
 
 logger = logging.getLogger(__name__)
 
@@ -241,7 +242,7 @@ class SpeakerTranslationTask(TranslationTask):
         (sharded data, ``--update-epoch-batch-itr``) are left as fairseq makes them."""
         epoch = kwargs.get("epoch", 1)
         if epoch > 1 and not kwargs.get("disable_iterator_cache") and not kwargs.get("update_epoch_batch_itr") \
-                and self.can_reuse_epoch_itr(dataset) and dataset not in self.dataset_to_epoch_iter:
+                and self.can_reuse_epoch_itr(dataset) and not epoch_iterator_is_cached(self, dataset):
             kwargs["epoch"] = 1
         return super().get_batch_iterator(dataset, *args, **kwargs)
 
@@ -356,7 +357,7 @@ class SpeakerTranslationTask(TranslationTask):
             models, args, seq_gen_cls=seq_gen_cls, extra_gen_cls_kwargs=extra_gen_cls_kwargs, **kwargs
         )
 
-    def _inference_with_bleu(self, generator, sample, model):
+    def _inference_with_bleu(self, generator, sample, model):  # a private method of fairseq's (fairseq_patches)
         if self.uses_speaker_token:  # the references start with the speaker token too
             sample = dict(sample, target=sample["target"][:, 1:])
         return super()._inference_with_bleu(generator, sample, model)

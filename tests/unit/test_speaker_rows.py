@@ -10,7 +10,7 @@ from fairseq import utils as fairseq_utils
 from fairseq.optim.adam import Adam as FairseqAdam
 
 from fairseq_speaker.modules.speaker_bias import SPEAKER_BIAS_REGISTRY
-from fairseq_speaker.modules.speaker_plumbing import pad_grown_optimizer_state
+from fairseq_speaker.optim.speaker_rows import pad_grown_optimizer_state, update_speaker_rows
 from tests.helpers import build_bias, make_task
 
 S, V = 6, 13
@@ -41,6 +41,7 @@ def batches(n, speakers_of_batch, seed=1):
 
 
 def train(model, optimizer, data, clip=0.0):
+    update_speaker_rows(optimizer)  # as fairseq's optimizers do at their steps
     model.train()
     for speakers, targets in data:
         optimizer.zero_grad()
@@ -261,3 +262,29 @@ def test_growing_the_table_gives_the_new_rows_a_fresh_state():
     state = optimizer.state[grown]
     assert state["row_step"].tolist() == [3, 2, 2, 2, 2, 2, 0, 1]
     assert state["exp_avg"].shape == grown.shape and torch.count_nonzero(state["exp_avg"][S]) == 0
+
+
+def test_only_optimizers_that_fairseq_steps_update_rows_and_a_plain_torch_optimizer_trains_densely():
+    """The row updates are scoped: a torch optimizer that neither fairseq's trainer nor the caller hooked
+    (onboarding's L-BFGS, a user's own) updates the table as a dense parameter; a fairseq optimizer's step
+    hooks its own torch optimizer."""
+    from fairseq.optim.sgd import SGD as FairseqSGD
+
+    plain = Toy(sparse=True)
+    optimizer = torch.optim.SGD(plain.parameters(), lr=0.5)
+    plain.train()
+    for speakers, targets in batches(2, lambda i: [1, 2]):
+        optimizer.zero_grad()
+        plain.loss(speakers, targets).backward()
+        optimizer.step()
+    assert not plain.bias.row_sparse and getattr(optimizer, "_speaker_rows_hook", None) is None
+
+    hooked = Toy(sparse=True)
+    cfg = type("cfg", (), {"lr": [0.5], "momentum": 0.0, "weight_decay": 0.0})()
+    fairseq_optimizer = FairseqSGD(cfg, list(hooked.parameters()))
+    hooked.train()
+    for speakers, targets in batches(2, lambda i: [1, 2]):
+        fairseq_optimizer.zero_grad()
+        hooked.loss(speakers, targets).backward()
+        fairseq_optimizer.step()
+    assert hooked.bias.row_sparse

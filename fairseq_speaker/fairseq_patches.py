@@ -1,0 +1,247 @@
+"""Everything fairseq-speaker changes in fairseq (and torch), or reads from their insides, in one place.
+
+A fairseq plugin should change fairseq only through its extension points (registries, subclasses).
+Where that is not enough, the change is made here, and nowhere else:
+
+- :data:`CHANGES` lists every one: what it touches, what it does, why, where the code it installs lives,
+  and the fairseq version it was written against. The README's "Compatibility" section lists the same
+  (a test keeps the two in step).
+- :func:`apply` makes the changes; it is called once when the package is imported (``--user-dir``) and
+  does nothing when called again. Every wrapped function keeps the original's behaviour for everything
+  that is not a speaker table, and the optimizer hook reaches only the optimizers fairseq's trainer
+  steps (onboarding's L-BFGS, a user's own torch optimizer, never see it).
+- :func:`check_fairseq_version` refuses, at import, a fairseq outside the supported releases (0.12.2
+  and the maintained builds of 0.12.3, such as ``fairseq-fixed``), with what to install; the private
+  attributes this module reads are checked to exist, so that a fairseq that renamed one fails loudly here
+  instead of quietly skipping a fix.
+"""
+
+import functools
+import logging
+import os
+import re
+from dataclasses import dataclass
+from typing import Callable, Dict, List
+
+import fairseq
+import torch
+
+from fairseq_speaker.errors import UserError
+
+logger = logging.getLogger(__name__)
+
+#: the fairseq releases this package is written and tested against (a version starting with one of them)
+SUPPORTED_FAIRSEQ = ("0.12.2", "0.12.3")
+#: "1" in the environment: import with another fairseq anyway (a warning instead of the refusal)
+ANY_FAIRSEQ_VARIABLE = "FAIRSEQ_SPEAKER_ANY_FAIRSEQ"
+
+
+@dataclass(frozen=True)
+class Change:
+    """One change to fairseq or torch, or one private part of fairseq that the package relies on."""
+
+    target: str  #: what is touched, by its import path
+    kind: str  #: "wrapped", "replaced", "registered", "read" (a private attribute) or "overridden" (a private method)
+    what: str  #: what the package does there
+    why: str  #: what goes wrong without it
+    where: str  #: the package's code it installs or uses
+    written_for: str = "0.12.2"
+
+
+CHANGES: List[Change] = [
+    Change("fairseq.optim.FairseqOptimizer.multiply_grads", "replaced",
+           "scales row-sparse gradients of speaker tables, as dense ones",
+           "fairseq scales a detached alias of a sparse gradient: the rows' gradients would stay unnormalized, "
+           "dominate the gradient norm and shrink every other gradient under --clip-norm",
+           "fairseq_speaker.optim.speaker_rows.multiply_grads"),
+    Change("fairseq.utils.clip_grad_norm_", "wrapped",
+           "counts row-sparse gradients in the norm and clips them",
+           "fairseq's norm skips sparse gradients", "fairseq_speaker.optim.speaker_rows.clip_grad_norm_"),
+    Change("fairseq.optim.FairseqOptimizer.step", "wrapped",
+           "before the first step, registers a step pre-hook on that optimizer's own torch optimizer: the "
+           "speaker tables' rows are updated there, row by row",
+           "the rows of speakers absent from a batch must keep their values and their Adam state (the authors' "
+           "lazy updates), and a grown table's optimizer state must gain rows; a global torch hook would also "
+           "fire for every other optimizer of the process", "fairseq_speaker.optim.speaker_rows.update_speaker_rows"),
+    Change("fairseq.checkpoint_utils.load_checkpoint_to_cpu", "wrapped",
+           "names the file in every loading error and upgrades checkpoints of earlier releases as they are read",
+           "fairseq's errors do not name the file (a KeyError or an unpickling error), and checkpoints older than "
+           "0.3.0 have unnamed speaker rows", "fairseq_speaker.checkpoints.readable, upgrade"),
+    Change("torch.serialization.add_safe_globals", "registered",
+           "allow-lists the numpy and argparse classes that fairseq checkpoints hold",
+           "torch >= 2.6 loads with weights_only=True and refuses fairseq's own checkpoints otherwise",
+           "fairseq_speaker.checkpoints.checkpoint_globals", written_for="torch 2.6"),
+    Change("fairseq.models.MODEL_DATACLASS_REGISTRY", "registered",
+           "replaces a speaker model's options dataclass (also its __dataclass and hydra ConfigStore node) "
+           "whenever a speaker bias variant registers",
+           "a variant registered after the model (a second --user-dir) must still have its options as flags "
+           "and hydra keys of every speaker model", "fairseq_speaker.fairseq_patches.set_model_options"),
+    Change("argparse.ArgumentParser._actions", "read",
+           "lists the options of an argparse model (the Transformer) so that no variant option takes their names",
+           "argparse has no public listing of a parser's options", "fairseq_speaker.fairseq_patches.parser_option_names",
+           written_for="Python 3.8-3.12"),
+    Change("fairseq.tasks.FairseqTask.dataset_to_epoch_iter", "read",
+           "tells whether fairseq will reuse an epoch iterator it cached",
+           "a resumed run must make epoch 1's batches, as a run that went through does",
+           "fairseq_speaker.fairseq_patches.epoch_iterator_is_cached"),
+    Change("fairseq.tasks.translation.TranslationTask._inference_with_bleu", "overridden",
+           "drops the speaker token that starts every reference with --speaker-token",
+           "--eval-bleu would score the speaker token as a word of every reference",
+           "fairseq_speaker.tasks.speaker_translation.SpeakerTranslationTask._inference_with_bleu"),
+    Change("fairseq.models.BaseFairseqModel.get_normalized_probs", "read",
+           "recognizes a model whose log-probabilities are fairseq's default log_softmax (by method identity)",
+           "the fused loss computes log_softmax itself: a model that normalizes otherwise must keep fairseq's loss",
+           "fairseq_speaker.fairseq_patches.uses_default_log_softmax"),
+]
+
+
+# -- the supported fairseq ----------------------------------------------------------------------------
+
+
+class UnsupportedFairseq(UserError, ImportError):
+    """The installed fairseq is not one this package supports."""
+
+
+def check_fairseq_version(version: str = getattr(fairseq, "__version__", "unknown")) -> None:
+    """Refuse a fairseq outside :data:`SUPPORTED_FAIRSEQ` (a warning with ``FAIRSEQ_SPEAKER_ANY_FAIRSEQ=1``)."""
+    if any(version == v or version.startswith(v + ".") for v in SUPPORTED_FAIRSEQ):
+        return
+    message = (f"fairseq-speaker supports fairseq {' and '.join(SUPPORTED_FAIRSEQ)}.x, found fairseq {version}: "
+               f"pip install 'fairseq==0.12.2' (Python < 3.11) or 'fairseq-fixed==0.12.3.1' (Python >= 3.11); "
+               f"{ANY_FAIRSEQ_VARIABLE}=1 tries this one anyway")
+    if os.environ.get(ANY_FAIRSEQ_VARIABLE) == "1":
+        logger.warning(message)
+        return
+    raise UnsupportedFairseq(message)
+
+
+# -- the changes --------------------------------------------------------------------------------------
+
+#: what :func:`apply` replaced: target -> the original
+ORIGINALS: Dict[str, Callable] = {}
+_MARK = "_fairseq_speaker_patch"
+
+
+def _replace(owner, name: str, target: str, make: Callable[[Callable], Callable]) -> None:
+    """Set ``owner.name`` to ``make(original)`` unless this module did already (idempotent)."""
+    current = getattr(owner, name)
+    if getattr(current, _MARK, False):
+        return
+    ORIGINALS[target] = current
+    patched = make(current)
+    setattr(patched, _MARK, True)
+    setattr(owner, name, patched)
+
+
+def apply() -> None:
+    """Make every change of :data:`CHANGES` that is made once (the others are made where a model registers
+    or read where needed); a second call changes nothing."""
+    from fairseq import checkpoint_utils
+    from fairseq import utils as fairseq_utils
+    from fairseq.optim import FairseqOptimizer
+
+    from fairseq_speaker import checkpoints
+    from fairseq_speaker.optim import speaker_rows
+
+    check_fairseq_version()
+    _check_private_parts()
+
+    def multiply_grads(original):
+        def multiply_grads(self, c):
+            speaker_rows.multiply_grads(self.params, c)
+        return functools.wraps(original)(multiply_grads)
+
+    _replace(FairseqOptimizer, "multiply_grads", "fairseq.optim.FairseqOptimizer.multiply_grads", multiply_grads)
+
+    def clip_grad_norm_(original):
+        @functools.wraps(original)
+        def clip_grad_norm_(params, max_norm, aggregate_norm_fn=None):
+            return speaker_rows.clip_grad_norm_(params, max_norm, aggregate_norm_fn, dense_clip_grad_norm_=original)
+        return clip_grad_norm_
+
+    _replace(fairseq_utils, "clip_grad_norm_", "fairseq.utils.clip_grad_norm_", clip_grad_norm_)
+
+    def step(original):
+        @functools.wraps(original)
+        def step(self, *args, **kwargs):
+            speaker_rows.update_speaker_rows(self.optimizer)
+            return original(self, *args, **kwargs)
+        return step
+
+    _replace(FairseqOptimizer, "step", "fairseq.optim.FairseqOptimizer.step", step)
+
+    def load_checkpoint_to_cpu(original):
+        @functools.wraps(original)
+        def load_checkpoint_to_cpu(path, *args, **kwargs):
+            with checkpoints.readable(path):
+                state = original(path, *args, **kwargs)
+            return checkpoints.upgrade(state)
+        return load_checkpoint_to_cpu
+
+    _replace(checkpoint_utils, "load_checkpoint_to_cpu", "fairseq.checkpoint_utils.load_checkpoint_to_cpu",
+             load_checkpoint_to_cpu)
+    checkpoints.allow_fairseq_checkpoints()
+
+
+def set_model_options(name: str, model_cls: type, options: type) -> None:
+    """Make ``options`` (a dataclass) the options of the registered model ``name``: where fairseq's argparse
+    path (``MODEL_DATACLASS_REGISTRY``, the class's ``__dataclass``) and hydra (the ConfigStore's
+    ``model/<name>`` node) look for them."""
+    from fairseq.models import MODEL_DATACLASS_REGISTRY
+    from hydra.core.config_store import ConfigStore
+
+    MODEL_DATACLASS_REGISTRY[name] = options
+    setattr(model_cls, "__dataclass", options)
+    node = options()
+    node._name = name
+    ConfigStore.instance().store(name=name, group="model", node=node, provider="fairseq")
+
+
+# -- private parts read -------------------------------------------------------------------------------
+
+
+def parser_option_names(parser) -> List[str]:
+    """The destinations of every option of an argparse parser."""
+    return [action.dest for action in parser._actions]
+
+
+def epoch_iterator_is_cached(task, dataset) -> bool:
+    """Whether fairseq's ``task.get_batch_iterator`` will return the epoch iterator it cached for ``dataset``."""
+    return dataset in task.dataset_to_epoch_iter
+
+
+def uses_default_log_softmax(model) -> bool:
+    """Whether ``model``'s log-probabilities are fairseq's default, ``log_softmax`` of its logits (the
+    Transformer's ``get_normalized_probs`` only re-exports the default for TorchScript)."""
+    from fairseq.models import BaseFairseqModel, FairseqDecoder
+    from fairseq.models.transformer import TransformerModelBase
+
+    while isinstance(getattr(model, "module", None), torch.nn.Module):  # data-parallel wrappers
+        model = model.module
+    decoder = getattr(model, "decoder", None)
+    defaults = (BaseFairseqModel.get_normalized_probs, TransformerModelBase.get_normalized_probs)
+    return (isinstance(model, BaseFairseqModel) and isinstance(decoder, FairseqDecoder)
+            and getattr(decoder, "adaptive_softmax", None) is None
+            and type(model).get_normalized_probs in defaults
+            and type(model).get_normalized_probs_scriptable is BaseFairseqModel.get_normalized_probs_scriptable
+            and type(decoder).get_normalized_probs is FairseqDecoder.get_normalized_probs
+            and type(decoder).get_normalized_probs_scriptable is FairseqDecoder.get_normalized_probs_scriptable)
+
+
+def _check_private_parts() -> None:
+    """Each private part of fairseq that :data:`CHANGES` reads or overrides must exist in the installed one."""
+    import inspect
+
+    from fairseq.tasks import FairseqTask
+    from fairseq.tasks.translation import TranslationTask
+
+    missing = []
+    if not callable(getattr(TranslationTask, "_inference_with_bleu", None)):
+        missing.append("fairseq.tasks.translation.TranslationTask._inference_with_bleu")
+    if not re.search(r"self\.dataset_to_epoch_iter\b", inspect.getsource(FairseqTask)):
+        missing.append("fairseq.tasks.FairseqTask.dataset_to_epoch_iter")
+    if missing:
+        raise UnsupportedFairseq(
+            f"the installed fairseq {getattr(fairseq, '__version__', '?')} lacks {', '.join(missing)}, which "
+            f"fairseq-speaker relies on (fairseq_speaker/fairseq_patches.py): install a supported fairseq "
+            f"({' or '.join(SUPPORTED_FAIRSEQ)})")
