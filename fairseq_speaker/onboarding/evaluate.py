@@ -39,7 +39,8 @@ from fairseq_speaker.errors import UserError
 from fairseq_speaker.onboarding.adapt import read_adaptation_files
 from fairseq_speaker.onboarding.checkpoint import OnboardingError, SpeakerCheckpoint
 from fairseq_speaker.onboarding.fit import FitOptions
-from fairseq_speaker.toy.corpus import Trait, read_traits, trait_accuracy
+from fairseq_speaker.onboarding.translator import SpeakerTranslator
+from fairseq_speaker.analysis.speaker_words import Trait, read_traits, trait_accuracy
 
 PROG = "fairseq-speaker-onboarding-eval"
 DEFAULT_SHOTS = [0, 1, 2, 5, 10, 20]
@@ -49,10 +50,8 @@ BLEU_TOKENIZERS = getattr(sacrebleu.metrics.bleu, "_TOKENIZERS", {"none": None, 
 
 
 def load_translator(path: str, data: str, batch_size: int, fit: FitOptions, overrides: Dict):
-    """A :class:`~fairseq_speaker.serving.SpeakerTranslator` of ``path`` whose unknown speakers get the mean
-    speaker; refused (:class:`OnboardingError`) if speakers cannot be added to it."""
-    from fairseq_speaker.serving import SpeakerTranslator
-
+    """A :class:`~fairseq_speaker.onboarding.translator.SpeakerTranslator` of ``path`` whose unknown speakers
+    get the mean speaker; refused (:class:`OnboardingError`) if speakers cannot be added to it."""
     overrides = dict(overrides, unknown_speaker="mean", batch_size=batch_size)
     checkpoint = SpeakerCheckpoint.load(path, data=data, overrides=overrides)
     checkpoint.check_adaptable()

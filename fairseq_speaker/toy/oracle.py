@@ -15,7 +15,7 @@ accuracy 1 / number of choices):
 
 from typing import Dict, List, Sequence, Set, Tuple
 
-from fairseq_speaker.toy.corpus import Trait
+from fairseq_speaker.analysis.speaker_words import Trait
 
 ORACLES = ("traits revealed", "words seen")
 
@@ -24,7 +24,7 @@ def oracle_accuracy(train_speakers: Sequence[str], train_traits: Sequence[Sequen
                     test_speakers: Sequence[str], test_traits: Sequence[Sequence[Trait]],
                     ) -> Dict[str, Dict[str, float]]:
     """For each oracle: the expected share of the test's speaker words it gets right, overall and per trait
-    (as :func:`~fairseq_speaker.toy.corpus.trait_accuracy` reports a system's)."""
+    (as :func:`~fairseq_speaker.analysis.speaker_words.trait_accuracy` reports a system's)."""
     if len(train_speakers) != len(train_traits) or len(test_speakers) != len(test_traits):
         raise ValueError("speaker labels and trait lines differ in number")
     revealed: Dict[str, Set[str]] = {}

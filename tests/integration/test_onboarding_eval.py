@@ -8,7 +8,8 @@ import sacrebleu
 
 from fairseq_speaker.data import read_lines
 from fairseq_speaker.serving import SpeakerTranslator
-from fairseq_speaker.toy.corpus import read_traits, trait_accuracy, write_corpus
+from fairseq_speaker.analysis.speaker_words import read_traits, trait_accuracy
+from fairseq_speaker.toy.corpus import write_corpus
 from tests.cli import run
 
 SPEAKERS, SENTENCES, SHOTS = 3, 8, ["0", "1", "5"]

@@ -2,7 +2,7 @@
 
 import pytest
 
-from fairseq_speaker.toy.corpus import Trait
+from fairseq_speaker.analysis.speaker_words import Trait
 from fairseq_speaker.toy.oracle import oracle_accuracy, oracle_rows
 from fairseq_speaker.toy.demo import format_table
 

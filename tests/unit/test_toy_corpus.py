@@ -5,7 +5,8 @@ import os
 import pytest
 
 from fairseq_speaker.generate_output import read_generate_output
-from fairseq_speaker.toy.corpus import Trait, make_speakers, read_traits, trait_accuracy, write_corpus
+from fairseq_speaker.analysis.speaker_words import Trait, read_traits, trait_accuracy
+from fairseq_speaker.toy.corpus import make_speakers, write_corpus
 
 
 @pytest.fixture(scope="module")

@@ -340,6 +340,11 @@ class SpeakerBias(nn.Module):
         setattr(owner, leaf, nn.Parameter(value, requires_grad=requires_grad))
 
     # the speakers' names travel with the parameters (``<prefix>._extra_state`` in a state dict)
+    def extra_state_keys(self) -> List[str]:
+        """The state-dict keys, relative to this module, of the speaker names of this variant and of every
+        variant nested in it (checkpoints older than 0.3.0 lack them)."""
+        return [_join(prefix, "_extra_state") for prefix, _ in self.named_variants()]
+
     def get_extra_state(self) -> Dict[str, List[str]]:
         return {"speakers": list(self.speaker_names)} if self.speaker_names is not None else {}
 

@@ -1,7 +1,7 @@
 import torch
 from torch import Tensor, nn
 
-from . import register_speaker_bias
+from .registry import register_speaker_bias
 from .base import EncoderOut, RowSparseConfig, SpeakerBias
 
 

@@ -3,7 +3,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from . import register_speaker_bias
+from .registry import register_speaker_bias
 from .base import EncoderOut, SpeakerBias
 
 

@@ -5,7 +5,7 @@ from torch import Tensor, nn
 
 from fairseq_speaker.errors import UserError
 
-from . import register_speaker_bias
+from .registry import register_speaker_bias
 from .base import EncoderOut, SpeakerBias
 from .fact import RankedSpeakerBiasConfig
 

@@ -5,7 +5,7 @@ from torch import Tensor, nn
 
 from fairseq_speaker.errors import UserError
 
-from . import SPEAKER_BIAS_REGISTRY, parse_variant_name, register_speaker_bias
+from .registry import SPEAKER_BIAS_REGISTRY, parse_variant_name, register_speaker_bias
 from .base import EncoderOut, SpeakerBias, SpeakerBiasConfig
 
 

@@ -9,7 +9,7 @@ from torch import Tensor, nn
 from fairseq_speaker.data import SpeakerDataError, dictionary_hash
 from fairseq_speaker.topic_model import TopicModel, random_topic_model, topic_mixture
 
-from . import register_speaker_bias
+from .registry import register_speaker_bias
 from .base import EncoderOut, SpeakerBias, SpeakerBiasConfig, source_tokens
 
 logger = logging.getLogger(__name__)
