@@ -4,7 +4,8 @@ Use with ``--user-dir`` pointing at this package's folder (:data:`USER_DIR`):
 this registers the task ``speaker_translation``, the models ``speaker_lstm``
 (presets ``lstm_base``, ``lstm_full_bias``, ``lstm_fact_bias``) and
 ``speaker_transformer`` (``transformer_base``, ``transformer_full_bias``,
-``transformer_fact_bias``), the speaker bias variants of
+``transformer_fact_bias``), each declared as a model family
+(:mod:`fairseq_speaker.models.families`), the speaker bias variants of
 :mod:`fairseq_speaker.modules.speaker_bias`, the criterion
 ``speaker_label_smoothed_cross_entropy`` and the lr scheduler ``restart_from_best``.
 """

@@ -9,6 +9,8 @@ import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from fairseq_speaker import USER_DIR
+from fairseq_speaker.errors import UserError
+from fairseq_speaker.models.families import ModelSizes, family_of_arch, get_family, speaker_presets
 
 #: what every speaker model's fairseq-train run says: the plugin, the task, the criterion
 TASK = ["--user-dir", USER_DIR, "--task", "speaker_translation"]
@@ -37,20 +39,21 @@ def system_args(spec: str) -> List[str]:
 
 
 def family(system: str) -> str:
-    """The network of a system or preset: ``transformer`` or ``lstm``."""
-    return "transformer" if system.startswith("transformer") else "lstm"
+    """The family of a system or preset (``lstm``, ``transformer``, ...): the family registered for the model
+    its arch builds (:func:`fairseq_speaker.models.families.family_of_arch`)."""
+    arch = system_args(system)[1]
+    found = family_of_arch(arch)
+    if found is None:
+        raise UserError(f"system {system!r}: {arch!r} is not an arch of a speaker model family; start it with a "
+                        f"preset ({', '.join(speaker_presets())})")
+    return found.name
 
 
 def model_size_args(family_name: str, dim: int, hidden: int, layers: int = 1, heads: int = 2) -> List[str]:
-    """Sizes of a small model: ``dim`` for embeddings (and the LSTM encoder and attention), ``hidden``
-    for the LSTM decoder or the Transformer's feed-forward layers; Transformers get ``layers`` layers
-    and ``heads`` attention heads on each side."""
-    if family_name == "lstm":
-        return ["--encoder-embed-dim", str(dim), "--decoder-embed-dim", str(dim), "--encoder-hidden-size", str(dim),
-                "--decoder-hidden-size", str(hidden), "--attention-dim", str(dim)]
-    return ["--encoder-embed-dim", str(dim), "--decoder-embed-dim", str(dim), "--encoder-ffn-embed-dim", str(hidden),
-            "--decoder-ffn-embed-dim", str(hidden), "--encoder-layers", str(layers), "--decoder-layers", str(layers),
-            "--encoder-attention-heads", str(heads), "--decoder-attention-heads", str(heads)]
+    """Sizes of a small model of a family, as its flags (the family's ``size_args``): ``dim`` for embeddings
+    (and the LSTM encoder and attention), ``hidden`` for the LSTM decoder or the Transformer's feed-forward
+    layers; Transformers get ``layers`` layers and ``heads`` attention heads on each side."""
+    return get_family(family_name).size_args(ModelSizes(dim, hidden, layers=layers, heads=heads))
 
 
 def run_fairseq(command: str, args: Sequence[str], log: str, threads: Optional[int] = None,

@@ -10,11 +10,12 @@ import torch
 
 from fairseq_speaker import USER_DIR, commands
 from fairseq_speaker.commands import family
+from fairseq_speaker.models import FAMILY_REGISTRY
 from fairseq_speaker.toy.corpus import write_corpus
 
 BIN = os.path.dirname(sys.executable)
-#: tiny sizes of each model family (8-16 dims)
-TINY = {"lstm": commands.model_size_args("lstm", 8, 16), "transformer": commands.model_size_args("transformer", 16, 32)}
+#: tiny sizes of each model family (its ``tiny`` sizes: 8-16 dims)
+TINY = {name: f.scale_args("tiny") for name, f in FAMILY_REGISTRY.items()}
 TINY_VARIANTS = ["--speaker-rank", "3", "--speaker-embed-dim", "3"]
 # 37 test sentences: not a multiple of 8, so fairseq's dropped-last-batch bug would show
 SIZES = {"train": 160, "valid": 40, "test": 37}

@@ -1,26 +1,33 @@
 """Tiny dictionaries, models and batches for the unit tests (8-16 dims, a dozen words)."""
 
 import argparse
+import os
 import tempfile
 from types import SimpleNamespace
 from typing import Dict, List, Optional
 
 import torch
+from fairseq import options, utils
 from fairseq.data import Dictionary
 from fairseq.data.data_utils import collate_tokens
+from fairseq.models import MODEL_REGISTRY
 
 from fairseq_speaker.data import SpeakerDictionary
-from fairseq_speaker.models import SpeakerLSTMModel, SpeakerTransformerModel
-from fairseq_speaker.models.speaker_lstm import base_architecture as lstm_defaults
-from fairseq_speaker.models.speaker_transformer import architecture as transformer_defaults
+from fairseq_speaker.models import FAMILY_REGISTRY, ModelFamily, get_family
 from fairseq_speaker.modules.speaker_bias import SPEAKER_BIAS_REGISTRY, build_speaker_bias, parse_variant_name
 
-FAMILIES = ("lstm", "transformer")
+#: the model families of the package (a family registered by a test is not among them)
+FAMILIES = tuple(FAMILY_REGISTRY)
 TINY_LSTM = dict(encoder_embed_dim=8, encoder_hidden_size=8, decoder_embed_dim=8, decoder_hidden_size=16,
                  attention_dim=8, dropout=0.0, lstm_dropout=0.0, target_word_dropout=0.0)
 TINY_TRANSFORMER = dict(encoder_embed_dim=16, decoder_embed_dim=16, encoder_ffn_embed_dim=32,
                         decoder_ffn_embed_dim=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
                         decoder_attention_heads=2, dropout=0.0)
+#: model options of the unit tests per family; a family not listed gets its "tiny" sizes, without dropout
+TINY_MODELS = {"lstm": TINY_LSTM, "transformer": TINY_TRANSFORMER}
+#: the third family, from a package of its own (fairseq's --user-dir)
+LIGHTCONV_FAMILY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples",
+                                "lightconv_family", "speaker_lightconv")
 #: small options of every variant for the unit tests
 TINY_VARIANT_OPTIONS = dict(speaker_rank=3, speaker_embed_dim=3)
 
@@ -65,20 +72,37 @@ def build_bias(name: str, task, randomize_parameters: bool = True, **overrides):
     return bias
 
 
+def lightconv_family() -> ModelFamily:
+    """The ``lightconv`` family of examples/lightconv_family, imported as fairseq's ``--user-dir`` imports it.
+    Its registration stays for the rest of the test process (a module registers once): no test compares the
+    registry with a fixed list of families; :data:`FAMILIES`, fixed when this module is imported, does not list it."""
+    utils.import_user_module(argparse.Namespace(user_dir=LIGHTCONV_FAMILY))
+    return get_family("lightconv")
+
+
+def tiny_model_args(family: str) -> argparse.Namespace:
+    """The options of a tiny model of ``family`` (its preset's defaults): :data:`TINY_MODELS`, or, for another
+    family, what fairseq-train parses for its base preset at its declared "tiny" sizes, without dropout."""
+    if family in TINY_MODELS:
+        return argparse.Namespace(**TINY_MODELS[family])
+    declared = get_family(family)
+    args = options.parse_args_and_arch(options.get_training_parser(), [
+        "data", "--task", "speaker_translation", "--arch", declared.presets[0], *declared.scale_args("tiny")])
+    args.dropout = 0.0
+    return args
+
+
 def make_model(speaker_bias: str = "full", num_speakers: int = 4, task=None, randomize_bias: bool = True,
                family: str = "lstm", **overrides):
-    """A model with tiny dims; speaker-bias parameters random unless ``randomize_bias`` is False."""
+    """A model of ``family`` with tiny dims, built as its family's presets build it (the family's defaults,
+    then its model's ``build_model``); speaker-bias parameters random unless ``randomize_bias`` is False."""
     task = task or make_task(num_speakers)
-    options = dict(TINY_LSTM if family == "lstm" else TINY_TRANSFORMER)
-    options.update(variant_options(speaker_bias, task))
-    options.update(overrides)
-    args = argparse.Namespace(speaker_bias=speaker_bias, **options)
-    if family == "lstm":
-        lstm_defaults(args)
-        model = SpeakerLSTMModel.build_model(args, task)
-    else:
-        transformer_defaults(args)
-        model = SpeakerTransformerModel.build_model(args, task)
+    args = tiny_model_args(family)
+    for key, value in {**variant_options(speaker_bias, task), **overrides, "speaker_bias": speaker_bias}.items():
+        setattr(args, key, value)
+    declared = get_family(family)
+    declared.architecture(args)
+    model = MODEL_REGISTRY[declared.model].build_model(args, task)
     if randomize_bias:
         randomize(model.speaker_bias)
     return model.eval()

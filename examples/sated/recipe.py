@@ -58,7 +58,7 @@ from fairseq_speaker.commands import run_fairseq
 from fairseq_speaker.data import read_lines
 from fairseq_speaker.errors import UserError
 from fairseq_speaker.generate_output import read_generate_output
-from fairseq_speaker.models import PAPER_SYSTEMS, paper_system_args
+from fairseq_speaker.models import FAMILY_REGISTRY, PAPER_SYSTEMS, get_family, paper_system_args
 
 #: Table 3 of Michel & Neubig (2018): test BLEU
 PAPER_BLEU = {
@@ -66,9 +66,9 @@ PAPER_BLEU = {
     "en-es": {"base": 39.89, "spk_token": 40.04, "full_bias": 40.30, "fact_bias": 39.88},
     "en-de": {"base": 26.46, "spk_token": 26.52, "full_bias": 27.20, "fact_bias": 26.94},
 }
-#: per family: tiny sizes for --toy, and the options of the first (or only) training stage
-TOY = {family: commands.model_size_args(family, 16, 16 if family == "lstm" else 32)
-       for family in ("lstm", "transformer")}
+#: how the recipe trains each family it knows: the options of the first (or only) training stage (the
+#: paper's Adam stage for its LSTM; the usual iwslt_de_en settings for the Transformer); --toy adds the
+#: family's own "toy" sizes (fairseq_speaker.models.families)
 FIRST_STAGE = {
     "lstm": ["--optimizer", "adam", "--lr", "0.001", "--clip-norm", "1.0", "--batch-size", "32",
              "--required-batch-size-multiple", "1", "--lr-scheduler", "restart_from_best", "--lr-shrink", "0.5"],
@@ -78,6 +78,10 @@ FIRST_STAGE = {
                     "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", "5e-4", "--clip-norm", "0.0",
                     "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "4000", "--max-tokens", "4096"],
 }
+#: the families the authors' second stage (plain SGD from the best Adam model) follows, as in the paper
+SGD_TUNING = {"lstm"}
+#: the --family choices: a registered family the recipe has a first stage for
+FAMILIES = [name for name in FAMILY_REGISTRY if name in FIRST_STAGE]
 
 
 #: the record of a run in its output folder: its settings, the stages it finished, the systems it scored
@@ -179,7 +183,7 @@ def stage(data: str, system: str, save_dir: str, args, run: Dict, label: str, op
     if args.fp16:
         common.append("--fp16")
     if args.toy:
-        common += TOY[args.family] + ["--speaker-rank", "3"]
+        common += get_family(args.family).scale_args("toy") + ["--speaker-rank", "3"]
     max_epoch = args.max_epoch or (1 if args.toy else None)
     if max_epoch:
         common += ["--max-epoch", str(max_epoch)]
@@ -195,7 +199,7 @@ def run_system(system: str, args, run: Dict) -> Dict:
     first, sgd = os.path.join(out, "adam"), os.path.join(out, "sgd")
     trained = stage(data, system, first, args, run, "Adam", FIRST_STAGE[args.family], [])
     best = os.path.join(first, "checkpoint_best.pt")
-    if args.family == "lstm":
+    if args.family in SGD_TUNING:
         sgd_options = ["--optimizer", "sgd", "--lr", str(args.sgd_lr), "--clip-norm", "0.1", "--batch-size", "32",
                        "--required-batch-size-multiple", "1", "--lr-scheduler", "restart_from_best", "--lr-shrink",
                        "0.5"]
@@ -242,7 +246,7 @@ def main(argv=None) -> None:
     parser.add_argument("--pair", required=True, help="language pair, e.g. en-fr")
     parser.add_argument("--out", required=True, help="where checkpoints, outputs and the table go")
     parser.add_argument("--systems", nargs="+", default=list(PAPER_SYSTEMS), choices=list(PAPER_SYSTEMS))
-    parser.add_argument("--family", choices=["lstm", "transformer"], default="lstm",
+    parser.add_argument("--family", choices=FAMILIES, default="lstm",
                         help="the paper's LSTM (two stages, as the authors) or a Transformer (one stage)")
     parser.add_argument("--gpu", help="CUDA device(s) to use, e.g. 0 (sets CUDA_VISIBLE_DEVICES)")
     parser.add_argument("--cpu", action="store_true", help="train on the CPU even if a GPU is visible")

@@ -1,6 +1,7 @@
 """Parameter accounting: what each part of a speaker model costs, and what a speaker costs.
 
-Builds any speaker preset (``lstm_*``, ``transformer_*``) on PyTorch's ``meta``
+Builds any speaker preset (``lstm_*``, ``transformer_*``, those of a family from a
+``--user-dir``) on PyTorch's ``meta``
 device (no memory is allocated, so the paper's 40k vocabulary and millions of
 speakers cost nothing), from a data directory or from vocabulary sizes and a
 speaker count, with any model flag of fairseq's own parser (``--encoder-layers 3``,
@@ -35,14 +36,14 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 import torch
 from fairseq import options
 from fairseq.data import Dictionary, data_utils
-from fairseq.models import ARCH_MODEL_NAME_REGISTRY, ARCH_MODEL_REGISTRY
+from fairseq.models import ARCH_MODEL_REGISTRY
 from fairseq.optim.lr_scheduler import LR_SCHEDULER_REGISTRY
 from torch import nn
 
 from fairseq_speaker.analysis.training_memory import OPTIMIZER_STATE, format_memory, parse_size, training_memory
 
 from fairseq_speaker.data import SpeakerDictionary, read_speaker_file
-from fairseq_speaker.models import speaker_presets
+from fairseq_speaker.models import family_of_arch, speaker_presets
 from fairseq_speaker.modules.speaker_bias import (
     SPEAKER_BIAS_REGISTRY,
     SpeakerBias,
@@ -50,19 +51,6 @@ from fairseq_speaker.modules.speaker_bias import (
     parse_variant_name,
 )
 
-#: names for the modules of the paper's LSTM (model name -> module path -> name), in the order of the
-#: paper's description; other modules are listed by their path
-LABELS: Dict[str, Dict[str, str]] = {"speaker_lstm": {
-    "encoder.embed_tokens": "source embeddings E_S",
-    "encoder.lstm": "encoder BiLSTM",
-    "decoder.init_hidden": "decoder initial state W_p",
-    "decoder.cell": "decoder LSTM (input feeding)",
-    "decoder.attention": "MLP attention",
-    "decoder.output_projection": "output layer W_o, b_o (eq. 6)",
-    "decoder.embed_tokens": "target embeddings E_T (= softmax)",
-    "decoder.output_bias": "softmax bias b_T",
-    "decoder.speaker_bias": "speaker bias",
-}}
 BYTES_PER_PARAMETER = 4  # float32
 
 
@@ -195,10 +183,12 @@ def count_parameters(src_vocab: Union[int, Dictionary], tgt_vocab: Union[int, Di
 
 
 def accounting_of(built: MetaModel, arch: str) -> Accounting:
-    """The parameters of a model by component."""
+    """The parameters of a model by component: the modules its family names (``component_labels``), in the
+    order it gives, and the others by their path."""
     model, args = built.model, built.args
-    labels = LABELS.get(ARCH_MODEL_NAME_REGISTRY[arch], {})
-    components: Dict[str, int] = {label: 0 for label in labels.values()}  # in the paper's order
+    family = family_of_arch(arch)
+    labels = family.component_labels if family is not None else {}
+    components: Dict[str, int] = {label: 0 for label in labels.values()}  # in the family's order
     for name, p in model.named_parameters():  # named_parameters yields a tied parameter once
         label = _component(name, labels)
         components[label] = components.get(label, 0) + p.numel()
@@ -294,6 +284,13 @@ def format_report(acc: Accounting, variants: List[VariantCost]) -> str:
 
 
 def main(argv=None) -> None:
+    early = argparse.ArgumentParser(add_help=False)
+    early.add_argument("--user-dir")
+    known, _ = early.parse_known_args(argv)
+    if known.user_dir:  # before the parser lists the presets: a family it registers brings its own
+        from fairseq import utils
+
+        utils.import_user_module(known)
     epilog = ("Any other flag is a flag of fairseq-train: of the model (--encoder-layers 3, --speaker-bias simplex, "
               "--speaker-rank 4, ...) or of training (--momentum 0.9, --bf16, --fp16-no-flatten-grads, "
               "--no-save-optimizer-state, ...).")
@@ -308,7 +305,8 @@ def main(argv=None) -> None:
                         help="number of speakers, without --data; more numbers add rows to the memory table "
                              "(with --data, they only add rows)")
     parser.add_argument("--arch", default="lstm_fact_bias", choices=speaker_presets())
-    parser.add_argument("--user-dir", help="a package registering more speaker bias variants (fairseq's --user-dir)")
+    parser.add_argument("--user-dir", help="a package registering more speaker bias variants or model families "
+                        "(fairseq's --user-dir)")
     training = parser.add_argument_group("training memory (fairseq-train's options; the defaults are the paper's "
                                          "recipe)")
     training.add_argument("--optimizer", default="adam", choices=sorted(OPTIMIZER_STATE))
@@ -321,10 +319,6 @@ def main(argv=None) -> None:
                           help="bytes available for training (80GB, 16GiB): whether it fits, how many speakers would")
     args, model_args = parser.parse_known_args(argv)
     logging.basicConfig(format="%(message)s", level=logging.WARNING, stream=sys.stderr, force=True)
-    if args.user_dir:
-        from fairseq import utils
-
-        utils.import_user_module(args)
 
     if args.data:
         src, tgt, speakers = dictionaries_from_data(args.data, args.source_lang, args.target_lang,

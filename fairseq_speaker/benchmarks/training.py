@@ -24,9 +24,11 @@ Measured:
   ``--gen-len`` words (fairseq's ``--min-len`` = ``--max-len-b``): every model does the same work;
 - peak resident memory of each process.
 
-The references run beside ours: stock fairseq's ``lstm`` (bidirectional encoder,
-input feeding, dot attention, output tied to the target embeddings, the same sizes)
-and ``transformer`` (``--family transformer``).
+The references run beside ours: the stock fairseq model each family declares
+(:mod:`fairseq_speaker.models.families`): ``stock_lstm``, fairseq's ``lstm``
+(bidirectional encoder, input feeding, dot attention, output tied to the target
+embeddings, the same sizes), and ``stock_transformer`` (``--family transformer``).
+A family registered by another package is measured with its ``--user-dir``.
 
 Usage::
 
@@ -35,6 +37,7 @@ Usage::
     fairseq-speaker-benchmark --paired --generate               # small ratios: one process, in turns
     fairseq-speaker-benchmark --configs lstm_fact_bias lstm_full_bias --speakers 1000 100000 1000000
     fairseq-speaker-benchmark --gpu --fp16                      # CUDA (bf16: --bf16)
+    fairseq-speaker-benchmark --user-dir examples/lightconv_family/speaker_lightconv --family lightconv
 """
 
 import argparse
@@ -46,45 +49,75 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
-#: configuration name -> (task, arch, criterion)
-STOCK = {"lstm": ("translation", "lstm", "label_smoothed_cross_entropy"),
-         "transformer": ("translation", "transformer", "label_smoothed_cross_entropy")}
-SUFFIXES = ("base", "full_bias", "fact_bias")
+import torch
+
+from fairseq_speaker.analysis.parameter_accounting import sized_dictionary
+from fairseq_speaker.data import SpeakerDictionary
+from fairseq_speaker.errors import UserError
+from fairseq_speaker.models import FAMILY_REGISTRY, ModelFamily, ModelSizes, family_of_arch, get_family, preset_variant
+from fairseq_speaker.models.presets import preset_name
+from fairseq_speaker.modules.speaker_bias import build_speaker_bias
+
 BYTES = 4  # float32
+STOCK = "stock_"  # a configuration stock_<family> is the stock fairseq model the family declares
 
 
 def default_configs(family: str) -> List[str]:
-    return [f"{family}_{suffix}" for suffix in SUFFIXES] + [f"stock_{family}"]
+    """The family's presets, then its stock reference if it declares one."""
+    declared = get_family(family)
+    return declared.presets + ([STOCK + family] if declared.stock is not None else [])
+
+
+def _stock_family(config: str) -> Optional[ModelFamily]:
+    """The family whose stock model ``config`` names (``stock_lstm``), None for one of our archs."""
+    if not config.startswith(STOCK):
+        return None
+    declared = get_family(config[len(STOCK):])
+    if declared.stock is None:
+        raise UserError(f"--configs {config}: the {declared.name} family declares no stock fairseq model to measure")
+    return declared
+
+
+def _our_family(config: str) -> ModelFamily:
+    declared = family_of_arch(config)
+    if declared is None:
+        raise UserError(f"--configs {config}: not an arch of a speaker model family; give a preset "
+                        f"({', '.join(p for f in FAMILY_REGISTRY.values() for p in f.presets)}) or stock_<family>")
+    return declared
 
 
 def size_args(config: str, sizes: List[int], layers: int) -> List[str]:
-    """Model flags of the same sizes for our presets and fairseq's own archs."""
+    """Model flags of the same sizes for our presets and fairseq's own archs: the embeddings, ``hidden`` for
+    the LSTMs (both sides), the attention, and for the Transformer ``layers`` layers, 4 heads and feed-forward
+    layers of 4 x ``hidden``; the output layer tied to the target embeddings."""
     embed, hidden, attention = sizes
-    if "lstm" in config:
-        common = ["--encoder-embed-dim", str(embed), "--encoder-hidden-size", str(hidden),
-                  "--decoder-embed-dim", str(embed), "--decoder-hidden-size", str(hidden)]
-        if config.startswith("stock_"):  # tied output: o_t has the embedding size, as ours
-            return common + ["--encoder-bidirectional", "--decoder-out-embed-dim", str(embed),
-                             "--share-decoder-input-output-embed"]
-        return common + ["--attention-dim", str(attention)]
-    return ["--encoder-embed-dim", str(embed), "--decoder-embed-dim", str(embed),
-            "--encoder-ffn-embed-dim", str(4 * hidden), "--decoder-ffn-embed-dim", str(4 * hidden),
-            "--encoder-attention-heads", "4", "--decoder-attention-heads", "4",
-            "--encoder-layers", str(layers), "--decoder-layers", str(layers),
-            "--share-decoder-input-output-embed"]
+    model_sizes = ModelSizes(embed, hidden, encoder_hidden=hidden, attention=attention, ffn=4 * hidden,
+                             layers=layers, heads=4)
+    stock = _stock_family(config)
+    if stock is not None:
+        return stock.stock.size_args(model_sizes)
+    declared = _our_family(config)
+    return declared.size_args(model_sizes) + list(declared.tie_output)
 
 
-def task_arch_criterion(config: str):
-    if config.startswith("stock_"):
-        return STOCK[config[len("stock_"):]]
+def task_arch_criterion(config: str) -> Tuple[str, str, str]:
+    stock = _stock_family(config)
+    if stock is not None:
+        return stock.stock.task, stock.stock.arch, stock.stock.criterion
     return "speaker_translation", config, "speaker_label_smoothed_cross_entropy"
 
 
 def memory_estimate(config: str, vocab: int, speakers: int) -> int:
-    """Bytes the speaker table of ``full`` needs in training (weights, gradient, Adam's two moments)."""
-    return 4 * BYTES * vocab * speakers if "full" in config else 0
+    """Bytes the speaker rows of ``config``'s variant need in training (weights, gradient, Adam's two moments):
+    its parameters per speaker (from the variant contract, at its default options) times the speakers."""
+    variant = preset_variant(config)
+    if variant is None:
+        return 0
+    with torch.device("meta"):  # one speaker at the real vocabulary size, nothing allocated
+        bias = build_speaker_bias(variant, argparse.Namespace(), SpeakerDictionary(["s"]), sized_dictionary(vocab))
+    return 4 * BYTES * bias.parameters_per_speaker() * speakers
 
 
 # -- the worker: one configuration in one process ------------------------------------------------
@@ -92,7 +125,8 @@ def _fairseq_args(spec: Dict, data: str, generation: bool = False):
     from fairseq import options
 
     task, arch, criterion = task_arch_criterion(spec["config"])
-    argv = [data, "--task", task, "--arch", arch, "--source-lang", "src", "--target-lang", "tgt",
+    argv = [data, *(["--user-dir", spec["user_dir"]] if spec.get("user_dir") else []),
+            "--task", task, "--arch", arch, "--source-lang", "src", "--target-lang", "tgt",
             "--seed", str(spec["seed"]), "--num-workers", "0", "--batch-size", str(spec["batch"]),
             "--required-batch-size-multiple", "1", *size_args(spec["config"], spec["sizes"], spec["layers"]),
             *spec["extra"]]
@@ -102,7 +136,8 @@ def _fairseq_args(spec: Dict, data: str, generation: bool = False):
     if generation:  # fairseq-generate's flags (the model's come from the training parser, as from a checkpoint)
         length = str(spec["gen_len"])
         return options.parse_args_and_arch(options.get_generation_parser(), [
-            data, "--task", task, "--beam", "5", "--max-len-a", "0", "--max-len-b", length, "--min-len", length,
+            data, *(["--user-dir", spec["user_dir"]] if spec.get("user_dir") else []),
+            "--task", task, "--beam", "5", "--max-len-a", "0", "--max-len-b", length, "--min-len", length,
             "--batch-size", str(spec["gen_batch"])])
     argv += ["--criterion", criterion, "--optimizer", "adam", "--lr", "0.001", "--clip-norm", "1.0"]
     return options.parse_args_and_arch(options.get_training_parser(), argv)
@@ -155,8 +190,6 @@ def _trainer(spec: Dict):
 
 
 def _timed_update(trainer, sample, spec: Dict) -> float:
-    import torch
-
     start = time.perf_counter()
     trainer.train_step([sample])
     if spec["gpu"]:
@@ -218,8 +251,6 @@ def paired_train_worker(spec: Dict) -> Dict:
 
 def _generation(spec: Dict):
     """A model, its generator and a function translating one batch (timed), for one configuration."""
-    import torch
-
     with tempfile.TemporaryDirectory() as folder:
         args, cfg, task, dataset = _setup(spec, folder, generation=True)
         model = task.build_model(cfg.model)
@@ -273,8 +304,6 @@ def paired_generate_worker(spec: Dict) -> Dict:
 
 def peak_worker(spec: Dict) -> Dict:
     """The machine's matrix-product rate: one n x n sgemm, median of 10."""
-    import torch
-
     n = 2048 if spec["gpu"] else 1024
     device = "cuda" if spec["gpu"] else "cpu"
     a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
@@ -303,11 +332,10 @@ WORKERS = {"train": train_worker, "generate": generate_worker, "peak": peak_work
 
 
 def worker_main(spec_json: str) -> None:
-    import torch
-
     import fairseq_speaker  # noqa: F401  (registers the task, models, criterion)
 
     spec = json.loads(spec_json)
+    import_user_dir(spec.get("user_dir"))
     torch.set_num_threads(spec["threads"])
     torch.manual_seed(spec["seed"])
     result = WORKERS[spec["mode"]](spec)
@@ -339,16 +367,29 @@ def available_memory() -> Optional[int]:
     return None
 
 
+def import_user_dir(user_dir: Optional[str]) -> None:
+    """Import a package registering more families or variants (fairseq's ``--user-dir``)."""
+    if user_dir:
+        from fairseq import utils
+
+        utils.import_user_module(argparse.Namespace(user_dir=user_dir))
+
+
 def build_parser() -> argparse.ArgumentParser:
+    """The options; ``--family`` lists the families registered when it is called (import a ``--user-dir`` first)."""
     parser = argparse.ArgumentParser(prog="fairseq-speaker-benchmark", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="\n\n".join(__doc__.split("\n\n")[1:]))
-    parser.add_argument("--family", choices=["lstm", "transformer"], default="lstm")
-    parser.add_argument("--configs", nargs="+", help="presets (lstm_fact_bias, ...) and stock_lstm / stock_transformer "
-                        "(default: the family's base, full_bias, fact_bias and stock reference)")
+    parser.add_argument("--family", choices=list(FAMILY_REGISTRY), default="lstm")
+    parser.add_argument("--configs", nargs="+", help="presets (lstm_fact_bias, ...) and stock_<family> (stock_lstm, "
+                        "stock_transformer): the stock fairseq model a family declares (default: the family's "
+                        "presets and stock reference)")
+    parser.add_argument("--user-dir", help="a package registering more model families or speaker bias variants "
+                        "(fairseq's --user-dir)")
     parser.add_argument("--sizes", nargs=3, type=int, default=[512, 512, 256], metavar=("EMBED", "HIDDEN", "ATT"),
-                        help="embedding, LSTM and attention sizes (the paper's 512 512 256); the Transformer takes "
-                        "EMBED as its model size and 4 x HIDDEN as its feed-forward size")
+                        help="embedding, LSTM and attention sizes (the paper's 512 512 256); the Transformer (and a "
+                        "family with feed-forward layers) takes EMBED as its model size and 4 x HIDDEN as its "
+                        "feed-forward size, with 4 heads")
     parser.add_argument("--layers", type=int, default=3, help="Transformer layers (encoder and decoder)")
     parser.add_argument("--vocab", type=int, default=4600, help="source and target vocabulary sizes")
     parser.add_argument("--speakers", type=int, nargs="+", default=[400],
@@ -389,16 +430,16 @@ def make_specs(args) -> List[Dict]:
             "min_len": args.min_len, "max_len": args.max_len, "batch": args.batch, "warmup": args.warmup,
             "updates": args.updates, "threads": args.threads, "gpu": args.gpu, "fp16": args.fp16, "bf16": args.bf16,
             "seed": args.seed, "gen_sentences": args.gen_sentences, "gen_batch": args.gen_batch,
-            "gen_len": args.gen_len, "extra": []}
+            "gen_len": args.gen_len, "extra": [], "user_dir": args.user_dir}
     modes = ([] if args.no_train else ["train"]) + (["generate"] if args.generate or args.no_train else [])
     specs = []
     for mode in modes:
         for config in configs:
             for speakers in args.speakers:
-                if config.startswith("stock_") and speakers != args.speakers[0]:
+                if config.startswith(STOCK) and speakers != args.speakers[0]:
                     continue  # no speakers: once is enough
                 specs.append(dict(base, mode=mode, config=config, speakers=speakers))
-                if args.plain and not config.startswith("stock_"):
+                if args.plain and not config.startswith(STOCK):
                     specs.append(dict(base, mode=mode, config=config, speakers=speakers, plain=True))
     return specs
 
@@ -423,10 +464,11 @@ def paired_ratio(values: List[Optional[float]], reference: List[Optional[float]]
 def reference_of(config: str) -> Optional[str]:
     """The speaker-agnostic configuration of the same network a row is compared with (``lstm_base`` for
     ``lstm_fact_bias``, ``lstm_base:plain`` for ``lstm_fact_bias:plain``); None for the stock ones."""
-    if config.startswith("stock_"):
-        return None
     name, _, plain = config.partition(":")
-    return name.split("_")[0] + "_base" + (":" + plain if plain else "")
+    declared = family_of_arch(name)
+    if declared is None:
+        return None
+    return preset_name(declared.name, "base") + (":" + plain if plain else "")
 
 
 def summarize(specs: List[Dict], results: List[List[Dict]], peak: List[float], args) -> List[Dict]:
@@ -448,7 +490,7 @@ def summarize(specs: List[Dict], results: List[List[Dict]], peak: List[float], a
         rows.append(row)
     by_name = {(r["mode"], r["config"], r["speakers"]): r for r in rows}
     for row in rows:
-        stock = next((r for r in rows if r["mode"] == row["mode"] and r["config"].startswith("stock_")), None)
+        stock = next((r for r in rows if r["mode"] == row["mode"] and r["config"].startswith(STOCK)), None)
         base = by_name.get((row["mode"], reference_of(row["config"]), row["speakers"]))
         row["vs_stock"] = paired_ratio(row["by_round"], stock["by_round"]) if stock else None
         row["vs_base"] = paired_ratio(row["by_round"], base["by_round"]) if base else None
@@ -522,10 +564,15 @@ def run_paired_round(specs: List[Dict], skipped: Dict[int, str], results: List[L
 
 
 def main(argv=None) -> None:
-    args = build_parser().parse_args(argv)
-    if args.worker:
-        worker_main(args.worker)
+    early = argparse.ArgumentParser(add_help=False)
+    early.add_argument("--user-dir")
+    early.add_argument("--worker")
+    known, _ = early.parse_known_args(argv)
+    if known.worker:
+        worker_main(known.worker)
         return
+    import_user_dir(known.user_dir)  # its families are --family choices
+    args = build_parser().parse_args(argv)
     if args.paired and args.plain:
         sys.exit("fairseq-speaker-benchmark: --paired runs every configuration in one process, and --plain "
                  "needs a process of its own (FAIRSEQ_SPEAKER_PLAIN=1): use one or the other")

@@ -4,14 +4,16 @@ The network is :mod:`fairseq_speaker.modules.attentional_lstm` (BiLSTM encoder,
 input-feeding decoder with MLP attention, eq. 6 output tied to E_T); the speaker
 plumbing (:mod:`fairseq_speaker.modules.speaker_plumbing`) adds the bias of the
 variant chosen by ``--speaker-bias``: p_t = softmax(E_T o_t + b_T + b_s).
-Presets: ``lstm_base``, ``lstm_full_bias``, ``lstm_fact_bias`` (the paper's sizes).
+Presets: ``lstm_base``, ``lstm_full_bias``, ``lstm_fact_bias`` (the paper's sizes), declared
+with the rest of the family (sizes, the stock fairseq ``lstm`` it is measured against) at the end.
 """
 
 from dataclasses import dataclass, field
+from typing import List
 
 from fairseq.models import FairseqEncoderDecoderModel
 
-from fairseq_speaker.models.presets import register_presets
+from fairseq_speaker.models.families import ModelSizes, StockModel, register_family
 from fairseq_speaker.modules.attentional_lstm import AttentionalLSTMDecoder, BiLSTMEncoder
 from fairseq_speaker.modules.speaker_plumbing import (
     SpeakerDecoderMixin,
@@ -83,4 +85,40 @@ def base_architecture(args) -> None:
     fill_defaults(args, SpeakerLSTMModel.speaker_options())
 
 
-register_presets("speaker_lstm", "lstm", base_architecture)
+def size_args(sizes: ModelSizes) -> List[str]:
+    """Embeddings, the encoder (per direction), the decoder's state and the attention."""
+    return ["--encoder-embed-dim", str(sizes.embed), "--decoder-embed-dim", str(sizes.embed),
+            "--encoder-hidden-size", str(sizes.encoder_hidden or sizes.embed),
+            "--decoder-hidden-size", str(sizes.hidden), "--attention-dim", str(sizes.attention or sizes.embed)]
+
+
+def stock_size_args(sizes: ModelSizes) -> List[str]:
+    """fairseq's ``lstm`` at the same sizes: bidirectional encoder, output tied to the target embeddings
+    (o_t has the embedding size, as ours); its attention is a dot product, without a size."""
+    return ["--encoder-embed-dim", str(sizes.embed), "--encoder-hidden-size", str(sizes.encoder_hidden or sizes.embed),
+            "--decoder-embed-dim", str(sizes.embed), "--decoder-hidden-size", str(sizes.hidden),
+            "--encoder-bidirectional", "--decoder-out-embed-dim", str(sizes.embed), "--share-decoder-input-output-embed"]
+
+
+register_family(
+    "lstm", model="speaker_lstm", architecture=base_architecture,
+    # the speaker plugs into the paper's network: the BiLSTM encoder carries the speakers, the bias is added
+    # to the logits of the input-feeding decoder
+    encoder=SpeakerLSTMEncoder, decoder=SpeakerLSTMDecoder,
+    size_args=size_args,
+    scales={"tiny": ModelSizes(8, 16), "toy": ModelSizes(16, 16), "demo": ModelSizes(64, 128)},
+    stock=StockModel("translation", "lstm", "label_smoothed_cross_entropy", stock_size_args),
+    demo_options=("--dropout", "0.1", "--optimizer", "adam", "--clip-norm", "1.0"), demo_lr=0.003,
+    # in the order of the paper's description
+    component_labels={
+        "encoder.embed_tokens": "source embeddings E_S",
+        "encoder.lstm": "encoder BiLSTM",
+        "decoder.init_hidden": "decoder initial state W_p",
+        "decoder.cell": "decoder LSTM (input feeding)",
+        "decoder.attention": "MLP attention",
+        "decoder.output_projection": "output layer W_o, b_o (eq. 6)",
+        "decoder.embed_tokens": "target embeddings E_T (= softmax)",
+        "decoder.output_bias": "softmax bias b_T",
+        "decoder.speaker_bias": "speaker bias",
+    },
+)

@@ -9,10 +9,11 @@ layer: ``--share-decoder-input-output-embed`` ties it to the target embeddings a
 the paper does, which the recipes, configs and demo of this package do);
 smaller settings are flags away, e.g. fairseq's iwslt_de_en sizes with
 ``--encoder-ffn-embed-dim 1024 --decoder-ffn-embed-dim 1024 --encoder-attention-heads 4
---decoder-attention-heads 4``.
+--decoder-attention-heads 4``. The family's declaration (sizes, the stock ``transformer`` it is
+measured against, the demo's schedule) ends the module.
 """
 
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 from fairseq.models.transformer import (
     TransformerConfig,
@@ -24,7 +25,7 @@ from fairseq.models.transformer import base_architecture as transformer_base_arc
 from torch import Tensor, nn
 
 from fairseq_speaker.errors import UserError
-from fairseq_speaker.models.presets import register_presets
+from fairseq_speaker.models.families import ModelSizes, StockModel, register_family
 from fairseq_speaker.modules.speaker_plumbing import (
     SpeakerDecoderMixin,
     SpeakerEncoderMixin,
@@ -90,4 +91,28 @@ def architecture(args) -> None:
     transformer_base_architecture(args)
 
 
-register_presets("speaker_transformer", "transformer", architecture)
+def size_args(sizes: ModelSizes) -> List[str]:
+    """The model width, the feed-forward layers, the layers and heads of each side."""
+    ffn = str(sizes.ffn or sizes.hidden)
+    return ["--encoder-embed-dim", str(sizes.embed), "--decoder-embed-dim", str(sizes.embed),
+            "--encoder-ffn-embed-dim", ffn, "--decoder-ffn-embed-dim", ffn,
+            "--encoder-layers", str(sizes.layers), "--decoder-layers", str(sizes.layers),
+            "--encoder-attention-heads", str(sizes.heads), "--decoder-attention-heads", str(sizes.heads)]
+
+
+#: fairseq's defaults leave the output layer untied; the paper ties it to the target embeddings
+TIE_OUTPUT = ("--share-decoder-input-output-embed",)
+
+register_family(
+    "transformer", model="speaker_transformer", architecture=architecture,
+    # the speaker plugs into fairseq's own encoder and decoder (the model's build_encoder / build_decoder)
+    encoder=SpeakerTransformerEncoder, decoder=SpeakerTransformerDecoder,
+    size_args=size_args,
+    scales={"tiny": ModelSizes(16, 32), "toy": ModelSizes(16, 32), "demo": ModelSizes(64, 128, layers=2, heads=4)},
+    stock=StockModel("translation", "transformer", "label_smoothed_cross_entropy",
+                     lambda sizes: size_args(sizes) + list(TIE_OUTPUT)),
+    tie_output=TIE_OUTPUT,
+    demo_options=("--dropout", "0.1", "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--clip-norm", "1.0",
+                  "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "200"),
+    demo_lr=0.002,
+)

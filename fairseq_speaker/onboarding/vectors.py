@@ -29,7 +29,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from fairseq_speaker.atomic_write import atomic_path
 from fairseq_speaker.data import dictionary_hash
@@ -89,7 +89,7 @@ class ExportSummary:
 def variant_spelling(bias: SpeakerBias) -> str:
     """The variant as ``--speaker-bias`` spells it: ``fact``, or ``fact+full`` for a sum."""
     parts = getattr(bias, "parts", None)
-    if bias.name == "sum" and parts is not None:
+    if isinstance(parts, nn.ModuleDict):  # a combinator (sum) holds the variants it adds, by name
         return "+".join(parts.keys())
     return bias.name
 

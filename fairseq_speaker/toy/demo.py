@@ -24,7 +24,7 @@ import json
 import os
 import shutil
 import time
-from typing import Dict, List
+from typing import Callable, Dict, List, Optional, Sequence
 
 import sacrebleu
 
@@ -33,21 +33,21 @@ from fairseq_speaker.commands import family
 from fairseq_speaker.commands import run_fairseq as fairseq
 from fairseq_speaker.data import read_lines
 from fairseq_speaker.generate_output import read_generate_output
-from fairseq_speaker.models import speaker_presets
+from fairseq_speaker.models import FAMILY_REGISTRY, get_family, speaker_presets
 from fairseq_speaker.modules.speaker_bias import parse_variant_name
-from fairseq_speaker.toy.corpus import read_traits, trait_accuracy, write_corpus
+from fairseq_speaker.analysis.speaker_words import read_traits, trait_accuracy
+from fairseq_speaker.toy.corpus import write_corpus
 from fairseq_speaker.toy.oracle import oracle_accuracy, oracle_rows
 
 TRAITS = ("gender", "address", "profession")
 DEFAULT_SYSTEMS = ["lstm_base", "lstm_fact_bias", "transformer_fact_bias"]
-#: model sizes and optimisation per family, small enough for a CPU in minutes
-FAMILY_ARGS = {
-    "lstm": [*commands.model_size_args("lstm", 64, 128), "--dropout", "0.1", "--optimizer", "adam",
-             "--clip-norm", "1.0"],
-    "transformer": [*commands.model_size_args("transformer", 64, 128, layers=2, heads=4), "--dropout", "0.1",
-                    "--share-decoder-input-output-embed", "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)",
-                    "--clip-norm", "1.0", "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "200"],
-}
+
+
+def family_args(name: str) -> List[str]:
+    """Model sizes and optimisation of a family, small enough for a CPU in minutes: what its declaration
+    gives the demo (its ``demo`` sizes, its output tied as in the paper, its ``demo_options``)."""
+    declared = get_family(name)
+    return [*declared.scale_args("demo"), *declared.tie_output, *declared.demo_options]
 
 
 def prepare(workdir: str, sizes: Dict[str, int], speakers: int, threads: int, topics: int) -> str:
@@ -68,17 +68,20 @@ def prepare(workdir: str, sizes: Dict[str, int], speakers: int, threads: int, to
     return data
 
 
-def train_and_translate(workdir: str, data: str, system: str, args) -> List[str]:
+def train_and_translate(workdir: str, data: str, system: str, args, extra: Sequence[str] = (),
+                        progress: Optional[Callable[[str], None]] = print) -> List[str]:
+    """Train ``system`` as the demo does (``extra``: more fairseq-train options, which win) and decode the test
+    set; its hypotheses, in the test set's order."""
     name = system.replace(":", "-")
     save_dir = os.path.join(workdir, "checkpoints", name)
     if os.path.isdir(save_dir):
         shutil.rmtree(save_dir)
     fairseq("train", commands.train_args(
-        data, save_dir, commands.system_args(system), *FAMILY_ARGS[family(system)],
+        data, save_dir, commands.system_args(system), *family_args(family(system)),
         "--topic-model", os.path.join(data, "topics.npz"), "--lr", str(args.lr[family(system)]),
         "--max-tokens", "1000", "--max-epoch", str(args.epochs), "--seed", str(args.seed),
-        "--no-epoch-checkpoints", "--no-progress-bar", "--log-interval", "50",
-    ), os.path.join(workdir, f"train.{name}.log"), args.threads)
+        "--no-epoch-checkpoints", "--no-progress-bar", "--log-interval", "50", *extra,
+    ), os.path.join(workdir, f"train.{name}.log"), args.threads, progress=progress)
     out = fairseq("generate", commands.generate_args(
         data, os.path.join(save_dir, "checkpoint_best.pt"), "--beam", "5", "--batch-size", "64",
         "--gen-subset", "test", "--speaker-file", os.path.join(workdir, "raw", "test.spk"),
@@ -108,7 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "optionally :VARIANT (any registered speaker bias, e.g. lstm_base:simplex) "
                         "and/or +spk_token")
     parser.add_argument("--epochs", type=int, default=15)
-    parser.add_argument("--lr", type=float, help="learning rate (default: 0.003 for LSTMs, 0.002 for transformers)")
+    parser.add_argument("--lr", type=float, help="learning rate (default: " + ", ".join(
+        f"{f.demo_lr} for {name}" for name, f in FAMILY_REGISTRY.items()) + ")")
     parser.add_argument("--train", type=int, default=6000, help="training sentences")
     parser.add_argument("--test", type=int, default=400, help="validation and test sentences each")
     parser.add_argument("--speakers", type=int, default=24)
@@ -135,7 +139,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                 parse_variant_name(choice[choice.index("--speaker-bias") + 1])
             except ValueError as e:
                 parser.error(f"system {system!r}: {e}")
-    args.lr = {"lstm": args.lr or 0.003, "transformer": args.lr or 0.002}
+    args.lr = {name: args.lr or f.demo_lr for name, f in FAMILY_REGISTRY.items()}
     return args
 
 

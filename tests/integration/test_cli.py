@@ -8,8 +8,10 @@ import sys
 import pytest
 import torch
 
+from fairseq_speaker.commands import system_args
 from fairseq_speaker.data import SpeakerDictionary
 from fairseq_speaker.generate_output import read_generate_output
+from fairseq_speaker.models import preset_variant
 from tests.cli import (
     SIZES,
     TINY,
@@ -146,15 +148,17 @@ def test_interactive_with_one_speaker_and_with_a_speaker_per_line(toy, speaker_w
     assert proc.returncode != 0 and "pass --speaker NAME, or --speaker-per-line" in proc.stderr
 
 
-@pytest.mark.parametrize("config,bias,token", [
-    ("lstm_base", "none", False), ("lstm_spk_token", "none", True),
-    ("lstm_full_bias", "full", False), ("lstm_fact_bias", "fact", False),
-    ("transformer_base", "none", False), ("transformer_full_bias", "full", False),
-    ("transformer_fact_bias", "fact", False),
+@pytest.mark.parametrize("config,system", [
+    ("lstm_base", "lstm_base"), ("lstm_spk_token", "lstm_base+spk_token"),
+    ("lstm_full_bias", "lstm_full_bias"), ("lstm_fact_bias", "lstm_fact_bias"),
+    ("transformer_base", "transformer_base"), ("transformer_full_bias", "transformer_full_bias"),
+    ("transformer_fact_bias", "transformer_fact_bias"),
 ])
-def test_hydra_train_with_each_packaged_config(toy, tmp_path, config, bias, token):
+def test_hydra_train_with_each_packaged_config(toy, tmp_path, config, system):
+    """A packaged config trains the system it is named after: its preset's variant, the speaker token or not."""
+    bias, token = preset_variant(system_args(system)[1]), system.endswith("+spk_token")
     config_dir = os.path.join(USER_DIR, "config")
-    tiny = TINY[family(config)] + TINY_VARIANTS
+    tiny = TINY[family(system)] + TINY_VARIANTS
     # ++ sets a key whether or not the config file lists it
     overrides = [f"++model.{flag[2:].replace('-', '_')}={value}" for flag, value in zip(tiny[::2], tiny[1::2])]
     proc = subprocess.run(
@@ -169,7 +173,7 @@ def test_hydra_train_with_each_packaged_config(toy, tmp_path, config, bias, toke
     model = state["cfg"]["model"]
     assert (model["speaker_bias"], state["cfg"]["task"]["speaker_token"]) == (bias, token)
     assert state["task_state"].get("speaker_token", False) == token
-    if family(config) == "lstm":  # the paper's settings, shared by the four systems
+    if family(system) == "lstm":  # the paper's settings, shared by the four systems
         assert (model["encoder_hidden_size"], model["lstm_dropout"], model["target_word_dropout"]) == (8, 0.4, 0.1)
         assert state["cfg"]["lr_scheduler"]["_name"] == "restart_from_best"
         assert state["cfg"]["dataset"]["batch_size"] == 32

@@ -9,7 +9,7 @@ from fairseq.criterions.label_smoothed_cross_entropy import LabelSmoothedCrossEn
 from fairseq.logging import metrics
 
 from fairseq_speaker.criterions import SpeakerLabelSmoothedCrossEntropyCriterion
-from fairseq_speaker.modules.speaker_bias import register_speaker_bias, unregister_speaker_bias
+from fairseq_speaker.modules.speaker_bias import SPEAKER_BIAS_REGISTRY, register_speaker_bias, unregister_speaker_bias
 from fairseq_speaker.modules.speaker_bias.full import FullSpeakerBias
 from tests.helpers import FAMILIES, make_model, make_task, random_batch
 
@@ -192,7 +192,7 @@ def test_the_fused_loss_refuses_a_second_backward():
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("name", ["none", "full", "fact"])
+@pytest.mark.parametrize("name", sorted(SPEAKER_BIAS_REGISTRY))
 def test_the_criterion_fuses_the_loss_and_its_gradients_are_fairseqs(name, family, monkeypatch):
     from fairseq_speaker.criterions import speaker_label_smoothed_cross_entropy as module
 

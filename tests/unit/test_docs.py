@@ -25,7 +25,7 @@ CHECK = textwrap.dedent("""
     import argparse
     import torch
     from fairseq import options
-    from tests.helpers import build_bias, make_model, make_task
+    from tests.helpers import FAMILIES, build_bias, make_model, make_task
     from tests.unit.test_speaker_bias import expected_parameters
 
     task = make_task(num_speakers=5)
@@ -33,7 +33,7 @@ CHECK = textwrap.dedent("""
     assert sum(p.numel() for p in bias.parameters()) == expected_parameters(bias)
     assert bias(torch.tensor([0, 3, -1])).shape == (3, len(task.target_dictionary))
     assert set(bias.speaker_parameters()) == {"scales"}
-    for family in ("lstm", "transformer"):
+    for family in FAMILIES:
         make_model("scaled", task=task, family=family)
     args = options.parse_args_and_arch(options.get_training_parser(), [
         "data", "--task", "speaker_translation", "--arch", "transformer_base", "--speaker-bias", "scaled",
@@ -48,7 +48,7 @@ def test_both_documents_write_out_a_variant():
 
 
 @pytest.mark.parametrize("path,index,code", BLOCKS, ids=[f"{p}:{i}" for p, i, _ in BLOCKS])
-def test_the_documented_variant_registers_builds_and_is_a_flag_of_both_models(path, index, code):
+def test_the_documented_variant_registers_builds_and_is_a_flag_of_every_family(path, index, code):
     proc = subprocess.run([sys.executable, "-c", code + CHECK], cwd=ROOT, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-3000:]

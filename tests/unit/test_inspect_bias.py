@@ -4,12 +4,14 @@ import argparse
 
 import pytest
 import torch
+from fairseq.models import MODEL_REGISTRY
 
 from fairseq_speaker.analysis import report
 from fairseq_speaker.analysis.inspect_bias import BiasInspection, has_something_to_inspect
 from fairseq_speaker.modules.speaker_bias import SPEAKER_BIAS_REGISTRY
 from fairseq_speaker.tasks.speaker_translation import SPEAKER_TOKEN
-from tests.helpers import make_model, make_task, variant_options
+from fairseq_speaker.models import get_family
+from tests.helpers import FAMILIES, make_model, make_task, variant_options
 
 VARIANTS = sorted(SPEAKER_BIAS_REGISTRY) + ["fact+topic"]
 SPEAKERS = ["ann", "bob", "cy", "dee"]
@@ -46,13 +48,15 @@ def extremes(values, dictionary, k):
             [dictionary[int(i)] for i in down.topk(k, largest=False).indices])
 
 
-@pytest.mark.parametrize("family", ["lstm", "transformer"])
+@pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("name", VARIANTS)
 def test_every_variant_is_read_through_the_contract(tmp_path, name, family):
     task = make_task(num_speakers=len(SPEAKERS), num_words=10)
     d = task.target_dictionary
     model = make_model(name, task=task, family=family)
-    checkpoint, dictionary = save_checkpoint(tmp_path, model, task, name, as_namespace=family == "transformer")
+    # a model with a dataclass saves its options as a dict, an argparse model (the transformer) as a Namespace
+    argparse_model = getattr(MODEL_REGISTRY[get_family(family).model], "__dataclass", None) is None
+    checkpoint, dictionary = save_checkpoint(tmp_path, model, task, name, as_namespace=argparse_model)
     bias = model.decoder.speaker_bias
     if not bias.speaker_parameters() and not bias.vocabulary_vectors():
         assert not has_something_to_inspect(checkpoint)

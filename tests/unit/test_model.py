@@ -1,20 +1,21 @@
-"""Both speaker models, every variant: the bias on the logits, incremental decoding, beam search, presets."""
+"""Every speaker model family, every variant: the bias on the logits, incremental decoding, beam search, presets."""
 
 import argparse
 
 import pytest
 import torch
 from fairseq import options
-from fairseq.models import ARCH_CONFIG_REGISTRY
+from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_NAME_REGISTRY
 from fairseq.sequence_generator import SequenceGenerator
 
 import fairseq_speaker  # noqa: F401  (registers the task, models and criterion)
-from fairseq_speaker.models import PRESET_VARIANTS, speaker_presets
+from fairseq_speaker.models import FAMILY_REGISTRY, PRESET_VARIANTS, preset_variant, speaker_presets
 from fairseq_speaker.modules.speaker_bias import SPEAKER_BIAS_REGISTRY
-from tests.helpers import FAMILIES, make_model, make_task, random_batch
+from tests.helpers import FAMILIES, build_bias, make_model, make_task, random_batch
 
 VARIANTS = sorted(SPEAKER_BIAS_REGISTRY) + ["fact+topic"]
-SPEAKER_VARIANTS = [v for v in VARIANTS if v not in ("none", "topic")]
+#: the variants with parameters of their own per speaker (a sum: if one of its parts has), as built
+SPEAKER_VARIANTS = [v for v in VARIANTS if build_bias(v, make_task()).speaker_parameters()]
 
 
 def forward(model, src, speakers, prev):
@@ -147,14 +148,18 @@ def test_the_speaker_bias_is_computed_once_per_batch_during_beam_search(family):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_a_speaker_model_called_without_speakers_says_so(family):
+@pytest.mark.parametrize("name", VARIANTS)
+def test_a_speaker_model_called_without_speakers_says_so(family, name):
     task = make_task()
     src, prev = batch(task)
-    with pytest.raises(ValueError, match="called without speakers: use --task speaker_translation"):
-        forward(make_model("fact", task=task, family=family), src, None, prev)
+    model = make_model(name, task=task, family=family)
+    if model.speaker_bias.needs_speakers:
+        with pytest.raises(ValueError, match="called without speakers: use --task speaker_translation"):
+            forward(model, src, None, prev)
+        return
     # a model whose bias needs no speakers runs without them
-    logits, extra = forward(make_model("topic", task=task, family=family), src, None, prev)
-    assert extra["speaker_bias"] is not None
+    logits, extra = forward(model, src, None, prev)
+    assert logits.shape == (3, 4, len(task.target_dictionary))
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -207,8 +212,13 @@ def test_transformer_presets_are_fairseqs_transformer_with_a_speaker_bias():
         assert {k: v for k, v in vars(args).items() if k in vars(reference)} == vars(reference)
 
 
-def test_every_family_has_every_preset():
-    assert set(speaker_presets()) == {f"{f}_{s}" for f in FAMILIES for s in PRESET_VARIANTS}
+def test_every_family_has_every_preset_and_each_builds_the_familys_model():
+    assert {"lstm", "transformer"} <= set(FAMILY_REGISTRY)
+    for family in FAMILY_REGISTRY.values():
+        for suffix, variant in PRESET_VARIANTS.items():
+            arch = f"{family.name}_{suffix}"
+            assert arch in speaker_presets() and ARCH_MODEL_NAME_REGISTRY[arch] == family.model
+            assert preset_variant(arch) == variant
 
 
 @pytest.mark.parametrize("arch", ["lstm_fact_bias", "transformer_fact_bias"])
@@ -221,7 +231,7 @@ def test_command_line_flags_override_the_preset(arch):
 
 
 @pytest.mark.parametrize("arch", speaker_presets())
-@pytest.mark.parametrize("name", ["simplex", "fact+topic"])
+@pytest.mark.parametrize("name", VARIANTS)
 def test_any_variant_on_any_preset(arch, name):
     args = options.parse_args_and_arch(options.get_training_parser(), [
         "data-bin", "--task", "speaker_translation", "--arch", arch, "--speaker-bias", name])
@@ -303,7 +313,7 @@ def _decoding_steps(model, src, speakers, steps=3, reorder=None):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("name", ["full", "fact"])
+@pytest.mark.parametrize("name", VARIANTS)
 def test_a_generation_step_allocates_nothing_of_vocabulary_size_beyond_the_plain_decoder(family, name):
     task = make_task(num_speakers=4, num_words=300)
     biased = make_model(name, task=task, family=family)
@@ -352,7 +362,7 @@ def test_decoding_through_onednn_gives_the_plain_steps_and_beams(name, fast_path
     nn.LSTMCell and products."""
     task = make_task(num_speakers=4)
     model = make_model(name, task=task, family="lstm").eval()
-    if name != "none":
+    if model.speaker_bias(torch.tensor([2])) is not None:
         _favour_eos(model, task, speaker=2)  # sentences leave the beam on the way
     src = random_batch(task.source_dictionary, [5, 5, 3, 6, 4])
     speakers = torch.tensor([0, 1, 2, 3, 2])

@@ -15,10 +15,12 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 from fairseq import options
+from fairseq.models import MODEL_REGISTRY
 from torch import nn
 
+import fairseq_speaker.modules.speaker_bias as variants_package
 from fairseq_speaker.data import MEAN_SPEAKER, NO_SPEAKER
-from fairseq_speaker.models import SpeakerLSTMModel, SpeakerTransformerModel
+from fairseq_speaker.models import PRESET_VARIANTS, SpeakerLSTMModel, get_family
 from fairseq_speaker.modules.speaker_bias import (
     SPEAKER_BIAS_REGISTRY,
     SpeakerBias,
@@ -28,7 +30,7 @@ from fairseq_speaker.modules.speaker_bias import (
     register_speaker_bias,
     unregister_speaker_bias,
 )
-from tests.helpers import build_bias, make_task, random_batch, variant_options
+from tests.helpers import FAMILIES, build_bias, make_task, random_batch, variant_options
 
 # the out-of-tree example registers its variant from a package of its own: tested like the others
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
@@ -106,9 +108,14 @@ def expected_parameters(bias: SpeakerBias) -> int:
 # -- registration and options ------------------------------------------------------------------------
 
 
-def test_registry_has_the_paper_and_the_new_variants():
-    assert {"none", "full", "fact", "proj", "simplex", "topic", "sum", "test_offset", "sparse_full"} \
-        <= set(SPEAKER_BIAS_REGISTRY)
+def test_every_variant_class_of_the_package_is_registered_and_so_are_other_packages():
+    package = variants_package.__name__
+    defined = {cls for name, module in list(sys.modules.items()) if name.startswith(package + ".")
+               for cls in vars(module).values() if isinstance(cls, type) and issubclass(cls, SpeakerBias)
+               and cls is not SpeakerBias and cls.__module__ == name}
+    assert defined and defined <= set(SPEAKER_BIAS_REGISTRY.values())
+    assert set(PRESET_VARIANTS.values()) <= set(SPEAKER_BIAS_REGISTRY)  # the paper's, which the presets choose
+    assert {"test_offset", "sparse_full"} <= set(SPEAKER_BIAS_REGISTRY)  # from this module and from an example
 
 
 def _flag_value(f):
@@ -117,10 +124,11 @@ def _flag_value(f):
     return "fact+full" if f.name == "sum_parts" else "x"
 
 
-@pytest.mark.parametrize("family,arch", [("lstm", "lstm_base"), ("transformer", "transformer_base")])
+@pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("name", sorted(SPEAKER_BIAS_REGISTRY))
-def test_options_are_flags_of_every_speaker_model(name, family, arch):
+def test_options_are_flags_of_every_speaker_model(name, family):
     cls = SPEAKER_BIAS_REGISTRY[name]
+    arch = get_family(family).presets[0]
     argv = ["data", "--task", "speaker_translation", "--arch", arch, "--speaker-bias", name]
     expected = {}
     for f in dataclasses.fields(cls.config_class):
@@ -136,15 +144,15 @@ def test_options_are_flags_of_every_speaker_model(name, family, arch):
     assert args.speaker_bias == name
     for key, value in expected.items():
         assert getattr(args, key) == value, key
-    # and they are model options: the dataclass (hydra's schema) of the LSTM has them
-    lstm_fields = {f.name for f in dataclasses.fields(SpeakerLSTMModel.speaker_options())}
-    assert set(expected) <= lstm_fields
-    assert set(expected) <= {f.name for f in dataclasses.fields(SpeakerTransformerModel.speaker_options())}
+    # and they are model options: the family's model has them (a dataclass model: in hydra's schema)
+    model = MODEL_REGISTRY[get_family(family).model]
+    assert set(expected) <= {f.name for f in dataclasses.fields(model.speaker_options())}
 
 
 def test_registration_refuses_clashing_or_malformed_variants():
-    with pytest.raises(ValueError, match="already registered"):
-        register_speaker_bias("full")(type("Again", (SpeakerBias,), {}))
+    taken = sorted(SPEAKER_BIAS_REGISTRY)[0]
+    with pytest.raises(ValueError, match=f"speaker bias {taken!r} is already registered"):
+        register_speaker_bias(taken)(type("Again", (SpeakerBias,), {}))
     with pytest.raises(ValueError, match="must subclass SpeakerBias"):
         register_speaker_bias("not_a_bias")(object)
     with pytest.raises(ValueError, match="letters, digits"):
@@ -416,10 +424,15 @@ def test_half_precision(name, dtype, source):
         assert out.dtype == dtype and torch.isfinite(out).all()
 
 
-def test_build_from_a_config_without_the_variants_options_uses_their_defaults():
-    """An older checkpoint's config lacks options added since: they keep their defaults."""
-    bias = build_speaker_bias("fact", argparse.Namespace(), task().speaker_dictionary, task().target_dictionary)
-    assert bias.rank == 10 and bias.cfg.speaker_l2 == 0.0
+@pytest.mark.parametrize("name", sorted(SPEAKER_BIAS_REGISTRY))
+def test_build_from_a_config_without_the_variants_options_uses_their_defaults(name, tmp_path):
+    """An older checkpoint's config lacks options added since: they keep their defaults (a variant is given only
+    what it cannot be built without, the file of its example)."""
+    cls, t = SPEAKER_BIAS_REGISTRY[name], task()
+    needed = cls.example_options(str(tmp_path), t.source_dictionary)
+    bias = build_speaker_bias(name, argparse.Namespace(**needed), t.speaker_dictionary, t.target_dictionary,
+                              t.source_dictionary)
+    assert bias.cfg == cls.config_class(**needed)
 
 
 def test_test_options_of_every_variant_build_it():
