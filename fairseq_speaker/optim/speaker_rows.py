@@ -20,10 +20,12 @@ It is wired into fairseq's own machinery: the state lives in the optimizer's sta
 (``--clip-norm``) count the rows' gradients (:func:`clip_grad_norm_`) and the gradient
 scaling scales them (:func:`multiply_grads`), both installed in fairseq by
 :mod:`fairseq_speaker.fairseq_patches`; with ``--memory-efficient-fp16`` /
-``--memory-efficient-bf16`` the rows are updated in fp32 as fairseq's Adam does. Where a step
-cannot be row-sparse (``--fp16``/``--bf16``, whose optimizer works on one flattened copy of
-every parameter; another optimizer; amsgrad; several processes), the table is trained as a
-dense parameter and the log says so once.
+``--memory-efficient-bf16`` the rows are updated in fp32 as fairseq's Adam does. Several
+processes average their gradients densely: the lookups then give dense gradients, and the rows
+that have one are updated row by row all the same.
+Where a step cannot be row-sparse (``--fp16``/``--bf16``, whose optimizer works on fp32 copies of
+the parameters; another optimizer; amsgrad), the table is trained as a dense parameter and the log
+says so once.
 
 Everything happens in a step pre-hook of the torch optimizers that fairseq's optimizers
 drive (:func:`update_speaker_rows`; other optimizers, such as onboarding's L-BFGS, never
@@ -38,6 +40,8 @@ from typing import Optional, Sequence
 
 import torch
 from torch import Tensor
+
+from fairseq_speaker.errors import UserError
 
 logger = logging.getLogger(__name__)
 
@@ -75,10 +79,13 @@ def dense_reason(optimizer, group) -> Optional[str]:
         return "decoupled weight decay has no row-sparse update here"
     if kind == "sgd" and (group.get("nesterov", False) or group.get("dampening", 0)):
         return "nesterov momentum and dampening have no row-sparse update here"
-    if torch.distributed.is_available() and torch.distributed.is_initialized() \
-            and torch.distributed.get_world_size() > 1:
-        return "several processes average dense gradients"
     return None
+
+
+def several_processes() -> bool:
+    """Whether this process trains with others (their gradients are averaged, which sparse ones cannot be)."""
+    return (torch.distributed.is_available() and torch.distributed.is_initialized()
+            and torch.distributed.get_world_size() > 1)
 
 
 def _rows_and_grads(grad: Tensor):
@@ -90,7 +97,57 @@ def _rows_and_grads(grad: Tensor):
     return touched, grad.index_select(0, touched)
 
 
-def _adam_rows(optimizer, group, param: Tensor, rows: Tensor, grads: Tensor) -> None:
+def parse_lr_scale(value) -> Optional[str]:
+    """``--speaker-lr-scale``: None (not given), ``"auto"``, or a positive number (as a string)."""
+    if value is None:
+        return None
+    text = str(value).strip().lower()
+    if text == "auto":
+        return text
+    try:
+        number = float(text)
+    except ValueError:
+        number = float("nan")
+    if not (number > 0 and number != float("inf")):
+        raise UserError(f"--speaker-lr-scale {value!r}: give 'auto' (the default) or a positive number "
+                        f"(1 is the shared learning rate, as before 0.5.0)")
+    return repr(number)
+
+
+#: how the optimizer state records ``auto`` (a number: torch's ``load_state_dict`` would take a string apart)
+AUTO = 0.0
+
+
+def _lr_scale_mode(state: dict, setting: Optional[str]) -> str:
+    """The learning-rate scale of a table, recorded in its optimizer state (``lr_scale``: :data:`AUTO` or the
+    number) so that a resumed run keeps the one it started with: the option when given, else the recorded
+    one, else 1 for a state written before the option existed (a resumed 0.4.0 run), else ``"auto"``."""
+    if setting is not None:
+        state["lr_scale"] = AUTO if setting == "auto" else float(setting)
+    elif "lr_scale" not in state:
+        state["lr_scale"] = 1.0 if state.get("step", 0) else AUTO
+    recorded = float(state["lr_scale"])
+    return "auto" if recorded == AUTO else repr(recorded)
+
+
+def row_lr_scales(mode: str, kind: str, table_steps: int, row_steps: Tensor) -> Optional[Tensor]:
+    """Each updated row's multiple of the learning rate ``[n]`` (None: 1 for every row).
+
+    ``auto`` with Adam: the table's updates over the row's own (``row_steps``, this one included), i.e. one
+    over the share of updates in which the row's speaker is in the batch. Adam moves a parameter by about
+    the learning rate at each of its updates, whatever its gradient's size: a speaker seen in one update of
+    five would otherwise move a fifth as far over training as a shared weight (see docs/speaker_learning.md).
+    SGD's step is proportional to the gradient, which counts each of a speaker's sentences as it counts them
+    for the shared weights: ``auto`` is 1 there. A number: that multiple for every row."""
+    if mode == "auto":
+        if kind != "adam":
+            return None
+        return table_steps / row_steps.double()
+    scale = float(mode)
+    return None if scale == 1.0 else torch.full_like(row_steps, scale, dtype=torch.double)
+
+
+def _adam_rows(optimizer, group, param: Tensor, rows: Tensor, grads: Tensor, lr_scale: Optional[str] = None) -> None:
     state = optimizer.state[param]
     master = param.data.float() if param.dtype in (torch.float16, torch.bfloat16) else param.data
     if len(state) == 0:
@@ -101,6 +158,7 @@ def _adam_rows(optimizer, group, param: Tensor, rows: Tensor, grads: Tensor) -> 
         state["row_step"] = torch.full((param.size(0),), int(state["step"]), dtype=torch.long, device=param.device)
     elif state["row_step"].dtype != torch.long:  # torch's load_state_dict casts state to the parameter's dtype
         state["row_step"] = state["row_step"].round().long()
+    mode = _lr_scale_mode(state, lr_scale)
     state["step"] += 1  # updates of the table, as fairseq's Adam counts them
     beta1, beta2 = group["betas"]
     lr, eps, decay = group["lr"], group["eps"], group["weight_decay"]
@@ -110,18 +168,25 @@ def _adam_rows(optimizer, group, param: Tensor, rows: Tensor, grads: Tensor) -> 
     steps = state["row_step"].index_select(0, rows).add_(1)
     state["row_step"].index_copy_(0, rows, steps)
     shape = (-1,) + (1,) * (param.dim() - 1)
+    scales = row_lr_scales(mode, "adam", int(state["step"]), steps)
     steps = steps.double()
-    step_size = (lr * torch.sqrt(1 - beta2 ** steps) / (1 - beta1 ** steps)).to(master.dtype).view(shape)
+    rates = lr if scales is None else lr * scales  # each row's learning rate
+    step_size = (rates * torch.sqrt(1 - beta2 ** steps) / (1 - beta1 ** steps)).to(master.dtype).view(shape)
     values = master.index_select(0, rows)
     if decay != 0:
-        values.add_(values, alpha=-decay * lr)
+        if scales is None:
+            values.add_(values, alpha=-decay * lr)
+        else:
+            values.sub_(values * (decay * rates).to(master.dtype).view(shape))
     values.sub_(step_size * exp_avg / exp_avg_sq.sqrt().add_(eps))
     state["exp_avg"].index_copy_(0, rows, exp_avg)
     state["exp_avg_sq"].index_copy_(0, rows, exp_avg_sq)
     param.data.index_copy_(0, rows, values.to(param.dtype))
 
 
-def _sgd_rows(optimizer, group, param: Tensor, rows: Tensor, grads: Tensor) -> None:
+def _sgd_rows(optimizer, group, param: Tensor, rows: Tensor, grads: Tensor, lr_scale: Optional[str] = None) -> None:
+    mode = _lr_scale_mode(optimizer.state[param], lr_scale)
+    scales = row_lr_scales(mode, "sgd", 0, torch.ones(len(rows), dtype=torch.long, device=rows.device))
     values = param.data.index_select(0, rows)
     grads = grads.to(values.dtype)
     if group["weight_decay"] != 0:
@@ -137,6 +202,8 @@ def _sgd_rows(optimizer, group, param: Tensor, rows: Tensor, grads: Tensor) -> N
         buffer.index_copy_(0, rows, rows_momentum)
         grads = rows_momentum
     sign = 1.0 if group.get("maximize", False) else -1.0
+    if scales is not None:
+        grads = grads * scales.to(grads.dtype).view((-1,) + (1,) * (param.dim() - 1))
     param.data.index_copy_(0, rows, values.add_(grads, alpha=sign * group["lr"]))
 
 
@@ -185,15 +252,21 @@ def _step_pre_hook(optimizer, args, kwargs) -> None:
                 variant.row_sparse_ready(False)
                 if param.grad.is_sparse:
                     param.grad = param.grad.to_dense()
-                _say(f"speaker table {tuple(param.shape)}: dense updates ({reason})")
+                _say(f"speaker table {tuple(param.shape)}: dense updates ({reason}); its rows take the shared "
+                     f"learning rate (--speaker-lr-scale applies to row-by-row updates)")
                 continue
-            variant.row_sparse_ready(True)
+            # several processes average the gradients densely: the lookups keep dense gradients there, and the
+            # rows with a gradient (the same in every process after averaging) are updated as here
+            distributed = several_processes()
+            variant.row_sparse_ready(not distributed)
             rows, grads = _rows_and_grads(param.grad)
             with torch.no_grad():
-                _UPDATES[optimizer_kind(optimizer)](optimizer, group, param, rows, grads)
+                _UPDATES[optimizer_kind(optimizer)](optimizer, group, param, rows, grads,
+                                                    parse_lr_scale(getattr(variant.cfg, "speaker_lr_scale", None)))
             param.grad = None  # the optimizer's own step leaves the table alone
             _say(f"speaker table {tuple(param.shape)}: row-sparse {optimizer_kind(optimizer)} updates "
-                 f"(only the rows of each batch's speakers)")
+                 f"(only the rows of each batch's speakers"
+                 + ("; several processes: from their averaged dense gradients)" if distributed else ")"))
 
 
 def _say(message: str) -> None:

@@ -10,6 +10,7 @@ import torch
 from fairseq import utils
 from fairseq.data import data_utils
 from fairseq.dataclass import ChoiceEnum
+from fairseq.logging import metrics
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
@@ -22,6 +23,7 @@ from fairseq_speaker.data import (
 )
 from fairseq_speaker.data.speaker_dictionary import label_problem
 from fairseq_speaker.fairseq_patches import epoch_iterator_is_cached
+from fairseq_speaker.optim.speaker_progress import SpeakerProgress
 
 logger = logging.getLogger(__name__)
 
@@ -99,6 +101,25 @@ class SpeakerTranslationTask(TranslationTask):
         self._input_lines = 0
         #: the labels of every loaded split, to map them again if the speaker table changes
         self._split_labels: Dict[str, Tuple[List[str], str]] = {}
+        self._progress = SpeakerProgress()
+
+    # -- whether the speakers are learned -------------------------------------------------
+    def begin_epoch(self, epoch, model):
+        super().begin_epoch(epoch, model)
+        bias = getattr(model, "speaker_bias", None)
+        if bias is not None:
+            self._progress.start(bias)
+
+    def begin_valid_epoch(self, epoch, model):
+        """Before each validation, the log says how far the speakers moved (see :class:`SpeakerProgress`)."""
+        super().begin_valid_epoch(epoch, model)
+        bias = getattr(model, "speaker_bias", None)
+        if bias is not None:
+            try:  # the epoch's training loss so far (fairseq-train aggregates it under "train")
+                loss = metrics.get_smoothed_values("train").get("loss")
+            except KeyError:
+                loss = None
+            self._progress.report(bias, None if loss is None else float(loss), where=f" in epoch {epoch}")
 
     # -- the speaker dictionary -----------------------------------------------------------
     @property

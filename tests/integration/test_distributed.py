@@ -44,10 +44,10 @@ def test_two_processes_train_as_one_with_their_two_batches(toy, tmp_path):
               *NO_DROPOUT]
     outputs = _train_distributed(train_args(toy["bin"], str(tmp_path / "two"), "lstm_full_bias", *common))
     assert "distributed init (rank 1)" in outputs[1]
-    # several processes average dense gradients: the speaker table is then updated densely, and says so
-    assert "dense updates (several processes average dense gradients)" in outputs[0]
-    run("train", train_args(toy["bin"], str(tmp_path / "one"), "lstm_full_bias", *common, "--update-freq", "2",
-                            "--speaker-dense-updates"))
+    # several processes average dense gradients: the rows with one are updated row by row from them, as one
+    # process updates the rows of its two batches' speakers
+    assert "row-sparse adam updates (only the rows of each batch's speakers; several processes" in outputs[0]
+    run("train", train_args(toy["bin"], str(tmp_path / "one"), "lstm_full_bias", *common, "--update-freq", "2"))
     two, two_state = _floats(str(tmp_path / "two" / "checkpoint_last.pt"))
     one, one_state = _floats(str(tmp_path / "one" / "checkpoint_last.pt"))
     assert two_state["extra_state"]["train_iterator"]["iterations_in_epoch"] == 6  # updates of two batches

@@ -30,6 +30,9 @@ def test_fairseq_train_updates_only_the_rows_of_each_batchs_speakers_and_resumes
     weight = state["model"][TABLE]
     assert torch.count_nonzero(weight[steps == 0]) == 0  # never seen: still the initial zeros
     assert bool((weight[steps > 0].abs().sum(1) > 0).all())
+    assert table["lr_scale"] == 0.0  # a new run: --speaker-lr-scale auto, recorded for its resumption
+    # before the validation, the log says how far the speakers moved
+    assert "speaker table weight (8, " in first.stdout and "of the 8 speakers moved, by" in first.stdout
 
     resumed = run("train", train_args(toy["bin"], save, "lstm_full_bias", "--batch-size", "4", "--max-update", "8",
                                       "--restore-file", os.path.join(save, "checkpoint_last.pt")))

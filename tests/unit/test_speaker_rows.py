@@ -11,6 +11,7 @@ from fairseq.optim.adam import Adam as FairseqAdam
 
 from fairseq_speaker.modules.speaker_bias import SPEAKER_BIAS_REGISTRY
 from fairseq_speaker.optim.speaker_rows import pad_grown_optimizer_state, update_speaker_rows
+from fairseq_speaker.errors import UserError
 from tests.helpers import build_bias, make_task
 
 S, V = 6, 13
@@ -19,11 +20,11 @@ S, V = 6, 13
 class Toy(torch.nn.Module):
     """A shared logit vector plus the ``full`` speaker bias: enough to give every row its own gradient."""
 
-    def __init__(self, sparse: bool, seed: int = 0, name: str = "full"):
+    def __init__(self, sparse: bool, seed: int = 0, name: str = "full", lr_scale=None):
         super().__init__()
         torch.manual_seed(seed)
         task = make_task(num_speakers=S, num_words=V - 4 - 3)
-        self.bias = build_bias(name, task, speaker_dense_updates=not sparse)
+        self.bias = build_bias(name, task, speaker_dense_updates=not sparse, speaker_lr_scale=lr_scale)
         self.shared = torch.nn.Parameter(torch.randn(len(task.target_dictionary)))
 
     def loss(self, speakers, targets):
@@ -120,12 +121,14 @@ def test_rows_of_absent_speakers_and_their_state_stay_as_they_were():
     assert not torch.equal(dense.bias.weight[2:], moved[2:])
 
 
-def test_a_row_follows_adam_over_the_batches_of_its_own_speaker():
+@pytest.mark.parametrize("lr_scale", ["1", "auto", "2.5"])
+def test_a_row_follows_adam_over_the_batches_of_its_own_speaker(lr_scale):
     """With the shared network frozen, a row's gradient depends on its own row only: lazily updated, it is
-    Adam run on the batches where its speaker appears, and only those."""
-    model = Toy(sparse=True)
+    Adam run on the batches where its speaker appears, and only those, at the learning rate times its scale:
+    ``auto``, the table's updates so far over the row's own (one over the share of batches with its speaker)."""
+    model = Toy(sparse=True, lr_scale=lr_scale)
     model.shared.requires_grad_(False)
-    pattern = [[0, 2], [1, 3], [2, 2, 4], [0, 5], [2]]
+    pattern = [[0, 2], [1, 3], [2, 2, 4], [0, 5], [2], [1], [4, 2]]
     data = batches(len(pattern), lambda i: pattern[i])
     train(model, adam(model), data)
 
@@ -133,14 +136,61 @@ def test_a_row_follows_adam_over_the_batches_of_its_own_speaker():
     alone.shared.requires_grad_(False)
     row = torch.nn.Parameter(alone.bias.weight.detach()[2].clone())
     optimizer = FairseqAdam([row], lr=0.1, betas=(0.9, 0.98), eps=1e-8, weight_decay=0.0)
-    for speakers, targets in data:
+    seen = 0
+    for update, (speakers, targets) in enumerate(data, start=1):
         if 2 in speakers.tolist():
+            seen += 1
+            optimizer.param_groups[0]["lr"] = 0.1 * {"1": 1.0, "2.5": 2.5, "auto": update / seen}[lr_scale]
             optimizer.zero_grad()
             mine = speakers == 2
             logits = alone.shared + row.expand(int(mine.sum()), -1)
             F.cross_entropy(logits, targets[mine], reduction="sum").backward()
             optimizer.step()
     assert torch.allclose(model.bias.weight[2], row, atol=1e-6)
+
+
+def test_the_scale_reaches_only_the_speaker_rows_and_a_resumed_run_keeps_its_own():
+    """The shared weights take exactly the steps of a scale of 1; a state written before the scale existed
+    (0.4.0) resumes with 1, a state recording a scale keeps it, and the option given wins."""
+    data = batches(4, lambda i: [[0, 1], [2], [0, 3], [5]][i])
+    runs = {}
+    for scale in ("1", "auto"):
+        model = Toy(sparse=True, lr_scale=scale)
+        optimizer = adam(model)
+        train(model, optimizer, data)
+        runs[scale] = (model, optimizer)
+    assert not torch.allclose(runs["1"][0].bias.weight, runs["auto"][0].bias.weight)
+    assert runs["auto"][1].state[runs["auto"][0].bias.weight]["lr_scale"] == 0.0  # auto
+
+    frozen = {}
+    for scale in ("1", "auto"):
+        model = Toy(sparse=True, lr_scale=scale)
+        model.shared.requires_grad_(False)
+        optimizer = adam(model)
+        train(model, optimizer, data)
+        frozen[scale] = model
+    for name, param in frozen["1"].named_parameters():
+        if name != "bias.weight":
+            assert torch.equal(param, frozen["auto"].get_parameter(name)), name
+
+    old = Toy(sparse=True)  # no option given: a state without "lr_scale" but with steps is 0.4.0's
+    optimizer = adam(old)
+    train(old, optimizer, data[:2])
+    del optimizer.state[old.bias.weight]["lr_scale"]
+    train(old, optimizer, data[2:])
+    assert optimizer.state[old.bias.weight]["lr_scale"] == 1.0
+    given = Toy(sparse=True, lr_scale="3")
+    given.load_state_dict(old.state_dict())
+    optimizer_given = adam(given)
+    optimizer_given.load_state_dict(optimizer.state_dict())
+    train(given, optimizer_given, data[:1])
+    assert optimizer_given.state[given.bias.weight]["lr_scale"] == 3.0
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "fast", ""])
+def test_a_bad_scale_is_refused_naming_the_option(value):
+    with pytest.raises(UserError, match="--speaker-lr-scale"):
+        Toy(sparse=True, lr_scale=value)
 
 
 def test_the_gradient_norm_and_clipping_count_the_rows():

@@ -51,7 +51,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fairseq_speaker.data.speaker_dictionary import MEAN_SPEAKER, NO_SPEAKER
-from fairseq_speaker.optim.speaker_rows import mark_row_sparse
+from fairseq_speaker.optim.speaker_rows import mark_row_sparse, parse_lr_scale
 
 EncoderOut = Optional[Dict[str, List[Tensor]]]
 
@@ -80,6 +80,15 @@ class RowSparseConfig(SpeakerBiasConfig):
                   "dense parameter. By default only the rows of each batch's speakers are updated (with fairseq's "
                   "adam or sgd, as the authors' lookup parameters; a row seen at every update follows the dense "
                   "optimizer exactly)"},
+    )
+    speaker_lr_scale: Optional[str] = field(
+        default=None,
+        metadata={"help": "the speaker rows' learning rate, as a multiple of the shared one: 'auto' (the default for "
+                  "a new run) divides it by the share of updates in which a speaker is in the batch, with Adam, so "
+                  "that a speaker of a few sentences moves as far over training as a shared weight; a number "
+                  "multiplies it (1: the shared rate, as before 0.5.0). A resumed run keeps the scale it started "
+                  "with (its optimizer state records it; runs of 0.4.0 and earlier: 1) unless this is given. "
+                  "Applies where the rows are updated row by row (see --speaker-dense-updates)"},
     )
 
 
@@ -121,6 +130,7 @@ class SpeakerBias(nn.Module):
         self.speaker_names: Optional[List[str]] = None
         #: whether the optimizer updates the row-sparse parameters row by row (told at its first step)
         self.row_sparse = False
+        parse_lr_scale(getattr(cfg, "speaker_lr_scale", None))  # a bad value stops here, naming the option
 
     # -- building ----------------------------------------------------------------------------
     @classmethod
