@@ -69,6 +69,12 @@ def doctored_checkpoint(checkpoint: str, path: str, boosts: Dict[str, str], tgt_
     return path
 
 
+def assert_user_error(proc: subprocess.CompletedProcess) -> None:
+    """A user's mistake ends in one message (``error: ...``), without a Python traceback."""
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: "), proc.stderr[-3000:]
+
+
 def copy_data(toy: Dict[str, str], tmp_path, name: str = "bin") -> str:
     """A private copy of the binarized data, to break; without a speaker dictionary."""
     dest = str(tmp_path / name)
@@ -76,5 +82,5 @@ def copy_data(toy: Dict[str, str], tmp_path, name: str = "bin") -> str:
     return dest
 
 
-__all__ = ["SIZES", "TINY", "USER_DIR", "copy_data", "doctored_checkpoint", "family", "generate_args", "make_toy", "run",
-           "train_args"]
+__all__ = ["SIZES", "TINY", "USER_DIR", "assert_user_error", "copy_data", "doctored_checkpoint", "family", "generate_args",
+           "make_toy", "run", "train_args"]

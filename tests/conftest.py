@@ -4,11 +4,11 @@ import pytest
 import torch
 from hypothesis import settings
 
-# two test workers on two cores: one thread each, or both slow down several-fold
+# two test workers on two cores: one thread each, or their threads contend for the same cores
 torch.set_num_threads(1)
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-# property tests: a few seconds, the same examples on every run (CI too), no example database written;
+# property tests: a bounded search, the same examples on every run (CI too), no example database written;
 # HYPOTHESIS_PROFILE=thorough searches much longer, with new examples each run
 settings.register_profile("fast", max_examples=100, deadline=None, derandomize=True, database=None)
 settings.register_profile("thorough", max_examples=5000, deadline=None)

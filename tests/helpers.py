@@ -1,7 +1,9 @@
 """Tiny dictionaries, models and batches for the unit tests (8-16 dims, a dozen words)."""
 
 import argparse
+import dataclasses
 import os
+import re
 import tempfile
 from types import SimpleNamespace
 from typing import Dict, List, Optional
@@ -14,7 +16,12 @@ from fairseq.models import MODEL_REGISTRY
 
 from fairseq_speaker.data import SpeakerDictionary
 from fairseq_speaker.models import FAMILY_REGISTRY, ModelFamily, get_family
-from fairseq_speaker.modules.speaker_bias import SPEAKER_BIAS_REGISTRY, build_speaker_bias, parse_variant_name
+from fairseq_speaker.modules.speaker_bias import (
+    SPEAKER_BIAS_REGISTRY,
+    SpeakerBias,
+    build_speaker_bias,
+    parse_variant_name,
+)
 
 #: the model families of the package (a family registered by a test is not among them)
 FAMILIES = tuple(FAMILY_REGISTRY)
@@ -70,6 +77,26 @@ def build_bias(name: str, task, randomize_parameters: bool = True, **overrides):
     if randomize_parameters:
         randomize(bias)
     return bias
+
+
+def formula(cls) -> str:
+    """The parameter count a variant class states in its docstring (``Parameters: <formula>``)."""
+    match = re.search(r"^\s*Parameters:\s*(.+?)\s*$", cls.__doc__ or "", re.MULTILINE)
+    assert match, f"{cls.__name__}'s docstring must state its parameter count as 'Parameters: <formula>'"
+    return match.group(1)
+
+
+def expected_parameters(bias: SpeakerBias) -> int:
+    """The number of parameters ``bias`` should have by its docstring's formula, evaluated with S (speakers),
+    V (vocabulary), the symbols its options declare (``metadata["symbol"]``) and its ``formula_symbols()``."""
+    text = formula(type(bias))
+    if text.startswith("the sum of its parts"):
+        return sum(expected_parameters(part) for part in bias.parts.values())
+    symbols = {"S": bias.num_speakers, "V": bias.vocab_size, **bias.formula_symbols()}
+    for f in dataclasses.fields(bias.config_class):
+        if "symbol" in f.metadata:
+            symbols[f.metadata["symbol"]] = getattr(bias.cfg, f.name)
+    return eval(text, {"__builtins__": {}}, symbols)
 
 
 def lightconv_family() -> ModelFamily:

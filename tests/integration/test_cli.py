@@ -17,6 +17,7 @@ from tests.cli import (
     TINY,
     TINY_VARIANTS,
     USER_DIR,
+    assert_user_error,
     copy_data,
     doctored_checkpoint,
     family,
@@ -196,12 +197,6 @@ def test_sated_speaker_suffix(toy, tmp_path):
 
 
 # -- bad input: a clear message naming file and line, nothing half-written -------------------------
-
-
-def assert_user_error(proc):
-    """A user's mistake ends in one message (``error: ...``), without a Python traceback."""
-    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    assert proc.stderr.strip().splitlines()[-1].startswith("error: "), proc.stderr[-3000:]
 
 
 def failed_training(data, tmp_path, training_labels_ok=False):

@@ -6,8 +6,7 @@ import os
 import pytest
 import torch
 
-from tests.cli import generate_args, run, train_args
-from tests.integration.test_cli import assert_user_error
+from tests.cli import assert_user_error, generate_args, run, train_args
 
 
 class Payload:

@@ -5,8 +5,7 @@ import os
 import pytest
 
 from fairseq_speaker.data import SpeakerDictionary
-from tests.cli import copy_data, run, train_args
-from tests.integration.test_cli import assert_user_error
+from tests.cli import assert_user_error, copy_data, run, train_args
 
 
 @pytest.mark.parametrize("system,extra,message", [

@@ -25,8 +25,7 @@ CHECK = textwrap.dedent("""
     import argparse
     import torch
     from fairseq import options
-    from tests.helpers import FAMILIES, build_bias, make_model, make_task
-    from tests.unit.test_speaker_bias import expected_parameters
+    from tests.helpers import FAMILIES, build_bias, expected_parameters, make_model, make_task
 
     task = make_task(num_speakers=5)
     bias = build_bias("scaled", task)

@@ -8,7 +8,6 @@ registered anywhere is tested here the moment it is imported.
 import argparse
 import dataclasses
 import os
-import re
 import sys
 from dataclasses import dataclass, field
 
@@ -30,7 +29,7 @@ from fairseq_speaker.modules.speaker_bias import (
     register_speaker_bias,
     unregister_speaker_bias,
 )
-from tests.helpers import FAMILIES, build_bias, make_task, random_batch, variant_options
+from tests.helpers import FAMILIES, build_bias, expected_parameters, make_task, random_batch, variant_options
 
 # the out-of-tree example registers its variant from a package of its own: tested like the others
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
@@ -86,23 +85,6 @@ def speaker_dependent(name):
 
 
 SPEAKER_VARIANTS = [name for name in VARIANTS if speaker_dependent(name)]
-
-
-def formula(cls) -> str:
-    match = re.search(r"^\s*Parameters:\s*(.+?)\s*$", cls.__doc__ or "", re.MULTILINE)
-    assert match, f"{cls.__name__}'s docstring must state its parameter count as 'Parameters: <formula>'"
-    return match.group(1)
-
-
-def expected_parameters(bias: SpeakerBias) -> int:
-    text = formula(type(bias))
-    if text.startswith("the sum of its parts"):
-        return sum(expected_parameters(part) for part in bias.parts.values())
-    symbols = {"S": bias.num_speakers, "V": bias.vocab_size, **bias.formula_symbols()}
-    for f in dataclasses.fields(bias.config_class):
-        if "symbol" in f.metadata:
-            symbols[f.metadata["symbol"]] = getattr(bias.cfg, f.name)
-    return eval(text, {"__builtins__": {}}, symbols)
 
 
 # -- registration and options ------------------------------------------------------------------------

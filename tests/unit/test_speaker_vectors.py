@@ -8,12 +8,14 @@ import pytest
 import torch
 
 from fairseq_speaker.data import dictionary_hash
+from fairseq_speaker.modules.speaker_bias import SPEAKER_BIAS_REGISTRY
 from fairseq_speaker.onboarding.checkpoint import OnboardingError
 from fairseq_speaker.onboarding.vectors import (
     FORMAT,
     check_compatible,
     load_speaker_vectors,
     save_speaker_vectors,
+    shared_state_hash,
     write_npz,
 )
 from tests.helpers import build_bias, make_task
@@ -123,10 +125,30 @@ def test_check_compatible_refusals(fact, task, exported, tmp_path):
         check_compatible(vectors, fact, task.target_dictionary)
 
 
-def test_the_speakers_own_rows_do_not_enter_the_shared_hash(fact, task, exported):
+def _has_rows_and_shared_parameters(name: str) -> bool:
+    bias = build_bias(name, make_task(), randomize_parameters=False)
+    return bool(bias.speaker_parameters()) and bool(bias.shared_parameters())
+
+
+#: the variants whose speakers' rows sit beside shared parameters (asked of the contract, not named)
+ROWS_AND_SHARED = [name for name in SPEAKER_BIAS_REGISTRY if _has_rows_and_shared_parameters(name)]
+
+
+@pytest.mark.parametrize("name", ROWS_AND_SHARED)
+def test_the_speakers_own_rows_do_not_enter_the_shared_hash(name, task, tmp_path):
+    bias = named_bias(name, task)
+    path = str(tmp_path / "speakers.npz")
+    save_speaker_vectors(path, bias, ["spk1"], task.target_dictionary)
+    before = shared_state_hash(bias)
     with torch.no_grad():
-        fact.speaker_weights.add_(1.0)
-    check_compatible(load_speaker_vectors(exported), fact, task.target_dictionary)
+        for rows in bias.speaker_parameters().values():
+            rows.add_(1.0)
+    assert shared_state_hash(bias) == before
+    check_compatible(load_speaker_vectors(path), bias, task.target_dictionary)  # the file is still accepted
+    with torch.no_grad():
+        for shared in bias.shared_parameters().values():
+            shared.view(-1)[0] += 1e-3
+    assert shared_state_hash(bias) != before
 
 
 def test_load_refusals(exported, tmp_path):
