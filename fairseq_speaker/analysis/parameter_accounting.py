@@ -167,13 +167,28 @@ def build_meta_model(src_vocab: Union[int, Dictionary], tgt_vocab: Union[int, Di
     task = SimpleNamespace(
         source_dictionary=_dictionary(src_vocab),
         target_dictionary=_dictionary(tgt_vocab),
-        speaker_dictionary=SpeakerDictionary([str(i) for i in range(num_speakers)]),
+        speaker_dictionary=_few_speakers(num_speakers),
     )
     with tempfile.TemporaryDirectory() as workdir:  # files of the examples are read while the model is built
         args, filled = with_examples(model_options(arch, model_args), arch, workdir, task.source_dictionary)
         with torch.device("meta"):
             model = ARCH_MODEL_REGISTRY[arch].build_model(args, task)
+            _resize(model.decoder.speaker_bias, num_speakers)
     return MetaModel(model, args, filled, len(task.target_dictionary))
+
+
+#: a model for the accounting is built with at most this many speakers, then its tables are resized (on the
+#: meta device, nothing allocated): the count of speakers is arithmetic, a hundred million labels are not
+_BUILT_SPEAKERS = 2
+
+
+def _few_speakers(num_speakers: int) -> SpeakerDictionary:
+    return SpeakerDictionary([str(i) for i in range(min(num_speakers, _BUILT_SPEAKERS))])
+
+
+def _resize(bias, num_speakers: int) -> None:
+    if num_speakers > bias.num_speakers:
+        bias.resize_table(num_speakers)
 
 
 def count_parameters(src_vocab: Union[int, Dictionary], tgt_vocab: Union[int, Dictionary], num_speakers: int,
@@ -208,7 +223,7 @@ def compare_variants(tgt_vocab: Union[int, Dictionary], num_speakers: int, arch:
     give come from the variants' small examples (``example_options``); each cost lists those it used.
     """
     args = model_options(arch, model_args)
-    speakers = SpeakerDictionary([str(i) for i in range(num_speakers)])
+    speakers = _few_speakers(num_speakers)
     target = _dictionary(tgt_vocab)
     names = sorted(SPEAKER_BIAS_REGISTRY)
     if len(parse_variant_name(args.speaker_bias)) > 1:
@@ -219,6 +234,7 @@ def compare_variants(tgt_vocab: Union[int, Dictionary], num_speakers: int, arch:
         for name in names:
             with torch.device("meta"):
                 bias = build_speaker_bias(name, cfg, speakers, target, None)
+                _resize(bias, num_speakers)
             costs.append(variant_cost(bias, _variant_label(bias, name), _options_read(bias, filled)))
     return costs
 
@@ -329,6 +345,11 @@ def main(argv=None) -> None:
         more = args.speakers[1:]
     else:
         parser.error("give --data, or --tgt-vocab and --speakers (and --src-vocab if it differs)")
+    for flag, value, least in (("--src-vocab", args.src_vocab, 5), ("--tgt-vocab", args.tgt_vocab, 5)):
+        if value is not None and value < least:
+            parser.error(f"{flag} must be at least {least} (fairseq's 4 special symbols and a word), got {value}")
+    if args.speakers and min(args.speakers) < 0:
+        parser.error(f"--speakers must not be negative, got {min(args.speakers)}")
     model_args = [*model_args, "--optimizer", args.optimizer, "--lr-scheduler", args.lr_scheduler]
     precision = {"--fp16": args.fp16, "--memory-efficient-fp16": args.memory_efficient_fp16}
     model_args += [flag for flag, given in precision.items() if given]

@@ -424,6 +424,39 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: options that count something and their smallest sensible value
+_AT_LEAST = {"layers": 1, "vocab": 8, "sentences": 1, "min_len": 1, "max_len": 1, "batch": 1, "warmup": 0,
+             "updates": 1, "repeats": 1, "threads": 1, "gen_sentences": 1, "gen_batch": 1, "gen_len": 1}
+
+
+def check_args(parser: argparse.ArgumentParser, args) -> None:
+    """Refuse (``parser.error``: exit status 2) what would measure something else than asked, fail in a worker
+    or never end, before any work is started."""
+    for name, least in _AT_LEAST.items():
+        if getattr(args, name) < least:
+            parser.error(f"--{name.replace('_', '-')} must be at least {least}, got {getattr(args, name)}")
+    if min(args.sizes) < 1:
+        parser.error(f"--sizes must be positive, got {' '.join(map(str, args.sizes))}")
+    if min(args.speakers) < 1:
+        parser.error(f"--speakers must be at least 1, got {min(args.speakers)}")
+    if args.max_len < args.min_len:
+        parser.error(f"--max-len {args.max_len} is shorter than --min-len {args.min_len}")
+    if args.batch > args.sentences:
+        parser.error(f"--batch {args.batch} is more than the corpus's --sentences {args.sentences}")
+    if (args.fp16 or args.bf16) and not args.gpu:
+        parser.error(f"--{'fp16' if args.fp16 else 'bf16'} is timed on a GPU: add --gpu")
+    if args.gpu:
+        import torch
+
+        if not torch.cuda.is_available():
+            parser.error("--gpu: this machine has no CUDA device PyTorch can use")
+    for config in args.configs or []:
+        try:
+            _stock_family(config) if config.startswith(STOCK) else _our_family(config)
+        except (UserError, KeyError) as e:
+            parser.error(str(e).strip("'\""))
+
+
 def make_specs(args) -> List[Dict]:
     configs = args.configs or default_configs(args.family)
     base = {"vocab": args.vocab, "sizes": args.sizes, "layers": args.layers, "sentences": args.sentences,
@@ -572,7 +605,9 @@ def main(argv=None) -> None:
         worker_main(known.worker)
         return
     import_user_dir(known.user_dir)  # its families are --family choices
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_args(parser, args)
     if args.paired and args.plain:
         sys.exit("fairseq-speaker-benchmark: --paired runs every configuration in one process, and --plain "
                  "needs a process of its own (FAIRSEQ_SPEAKER_PLAIN=1): use one or the other")
@@ -606,6 +641,11 @@ def main(argv=None) -> None:
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"args": vars(args), "peak_flop_per_second": peak, "rows": rows}, f, indent=1)
+    failed = [i for i, runs in enumerate(results) if i not in skipped and any("error" in r for r in runs)]
+    if failed:
+        sys.exit(f"fairseq-speaker-benchmark: {len(failed)} configuration(s) failed: "
+                 + "; ".join(f"{_label(specs[i])}: {next(r['error'] for r in results[i] if 'error' in r)[:300]}"
+                             for i in failed[:3]))
 
 
 if __name__ == "__main__":

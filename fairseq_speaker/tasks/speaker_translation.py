@@ -369,6 +369,12 @@ class SpeakerTranslationTask(TranslationTask):
         return hypos
 
     def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None, **kwargs):
+        if self.cfg.speaker_per_line and getattr(args, "constraints", None):
+            # fairseq-interactive cuts each line at its tabs for the constraints before the task sees it: the
+            # speaker label would be translated and the sentence taken for a constraint
+            raise SpeakerDataError(
+                "--speaker-per-line and --constraints both read tab-separated fields of the input lines: give the "
+                "speaker with --speaker NAME (every line), or leave out --constraints")
         if self.uses_speaker_token:
             # fairseq-generate strips these from the references (T- lines) and from hypotheses
             extra_gen_cls_kwargs = dict(extra_gen_cls_kwargs or {})

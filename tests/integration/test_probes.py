@@ -1,0 +1,97 @@
+"""Bad input on every surface, as a careless user or an unlucky operator would give it: each case ends in
+one message that names the option or file and what to do, with the exit status it should have, and never
+in a Python traceback. Organized by surface: a new command or option gets its rows here when it is written.
+
+Exit status: 2 for a command line its parser refuses (argparse's convention, also ours), 1 for input
+refused once read (a file, a checkpoint, a combination of options fairseq's parser accepts).
+"""
+
+import os
+
+import pytest
+
+from fairseq_speaker.analysis import parameter_accounting
+from fairseq_speaker.benchmarks import training as benchmark
+from tests.cli import assert_user_error, run, train_args
+
+#: the commands' entry points, run in this process (the real command line of one case each is run below)
+MAINS = {"fairseq-speaker-benchmark": benchmark.main, "fairseq-speaker-params": parameter_accounting.main}
+
+#: surface -> (arguments, exit status, text the last line of standard error contains)
+COMMAND_PROBES = {
+    "fairseq-speaker-benchmark": [
+        (["--batch", "0"], 2, "--batch must be at least 1, got 0"),
+        (["--sentences", "0"], 2, "--sentences must be at least 1, got 0"),
+        (["--updates", "0"], 2, "--updates must be at least 1"),
+        (["--repeats", "-1"], 2, "--repeats must be at least 1"),
+        (["--threads", "0"], 2, "--threads must be at least 1"),
+        (["--vocab", "3"], 2, "--vocab must be at least 8"),
+        (["--speakers", "10", "-4"], 2, "--speakers must be at least 1, got -4"),
+        (["--sizes", "512", "0", "256"], 2, "--sizes must be positive"),
+        (["--min-len", "9", "--max-len", "3"], 2, "--max-len 3 is shorter than --min-len 9"),
+        (["--batch", "64", "--sentences", "10"], 2, "--batch 64 is more than the corpus's --sentences 10"),
+        (["--configs", "lstm_nonsense"], 2, "--configs lstm_nonsense: not an arch of a speaker model family"),
+        (["--fp16"], 2, "--fp16 is timed on a GPU: add --gpu"),
+        (["--bf16"], 2, "--bf16 is timed on a GPU: add --gpu"),
+        (["--gen-batch", "0", "--generate"], 2, "--gen-batch must be at least 1"),
+        (["--paired", "--plain"], 1, "use one or the other"),
+    ],
+    "fairseq-speaker-params": [
+        (["--tgt-vocab", "40000", "--speakers", "-5"], 2, "--speakers must not be negative, got -5"),
+        (["--tgt-vocab", "-3", "--speakers", "5"], 2, "--tgt-vocab must be at least 5"),
+        (["--tgt-vocab", "40000", "--src-vocab", "0", "--speakers", "5"], 2, "--src-vocab must be at least 5"),
+        (["--speakers", "5"], 2, "give --data, or --tgt-vocab and --speakers"),
+    ],
+}
+
+
+def _cases():
+    return [(command, args, status, message) for command, rows in COMMAND_PROBES.items()
+            for args, status, message in rows]
+
+
+@pytest.mark.parametrize("command,args,status,message", _cases(),
+                         ids=lambda x: " ".join(x) if isinstance(x, list) else str(x))
+def test_a_bad_command_line_ends_in_one_message(command, args, status, message, capsys):
+    with pytest.raises(SystemExit) as exit_:  # any other exception would be a traceback
+        MAINS[command](args)
+    err = capsys.readouterr().err
+    code = exit_.value.code
+    if isinstance(code, str):  # sys.exit("message"): printed by Python, status 1
+        err, code = err + code, 1
+    assert code == status, err[-2000:]
+    assert message in err.strip().splitlines()[-1], err[-2000:]
+
+
+@pytest.mark.parametrize("command", sorted(COMMAND_PROBES))
+def test_the_real_command_line_ends_likewise(command):
+    args, status, message = COMMAND_PROBES[command][0]
+    proc = run(command, args, check=False)
+    assert proc.returncode == status and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert message in proc.stderr.strip().splitlines()[-1]
+
+
+def test_params_counts_speakers_by_arithmetic(capsys):
+    """A hundred million speakers are counted, not listed (the table is never built)."""
+    parameter_accounting.main(["--tgt-vocab", "40000", "--speakers", "100000000"])
+    assert "1,051,768,512 parameters" in capsys.readouterr().out  # 51,768,512 + 10^8 x 10 weights (fact, r = 10)
+
+
+@pytest.mark.parametrize("value", ["0", "fast"])  # every other refused value: tests/unit/test_speaker_rows.py
+def test_fairseq_train_refuses_a_bad_speaker_lr_scale(toy, tmp_path, value):
+    proc = run("train", train_args(toy["bin"], str(tmp_path / "ckpt"), "lstm_fact_bias", "--speaker-lr-scale", value),
+               check=False)
+    assert proc.returncode == 1
+    assert_user_error(proc)
+    assert f"--speaker-lr-scale {value!r}: give 'auto'" in proc.stderr
+    assert not os.path.exists(tmp_path / "ckpt" / "checkpoint_last.pt")
+
+
+def test_interactive_refuses_speakers_per_line_with_constraints(toy, trained):
+    """Both read the tab-separated fields of a line: fairseq would translate the speaker's label."""
+    proc = run("interactive", [toy["bin"], "--user-dir", os.path.dirname(__import__("fairseq_speaker").__file__),
+                               "--task", "speaker_translation", "--path", trained("lstm_fact_bias"),
+                               "--speaker-per-line", "--constraints"], stdin="spk000\ti am tired .\n", check=False)
+    assert proc.returncode == 1
+    assert_user_error(proc)
+    assert "--speaker-per-line and --constraints both read tab-separated fields" in proc.stderr
