@@ -18,20 +18,41 @@ With ``--heldout`` (``heldout_speakers`` in Python), speakers who never appear i
 train/valid/test each get ``--heldout-sentences`` sentences in ``heldout.*``: the data of
 ``fairseq-speaker-onboarding-eval``, which adapts a model to them on a few sentences.
 
+**The styles mode** (``--styles K``, ``styles=K`` in Python) asks how well a speaker can be learned
+from few sentences. Profession gives way to a ``style`` trait over the ambiguous phrases of
+:data:`STYLE_ITEMS`, English phrases with several French translations that are all correct ("the
+bike": "le vélo", "la bicyclette", "la bécane"). There are K styles, each a choice of one translation
+per phrase, drawn at random (:func:`make_styles`). Every speaker belongs to one style (speakers cycle
+through every combination of gender, address and style, so the styles are equally shared: the
+prior is uniform) and leaves it, on their own, on each phrase with probability ``--deviation``
+(default 0.1): for that phrase the speaker says another translation, drawn uniformly among the
+others and then the same every time they say it. A noun slot holds an ambiguous phrase three times
+in four (about 0.35 style words a sentence: 10 in 30 sentences); gender and address words are as
+frequent as in the default mode. The corpus also
+writes ``speakers.json``, the generative model (phrases, styles, deviation rate, prior) and each
+speaker's gender, address, style and deviations, which the Bayes oracle of
+:mod:`fairseq_speaker.toy.oracle` reads (the model only; a speaker's own style it infers). Without
+``--styles`` the corpus is byte for byte what it was before the mode existed.
+
 Usage::
 
     python -m fairseq_speaker.toy.corpus --out raw --train 6000 --valid 300 --test 300 [--heldout]
+    python -m fairseq_speaker.toy.corpus --out raw --styles 6 --deviation 0.1 \\
+        --speakers 400 --sentences-per-speaker 30 --valid 800 --test 800 --heldout
 """
 
 import argparse
 import json
+import math
 import os
 import random
 from dataclasses import dataclass
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from fairseq_speaker.analysis.speaker_words import Trait
 
+#: the corpus's traits, in the order of the tables (profession in the default mode, style in the styles mode)
+TRAITS = ("gender", "address", "profession", "style")
 GENDERS = ("f", "m")
 ADDRESSES = ("informal", "formal")
 PROFESSIONS = ("doctor", "police", "teacher")
@@ -88,14 +109,122 @@ PLACES = {
 TIMES = {"today": "aujourd'hui", "yesterday": "hier", "this morning": "ce matin", "tonight": "ce soir"}
 # (English, informal French, formal French)
 ADDRESS_VERBS = (("you want", "tu veux", "vous voulez"), ("you have", "tu as", "vous avez"))
+#: the styles mode's ambiguous phrases: English -> its French translations, all correct. The last word
+#: of each translation tells it from the others; it is in no other translation and nowhere else in the
+#: corpus, so that a hypothesis's words show which one it chose
+STYLE_ITEMS = {
+    "the bike": ("le vélo", "la bicyclette", "la bécane"),
+    "the job": ("le travail", "le boulot", "l' emploi", "le taf"),
+    "the guy": ("le type", "le gars", "le mec"),
+    "the shoes": ("les chaussures", "les godasses", "les pompes"),
+    "the food": ("la nourriture", "la bouffe"),
+    "the kid": ("l' enfant", "le gamin", "le gosse", "le môme"),
+    "the flat": ("l' appartement", "l' appart", "le logement"),
+    "the computer": ("l' ordinateur", "l' ordi", "le pc"),
+    "the friend": ("l' ami", "le pote", "le copain"),
+    "the cash": ("les sous", "le fric", "le pognon", "la thune"),
+    "the mistake": ("l' erreur", "la faute", "la bêtise"),
+    "the party": ("la fête", "la soirée", "la teuf"),
+    "the cop": ("le policier", "le flic", "le keuf"),
+    "the novel": ("le roman", "le bouquin"),
+    "the bus": ("le bus", "l' autobus", "le car"),
+    "the fridge": ("le réfrigérateur", "le frigo", "le frigidaire"),
+}
+#: the styles mode's default share of phrases on which a speaker leaves their style
+DEFAULT_DEVIATION = 0.1
+#: in the styles mode, the share of noun slots that hold an ambiguous phrase (the default mode: half
+#: of them a profession noun)
+STYLE_NOUN_SHARE = 0.75
 
 
 @dataclass(frozen=True)
 class Speaker:
+    """A speaker's traits. In the styles mode ``profession`` is None, ``style`` the index of the speaker's
+    style in :attr:`Styles.table` and ``deviations`` the phrases on which they leave it:
+    (English phrase, their own French), in the order of ``sorted(STYLE_ITEMS)``."""
+
     name: str
     gender: str
     address: str
-    profession: str
+    profession: Optional[str]
+    style: Optional[int] = None
+    deviations: Tuple[Tuple[str, str], ...] = ()
+
+
+@dataclass
+class Styles:
+    """The generative model of the styles mode, all the Bayes oracle may know of it.
+
+    ``items``: English phrase -> its French translations; ``table[k]``: style k's translation of every
+    phrase; ``deviation``: the probability that a speaker leaves their style on a phrase (then saying
+    another translation, uniformly drawn, every time); ``prior``: the share of speakers in each style
+    (uniform in the corpus the toy writes).
+    """
+
+    items: Dict[str, Tuple[str, ...]]
+    table: List[Dict[str, str]]
+    deviation: float
+    prior: List[float]
+
+    def __post_init__(self):
+        if not self.table:
+            raise ValueError("a styles model needs at least one style")
+        if not 0.0 <= self.deviation <= 1.0:
+            raise ValueError(f"deviation {self.deviation} is not a probability (0 to 1)")
+        if len(self.prior) != len(self.table) or any(p < 0 for p in self.prior) or not sum(self.prior) > 0:
+            raise ValueError(f"the prior {self.prior} is not a distribution over the {len(self.table)} styles")
+        words: Dict[str, str] = {}
+        for item, options in self.items.items():
+            if len(options) < 2:
+                raise ValueError(f"the phrase {item!r} has {len(options)} translation(s): at least 2 make a choice")
+            for option in options:
+                word = style_word(option)
+                if words.setdefault(word, item) != item or sum(style_word(o) == word for o in options) > 1:
+                    raise ValueError(f"the word {word!r} ends two translations ({item!r}, {words[word]!r}): "
+                                     f"a style word must tell its translation from every other")
+        for k, choices in enumerate(self.table):
+            if set(choices) != set(self.items) or any(choices[i] not in self.items[i] for i in choices):
+                raise ValueError(f"style {k} must choose one of the translations of every phrase")
+
+    @property
+    def num_styles(self) -> int:
+        return len(self.table)
+
+    def choice(self, speaker: Speaker, item: str) -> str:
+        """What ``speaker`` says for the phrase ``item``: their own translation, or their style's."""
+        return dict(speaker.deviations).get(item, self.table[speaker.style][item])
+
+    def to_json(self) -> Dict:
+        return {"deviation": self.deviation, "prior": self.prior,
+                "items": {item: list(options) for item, options in self.items.items()},
+                "styles": self.table}
+
+    @classmethod
+    def from_json(cls, data: Dict) -> "Styles":
+        return cls({item: tuple(options) for item, options in data["items"].items()},
+                   [dict(choices) for choices in data["styles"]], float(data["deviation"]),
+                   [float(p) for p in data["prior"]])
+
+
+def style_word(translation: str) -> str:
+    """The word that tells a translation of an ambiguous phrase from the others: its last."""
+    return translation.split()[-1]
+
+
+def make_styles(num_styles: int, seed: int = 1, deviation: float = DEFAULT_DEVIATION) -> Styles:
+    """``num_styles`` styles over :data:`STYLE_ITEMS`, each choosing every translation uniformly at random
+    (a generator of its own, so the rest of the corpus does not depend on it); a uniform prior."""
+    if num_styles < 1:
+        raise ValueError(f"{num_styles} styles: at least 1")
+    rng = random.Random(f"styles-{seed}")
+    table = [{item: rng.choice(STYLE_ITEMS[item]) for item in sorted(STYLE_ITEMS)} for _ in range(num_styles)]
+    return Styles(dict(STYLE_ITEMS), table, deviation, [1.0 / num_styles] * num_styles)
+
+
+def read_styles(path: str) -> Styles:
+    """The styles model of a corpus's ``speakers.json`` (written in the styles mode)."""
+    with open(path, encoding="utf-8") as f:
+        return Styles.from_json(json.load(f))
 
 
 #: every combination of (gender, address, profession)
@@ -115,13 +244,36 @@ def make_heldout_speakers(num_speakers: int) -> List[Speaker]:
     return [Speaker(f"new{i:03d}", *COMBINATIONS[5 * i % len(COMBINATIONS)]) for i in range(num_speakers)]
 
 
+def make_style_speakers(num_speakers: int, styles: Styles, rng: random.Random, heldout: bool = False
+                        ) -> List[Speaker]:
+    """Speakers of the styles mode. Training speakers (``spk000``, ...) cycle through every combination of
+    (gender, address, style), so every style is shared by as many speakers; held-out ones (``new000``, ...)
+    step through them by the smallest stride of at least 5 prime to their number, so that even a few of
+    them mix traits. Each speaker then leaves their style on each phrase with probability
+    ``styles.deviation``, for a translation drawn uniformly among the others (``rng``: speakers in order,
+    phrases in sorted order, one draw for whether they leave their style, one more for where to)."""
+    combinations = [(g, a, k) for k in range(styles.num_styles) for a in ADDRESSES for g in GENDERS]
+    stride = next(s for s in range(5, 5 + len(combinations) + 1) if math.gcd(s, len(combinations)) == 1)
+    speakers = []
+    for i in range(num_speakers):
+        gender, address, style = combinations[(stride * i if heldout else i) % len(combinations)]
+        deviations = []
+        for item in sorted(styles.items):
+            if rng.random() < styles.deviation:
+                own = [o for o in styles.items[item] if o != styles.table[style][item]]
+                deviations.append((item, rng.choice(own)))
+        name = f"new{i:03d}" if heldout else f"spk{i:03d}"
+        speakers.append(Speaker(name, gender, address, None, style, tuple(deviations)))
+    return speakers
+
+
 def _last_word(phrase: str) -> str:
     return phrase.split()[-1]
 
 
 class _Builder:
-    def __init__(self, rng: random.Random, speaker: Speaker):
-        self.rng, self.speaker = rng, speaker
+    def __init__(self, rng: random.Random, speaker: Speaker, styles: Optional[Styles] = None):
+        self.rng, self.speaker, self.styles = rng, speaker, styles
         self.traits: List[Trait] = []
 
     def gendered(self, pair: Tuple[str, str]) -> str:
@@ -131,7 +283,10 @@ class _Builder:
         return chosen
 
     def noun(self) -> Tuple[str, str]:
-        if self.rng.random() < 0.5:
+        if self.styles is not None:
+            if self.rng.random() < STYLE_NOUN_SHARE:
+                return self.style_noun()
+        elif self.rng.random() < 0.5:
             en = self.rng.choice(sorted(PROFESSION_NOUNS))
             options = PROFESSION_NOUNS[en]
             chosen = options[PROFESSIONS.index(self.speaker.profession)]
@@ -140,6 +295,13 @@ class _Builder:
             return en, chosen
         en = self.rng.choice(sorted(NOUNS))
         return en, NOUNS[en]
+
+    def style_noun(self) -> Tuple[str, str]:
+        en = self.rng.choice(sorted(self.styles.items))
+        chosen = self.styles.choice(self.speaker, en)
+        others = tuple(style_word(o) for o in self.styles.items[en] if o != chosen)
+        self.traits.append(Trait("style", style_word(chosen), others))
+        return en, chosen
 
     def address(self) -> Tuple[str, str]:
         en, informal, formal = self.rng.choice(ADDRESS_VERBS)
@@ -173,9 +335,10 @@ class _Builder:
         return f"i saw {en_noun} {time}", f"j' ai vu {fr_noun} {TIMES[time]}"
 
 
-def make_sentence(rng: random.Random, speaker: Speaker) -> Tuple[str, str, List[Trait]]:
-    """One (English, French, traits) triple spoken by ``speaker``."""
-    builder = _Builder(rng, speaker)
+def make_sentence(rng: random.Random, speaker: Speaker, styles: Optional[Styles] = None
+                  ) -> Tuple[str, str, List[Trait]]:
+    """One (English, French, traits) triple spoken by ``speaker`` (of the styles mode if ``styles``)."""
+    builder = _Builder(rng, speaker, styles)
     parts = [builder.clause() for _ in range(1 if rng.random() < 0.6 else 2)]
     en = " and ".join(p[0] for p in parts) + " ."
     fr = " et ".join(p[1] for p in parts) + " ."
@@ -184,7 +347,8 @@ def make_sentence(rng: random.Random, speaker: Speaker) -> Tuple[str, str, List[
 
 def write_corpus(out: str, sizes: Dict[str, int], num_speakers: int = 24, seed: int = 1,
                  src: str = "en", tgt: str = "fr", heldout_speakers: int = 0,
-                 heldout_sentences: int = 40) -> List[Speaker]:
+                 heldout_sentences: int = 40, styles: int = 0,
+                 deviation: float = DEFAULT_DEVIATION) -> List[Speaker]:
     """Write ``{split}.{src,tgt,spk,traits}`` for every split, and ``speakers.tsv``; returns the speakers.
 
     Every speaker speaks in every split (sentences are dealt round-robin, then shuffled). With
@@ -192,8 +356,23 @@ def write_corpus(out: str, sizes: Dict[str, int], num_speakers: int = 24, seed: 
     ``heldout_sentences`` sentences each in the split ``heldout`` and nowhere else; they come after
     the others in ``speakers.tsv`` and in the list returned. The other splits are the same with or
     without them (the held-out sentences have a random generator of their own).
+
+    With ``styles`` = K > 0, the styles mode (see the module's docstring): K styles
+    (:func:`make_styles`), speakers of :func:`make_style_speakers` who leave their style on a share
+    ``deviation`` of the phrases, and ``speakers.json`` (the model and each speaker's truth) beside
+    ``speakers.tsv`` (whose columns are then speaker, gender, address, style and deviations). The
+    styles and the training and held-out speakers' deviations each have a random generator of their
+    own; with ``styles`` = 0 (the default) ``deviation`` is unused and the corpus is the default mode's.
     """
-    speakers = make_speakers(num_speakers)
+    if styles < 0:
+        raise ValueError(f"{styles} styles: 0 (the default mode) or more")
+    if styles and not 0.0 <= deviation <= 1.0:
+        raise ValueError(f"deviation {deviation} is not a probability (0 to 1)")
+    model = make_styles(styles, seed, deviation) if styles else None
+    if model is None:
+        speakers = make_speakers(num_speakers)
+    else:
+        speakers = make_style_speakers(num_speakers, model, random.Random(f"deviations-{seed}"))
     for split, size in sizes.items():
         if size < num_speakers:
             raise ValueError(f"split {split} has {size} sentences, fewer than the {num_speakers} speakers")
@@ -205,24 +384,45 @@ def write_corpus(out: str, sizes: Dict[str, int], num_speakers: int = 24, seed: 
     rng = random.Random(seed)
     os.makedirs(out, exist_ok=True)
     for split, size in sizes.items():
-        _write_split(out, split, _deal(rng, speakers, size), src, tgt)
-    heldout = make_heldout_speakers(heldout_speakers)
+        _write_split(out, split, _deal(rng, speakers, size, model), src, tgt)
+    if model is None:
+        heldout = make_heldout_speakers(heldout_speakers)
+    else:
+        heldout = make_style_speakers(heldout_speakers, model, random.Random(f"heldout-deviations-{seed}"),
+                                      heldout=True)
     if heldout:
         rng = random.Random(f"heldout-{seed}")
-        _write_split(out, "heldout", _deal(rng, heldout, heldout_speakers * heldout_sentences), src, tgt)
+        _write_split(out, "heldout", _deal(rng, heldout, heldout_speakers * heldout_sentences, model), src, tgt)
     with open(os.path.join(out, "speakers.tsv"), "w", encoding="utf-8") as f:
-        f.write("speaker\tgender\taddress\tprofession\n")
-        for s in speakers + heldout:
-            f.write(f"{s.name}\t{s.gender}\t{s.address}\t{s.profession}\n")
+        if model is None:
+            f.write("speaker\tgender\taddress\tprofession\n")
+            for s in speakers + heldout:
+                f.write(f"{s.name}\t{s.gender}\t{s.address}\t{s.profession}\n")
+        else:
+            f.write("speaker\tgender\taddress\tstyle\tdeviations\n")
+            for s in speakers + heldout:
+                own = "; ".join(f"{item} = {french}" for item, french in s.deviations) or "-"
+                f.write(f"{s.name}\t{s.gender}\t{s.address}\t{s.style}\t{own}\n")
+    if model is None:
+        if os.path.exists(os.path.join(out, "speakers.json")):  # an earlier styles corpus's, not this one's
+            os.remove(os.path.join(out, "speakers.json"))
+    else:
+        with open(os.path.join(out, "speakers.json"), "w", encoding="utf-8") as f:
+            json.dump(dict(model.to_json(), speakers={
+                s.name: {"gender": s.gender, "address": s.address, "style": s.style,
+                         "deviations": dict(s.deviations)} for s in speakers + heldout}),
+                f, ensure_ascii=False, indent=1)
+            f.write("\n")
     return speakers + heldout
 
 
-def _deal(rng: random.Random, speakers: Sequence[Speaker], size: int) -> List[Row]:
+def _deal(rng: random.Random, speakers: Sequence[Speaker], size: int, styles: Optional[Styles] = None
+          ) -> List[Row]:
     """``size`` sentences dealt round-robin to ``speakers``, shuffled: (English, French, speaker, traits)."""
     rows = []
     for i in range(size):
         speaker = speakers[i % len(speakers)]
-        en, fr, traits = make_sentence(rng, speaker)
+        en, fr, traits = make_sentence(rng, speaker, styles)
         rows.append((en, fr, speaker.name, traits))
     rng.shuffle(rows)
     return rows
@@ -245,10 +445,18 @@ def _write_split(out: str, split: str, rows: Sequence[Row], src: str, tgt: str) 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="folder to write the corpus to")
-    parser.add_argument("--train", type=int, default=6000, help="training sentences")
+    parser.add_argument("--train", type=int, help="training sentences (default: 6000)")
+    parser.add_argument("--sentences-per-speaker", type=int, metavar="N",
+                        help="training sentences of each speaker, instead of --train (which is then N x --speakers)")
     parser.add_argument("--valid", type=int, default=300, help="validation sentences")
     parser.add_argument("--test", type=int, default=300, help="test sentences")
     parser.add_argument("--speakers", type=int, default=24, help="number of speakers")
+    parser.add_argument("--styles", type=int, default=0, metavar="K",
+                        help="the styles mode: K styles of translating ambiguous phrases, shared by the speakers, "
+                        "instead of professions; writes speakers.json for the Bayes oracle (default: 0, no styles)")
+    parser.add_argument("--deviation", type=float, metavar="P",
+                        help=f"with --styles: the probability that a speaker leaves their style on a phrase, for a "
+                        f"translation of their own (default: {DEFAULT_DEVIATION})")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--heldout", action="store_true",
                         help="also write heldout.{en,fr,spk,traits}: the sentences of speakers who are in no other "
@@ -259,10 +467,27 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     if args.heldout and (args.heldout_speakers < 1 or args.heldout_sentences < 1):
         parser.error("--heldout-speakers and --heldout-sentences must be at least 1")
+    if args.sentences_per_speaker is not None:
+        if args.train is not None:
+            parser.error("give --train or --sentences-per-speaker, not both")
+        if args.sentences_per_speaker < 1:
+            parser.error("--sentences-per-speaker must be at least 1")
+        args.train = args.sentences_per_speaker * args.speakers
+    elif args.train is None:
+        args.train = 6000
+    if args.styles < 0:
+        parser.error("--styles must be 0 (no styles) or more")
+    if args.deviation is not None and not args.styles:
+        parser.error("--deviation is the styles mode's: give --styles K too")
+    deviation = DEFAULT_DEVIATION if args.deviation is None else args.deviation
+    if not 0.0 <= deviation <= 1.0:
+        parser.error(f"--deviation {deviation} is not a probability (0 to 1)")
     write_corpus(args.out, {"train": args.train, "valid": args.valid, "test": args.test},
                  num_speakers=args.speakers, seed=args.seed, heldout_sentences=args.heldout_sentences,
-                 heldout_speakers=args.heldout_speakers if args.heldout else 0)
-    print(f"wrote {args.train}/{args.valid}/{args.test} sentences of {args.speakers} speakers to {args.out}")
+                 heldout_speakers=args.heldout_speakers if args.heldout else 0, styles=args.styles,
+                 deviation=deviation)
+    styles = f" in {args.styles} styles (deviation {deviation})" if args.styles else ""
+    print(f"wrote {args.train}/{args.valid}/{args.test} sentences of {args.speakers} speakers{styles} to {args.out}")
     if args.heldout:
         print(f"wrote {args.heldout_sentences} sentences of each of {args.heldout_speakers} held-out speakers "
               f"to {args.out}/heldout.*")

@@ -13,10 +13,17 @@ or the speaker token (``lstm_base+spk_token``). A topic model of the source side
 fitted once (``fairseq-speaker-topics``) and given to every system (``--topic-model``):
 variants that read the source use it, the others ignore it.
 
+With ``--styles K`` the corpus is of the styles mode (K styles of translating ambiguous phrases,
+shared by the speakers, each speaker leaving theirs on a share ``--deviation`` of the phrases; see
+:mod:`fairseq_speaker.toy.corpus`): the table has a ``style`` column instead of ``profession`` and a
+third oracle, ``oracle: Bayes``, the exact limit of a learner of each speaker's training sentences
+(:mod:`fairseq_speaker.toy.oracle`).
+
 Usage::
 
     fairseq-speaker-demo --workdir demo-work
     fairseq-speaker-demo --archs lstm_base lstm_fact_bias transformer_base transformer_fact_bias
+    fairseq-speaker-demo --styles 6 --deviation 0.1 --speakers 96
 """
 
 import argparse
@@ -36,10 +43,9 @@ from fairseq_speaker.generate_output import read_generate_output
 from fairseq_speaker.models import FAMILY_REGISTRY, get_family, speaker_presets
 from fairseq_speaker.modules.speaker_bias import parse_variant_name
 from fairseq_speaker.analysis.speaker_words import read_traits, trait_accuracy
-from fairseq_speaker.toy.corpus import write_corpus
-from fairseq_speaker.toy.oracle import oracle_accuracy, oracle_rows
+from fairseq_speaker.toy.corpus import DEFAULT_DEVIATION, TRAITS, read_styles, write_corpus
+from fairseq_speaker.toy.oracle import BAYES, bayes_accuracy, oracle_accuracy, oracle_rows
 
-TRAITS = ("gender", "address", "profession")
 DEFAULT_SYSTEMS = ["lstm_base", "lstm_fact_bias", "transformer_fact_bias"]
 
 
@@ -50,9 +56,10 @@ def family_args(name: str) -> List[str]:
     return [*declared.scale_args("demo"), *declared.tie_output, *declared.demo_options]
 
 
-def prepare(workdir: str, sizes: Dict[str, int], speakers: int, threads: int, topics: int) -> str:
+def prepare(workdir: str, sizes: Dict[str, int], speakers: int, threads: int, topics: int, styles: int = 0,
+            deviation: float = DEFAULT_DEVIATION) -> str:
     raw, data = os.path.join(workdir, "raw"), os.path.join(workdir, "bin")
-    write_corpus(raw, sizes, num_speakers=speakers)
+    write_corpus(raw, sizes, num_speakers=speakers, styles=styles, deviation=deviation)
     if os.path.isdir(data):
         shutil.rmtree(data)
     fairseq("preprocess", [
@@ -92,12 +99,25 @@ def train_and_translate(workdir: str, data: str, system: str, args, extra: Seque
     return read_generate_output(out, source=path)
 
 
+def ceilings(raw: str) -> Dict[str, Dict[str, float]]:
+    """The oracles of the corpus in ``raw`` on its test split (see :mod:`fairseq_speaker.toy.oracle`): the
+    two of every corpus and, for one of the styles mode (``speakers.json``), the Bayes limit."""
+    train = (read_lines(os.path.join(raw, "train.spk")), read_traits(os.path.join(raw, "train.traits")))
+    test = (read_lines(os.path.join(raw, "test.spk")), read_traits(os.path.join(raw, "test.traits")))
+    found = oracle_accuracy(*train, *test)
+    if os.path.exists(os.path.join(raw, "speakers.json")):
+        found[BAYES] = bayes_accuracy(read_styles(os.path.join(raw, "speakers.json")), *train, *test)
+    return found
+
+
 def format_table(rows: List[Dict]) -> str:
-    header = ["system", "BLEU", "speaker words", *TRAITS, "seconds"]
+    """The results table: a column for each of the corpus's traits that a row scores."""
+    traits = [t for t in TRAITS if any(t in r["traits"] for r in rows)]
+    header = ["system", "BLEU", "speaker words", *traits, "seconds"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in rows:
         cells = [r["system"], "-" if r["bleu"] is None else f"{r['bleu']:.2f}", f"{100 * r['traits']['all']:.1f}%"]
-        cells += [f"{100 * r['traits'].get(t, float('nan')):.1f}%" for t in TRAITS]
+        cells += [f"{100 * r['traits'].get(t, float('nan')):.1f}%" for t in traits]
         cells.append("-" if r["seconds"] is None else f"{r['seconds']:.0f}")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -116,6 +136,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--train", type=int, default=6000, help="training sentences")
     parser.add_argument("--test", type=int, default=400, help="validation and test sentences each")
     parser.add_argument("--speakers", type=int, default=24)
+    parser.add_argument("--styles", type=int, default=0, metavar="K",
+                        help="a corpus of the styles mode: K styles of translating ambiguous phrases instead of "
+                        "professions, and the Bayes oracle in the table (default: 0, the default corpus)")
+    parser.add_argument("--deviation", type=float, default=DEFAULT_DEVIATION, metavar="P",
+                        help="with --styles: the probability that a speaker leaves their style on a phrase")
     parser.add_argument("--topics", type=int, default=8, help="topics of the source-side topic model")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--threads", type=int, default=2, help="CPU threads for training and decoding")
@@ -139,6 +164,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                 parse_variant_name(choice[choice.index("--speaker-bias") + 1])
             except ValueError as e:
                 parser.error(f"system {system!r}: {e}")
+    if args.styles < 0:
+        parser.error("--styles must be 0 (the default corpus) or more")
+    if not 0.0 <= args.deviation <= 1.0:
+        parser.error(f"--deviation {args.deviation} is not a probability (0 to 1)")
     args.lr = {name: args.lr or f.demo_lr for name, f in FAMILY_REGISTRY.items()}
     return args
 
@@ -149,7 +178,7 @@ def main(argv=None) -> None:
     started = time.time()
     print(f"[demo] writing the toy corpus, binarizing it and fitting a topic model in {args.workdir}", flush=True)
     data = prepare(args.workdir, {"train": args.train, "valid": args.test, "test": args.test},
-                   args.speakers, args.threads, args.topics)
+                   args.speakers, args.threads, args.topics, styles=args.styles, deviation=args.deviation)
     references = read_lines(os.path.join(args.workdir, "raw", "test.fr"))
     traits = read_traits(os.path.join(args.workdir, "raw", "test.traits"))
 
@@ -164,21 +193,20 @@ def main(argv=None) -> None:
         print(f"[demo] {system}: BLEU {bleu.score:.2f}, speaker words right "
               f"{100 * rows[-1]['traits']['all']:.1f}% ({rows[-1]['seconds']} s)", flush=True)
 
-    raw = os.path.join(args.workdir, "raw")
-    ceilings = oracle_accuracy(read_lines(os.path.join(raw, "train.spk")),
-                               read_traits(os.path.join(raw, "train.traits")),
-                               read_lines(os.path.join(raw, "test.spk")), traits)
-    table = format_table(rows + oracle_rows(ceilings))
+    table = format_table(rows + oracle_rows(ceilings(os.path.join(args.workdir, "raw"))))
     with open(os.path.join(args.workdir, "results.md"), "w", encoding="utf-8") as f:
         f.write(table + "\n")
     with open(os.path.join(args.workdir, "results.json"), "w", encoding="utf-8") as f:
         json.dump(rows, f, indent=2)
     print()
+    shared = f"style ({args.styles} styles, deviation {args.deviation})" if args.styles else "profession"
+    bayes = (" 'Bayes' knows the styles but not the speaker's: it takes the most probable word given the speaker's "
+             "training sentences, the best any learner of them can do in expectation." if args.styles else "")
     print(f"Test set: {args.test} sentences of {args.speakers} speakers; BLEU is sacrebleu on the "
-          f"tokenized text; 'speaker words' is the share of gender / address / profession words that "
+          f"tokenized text; 'speaker words' is the share of gender / address / {shared} words that "
           f"match the speaker; seconds: training and decoding on {args.threads} threads. The oracles get every "
           f"speaker word right that training makes knowable: any word of a trait the speaker's training "
-          f"sentences show ('traits revealed'), or only the words the speaker said there ('words seen').")
+          f"sentences show ('traits revealed'), or only the words the speaker said there ('words seen').{bayes}")
     print(table)
     if not args.no_report:
         write_report(args)

@@ -11,13 +11,58 @@ accuracy 1 / number of choices):
   This is the ceiling of a system that shares what it learns across speakers (``fact``).
 - ``words seen``: a word is knowable only when the speaker said exactly that word for that trait in
   training. This is the ceiling of a system that learns each speaker's words on their own (``full``).
+
+The corpus's styles mode (:mod:`fairseq_speaker.toy.corpus`, ``--styles K``) adds a third, exact one:
+
+- ``Bayes``: the oracle knows the generative model (the K styles, their prior, the deviation rate;
+  ``speakers.json``) but not which style a speaker belongs to nor where they leave it; it predicts
+  each speaker word as the Bayes decision given the speaker's training sentences D_s, which no learner
+  of the same sentences can beat in expectation. For a style word of phrase i (options O_i, n_i of
+  them; style k says c_k(i); deviation rate d):
+
+  - p(a_i = y | k) = (1 - d) if y = c_k(i), else d / (n_i - 1): the speaker's choice a_i for i,
+    fixed once drawn, so that all the speaker's sentences that say i say a_i;
+  - the posterior over the speaker's style: q_s(k) ∝ π_k Π_{j ∈ seen(D_s)} p(a_j = o_j | k), one factor
+    per phrase the speaker said (o_j: the word they said for it, each time), not one per sentence;
+  - the posterior predictive: p(y | i, D_s) = 1[y = o_i] if the speaker said i in D_s, else
+    Σ_k q_s(k) p(a_i = y | k) (phrases are independent given the style);
+  - the decision: the argmax set A of p(· | i, D_s); the word scores 1 / |A| if the test sentence's word
+    is in A, else 0 (ties split as the other oracles split a guess).
+
+  Gender and address are words of a trait that one word reveals, as in ``traits revealed``: 1 when
+  D_s shows the trait, else 1 / (number of choices) (their prior is uniform). The arithmetic is in
+  exact fractions (of the deviation rate and prior as written: 0.1 is 1/10), so that ties are ties.
+
+  That score, ``score="decision"`` (the default), is the Bayes decision's accuracy on the test's
+  actual words, comparable with a system's trait accuracy on the same words (which may beat it by
+  chance on a small test set). ``score="posterior"`` is max_y p(y | i, D_s) instead: the decision's
+  expected accuracy given D_s, blind to the test's word; the same in expectation, less noisy. For the
+  style trait the two other oracles are no limits: ``traits revealed`` counts every style word of a
+  speaker as known once one is shown, deviations included (which nothing can know), ``words seen``
+  guesses on every phrase the speaker did not say (where the styles tell more).
+
+:func:`bayes_accuracy` scores a test split of the training speakers; :func:`onboarding_oracle`
+scores held-out speakers from their first n sentences (``heldout.*``, as
+``fairseq-speaker-onboarding-eval`` adapts on them). From the command line::
+
+    python -m fairseq_speaker.toy.oracle RAW --shots 0 1 3 10 30
 """
 
-from typing import Dict, List, Sequence, Set, Tuple
+import argparse
+import os
+from fractions import Fraction
+from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
-from fairseq_speaker.analysis.speaker_words import Trait
+from fairseq_speaker.analysis.speaker_words import Trait, read_traits
+from fairseq_speaker.toy.corpus import TRAITS, Styles, read_styles, style_word
 
 ORACLES = ("traits revealed", "words seen")
+#: the exact oracle of the styles mode
+BAYES = "Bayes"
+#: the trait of the styles mode's words
+STYLE = "style"
+#: how a Bayes decision is scored: against the test's word, or by its posterior probability of being right
+SCORES = ("decision", "posterior")
 
 
 def oracle_accuracy(train_speakers: Sequence[str], train_traits: Sequence[Sequence[Trait]],
@@ -55,3 +100,190 @@ def oracle_rows(accuracies: Dict[str, Dict[str, float]]) -> List[Dict]:
     """Rows for the demo's results table (no BLEU, no time)."""
     return [{"system": f"oracle: {name}", "bleu": None, "traits": acc, "seconds": None}
             for name, acc in accuracies.items()]
+
+
+def _fraction(x: float) -> Fraction:
+    """The number a float was written as (0.1 is 1/10, not the binary fraction nearest to it)."""
+    return Fraction(str(x))
+
+
+class SpeakerPosterior:
+    """What a speaker's sentences D_s tell the Bayes oracle: the traits they reveal, the style word they
+    said for each phrase, and the posterior over their style.
+
+    ``styles`` is the generative model (None: a corpus without styles, whose ``style`` words then
+    cannot be scored); ``traits`` the speaker words of the speaker's sentences D_s, in any order.
+    """
+
+    def __init__(self, styles: Optional[Styles], traits: Iterable[Trait] = ()):
+        self.styles = styles
+        self.revealed: Set[str] = set()
+        #: phrase -> the style word the speaker said for it (the same every time)
+        self.said: Dict[str, str] = {}
+        for t in traits:
+            if t.trait != STYLE:
+                self.revealed.add(t.trait)
+                continue
+            item = self._item(t)
+            if self.said.setdefault(item, t.expected) != t.expected:
+                raise ValueError(f"the speaker said both {self.said[item]!r} and {t.expected!r} for {item!r}: a "
+                                 f"speaker of the styles corpus says the same translation every time")
+        self._words = {} if styles is None else {
+            item: [style_word(o) for o in options] for item, options in styles.items.items()}
+        self._weights = None if styles is None else self._style_weights()
+
+    def _item(self, t: Trait) -> str:
+        if self.styles is None:
+            raise ValueError(f"a style word ({t.expected!r}) but no styles model: read the corpus's speakers.json")
+        options = {t.expected, *t.alternatives}
+        for item, translations in self.styles.items.items():
+            if {style_word(o) for o in translations} == options:
+                return item
+        raise ValueError(f"the style word {t.expected!r} (rivals {', '.join(t.alternatives)}) is no phrase of "
+                         f"the styles model: the traits and speakers.json are of different corpora")
+
+    def _choice(self, k: int, item: str, word: str) -> Fraction:
+        """p(a_i = word | style k)."""
+        d = _fraction(self.styles.deviation)
+        if word == style_word(self.styles.table[k][item]):
+            return 1 - d
+        return d / (len(self.styles.items[item]) - 1)
+
+    def _style_weights(self) -> List[Fraction]:
+        weights = []
+        for k, prior in enumerate(self.styles.prior):
+            weight = _fraction(prior)
+            for item, word in self.said.items():
+                weight *= self._choice(k, item, word)
+            weights.append(weight)
+        if not sum(weights) > 0:
+            raise ValueError(f"the style words {self.said} are impossible under every style (deviation "
+                             f"{self.styles.deviation}): the traits and speakers.json are of different corpora")
+        return weights
+
+    def style_posterior(self) -> List[Fraction]:
+        """q_s(k) for every style k."""
+        total = sum(self._weights)
+        return [w / total for w in self._weights]
+
+    def predictive(self, t: Trait) -> Dict[str, Fraction]:
+        """p(y | D_s) over the words of a test sentence's speaker word ``t`` (its expected word and rivals)."""
+        words = [t.expected, *t.alternatives]
+        if t.trait != STYLE:
+            if t.trait in self.revealed:
+                return {w: Fraction(int(w == t.expected)) for w in words}
+            return {w: Fraction(1, len(words)) for w in words}
+        item = self._item(t)
+        if item in self.said:
+            return {w: Fraction(int(w == self.said[item])) for w in self._words[item]}
+        q = self.style_posterior()
+        return {w: sum(q[k] * self._choice(k, item, w) for k in range(len(q))) for w in self._words[item]}
+
+    def score(self, t: Trait, score: str = "decision") -> Fraction:
+        """The Bayes decision's accuracy on the test word ``t``: ``decision``, 1/|A| if its expected word is
+        in the argmax set A of the predictive (else 0); ``posterior``, the predictive's maximum."""
+        p = self.predictive(t)
+        best = max(p.values())
+        if score == "posterior":
+            return best
+        if score != "decision":
+            raise ValueError(f"score {score!r}: one of {', '.join(SCORES)}")
+        argmax = [w for w, v in p.items() if v == best]
+        return Fraction(int(t.expected in argmax), len(argmax))
+
+
+def _bayes_scores(styles: Optional[Styles], observed: Dict[str, List[Trait]],
+                  evaluated: Iterable[Tuple[str, Sequence[Trait]]], score: str) -> Dict[str, float]:
+    posteriors: Dict[str, SpeakerPosterior] = {}
+    right: Dict[str, Fraction] = {}
+    total: Dict[str, int] = {}
+    for speaker, traits in evaluated:
+        for t in traits:
+            if speaker not in posteriors:
+                posteriors[speaker] = SpeakerPosterior(styles, observed.get(speaker, ()))
+            value = posteriors[speaker].score(t, score)
+            for key in ("all", t.trait):
+                total[key] = total.get(key, 0) + 1
+                right[key] = right.get(key, Fraction(0)) + value
+    return {key: float(right[key] / total[key]) for key in total}
+
+
+def bayes_accuracy(styles: Optional[Styles], train_speakers: Sequence[str], train_traits: Sequence[Sequence[Trait]],
+                   test_speakers: Sequence[str], test_traits: Sequence[Sequence[Trait]],
+                   score: str = "decision") -> Dict[str, float]:
+    """The ``Bayes`` oracle's share of the test's speaker words, overall and per trait: each test speaker
+    known from all their training sentences (see the module's docstring; ``score``: ``decision`` or
+    ``posterior``). ``styles``: the corpus's model (:func:`~fairseq_speaker.toy.corpus.read_styles`)."""
+    if len(train_speakers) != len(train_traits) or len(test_speakers) != len(test_traits):
+        raise ValueError("speaker labels and trait lines differ in number")
+    observed: Dict[str, List[Trait]] = {}
+    for speaker, traits in zip(train_speakers, train_traits):
+        observed.setdefault(speaker, []).extend(traits)
+    return _bayes_scores(styles, observed, zip(test_speakers, test_traits), score)
+
+
+def onboarding_oracle(styles: Optional[Styles], speakers: Sequence[str], traits: Sequence[Sequence[Trait]], n: int,
+                      evaluated_after: Optional[int] = None, score: str = "decision") -> Dict[str, float]:
+    """The ``Bayes`` oracle for new speakers known from their first ``n`` sentences (in file order, as
+    ``fairseq-speaker-onboarding-eval`` adapts on them), scored on each speaker's sentences after their
+    first ``evaluated_after`` (default ``n``; the evaluation passes its largest n, so that every n is
+    scored on the same sentences). ``n`` = 0 is the prior alone."""
+    if len(speakers) != len(traits):
+        raise ValueError("speaker labels and trait lines differ in number")
+    after = n if evaluated_after is None else evaluated_after
+    if not 0 <= n <= after:
+        raise ValueError(f"n = {n} sentences to learn from, evaluated after the first {after}: 0 <= n <= that")
+    lines: Dict[str, List[int]] = {}
+    for i, speaker in enumerate(speakers):
+        lines.setdefault(speaker, []).append(i)
+    observed = {speaker: [t for i in ids[:n] for t in traits[i]] for speaker, ids in lines.items()}
+    evaluated = [(speakers[i], traits[i]) for ids in lines.values() for i in ids[after:]]
+    return _bayes_scores(styles, observed, evaluated, score)
+
+
+def _lines(path: str) -> List[str]:
+    with open(path, encoding="utf-8") as f:
+        return f.read().splitlines()
+
+
+def _format(rows: List[Tuple[str, Dict[str, float]]]) -> str:
+    traits = [t for t in TRAITS if any(t in acc for _, acc in rows)]
+    lines = ["| " + " | ".join(["", "speaker words", *traits]) + " |", "|" + "---|" * (2 + len(traits))]
+    for name, acc in rows:
+        cells = [name] + [f"{100 * acc[t]:.1f}%" if t in acc else "-" for t in ["all", *traits]]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description="The Bayes limit of a styles corpus: the share of speaker words "
+                                     "the Bayes decision gets right, for the test split and for held-out speakers "
+                                     "known from their first n sentences.")
+    parser.add_argument("raw", help="the corpus's folder (python -m fairseq_speaker.toy.corpus --styles K)")
+    parser.add_argument("--shots", type=int, nargs="+", default=[0, 1, 3, 10, 30], metavar="N",
+                        help="sentences of each held-out speaker learned from (heldout.*), each n scored on the "
+                        "speakers' sentences after their first max(N)")
+    parser.add_argument("--score", choices=SCORES, default="decision",
+                        help="decision: the Bayes decision against the test's words; posterior: its expected accuracy")
+    args = parser.parse_args(argv)
+    path = os.path.join(args.raw, "speakers.json")
+    if not os.path.exists(path):
+        parser.error(f"{path} not found: the Bayes oracle needs a corpus of the styles mode (--styles K)")
+    styles = read_styles(path)
+    rows = [("test", bayes_accuracy(
+        styles, _lines(os.path.join(args.raw, "train.spk")), read_traits(os.path.join(args.raw, "train.traits")),
+        _lines(os.path.join(args.raw, "test.spk")), read_traits(os.path.join(args.raw, "test.traits")), args.score))]
+    if os.path.exists(os.path.join(args.raw, "heldout.spk")):
+        labels = _lines(os.path.join(args.raw, "heldout.spk"))
+        traits = read_traits(os.path.join(args.raw, "heldout.traits"))
+        fewest = min(labels.count(s) for s in set(labels))
+        if max(args.shots) >= fewest:
+            parser.error(f"a held-out speaker has {fewest} sentences: --shots must stay below, to leave some to score")
+        for n in sorted(args.shots):
+            rows.append((f"held out, n = {n}",
+                         onboarding_oracle(styles, labels, traits, n, max(args.shots), args.score)))
+    print(_format(rows))
+
+
+if __name__ == "__main__":
+    main()
