@@ -15,6 +15,7 @@ checkpoint, so that a checkpoint maps a label to the same row whatever later
 happens to the files in the data directory.
 """
 
+import logging
 import operator
 import os
 import unicodedata
@@ -32,6 +33,8 @@ MEAN_SPEAKER = -1
 NO_SPEAKER = -2
 
 UNKNOWN_SPEAKER_POLICIES = ("mean", "none", "fail")
+
+logger = logging.getLogger(__name__)
 
 
 class SpeakerDataError(UserError):
@@ -63,6 +66,21 @@ def label_problem(label: str) -> Optional[str]:
         return (f"speaker label {shown(label)} contains {listed} "
                 f"(tabs and control characters are not allowed in a label)")
     return None
+
+
+def new_label_problem(label, dictionary: Optional["SpeakerDictionary"] = None) -> Optional[str]:
+    """Why ``label`` cannot name a new speaker (added by onboarding, a vectors file or the API), or None: the
+    rules of a speaker file's labels (:func:`label_problem`, no surrounding whitespace, a string), and not the
+    same letters as a known speaker's in another Unicode normalization."""
+    if not isinstance(label, str):
+        return f"a speaker label must be a string, got {type(label).__name__} {label!r}"
+    problem = label_problem(label) or _surrounding_whitespace(label)
+    if problem is None and dictionary is not None and label not in dictionary:
+        twin = dictionary.normalization_twin(label)
+        if twin is not None:
+            problem = (f"speaker label {shown(label)} is {shown(twin)}, a known speaker, in another Unicode "
+                       f"normalization (NFC/NFD): write labels in one normalization (NFC)")
+    return problem
 
 
 def _surrounding_whitespace(label: str) -> Optional[str]:
@@ -157,6 +175,18 @@ class SpeakerDictionary:
             if name in self._index:
                 raise ValueError(f"speaker {name!r} appears twice in the speaker dictionary")
             self._index[name] = i
+        #: NFC form -> the label, to catch a label written in another Unicode normalization than a known one
+        self._nfc: Dict[str, str] = {}
+        for name in self.names:
+            twin = self._nfc.setdefault(unicodedata.normalize("NFC", name), name)
+            if twin != name:
+                logger.warning(f"speakers {shown(twin)} and {shown(name)} are the same letters in two Unicode "
+                               f"normalizations (NFC/NFD), and so two speakers: write labels in one (NFC)")
+
+    def normalization_twin(self, label: str) -> Optional[str]:
+        """The known label that is ``label`` in another Unicode normalization, or None."""
+        twin = self._nfc.get(unicodedata.normalize("NFC", label))
+        return twin if twin is not None and twin != label else None
 
     def __len__(self) -> int:
         return len(self.names)
@@ -249,6 +279,12 @@ class SpeakerDictionary:
         for i, label in enumerate(labels):
             idx = self._index.get(label)
             if idx is None:
+                twin = self.normalization_twin(label)
+                if twin is not None:  # whatever the policy: this is the known speaker, written otherwise
+                    raise SpeakerDataError(
+                        f"{source}:{lines[i] if lines is not None else i + 1}: speaker {shown(label)} is "
+                        f"{shown(twin)}, a speaker of the model, in another Unicode normalization (NFC/NFD): "
+                        f"write the labels in the normalization of the training data (NFC)")
                 if unknown == "fail":
                     advice = advice or ("use --unknown-speaker mean (the mean speaker) or none (no bias) to "
                                         "translate unseen speakers")

@@ -19,6 +19,7 @@ from torch import Tensor
 
 from fairseq_speaker.atomic_write import atomic_path
 from fairseq_speaker.data import SpeakerDataError
+from fairseq_speaker.data.speaker_dictionary import new_label_problem
 from fairseq_speaker.errors import UserError
 from fairseq_speaker.modules.speaker_bias import SpeakerBias
 
@@ -124,6 +125,10 @@ def add_speakers(model, task, names: Sequence[str], rows: Dict[str, Tensor], cou
     """Add ``names`` after the model's known speakers, with their parameter rows (name -> ``[n, ...]``,
     as ``SpeakerBias.export_speakers`` gives them); the task's speaker dictionary follows."""
     bias = speaker_bias_of(model)
+    for name in names:  # every way in (adapt, vectors, the API) follows the speaker files' label rules
+        problem = new_label_problem(name, task.speaker_dictionary)
+        if problem:
+            raise OnboardingError(f"cannot add a speaker: {problem}")
     known = [name for name in names if name in task.speaker_dictionary]
     if known:
         raise OnboardingError(f"speaker(s) {', '.join(map(repr, known[:5]))} already in the model")

@@ -43,6 +43,8 @@ from fairseq_speaker.onboarding.checkpoint import (
     replace_speakers,
 )
 
+logger = logging.getLogger(__name__)
+
 FORMAT = "fairseq-speaker-vectors"
 FORMAT_VERSION = 1
 PARAM_PREFIX = "param/"
@@ -213,7 +215,32 @@ def load_speaker_vectors(path: str) -> SpeakerVectors:
         if tuple(value.shape) != expected or not np.issubdtype(value.dtype, np.floating):
             raise OnboardingError(f"{path}: parameter {key!r} has shape {tuple(value.shape)} ({value.dtype}), "
                                   f"expected {expected} for {len(names)} speakers: the file is damaged")
+        finite = np.isfinite(value.reshape(len(names), -1)).all(axis=1)
+        if not finite.all():  # one such row would poison the mean speaker, and every unseen speaker with it
+            bad = [name for name, ok in zip(names, finite) if not ok]
+            raise OnboardingError(f"{path}: parameter {key!r} of speaker(s) {_listing(bad)} holds NaN or infinite "
+                                  f"values: export them again from a sound model, or leave them out")
     return SpeakerVectors(names, rows, meta, path)
+
+
+#: a row whose largest value is this many times the model's own largest is reported
+FAR_OUTSIDE = 100.0
+
+
+def warn_far_outside(vectors: SpeakerVectors, bias: SpeakerBias) -> List[str]:
+    """The speakers of ``vectors`` whose rows are far outside the range of the model's own rows (logged)."""
+    far = set()
+    for key, param in bias.speaker_parameters().items():
+        if key not in vectors.rows or param.numel() == 0:
+            continue
+        own = max(float(param.detach().abs().max()), 1.0)
+        largest = np.abs(vectors.rows[key].reshape(len(vectors.names), -1)).max(axis=1)
+        far.update(name for name, value in zip(vectors.names, largest) if value > FAR_OUTSIDE * own)
+    far = sorted(far)
+    if far:
+        logger.warning(f"{vectors.path}: speaker(s) {_listing(far)} have values over {FAR_OUTSIDE:g} times the largest "
+                       f"of this model's own speakers: check that the file is the one intended")
+    return far
 
 
 def check_compatible(vectors: SpeakerVectors, bias: SpeakerBias, target_dictionary, where: str = "the model") -> None:
@@ -315,6 +342,7 @@ def import_vectors(vectors: SpeakerVectors, model, task, replace: bool = False,
     names added and the names replaced."""
     bias = adaptable_bias(model, task, where)
     check_compatible(vectors, bias, task.target_dictionary, where=where)
+    warn_far_outside(vectors, bias)
     known = [n for n in vectors.names if n in task.speaker_dictionary]
     new = [n for n in vectors.names if n not in task.speaker_dictionary]
     if known and not replace:

@@ -12,6 +12,7 @@ from fairseq_speaker.data import (
     SpeakerDictionary,
     read_speaker_file,
 )
+from fairseq_speaker.data.speaker_dictionary import UNKNOWN_SPEAKER_POLICIES, new_label_problem
 
 
 def write(path, text):
@@ -196,3 +197,35 @@ def test_a_long_bad_label_is_cut_in_the_message(tmp_path):
     with pytest.raises(SpeakerDataError, match=r"train.spk:1: speaker label 'a+'\.\.\. \(100001 characters\)") as e:
         read_speaker_file(path)
     assert len(str(e.value)) < 400
+
+
+NFC, NFD = "h\u00e9l\u00e8ne", "he\u0301le\u0300ne"  # the same letters, composed and decomposed
+
+
+def test_a_label_in_another_unicode_normalization_is_refused_not_taken_for_an_unseen_speaker():
+    d = SpeakerDictionary([NFC, "bob"])
+    for policy in UNKNOWN_SPEAKER_POLICIES:
+        with pytest.raises(SpeakerDataError, match=r"test.spk:2: speaker .* is 'h\u00e9l\u00e8ne', a speaker of the "
+                                                   r"model, in another Unicode normalization"):
+            d.encode(["bob", NFD], policy, source="test.spk")
+    assert d.encode(["zoe"], "mean").tolist() == [MEAN_SPEAKER]  # a truly unseen speaker is still one
+
+
+def test_two_training_speakers_differing_only_by_normalization_are_warned_about(caplog):
+    with caplog.at_level("WARNING", logger="fairseq_speaker.data.speaker_dictionary"):
+        d = SpeakerDictionary.from_labels([NFC, NFD, NFC])
+    assert len(d) == 2 and "two Unicode normalizations" in caplog.text
+
+
+@pytest.mark.parametrize("label,problem", [
+    ("", "empty speaker label"),
+    (" ann", "surrounding whitespace"),
+    ("ann\t1", "contains '\\t'"),
+    ("\ufeffann", "contains '\\ufeff'"),
+    (None, "must be a string, got NoneType"),
+    (7, "must be a string, got int"),
+    (NFD, "another Unicode normalization"),
+])
+def test_a_new_speakers_label_follows_the_speaker_files_rules(label, problem):
+    assert problem in new_label_problem(label, SpeakerDictionary([NFC]))
+    assert new_label_problem("dr lee", SpeakerDictionary([NFC])) is None

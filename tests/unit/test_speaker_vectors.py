@@ -15,6 +15,7 @@ from fairseq_speaker.onboarding.vectors import (
     check_compatible,
     load_speaker_vectors,
     save_speaker_vectors,
+    warn_far_outside,
     shared_state_hash,
     write_npz,
 )
@@ -194,3 +195,25 @@ def test_load_refusals(exported, tmp_path):
     with pytest.raises(OnboardingError, match="renamed.npz: holds parameters \\['speaker_weights'\\] but its "
                                               "metadata describes \\['weight'\\]"):
         load_speaker_vectors(renamed)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_non_finite_rows_are_refused_naming_the_file_and_speaker(exported, tmp_path, bad):
+    vectors = load_speaker_vectors(exported)
+    rows = {k: v.copy() for k, v in vectors.rows.items()}
+    rows["speaker_weights"][1, 2] = bad
+    path = rewrite(exported, str(tmp_path / "bad.npz"), rows=rows)
+    with pytest.raises(OnboardingError, match=r"bad.npz: parameter 'speaker_weights' of speaker\(s\) 'spk0' holds "
+                                              r"NaN or infinite values"):
+        load_speaker_vectors(path)
+
+
+def test_rows_far_outside_the_models_range_are_reported(fact, exported, tmp_path, caplog):
+    vectors = load_speaker_vectors(exported)
+    assert warn_far_outside(vectors, fact) == []
+    rows = {k: v.copy() for k, v in vectors.rows.items()}
+    rows["speaker_weights"][0, 0] = 1e30
+    huge = load_speaker_vectors(rewrite(exported, str(tmp_path / "huge.npz"), rows=rows))
+    with caplog.at_level("WARNING"):
+        assert warn_far_outside(huge, fact) == ["spk2"]
+    assert "'spk2' have values over 100 times the largest" in caplog.text
