@@ -11,18 +11,27 @@
     translator.export_speakers("dr-lee.npz", ["dr-lee"])              # keep per-user parameters outside
     translator.save("checkpoint_with_dr_lee.pt")                       # or a checkpoint fairseq loads
 
+Every method is safe to call from several threads at once (and from an asyncio service through a thread
+pool): each call holds the translator for its duration, so every sentence is translated as its own speaker
+and a speaker being added or updated is never seen half-written; a call waits at most for the calls
+before it (an onboarding fit, a batch of translations). Throughput comes from batching sentences into a
+call, not from threads.
+
 Loading, tokenization and BPE (``tokenizer="moses"``, ``bpe="subword_nmt"``, ``bpe_codes=...``) and
 generation are fairseq's own hub interface (:class:`fairseq.hub_utils.GeneratorHubInterface`,
 available as :attr:`SpeakerTranslator.hub`); speakers are added with
 :class:`~fairseq_speaker.onboarding.adapt.SpeakerAdapter`.
 """
 
+import functools
 import os
+import threading
 from typing import List, Optional, Sequence, Union
 
-from fairseq import checkpoint_utils, hub_utils
+from fairseq import hub_utils
 
 import fairseq_speaker  # noqa: F401  (registers the task and the models)
+from fairseq_speaker.checkpoints import read_checkpoint
 from fairseq_speaker.onboarding.adapt import SpeakerAdapter
 from fairseq_speaker.onboarding.checkpoint import OnboardingError, SpeakerCheckpoint, adaptable_bias
 from fairseq_speaker.onboarding.fit import FitOptions, FitReport
@@ -30,18 +39,45 @@ from fairseq_speaker.onboarding.fit import FitOptions, FitReport
 Sentences = Union[str, Sequence[str]]
 
 
-def _as_list(x: Sentences) -> List[str]:
-    return [x] if isinstance(x, str) else list(x)
+def _as_list(x: Sentences, what: str = "sentences") -> List[str]:
+    if isinstance(x, str):
+        return [x]
+    if x is None or not isinstance(x, (list, tuple)) or not all(isinstance(item, str) for item in x):
+        raise OnboardingError(f"{what}: give a string or a list of strings, got {type(x).__name__} {x!r:.80}")
+    return list(x)
+
+
+def _serialized(method):
+    """Run ``method`` holding the translator's lock (see the module's text)."""
+    @functools.wraps(method)
+    def locked(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+    return locked
+
+
+#: what a translator keeps of its checkpoint to save a new one: all but the weights it holds in memory and
+#: the optimizer state, which a saved model does not keep
+_NOT_KEPT = ("model", "last_optimizer_state")
+
+
+def _file_identity(path: str):
+    stat = os.stat(path)
+    return stat.st_ino, stat.st_size, stat.st_mtime_ns
 
 
 class SpeakerTranslator:
     """A loaded speaker model (see the module documentation)."""
 
-    def __init__(self, hub: hub_utils.GeneratorHubInterface, checkpoint: str, fit: Optional[FitOptions] = None):
+    def __init__(self, hub: hub_utils.GeneratorHubInterface, checkpoint: str, fit: Optional[FitOptions] = None,
+                 state: Optional[dict] = None):
         self.hub = hub
         self.checkpoint = checkpoint
         self._fit = fit
         self._adapter: Optional[SpeakerAdapter] = None
+        self._lock = threading.RLock()
+        #: the checkpoint as it was read, without the weights (:meth:`save` writes the model in memory)
+        self._state = {k: v for k, v in (state or {}).items() if k not in _NOT_KEPT}
 
     @classmethod
     def from_pretrained(cls, checkpoint: str, data: str, fit: Optional[FitOptions] = None,
@@ -51,22 +87,26 @@ class SpeakerTranslator:
         ``unknown_speaker="fail"``)."""
         if not os.path.isfile(checkpoint):
             raise OnboardingError(f"checkpoint not found: {checkpoint}")
+        before = _file_identity(checkpoint)
         loaded = hub_utils.from_pretrained(os.path.dirname(os.path.abspath(checkpoint)),
                                            checkpoint_file=os.path.basename(checkpoint),
                                            data_name_or_path=os.path.abspath(data), **overrides)
-        return cls._of(loaded["args"], loaded["task"], loaded["models"], checkpoint, fit)
+        state = read_checkpoint(checkpoint)  # what save() keeps of it: the same file, checked below
+        if _file_identity(checkpoint) != before:
+            raise OnboardingError(f"{checkpoint} was replaced while it was being loaded: load it again")
+        return cls._of(loaded["args"], loaded["task"], loaded["models"], checkpoint, fit, state)
 
     @classmethod
     def from_checkpoint(cls, opened: SpeakerCheckpoint, fit: Optional[FitOptions] = None) -> "SpeakerTranslator":
         """A translator of a checkpoint opened with :meth:`SpeakerCheckpoint.load` (whose errors say
         which file or data folder is wrong)."""
-        return cls._of(opened.state["cfg"], opened.task, [opened.model], opened.path, fit)
+        return cls._of(opened.state["cfg"], opened.task, [opened.model], opened.path, fit, opened.state)
 
     @classmethod
-    def _of(cls, cfg, task, models, checkpoint: str, fit: Optional[FitOptions]) -> "SpeakerTranslator":
+    def _of(cls, cfg, task, models, checkpoint: str, fit: Optional[FitOptions], state: dict) -> "SpeakerTranslator":
         hub = hub_utils.GeneratorHubInterface(cfg, task, models)
         hub.eval()
-        return cls(hub, checkpoint, fit)
+        return cls(hub, checkpoint, fit, state)
 
     # -- translating --------------------------------------------------------------------------------
     @property
@@ -80,16 +120,21 @@ class SpeakerTranslator:
     @property
     def speakers(self) -> List[str]:
         """The speakers the model knows, in the order of their rows."""
-        return list(self.task.speaker_dictionary.names)
+        with self._lock:
+            return list(self.task.speaker_dictionary.names)
 
+    @_serialized
     def translate(self, sentences: Sentences, speakers: Sentences, beam: int = 5, **kwargs) -> Union[str, List[str]]:
         """Translate each sentence as its speaker (one name for all, or one per sentence). Speakers the
         model does not know get what the task's ``unknown_speaker`` says (the mean speaker by default).
         A single sentence gives a single translation."""
         batch = _as_list(sentences)
-        labels = _as_list(speakers)
+        labels = _as_list(speakers, "speakers")
         if len(labels) == 1:
             labels = labels * len(batch)
+        if len(labels) != len(batch):
+            raise OnboardingError(f"{len(labels)} speakers for {len(batch)} sentences: give one speaker for all, "
+                                  f"or one per sentence")
         self.task.set_inference_speakers(labels)
         out = self.hub.translate(batch, beam=beam, **kwargs)
         return out[0] if isinstance(sentences, str) else out
@@ -103,9 +148,10 @@ class SpeakerTranslator:
 
     def encode_pairs(self, sources: Sentences, targets: Sentences):
         """Token ids of raw sentence pairs, tokenized and BPE-encoded as the model's inputs are."""
-        return self.adapter.encode(_as_list(sources), _as_list(targets),
+        return self.adapter.encode(_as_list(sources, "sources"), _as_list(targets, "targets"),
                                    encode_fn=lambda x: self.hub.apply_bpe(self.hub.tokenize(x)))
 
+    @_serialized
     def add_speaker(self, name: str, sources: Sentences, targets: Sentences, heldout_sources: Sentences = (),
                     heldout_targets: Sentences = (), replace: bool = False) -> FitReport:
         """Learn a speaker's parameters from their sentences and their translations (raw text, tokenized
@@ -113,10 +159,12 @@ class SpeakerTranslator:
         heldout = {name: self.encode_pairs(heldout_sources, heldout_targets)} if _as_list(heldout_sources) else None
         return self.adapter.adapt({name: self.encode_pairs(sources, targets)}, heldout, replace=replace)[name]
 
+    @_serialized
     def update_speaker(self, name: str, sources: Sentences, targets: Sentences) -> FitReport:
         """One or a few more sentences of a speaker (a post-edit, a correction): a warm-started refit."""
         return self.adapter.update(name, self.encode_pairs(sources, targets))
 
+    @_serialized
     def export_speakers(self, path: str, names: Optional[Sequence[str]] = None):
         """Write the parameters of ``names`` (default: all speakers) to a portable ``.npz`` file."""
         from fairseq_speaker.onboarding.vectors import save_speaker_vectors
@@ -125,6 +173,7 @@ class SpeakerTranslator:
         return save_speaker_vectors(path, bias, list(names) if names is not None else self.speakers,
                                     self.task.target_dictionary)
 
+    @_serialized
     def import_speakers(self, path: str, replace: bool = False) -> List[str]:
         """Add (or with ``replace``, overwrite) the speakers of a file written by :meth:`export_speakers`;
         returns their names. A file of an incompatible model is refused."""
@@ -134,7 +183,7 @@ class SpeakerTranslator:
         import_vectors(vectors, self.model, self.task, replace, where=self.checkpoint)
         return list(vectors.names)
 
+    @_serialized
     def save(self, path: str) -> None:
         """Write a checkpoint with every speaker added here, for fairseq-generate / fairseq-interactive."""
-        state = checkpoint_utils.load_checkpoint_to_cpu(self.checkpoint)
-        SpeakerCheckpoint(self.checkpoint, state, self.task, self.model).save(path)
+        SpeakerCheckpoint(self.checkpoint, dict(self._state), self.task, self.model).save(path)

@@ -73,3 +73,55 @@ def test_export_then_import_into_a_fresh_model(toy, trained, tmp_path):
     assert second.translate(sentences, "dr-lee") == first.translate(sentences, "dr-lee")
     row = lambda t: t.model.decoder.speaker_bias.speaker_weights[t.speakers.index("dr-lee")]  # noqa: E731
     assert torch.equal(row(first), row(second))
+
+
+def test_many_threads_translate_each_sentence_as_its_own_speaker(toy, trained):
+    """8 threads x 12 requests of mixed speakers, with a speaker added meanwhile, equal the results of the same
+    requests made one by one (a doctored model makes each speaker's output differ)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    translator = SpeakerTranslator.from_pretrained(trained("lstm_full_bias"), data=toy["bin"], beam=2, max_len_b=6)
+    speakers = translator.speakers
+    sentences = ["i am tired .", "you want the drugs .", "i went to the station .", "you are kind ."]
+    requests = [([sentences[(i + j) % 4] for j in range(1 + i % 3)],
+                 [speakers[(i * 5 + j) % len(speakers)] for j in range(1 + i % 3)]) for i in range(96)]
+    expected = [translator.translate(s, speakers=spk) for s, spk in requests]
+    assert len({tuple(e) for e in expected}) > 1
+
+    def onboard():
+        return translator.add_speaker("newcomer", sources=sentences, targets=["je suis fatiguée ."] * 4)
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        futures = [pool.submit(translator.translate, s, speakers=spk) for s, spk in requests]
+        added = pool.submit(onboard)
+        got = [f.result() for f in futures]
+    assert got == expected
+    assert added.result().tokens > 0 and "newcomer" in translator.speakers
+
+
+def test_save_writes_the_model_in_memory_even_if_its_file_was_replaced(toy, trained, tmp_path):
+    checkpoint = str(tmp_path / "model.pt")
+    shutil.copy(trained("lstm_full_bias"), checkpoint)
+    translator = SpeakerTranslator.from_pretrained(checkpoint, data=toy["bin"])
+    shutil.copy(trained("lstm_fact_bias"), checkpoint)  # another model in its place
+    translator.save(str(tmp_path / "saved.pt"))
+    saved = torch.load(tmp_path / "saved.pt", weights_only=True)
+    assert saved["cfg"]["model"]["_name"] == "lstm_full_bias"
+    assert "decoder.speaker_bias.weight" in saved["model"]
+
+
+def test_bad_arguments_to_the_api_are_refused_with_a_message(toy, trained):
+    import pytest
+
+    from fairseq_speaker.onboarding.checkpoint import OnboardingError
+
+    translator = SpeakerTranslator.from_pretrained(trained("lstm_full_bias"), data=toy["bin"], max_len_b=4)
+    with pytest.raises(OnboardingError, match="speakers: give a string or a list of strings, got NoneType"):
+        translator.translate(["i am tired ."], speakers=None)
+    with pytest.raises(OnboardingError, match="2 speakers for 3 sentences"):
+        translator.translate(["a .", "b .", "c ."], speakers=["x", "y"])
+    for name, problem in ((" dr lee", "surrounding whitespace"), ("", "empty speaker label"),
+                          ("a\tb", "contains '\\\\t'")):
+        with pytest.raises(OnboardingError, match=problem):
+            translator.add_speaker(name, sources=["i am tired ."], targets=["je suis fatigué ."])
+    assert translator.speakers == SpeakerTranslator.from_pretrained(trained("lstm_full_bias"), data=toy["bin"]).speakers
