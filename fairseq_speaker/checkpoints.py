@@ -113,6 +113,9 @@ def readable(path: str):
                 f"holds and which could run code when loaded; load only checkpoints you trust") from None
         raise CheckpointError(f"{path}: not a readable fairseq checkpoint (damaged, or another kind of file)"
                               ) from None
+    except KeyError as e:  # a torch file without what fairseq reads of a checkpoint ('model', 'best_loss', ...)
+        raise CheckpointError(f"{path}: not a fairseq checkpoint (a file torch can read, without {e}): give a "
+                              f"checkpoint written by fairseq-train or fairseq-speaker-adapt") from None
     except (EOFError, RuntimeError, OSError) as e:
         if isinstance(e, FileNotFoundError):
             raise CheckpointError(f"checkpoint not found: {path}") from None

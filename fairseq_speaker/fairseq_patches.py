@@ -17,6 +17,7 @@ Where that is not enough, the change is made here, and nowhere else:
 """
 
 import functools
+import importlib.util
 import logging
 import os
 import re
@@ -88,6 +89,10 @@ CHANGES: List[Change] = [
            "drops the speaker token that starts every reference with --speaker-token",
            "--eval-bleu would score the speaker token as a word of every reference",
            "fairseq_speaker.tasks.speaker_translation.SpeakerTranslationTask._inference_with_bleu"),
+    Change("fairseq.trainer.Trainer.__init__", "wrapped",
+           "refuses --fp16, --bf16 and their memory-efficient forms without a CUDA GPU, with what to do",
+           "fairseq then fails deep inside with an assertion or takes the machine for a TPU (a traceback)",
+           "fairseq_speaker.fairseq_patches.check_half_precision"),
     Change("fairseq.models.BaseFairseqModel.get_normalized_probs", "read",
            "recognizes a model whose log-probabilities are fairseq's default log_softmax (by method identity)",
            "the fused loss computes log_softmax itself: a model that normalizes otherwise must keep fairseq's loss",
@@ -180,6 +185,17 @@ def apply() -> None:
 
     _replace(checkpoint_utils, "load_checkpoint_to_cpu", "fairseq.checkpoint_utils.load_checkpoint_to_cpu",
              load_checkpoint_to_cpu)
+
+    from fairseq.trainer import Trainer
+
+    def trainer_init(original):
+        @functools.wraps(original)
+        def __init__(self, cfg, *args, **kwargs):
+            check_half_precision(cfg.common)
+            original(self, cfg, *args, **kwargs)
+        return __init__
+
+    _replace(Trainer, "__init__", "fairseq.trainer.Trainer.__init__", trainer_init)
     checkpoints.allow_fairseq_checkpoints()
 
 
@@ -195,6 +211,19 @@ def set_model_options(name: str, model_cls: type, options: type) -> None:
     node = options()
     node._name = name
     ConfigStore.instance().store(name=name, group="model", node=node, provider="fairseq")
+
+
+def check_half_precision(common) -> None:
+    """Refuse half precision where fairseq cannot train in it: without a CUDA device or a TPU (on CPU it
+    asserts, or takes the machine for a TPU)."""
+    flags = [f"--{name.replace('_', '-')}" for name in ("fp16", "bf16", "memory_efficient_fp16", "memory_efficient_bf16")
+             if getattr(common, name, False)]
+    if flags and getattr(common, "tpu", False) and importlib.util.find_spec("torch_xla") is not None:
+        return  # a TPU (fairseq's --bf16 turns --tpu on by itself)
+    if flags and (getattr(common, "cpu", False) or not torch.cuda.is_available()):
+        where = "with --cpu" if getattr(common, "cpu", False) else "on this machine, which has no CUDA GPU PyTorch can use"
+        raise UserError(f"{' '.join(flags)}: fairseq trains in half precision on a CUDA GPU only, not {where}; "
+                        f"leave the flag out to train in float32")
 
 
 # -- private parts read -------------------------------------------------------------------------------

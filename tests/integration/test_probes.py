@@ -95,3 +95,27 @@ def test_interactive_refuses_speakers_per_line_with_constraints(toy, trained):
     assert proc.returncode == 1
     assert_user_error(proc)
     assert "--speaker-per-line and --constraints both read tab-separated fields" in proc.stderr
+
+
+@pytest.mark.parametrize("flag", ["--fp16", "--bf16", "--memory-efficient-fp16"])
+def test_half_precision_without_a_gpu_is_refused(toy, tmp_path, flag):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA GPU: half precision is allowed there")
+    proc = run("train", train_args(toy["bin"], str(tmp_path / "ckpt"), "lstm_fact_bias", flag), check=False)
+    assert proc.returncode == 1
+    assert_user_error(proc)
+    assert "fairseq trains in half precision on a CUDA GPU only" in proc.stderr
+
+
+def test_a_torch_file_that_is_no_checkpoint_is_refused_by_fairseqs_commands(toy, tmp_path):
+    import torch
+
+    path = str(tmp_path / "weights.pt")
+    torch.save({"weights": torch.zeros(2)}, path)
+    proc = run("generate", [toy["bin"], "--user-dir", os.path.dirname(__import__("fairseq_speaker").__file__),
+                            "--task", "speaker_translation", "--path", path], check=False)
+    assert proc.returncode == 1
+    assert_user_error(proc)
+    assert "weights.pt: not a fairseq checkpoint" in proc.stderr
