@@ -19,6 +19,7 @@ from fairseq_speaker.models import FAMILY_REGISTRY, ModelFamily, get_family
 from fairseq_speaker.modules.speaker_bias import (
     SPEAKER_BIAS_REGISTRY,
     SpeakerBias,
+    StateSites,
     build_speaker_bias,
     parse_variant_name,
 )
@@ -37,6 +38,9 @@ LIGHTCONV_FAMILY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
                                 "lightconv_family", "speaker_lightconv")
 #: small options of every variant for the unit tests
 TINY_VARIANT_OPTIONS = dict(speaker_rank=3, speaker_embed_dim=3)
+#: a decoder's sites for the variants built alone (a variant acting on the state sizes its matrices by them):
+#: an input of 5 and two layers, as a Transformer's
+TINY_STATE_SITES = StateSites(input_dim=5, layer_dims=(4, 3))
 
 
 def make_dictionary(num_words: int = 12) -> Dictionary:
@@ -70,10 +74,12 @@ def randomize(module: torch.nn.Module, std: float = 2.0) -> None:
             p.normal_(0.0, std)
 
 
-def build_bias(name: str, task, randomize_parameters: bool = True, **overrides):
-    """The variant ``name`` on its own, for ``task``'s dictionaries."""
+def build_bias(name: str, task, randomize_parameters: bool = True, sites: StateSites = TINY_STATE_SITES,
+               **overrides):
+    """The variant ``name`` on its own, for ``task``'s dictionaries, attached to ``sites`` (a decoder's)."""
     cfg = argparse.Namespace(**{**variant_options(name, task), **overrides})
-    bias = build_speaker_bias(name, cfg, task.speaker_dictionary, task.target_dictionary, task.source_dictionary)
+    bias = build_speaker_bias(name, cfg, task.speaker_dictionary, task.target_dictionary, task.source_dictionary,
+                              sites=sites)
     if randomize_parameters:
         randomize(bias)
     return bias

@@ -98,6 +98,11 @@ class BiasInspection:
         return bool(self.bias_module.speaker_parameters())
 
     @property
+    def has_bias(self) -> bool:
+        """Whether the variant gives speakers a bias on the logits (not only a decoder state) to read word by word."""
+        return self.bias_module.acts_on_output
+
+    @property
     def has_speaker_vectors(self) -> bool:
         """Whether speakers can be compared (nearest speakers, projection)."""
         return self.bias_module.speaker_vectors() is not None

@@ -219,13 +219,17 @@ def compare_variants(tgt_vocab: Union[int, Dictionary], num_speakers: int, arch:
     """Every registered variant at the same S and V, with the options of ``model_args``; then the
     model's own variant if it is a sum of others (``--speaker-bias fact+topic``).
 
-    The variants are built alone on the meta device. Options a variant needs and ``model_args`` do not
-    give come from the variants' small examples (``example_options``); each cost lists those it used.
+    The variants are built alone on the meta device, attached to where the arch's decoder takes a speaker
+    state (so that a state variant's shared matrices have the model's sizes); for a family whose decoder
+    takes none, only the variants on the logits are listed. Options a variant needs and ``model_args`` do
+    not give come from the variants' small examples (``example_options``); each cost lists those it used.
     """
     args = model_options(arch, model_args)
     speakers = _few_speakers(num_speakers)
     target = _dictionary(tgt_vocab)
-    names = sorted(SPEAKER_BIAS_REGISTRY)
+    sites = _state_sites(arch, args, target)
+    names = [name for name in sorted(SPEAKER_BIAS_REGISTRY)
+             if sites is not None or SPEAKER_BIAS_REGISTRY[name].acts_on_state is not True]
     if len(parse_variant_name(args.speaker_bias)) > 1:
         names.append(args.speaker_bias)
     costs = []
@@ -233,10 +237,18 @@ def compare_variants(tgt_vocab: Union[int, Dictionary], num_speakers: int, arch:
         cfg, filled = with_examples(args, arch, workdir, sized_dictionary(16))
         for name in names:
             with torch.device("meta"):
-                bias = build_speaker_bias(name, cfg, speakers, target, None)
+                bias = build_speaker_bias(name, cfg, speakers, target, None, sites=sites)
                 _resize(bias, num_speakers)
             costs.append(variant_cost(bias, _variant_label(bias, name), _options_read(bias, filled)))
     return costs
+
+
+def _state_sites(arch: str, args: argparse.Namespace, target: Dictionary):
+    """Where ``arch``'s decoder (built speaker-blind, on the meta device) takes a speaker state; None: nowhere."""
+    task = SimpleNamespace(source_dictionary=sized_dictionary(16), target_dictionary=target, speaker_dictionary=None)
+    blind = argparse.Namespace(**{**vars(args), "speaker_bias": "none"})
+    with torch.device("meta"):
+        return ARCH_MODEL_REGISTRY[arch].build_model(blind, task).decoder.speaker_state_sites()
 
 
 def dictionaries_from_data(data: str, source_lang: Optional[str], target_lang: Optional[str],

@@ -80,8 +80,10 @@ def inspect_speakers(inspection: BiasInspection, speakers: List[str], k: int) ->
     (when the variant has speaker vectors to compare them by)."""
     figures = {}
     for speaker in speakers:
-        raises, lowers = inspection.top_words(speaker, k)
-        figures[speaker] = {"raises": raises, "lowers": lowers}
+        figures[speaker] = {}
+        if inspection.has_bias:  # a variant acting only on the decoder's state raises and lowers no word itself
+            raises, lowers = inspection.top_words(speaker, k)
+            figures[speaker] = {"raises": raises, "lowers": lowers}
         if inspection.has_speaker_vectors:
             figures[speaker]["nearest"] = inspection.nearest(speaker, 5)
     return figures
@@ -98,8 +100,9 @@ def inspection_section(name: str, inspection: BiasInspection, figures: Dict[str,
 
     lines = [f"## What the speaker bias learned: {name} (`--speaker-bias {inspection.variant}`)", ""]
     for speaker, figure in figures.items():
-        lines += [f"### Speaker {speaker}", "", f"- raises: {words(figure['raises'])}",
-                  f"- lowers: {words(figure['lowers'])}"]
+        lines += [f"### Speaker {speaker}", ""]
+        if "raises" in figure:
+            lines += [f"- raises: {words(figure['raises'])}", f"- lowers: {words(figure['lowers'])}"]
         if "nearest" in figure:
             near = ", ".join(f"{s} ({v:.2f})" for s, v in figure["nearest"])
             lines.append(f"- nearest speakers (cosine of their {inspection.speaker_vector_label}): {near}")

@@ -14,7 +14,8 @@ declared once, after its model, by :func:`register_family`::
         demo_options=("--dropout", "0.1", "--optimizer", "adam", "--clip-norm", "1.0"), demo_lr=0.003,
     )
 
-(``models/speaker_lstm.py``, which also names the LSTM's components for the parameter accounting.)
+(``models/speaker_lstm.py``, which also names the LSTM's components for the parameter accounting; its
+decoder's ``speaker_state_sites()`` says where a variant acting on the decoder's state plugs in.)
 
 The declaration registers the family's presets, ``{name}_{suffix}`` for every entry of
 :data:`~fairseq_speaker.models.presets.PRESET_VARIANTS` (``lstm_base``, ``lstm_full_bias``,
@@ -112,6 +113,13 @@ class ModelFamily:
     component_labels: Dict[str, str] = field(default_factory=dict)
 
     @property
+    def takes_speaker_state(self) -> bool:
+        """Whether its decoder says where a speaker state acts (``speaker_state_sites``), so that variants acting
+        on the decoder's state (``lhuc``, ``hyper_lhuc``, ``input``) can be put on its presets."""
+        return any("speaker_state_sites" in vars(cls) for cls in self.decoder.__mro__
+                   if cls is not SpeakerDecoderMixin)
+
+    @property
     def presets(self) -> List[str]:
         """``{name}_{suffix}`` for every preset suffix (``lstm_base``, ``lstm_full_bias``, ...)."""
         return [preset_name(self.name, suffix) for suffix in PRESET_VARIANTS]
@@ -140,7 +148,11 @@ def register_family(name: str, model: str, architecture: Callable, *, encoder: t
         architecture: fills every option not given with the family's default (what each preset calls
             after choosing its variant).
         encoder, decoder: where the speaker plugs in: the family's encoder and decoder classes, built on
-            ``SpeakerEncoderMixin`` and ``SpeakerDecoderMixin``.
+            ``SpeakerEncoderMixin`` and ``SpeakerDecoderMixin``. A decoder that defines ``speaker_state_sites()``
+            (a ``StateSites``: the size of its input, and of each layer's hidden units) and applies
+            ``active_speaker_state()`` in its forward takes the variants acting on the decoder's state
+            (:attr:`ModelFamily.takes_speaker_state`); the LSTM does it in its recurrence, the Transformer
+            through forward hooks (``speaker_plumbing.hook_speaker_state``).
         size_args: the model's flags for a :class:`ModelSizes` (what ``commands.model_size_args`` gives).
         scales: a :class:`ModelSizes` for every name of :data:`SCALES` (``tiny``, ``toy``, ``demo``).
         stock: the stock fairseq model the benchmark compares the family with (None: no reference).

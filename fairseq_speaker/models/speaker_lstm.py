@@ -3,18 +3,22 @@
 The network is :mod:`fairseq_speaker.modules.attentional_lstm` (BiLSTM encoder,
 input-feeding decoder with MLP attention, eq. 6 output tied to E_T); the speaker
 plumbing (:mod:`fairseq_speaker.modules.speaker_plumbing`) adds the bias of the
-variant chosen by ``--speaker-bias``: p_t = softmax(E_T o_t + b_T + b_s).
+variant chosen by ``--speaker-bias``: p_t = softmax(E_T o_t + b_T + b_s); a variant acting on the
+decoder's state (``lhuc``, ``hyper_lhuc``, ``input``) offsets the previous word's embedding and scales
+the decoder LSTM's h_t at every step.
 Presets: ``lstm_base``, ``lstm_full_bias``, ``lstm_fact_bias`` (the paper's sizes), declared
 with the rest of the family (sizes, the stock fairseq ``lstm`` it is measured against) at the end.
 """
 
 from dataclasses import dataclass, field
-from typing import List
+from typing import List, Optional, Tuple
 
 from fairseq.models import FairseqEncoderDecoderModel
+from torch import Tensor
 
 from fairseq_speaker.models.families import ModelSizes, StockModel, register_family
 from fairseq_speaker.modules.attentional_lstm import AttentionalLSTMDecoder, BiLSTMEncoder
+from fairseq_speaker.modules.speaker_bias import StateSites
 from fairseq_speaker.modules.speaker_plumbing import (
     SpeakerDecoderMixin,
     SpeakerEncoderMixin,
@@ -61,7 +65,17 @@ class SpeakerLSTMEncoder(SpeakerEncoderMixin, BiLSTMEncoder):
 
 
 class SpeakerLSTMDecoder(SpeakerDecoderMixin, AttentionalLSTMDecoder):
-    pass
+    """The attentional LSTM decoder with the speaker's bias on its logits and its speaker state in its
+    recurrence: the offset on the previous word's embedding, the scale on h_t (one layer)."""
+
+    def speaker_state_sites(self) -> StateSites:
+        return StateSites(input_dim=self.embed_tokens.embedding_dim, layer_dims=(self.cell.hidden_size,))
+
+    def input_offset_and_hidden_scale(self) -> Tuple[Optional[Tensor], Optional[Tensor]]:
+        state = self.active_speaker_state()
+        if state is None:
+            return None, None
+        return state.input_offset, state.layer_scale(0)
 
 
 @register_speaker_model("speaker_lstm", dataclass=SpeakerLSTMConfig)
@@ -103,7 +117,7 @@ def stock_size_args(sizes: ModelSizes) -> List[str]:
 register_family(
     "lstm", model="speaker_lstm", architecture=base_architecture,
     # the speaker plugs into the paper's network: the BiLSTM encoder carries the speakers, the bias is added
-    # to the logits of the input-feeding decoder
+    # to the logits of the input-feeding decoder, a speaker state acts in its recurrence (speaker_state_sites)
     encoder=SpeakerLSTMEncoder, decoder=SpeakerLSTMDecoder,
     size_args=size_args,
     scales={"tiny": ModelSizes(8, 16), "toy": ModelSizes(16, 16), "demo": ModelSizes(64, 128)},

@@ -2,7 +2,10 @@
 
 Every option of fairseq's ``transformer`` applies (sizes, layers, heads,
 ``--share-all-embeddings``, ...); the speaker plumbing adds the bias of the
-variant chosen by ``--speaker-bias`` to the logits. Presets ``transformer_base``
+variant chosen by ``--speaker-bias`` to the logits, and a variant acting on the
+decoder's state offsets the decoder's target embeddings and scales the residual
+stream after each decoder layer (forward hooks, active only while the decoder runs:
+with ``--share-all-embeddings`` the encoder's embeddings are left alone). Presets ``transformer_base``
 (no speaker bias), ``transformer_full_bias`` and ``transformer_fact_bias`` take
 fairseq's defaults for ``--arch transformer`` (512, 6 + 6 layers, untied output
 layer: ``--share-decoder-input-output-embed`` ties it to the target embeddings as
@@ -31,8 +34,10 @@ from fairseq_speaker.modules.speaker_plumbing import (
     SpeakerEncoderMixin,
     SpeakerModelMixin,
     fill_defaults,
+    hook_speaker_state,
     register_speaker_model,
 )
+from fairseq_speaker.modules.speaker_bias import StateSites
 
 
 class SpeakerTransformerEncoder(SpeakerEncoderMixin, TransformerEncoderBase):
@@ -40,10 +45,21 @@ class SpeakerTransformerEncoder(SpeakerEncoderMixin, TransformerEncoderBase):
 
 
 class SpeakerTransformerDecoder(SpeakerDecoderMixin, TransformerDecoderBase):
+    """fairseq's decoder with the speaker's bias on its logits; a speaker state acts through forward hooks
+    (fairseq's code is not copied): its offset on the target embeddings ``embed_tokens`` (before fairseq's
+    embedding scale and positions), its scales on the residual stream after each decoder layer."""
+
     def output_weight_and_bias(self) -> Optional[Tuple[Tensor, Optional[Tensor]]]:
         if self.adaptive_softmax is None and isinstance(self.output_projection, nn.Linear):
             return self.output_projection.weight, self.output_projection.bias
         return None
+
+    def speaker_state_sites(self) -> StateSites:
+        return StateSites(input_dim=self.embed_tokens.embedding_dim,
+                          layer_dims=tuple(layer.embed_dim for layer in self.layers))
+
+    def prepare_speaker_state(self) -> None:
+        hook_speaker_state(self, self.embed_tokens, list(self.layers))
 
 
 @register_speaker_model("speaker_transformer")

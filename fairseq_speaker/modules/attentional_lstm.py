@@ -94,6 +94,12 @@ class AttentionalLSTMDecoder(FairseqIncrementalDecoder):
     logits are E_T o_t + b_T (the softmax tied to the target embeddings). During
     incremental decoding the attention keys are computed at the first step and cached.
 
+    A sentence may modulate the recurrence (what a speaker state does, see
+    :meth:`input_offset_and_hidden_scale`): an offset added to the previous word's embedding
+    E_T w_(t-1) wherever the decoder reads it (the LSTM's input and eq. 6's W_ow term), and a scale
+    on the LSTM's output h_t at every step, inside the recurrence (the scaled h_t attends, enters
+    o_t and is the next step's state).
+
     Options read from ``cfg``: ``decoder_embed_dim`` (also the size of o_t),
     ``decoder_hidden_size``, ``attention_dim``, ``dropout`` (on o_t), ``lstm_dropout``,
     ``target_word_dropout``, ``max_target_positions``.
@@ -153,6 +159,11 @@ class AttentionalLSTMDecoder(FairseqIncrementalDecoder):
         if self.training and self.target_word_dropout > 0:
             prev_output_tokens = self.drop_words(prev_output_tokens)
         embedded = self.embed_tokens(prev_output_tokens).transpose(0, 1)  # T x B x E
+        offset, hidden_scale = self.input_offset_and_hidden_scale()  # B x E, B x H, or None
+        if offset is not None:
+            embedded = embedded + offset.to(embedded).unsqueeze(0)
+        if hidden_scale is not None:
+            hidden_scale = hidden_scale.to(embedded)
         in_mask = hidden_mask = None
         if self.training and self.lstm_dropout > 0:  # one mask per sentence, for every step
             bsz = embedded.size(1)
@@ -160,10 +171,10 @@ class AttentionalLSTMDecoder(FairseqIncrementalDecoder):
             hidden_mask = sentence_mask(bsz, hidden.size(1), self.lstm_dropout, embedded)
         if cached is not None or embedded.size(0) == 1 or not fast_paths.enabled():  # a generation step, or plain
             hiddens, contexts, attns, hidden, cell, feed = self._steps(
-                embedded, hidden, cell, feed, keys, values, padding_mask, in_mask, hidden_mask)
+                embedded, hidden, cell, feed, keys, values, padding_mask, in_mask, hidden_mask, hidden_scale)
         else:
             hiddens, contexts, attns, hidden, cell, feed = self._teacher_forced_steps(
-                embedded, hidden, cell, feed, keys, values, padding_mask, in_mask, hidden_mask)
+                embedded, hidden, cell, feed, keys, values, padding_mask, in_mask, hidden_mask, hidden_scale)
 
         if incremental_state is not None:
             self.set_incremental_state(incremental_state, "cached_state", {"hidden": hidden, "cell": cell, "feed": feed})
@@ -172,6 +183,12 @@ class AttentionalLSTMDecoder(FairseqIncrementalDecoder):
         projection = self.output_projection
         out = self.dropout_out(linear(features, projection.weight, projection.bias)).transpose(0, 1)  # B x T x E
         return out, {"attn": [torch.stack(attns, dim=1)]}
+
+    def input_offset_and_hidden_scale(self) -> Tuple[Optional[Tensor], Optional[Tensor]]:
+        """What modulates the recurrence of the sentences being decoded, each None or one row per sentence
+        (hypothesis): an offset ``[B, E]`` added to the previous word's embedding and a scale ``[B, H]`` on
+        h_t. None and None here; the speaker model's decoder gives its speaker state."""
+        return None, None
 
     def _attention_memory(self, encoder_out: EncoderOut, index: Optional[Tensor],
                           incremental_state: Optional[IncrementalState]) -> Tuple[Tensor, Tensor, Tensor]:
@@ -198,9 +215,11 @@ class AttentionalLSTMDecoder(FairseqIncrementalDecoder):
             return memory["keys"], values, padding_mask
         return memory["grouped"]
 
-    def _steps(self, embedded, hidden, cell, feed, keys, values, padding_mask, in_mask, hidden_mask):
+    def _steps(self, embedded, hidden, cell, feed, keys, values, padding_mask, in_mask, hidden_mask,
+               hidden_scale=None):
         """The recurrence step by step with ``nn.LSTMCell`` (its products through oneDNN where
-        :func:`gemm.serves`: a generation step's two largest products)."""
+        :func:`gemm.serves`: a generation step's two largest products); h_t multiplied by ``hidden_scale``
+        ``[B, H]``, if any."""
         hiddens: List[Tensor] = []
         contexts: List[Tensor] = []
         attns: List[Tensor] = []
@@ -211,10 +230,11 @@ class AttentionalLSTMDecoder(FairseqIncrementalDecoder):
                 lstm_input, hidden = lstm_input * in_mask, hidden * hidden_mask
             if fast:
                 hidden, cell = self._cell(lstm_input, hidden, cell)
-                query = linear(hidden, self.attention.query_proj.weight)
             else:
                 hidden, cell = self.cell(lstm_input, (hidden, cell))
-                query = None
+            if hidden_scale is not None:
+                hidden = hidden * hidden_scale
+            query = linear(hidden, self.attention.query_proj.weight) if fast else None
             feed, attn = self.attention(hidden, keys, values, padding_mask, projected_query=query)  # B x C, B x S
             hiddens.append(hidden)
             contexts.append(feed)
@@ -227,7 +247,8 @@ class AttentionalLSTMDecoder(FairseqIncrementalDecoder):
         gates += linear(hidden, self.cell.weight_hh)
         return lstm_cell_update(gates, cell)
 
-    def _teacher_forced_steps(self, embedded, hidden, cell, feed, keys, values, padding_mask, in_mask, hidden_mask):
+    def _teacher_forced_steps(self, embedded, hidden, cell, feed, keys, values, padding_mask, in_mask, hidden_mask,
+                              hidden_scale=None):
         """The same recurrence as :meth:`_steps` (the cell's own weights and gate order), arranged for a
         whole known target: the word embeddings' part of the gates is one matrix product over all steps,
         each step multiplies only [c_(t-1); h_(t-1)], and the weights used at every step get their
@@ -246,6 +267,8 @@ class AttentionalLSTMDecoder(FairseqIncrementalDecoder):
             state = torch.cat([feed if feed_mask is None else feed * feed_mask,
                                hidden if hidden_mask is None else hidden * hidden_mask], dim=1)
             hidden, cell = lstm_cell_update(gates_word + recurrent.linear(state), cell)
+            if hidden_scale is not None:
+                hidden = hidden * hidden_scale
             feed, attn = self.attention(hidden, keys, values, padding_mask, projected_query=query.linear(hidden))
             hiddens.append(hidden)
             contexts.append(feed)

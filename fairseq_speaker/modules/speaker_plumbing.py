@@ -5,13 +5,16 @@ The data path (B sentences, V target words)::
     net_input["speakers"] [B] --> SpeakerEncoderMixin.forward: kept in the encoder output as
         encoder_out["speakers"] = [speakers] and encoder_out["source_tokens"] = [src_tokens],
         reordered with the beam by reorder_encoder_out
-    --> SpeakerDecoderMixin.forward: the variant's bias [B, V], computed once per sentence and
-        added to the logits of every step. Teacher-forced, it is returned as extra["speaker_bias"],
-        with the variant's regularizers as extra["speaker_aux_losses"]. In generation it is made at
-        the first step and cached in the incremental state (one row per sentence, the beam reorders
-        an index into them); a decoder whose output layer is affine (output_weight_and_bias) makes
-        each step's logits with the bias in one matrix product (on CPU: oneDNN's product, then the
-        rows added in place), with no tensor of size V beyond the plain decoder's
+    --> SpeakerDecoderMixin.forward: the variant's bias [B, V] and speaker state (an input offset
+        and per-layer scales, see speaker_bias.SpeakerState), computed once per sentence; the bias
+        is added to the logits of every step, the state is handed to the network for the duration
+        of its forward (active_speaker_state), which applies it at every step. Teacher-forced, they
+        are returned as extra["speaker_bias"] and extra["speaker_state"], with the variant's
+        regularizers as extra["speaker_aux_losses"]. In generation they are made at the first step
+        and cached in the incremental state (one row per sentence, the beam reorders an index into
+        them); a decoder whose output layer is affine (output_weight_and_bias) makes each step's
+        logits with the bias in one matrix product (on CPU: oneDNN's product, then the rows added in
+        place), with no tensor of size V beyond the plain decoder's
 
 A speaker-aware model is then a choice of pieces, as in ``models/speaker_lstm.py``::
 
@@ -27,22 +30,28 @@ A speaker-aware model is then a choice of pieces, as in ``models/speaker_lstm.py
 
 The decoder's ``forward(prev_output_tokens, encoder_out, incremental_state, features_only=True)``
 must return ``(features, extra dict)`` and its ``output_layer(features)`` the logits, as fairseq's
-decoders do. :func:`register_speaker_model` gives the model every registered variant's options
+decoders do. A decoder that takes a speaker state says where (``speaker_state_sites()``, a
+:class:`~fairseq_speaker.modules.speaker_bias.StateSites`) and applies ``active_speaker_state()``
+in its forward: our LSTM in its recurrence, fairseq's Transformer through forward hooks
+(:func:`hook_speaker_state`). Variants acting on the state are refused on a decoder that does not.
+:func:`register_speaker_model` gives the model every registered variant's options
 (as flags and hydra keys), also those of variants registered after it.
 """
 
 import argparse
+import contextlib
 import dataclasses
 import logging
+import threading
 import weakref
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple, Type
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Type
 
 import torch
 from fairseq.dataclass import FairseqDataclass
 from fairseq.dataclass.utils import gen_parser_from_dataclass
 from fairseq.models import register_model
-from torch import Tensor
+from torch import Tensor, nn
 
 from fairseq_speaker.checkpoints import SPEAKER_NAMES_KEY
 from fairseq_speaker.errors import UserError
@@ -51,6 +60,8 @@ from fairseq_speaker.modules import gemm
 from fairseq_speaker.optim.speaker_rows import pad_grown_optimizer_state
 from fairseq_speaker.modules.speaker_bias import (
     SpeakerBias,
+    SpeakerState,
+    StateSites,
     build_speaker_bias,
     on_register,
     reserve_options,
@@ -184,16 +195,62 @@ class SpeakerDecoderMixin:
 
     def set_speaker_bias(self, speaker_bias: SpeakerBias) -> None:
         self.speaker_bias = speaker_bias
+        if speaker_bias.acts_on_state:
+            self.prepare_speaker_state()
+
+    # -- the speaker state: where the family's decoder takes it ----------------------------------------
+    def speaker_state_sites(self) -> Optional[StateSites]:
+        """Where this decoder applies a speaker state, and its sizes; None: it does not (then only variants
+        acting on the output can be attached). The decoder class the mixin is put before (or a subclass)
+        says so by defining this method, and applies :meth:`active_speaker_state` in its forward."""
+        base = getattr(super(), "speaker_state_sites", None)
+        return base() if base is not None else None
+
+    def prepare_speaker_state(self) -> None:
+        """Called when a variant acting on the state is attached: a decoder that applies the state through
+        hooks (:func:`hook_speaker_state`) installs them here. The default does nothing."""
+        base = getattr(super(), "prepare_speaker_state", None)
+        if base is not None:
+            base()
+
+    def active_speaker_state(self) -> Optional[SpeakerState]:
+        """The speaker state of the hypotheses this decoder's forward is running for (``B`` rows, as its
+        input), in this thread; None outside its forward or without a state."""
+        return getattr(_ACTIVE_STATES, "states", {}).get(id(self))
+
+    @contextlib.contextmanager
+    def applying_speaker_state(self, state: Optional[SpeakerState]) -> Iterator[None]:
+        """Make ``state`` the :meth:`active_speaker_state` of this decoder in this thread, for the block
+        (None: leave it as it is)."""
+        if state is None:
+            yield
+            return
+        states = _ACTIVE_STATES.__dict__.setdefault("states", {})
+        key, before = id(self), states.get(id(self))
+        states[key] = state
+        try:
+            yield
+        finally:
+            if before is None:
+                states.pop(key, None)
+            else:
+                states[key] = before
 
     def forward(self, prev_output_tokens: Tensor, encoder_out: Optional[EncoderOut] = None,
                 incremental_state: Optional[IncrementalState] = None, features_only: bool = False, **kwargs):
-        features, extra = super().forward(prev_output_tokens, encoder_out=encoder_out,
-                                          incremental_state=incremental_state, features_only=True, **kwargs)
-        if incremental_state is not None:  # generation: the bias was made at the first step
+        if incremental_state is not None:  # generation: the bias and state were made at the first step
             step = self._step_bias(encoder_out, incremental_state)
+            with self.applying_speaker_state(self._hypothesis_state(step)):
+                features, extra = super().forward(prev_output_tokens, encoder_out=encoder_out,
+                                                  incremental_state=incremental_state, features_only=True, **kwargs)
             return (features if features_only else self._step_logits(features, step)), extra
-        bias, aux_losses = self.sentence_bias(encoder_out, None)
+        bias, state, aux_losses = self.sentence_effects(encoder_out, None)
+        with self.applying_speaker_state(state):
+            features, extra = super().forward(prev_output_tokens, encoder_out=encoder_out,
+                                              incremental_state=incremental_state, features_only=True, **kwargs)
         extra["speaker_bias"] = bias  # B x V or None
+        if state is not None:
+            extra["speaker_state"] = state
         if aux_losses:
             extra["speaker_aux_losses"] = aux_losses
         if features_only:
@@ -211,11 +268,11 @@ class SpeakerDecoderMixin:
         base = getattr(super(), "output_weight_and_bias", None)
         return base() if base is not None else None
 
-    def sentence_bias(self, encoder_out: Optional[EncoderOut],
-                      incremental_state: Optional[IncrementalState] = None
-                      ) -> Tuple[Optional[Tensor], Dict[str, Tensor]]:
-        """The bias of each sentence ``[B, V]`` (None for no bias) and, teacher-forced, the variant's
-        regularizers."""
+    def sentence_effects(self, encoder_out: Optional[EncoderOut],
+                         incremental_state: Optional[IncrementalState] = None
+                         ) -> Tuple[Optional[Tensor], Optional[SpeakerState], Dict[str, Tensor]]:
+        """The bias of each sentence ``[B, V]`` and its speaker state (None for none) and, teacher-forced,
+        the variant's regularizers."""
         speakers = encoder_speakers(encoder_out)
         if speakers is None and self.speaker_bias.needs_speakers:
             raise ValueError(
@@ -224,20 +281,22 @@ class SpeakerDecoderMixin:
                 f"--speaker-per-line), or pass speakers= to the model"
             )
         if incremental_state is None:  # teacher forcing: training and validation also need the regularizers
-            return self.speaker_bias.bias_and_aux_losses(speakers, encoder_out)
-        return self.speaker_bias(speakers, encoder_out), {}
+            return self.speaker_bias.outputs_and_aux_losses(speakers, encoder_out)
+        return self.speaker_bias(speakers, encoder_out), self.speaker_bias.speaker_state(speakers, encoder_out), {}
 
     def _step_bias(self, encoder_out: Optional[EncoderOut], incremental_state: IncrementalState
                    ) -> Dict[str, Optional[Tensor]]:
         """What each generation step adds: ``rows [B0, V]``, made once per sentence at the first step (the
-        output layer's own bias included when :meth:`output_weight_and_bias` allows the fused step), and
-        ``index [B]``, the row of each hypothesis. The beam reorders the index, never the rows. ``gathered``
-        is a ``[B0, V]`` buffer for the rows of a step's hypotheses, filled anew at every step where oneDNN
-        makes the step's product (see :meth:`_step_logits`)."""
+        output layer's own bias included when :meth:`output_weight_and_bias` allows the fused step), the
+        sentences' speaker ``state`` (``B0`` rows), and ``index [B]``, the row of each hypothesis. The beam
+        reorders the index, never the rows. ``gathered`` is a ``[B0, V]`` buffer for the rows of a step's
+        hypotheses, filled anew at every step where oneDNN makes the step's product (see
+        :meth:`_step_logits`); ``hypothesis_state`` the state of the hypotheses, gathered again after a
+        reordering."""
         cached = self.get_incremental_state(incremental_state, "speaker_bias")
         if cached is not None:
             return cached
-        bias, _ = self.sentence_bias(encoder_out, incremental_state)
+        bias, state, _ = self.sentence_effects(encoder_out, incremental_state)
         rows = index = None
         if bias is not None:
             fused = self.output_weight_and_bias()
@@ -247,9 +306,21 @@ class SpeakerDecoderMixin:
             else:
                 rows = bias
             index = torch.arange(rows.size(0), device=rows.device)
-        cached = {"rows": rows, "index": index, "gathered": None}
+        if state is not None and index is None:
+            first = state.tensors()[0]
+            index = torch.arange(first.size(0), device=first.device)
+        cached = {"rows": rows, "index": index, "gathered": None, "state": state, "hypothesis_state": state}
         self.set_incremental_state(incremental_state, "speaker_bias", cached)
         return cached
+
+    @staticmethod
+    def _hypothesis_state(step: Dict) -> Optional[SpeakerState]:
+        """The speaker state of each hypothesis of a generation step: the sentences' state, through the index."""
+        if step.get("state") is None:
+            return None
+        if step.get("hypothesis_state") is None:
+            step["hypothesis_state"] = step["state"].index_select(step["index"])
+        return step["hypothesis_state"]
 
     def _step_logits(self, features: Tensor, step: Dict[str, Optional[Tensor]]) -> Tensor:
         rows, index = step["rows"], step["index"]
@@ -286,7 +357,57 @@ class SpeakerDecoderMixin:
         cached = self.get_incremental_state(incremental_state, "speaker_bias")
         if cached is not None and cached["index"] is not None:
             self.set_incremental_state(incremental_state, "speaker_bias",
-                                       dict(cached, index=cached["index"].index_select(0, new_order)))
+                                       dict(cached, index=cached["index"].index_select(0, new_order),
+                                            hypothesis_state=None))
+
+
+#: the speaker state of each decoder whose forward is running, by thread (see ``active_speaker_state``)
+_ACTIVE_STATES = threading.local()
+
+
+class _InputOffset:
+    """A forward hook on a decoder's token embedding: adds the input offset of the active speaker state
+    (``[B, d_in]``) to every position of the embedded batch (``[B, T, d_in]``), only while the decoder's
+    own forward runs (the module may be the encoder's too: ``--share-all-embeddings``)."""
+
+    def __init__(self, decoder):
+        self.decoder = decoder  # a strong reference: a copy of the model (EMA) copies the hook with its decoder
+
+    def __call__(self, module: nn.Module, inputs, output: Tensor) -> Optional[Tensor]:
+        state = self.decoder.active_speaker_state()
+        if state is None or state.input_offset is None:
+            return None
+        offset = state.input_offset.to(output)
+        return output + offset.reshape(offset.size(0), *([1] * (output.dim() - 2)), offset.size(1))
+
+
+class _LayerScale:
+    """A forward hook on a decoder layer whose output is ``x`` ``[T, B, d_l]`` (time first, as fairseq's
+    layers), or a tuple starting with it: multiplies ``x`` by the active speaker state's scale of the layer."""
+
+    def __init__(self, decoder, layer: int):
+        self.decoder, self.layer = decoder, layer
+
+    def __call__(self, module: nn.Module, inputs, output):
+        state = self.decoder.active_speaker_state()
+        scale = state.layer_scale(self.layer) if state is not None else None
+        if scale is None:
+            return None
+        x = output[0] if isinstance(output, tuple) else output
+        x = x * scale.to(x).unsqueeze(0)
+        return (x, *output[1:]) if isinstance(output, tuple) else x
+
+
+def hook_speaker_state(decoder: "SpeakerDecoderMixin", embedding: nn.Module, layers: Sequence[nn.Module]) -> None:
+    """Apply the speaker state in a decoder we do not own (fairseq's) through forward hooks: the input offset
+    on ``embedding``'s output, layer ``l``'s scale on the output of ``layers[l]`` (time first). Once per decoder;
+    the hooks do nothing outside the decoder's forward or without a state."""
+    if decoder.__dict__.get("_speaker_state_hooked"):
+        return
+    embedding.register_forward_hook(_InputOffset(decoder))
+    for i, layer in enumerate(layers):
+        layer.register_forward_hook(_LayerScale(decoder, i))
+    decoder.__dict__["_speaker_state_hooked"] = True
 
 
 class SpeakerModelMixin:
@@ -321,6 +442,15 @@ class SpeakerModelMixin:
             # told when a checkpoint brings another speaker table (see load_state_dict); weak, so that
             # copies of the model (EMA) neither keep the task alive nor fail to copy
             model.speaker_task = weakref.ref(task) if hasattr(task, "adopt_speaker_names") else None
+        sites = model.decoder.speaker_state_sites()
+        if bias.acts_on_state and sites is None:
+            raise UserError(
+                f"--speaker-bias {name} acts on the decoder's state, and the decoder of {type(model).__name__} "
+                f"({type(model.decoder).__name__}) does not say where a speaker state acts (speaker_state_sites): "
+                f"use a variant on the logits (full, fact, ...) or a family whose decoder takes a state "
+                f"(lstm, transformer)")
+        if sites is not None:
+            bias.attach(sites)  # before the optimizer and before a checkpoint's parameters are loaded
         model.decoder.set_speaker_bias(bias)
         return model
 

@@ -10,7 +10,9 @@ speakers' sentences, one a line, in the form the model was trained on (or raw te
 model's ``--tokenizer``/``--bpe`` flags, as for fairseq-interactive). Only what the variant marks
 as the speakers' own parameters is learned (the V-vector of ``full``, the r weights of ``fact``,
 the embedding of ``proj``, ...); the network is frozen, and every speaker the model already had
-translates exactly as before. With ``--adapt-shared`` the variant's shared parameters are fitted
+translates exactly as before. A variant acting on the decoder's state (``hyper_lhuc``, ...) is
+fitted through the frozen decoder rather than on cached logits (slower: a decoder pass per
+iteration). With ``--adapt-shared`` the variant's shared parameters are fitted
 too (then the other speakers change as well). The result loads in stock ``fairseq-generate`` and
 ``fairseq-interactive``, where the new speakers are known by name.
 """
@@ -39,7 +41,9 @@ from fairseq_speaker.onboarding.fit import (
     FitOptions,
     FitReport,
     Pair,
+    Scored,
     TokenScores,
+    decoder_batches,
     fit_speakers,
     score_tokens,
     split_scores,
@@ -57,18 +61,24 @@ class SpeakerAdapter:
 
     New speakers start from, and are pulled towards, the mean speaker of the model as it was
     when the adapter was made, so that a speaker's fit does not depend on who was added before.
+
+    A variant acting on the decoder's state is fitted through the frozen decoder (its encoder outputs
+    are what is kept, see :class:`~fairseq_speaker.onboarding.fit.DecoderBatch`), the others on the
+    cached logits.
     """
 
     def __init__(self, model, task, options: Optional[FitOptions] = None, cache_speakers: int = 16,
                  batch_sentences: int = 64):
         self.model, self.task = model, task
         self.bias = adaptable_bias(model, task)
+        #: whether speakers are fitted through the decoder (a variant acting on its state), not on cached logits
+        self.through_decoder = bool(self.bias.acts_on_state)
         self.options = options or FitOptions()
         self.cache_speakers = cache_speakers
         self.batch_sentences = batch_sentences
         #: the sentences each speaker was adapted on here
         self.sentences: Dict[str, List[Pair]] = {}
-        self._scores: "OrderedDict[str, List[TokenScores]]" = OrderedDict()
+        self._scores: "OrderedDict[str, List[Scored]]" = OrderedDict()
         self.mean_speaker = self.bias.new_speaker_rows(1, "mean")
         torch.optim.LBFGS([torch.zeros(1, requires_grad=True)])  # torch's first optimizer costs ~1 s: not in a fit
 
@@ -90,8 +100,19 @@ class SpeakerAdapter:
                             left_pad_target=getattr(cfg, "left_pad_target", False),
                             batch_size=batch_size or self.batch_sentences)
 
-    def _cached(self, name: str) -> List[TokenScores]:
-        chunks = self._scores.get(name) or [self.score(self.sentences[name])]
+    def chunks(self, pairs: Sequence[Pair], batch_size: Optional[int] = None) -> List[Scored]:
+        """What the fit reads of some sentences: their scores (a bias on the logits), or the encoder's outputs
+        for the frozen decoder (a variant acting on the decoder's state)."""
+        if not self.through_decoder:
+            return [self.score(pairs, batch_size)]
+        cfg = self.task.cfg
+        return decoder_batches(self.model, pairs, self.task.source_dictionary, self.task.target_dictionary,
+                               left_pad_source=getattr(cfg, "left_pad_source", True),
+                               left_pad_target=getattr(cfg, "left_pad_target", False),
+                               batch_size=batch_size or self.batch_sentences)
+
+    def _cached(self, name: str) -> List[Scored]:
+        chunks = self._scores.get(name) or self.chunks(self.sentences[name])
         self._remember(name, chunks)
         return chunks
 
@@ -114,7 +135,7 @@ class SpeakerAdapter:
             self.sentences[name] = list(sentences[name])
             self._scores.pop(name, None)
         groups = self._score_groups(names) if not fit_shared else None
-        held = {name: [self.score(heldout[name])] for name in names if heldout.get(name)}
+        held = {name: self.chunks(heldout[name]) for name in names if heldout.get(name)}
         if fit_shared:
             problems = [self._cached(name) for name in names]
             start = [self.mean_speaker] * len(names)
@@ -128,8 +149,8 @@ class SpeakerAdapter:
         else:
             rows, reports = [], {}
             for group in groups:  # the network scores a group's sentences in one pass; then each speaker is fitted
-                for name, scores in group:
-                    r, _, report = fit_speakers(self.bias, [[scores]], self.options, init=[self.mean_speaker],
+                for name, chunks in group:
+                    r, _, report = fit_speakers(self.bias, [chunks], self.options, init=[self.mean_speaker],
                                                 prior=[self.mean_speaker],
                                                 heldout=[held[name]] if name in held else None)
                     rows.append(r[0])
@@ -139,7 +160,13 @@ class SpeakerAdapter:
 
     def _score_groups(self, names: List[str]):
         """Speakers' scores, a group of at most ``batch_sentences`` sentences at a time (a generator, so
-        that only one group's scores are in memory beyond the cache)."""
+        that only one group's scores are in memory beyond the cache); through the decoder, a speaker at a time."""
+        if self.through_decoder:
+            for name in names:
+                chunks = self.chunks(self.sentences[name])
+                self._remember(name, chunks)
+                yield [(name, chunks)]
+            return
         group: List[str] = []
         for i, name in enumerate(names):
             group.append(name)
@@ -151,10 +178,10 @@ class SpeakerAdapter:
                                       [len(self.sentences[n]) for n in group])
                 for n, sc in zip(group, scores):
                     self._remember(n, [sc])
-                yield list(zip(group, scores))
+                yield [(n, [sc]) for n, sc in zip(group, scores)]
                 group = []
 
-    def _remember(self, name: str, chunks: List[TokenScores]) -> None:
+    def _remember(self, name: str, chunks: List[Scored]) -> None:
         self._scores[name] = chunks
         self._scores.move_to_end(name)
         while len(self._scores) > self.cache_speakers:
@@ -173,14 +200,14 @@ class SpeakerAdapter:
         if index is None:
             return self.adapt({name: list(pairs)})[name]
         current = self.bias.export_speakers([index])
-        new_scores = self.score(pairs)
+        new_chunks = self.chunks(pairs)
         if name in self.sentences:
-            chunks = self._cached(name) + [new_scores]
+            chunks = self._cached(name) + new_chunks
             self.sentences[name] += list(pairs)
             self._remember(name, chunks)
             prior = [self.mean_speaker]
         else:
-            chunks, prior = [new_scores], [current]
+            chunks, prior = new_chunks, [current]
         rows, _, report = fit_speakers(self.bias, [chunks], self.options, init=[current], prior=prior)
         replace_speakers(self.model, self.task, [name], rows[0])
         return report

@@ -22,13 +22,21 @@ The objective for one speaker with parameter rows ``theta`` is the per-token mea
 the pull towards the mean speaker's rows (``theta_mean``) keeping words the few sentences never
 show where the mean speaker has them. With held-out sentences, the fit stops where their
 per-token loss stops improving and keeps the best parameters.
+
+A variant acting on the decoder's state (``lhuc``, ``hyper_lhuc``, ``input``, ``fact+hyper_lhuc``)
+changes the logits through the whole decoder: cached logits do not hold. Its speakers are fitted
+on :class:`DecoderBatch` es instead (:func:`decoder_batches`): the encoder runs once over the
+speaker's sentences and its output is kept; each evaluation of the objective runs the frozen
+decoder teacher-forced over them, the speaker's rows put in the variant with
+``torch.func.functional_call``, and L-BFGS follows the gradient through the decoder to the rows.
+Same objective, same options; only the cost of an iteration differs (a decoder pass and its backward).
 """
 
 import itertools
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 from fairseq.data import LanguagePairDataset, data_utils
@@ -110,6 +118,72 @@ def score_tokens(model, pairs: Sequence[Pair], source_dictionary, target_diction
     return TokenScores(*(joined(k) for k in range(5)), source)
 
 
+@dataclass
+class DecoderBatch:
+    """Some sentences of one speaker, ready for the frozen decoder: the encoder's output ``encoder_out`` (every
+    sentence said by speaker 0: the fit puts the speaker's rows in row 0), ``prev_output_tokens`` and
+    ``target`` ``[N, T]``. ``frozen``: the decoder's parameters outside the speaker variant, detached, so
+    that no gradient is computed for the network."""
+
+    decoder: torch.nn.Module
+    encoder_out: Dict
+    prev_output_tokens: Tensor
+    target: Tensor
+    pad: int
+    frozen: Dict[str, Tensor]
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.target.ne(self.pad).sum())
+
+    @property
+    def num_sentences(self) -> int:
+        return int(self.target.size(0))
+
+
+#: what a fit reads of some sentences: the cached scores (a bias on the logits) or the decoder's input (a state)
+Scored = Union[TokenScores, DecoderBatch]
+
+
+@torch.no_grad()
+def decoder_batches(model, pairs: Sequence[Pair], source_dictionary, target_dictionary,
+                    left_pad_source: bool = True, left_pad_target: bool = False,
+                    batch_size: int = 64) -> List[DecoderBatch]:
+    """Run the encoder (eval mode) over ``pairs`` once, ``batch_size`` sentences at a time, and keep what the
+    decoder needs to be run teacher-forced over them by the fit."""
+    if not pairs:
+        raise ValueError("no sentences to score")
+    device = next(model.parameters()).device
+    decoder = model.decoder
+    frozen = {name: p.detach() for name, p in decoder.named_parameters() if not name.startswith("speaker_bias.")}
+    out = []
+    for start in range(0, len(pairs), batch_size):
+        chunk = pairs[start:start + batch_size]
+        dataset = LanguagePairDataset(
+            [s for s, _ in chunk], [len(s) for s, _ in chunk], source_dictionary,
+            [t for _, t in chunk], [len(t) for _, t in chunk], target_dictionary,
+            left_pad_source=left_pad_source, left_pad_target=left_pad_target, shuffle=False)
+        batch = dataset.collater([dataset[i] for i in range(len(chunk))])
+        net = batch["net_input"]
+        src = net["src_tokens"].to(device)
+        speakers = torch.zeros(src.size(0), dtype=torch.long, device=device)
+        encoder_out = model.encoder(src, src_lengths=net["src_lengths"].to(device), speakers=speakers)
+        out.append(DecoderBatch(decoder, encoder_out, net["prev_output_tokens"].to(device),
+                                batch["target"].to(device), target_dictionary.pad(), frozen))
+    return out
+
+
+def _decoder_nll(bias: SpeakerBias, params: Dict[str, Tensor], batch: DecoderBatch) -> Tensor:
+    """Summed negative log-likelihood of ``batch``'s targets, the decoder run with the variant's parameters
+    ``params`` (the speaker's rows: row 0)."""
+    weights = {**batch.frozen, **{"speaker_bias." + name: value for name, value in params.items()}}
+    logits, _ = torch.func.functional_call(batch.decoder, weights, (batch.prev_output_tokens,),
+                                           {"encoder_out": batch.encoder_out})
+    lprobs = torch.log_softmax(logits.float(), dim=-1)
+    nll = -lprobs.gather(2, batch.target.unsqueeze(2)).squeeze(2)
+    return nll[batch.target.ne(batch.pad)].sum()
+
+
 def split_scores(scores: TokenScores, sizes: Sequence[int]) -> List[TokenScores]:
     """Cut the scores of consecutive groups of sentences (``sizes`` sentences each) apart: views, no copies
     (positions are in sentence order, as :func:`score_tokens` gives them)."""
@@ -149,8 +223,10 @@ class FitReport:
     extra: Dict[str, float] = field(default_factory=dict)
 
 
-def _nll(bias: SpeakerBias, params: Dict[str, Tensor], scores: TokenScores) -> Tensor:
+def _nll(bias: SpeakerBias, params: Dict[str, Tensor], scores: Scored) -> Tensor:
     """Summed negative log-likelihood of ``scores``' targets under the bias of rows ``params``."""
+    if isinstance(scores, DecoderBatch):
+        return _decoder_nll(bias, params, scores)
     if bias.reads_source:
         ids = torch.zeros(scores.num_sentences, dtype=torch.long, device=scores.target.device)
         b = torch.func.functional_call(bias, params, (ids, {"source_tokens": [scores.source]}))
@@ -182,13 +258,14 @@ def _objective(bias, shared, rows, prior, problems, l2) -> Tensor:
     return loss / max(tokens, 1)
 
 
-def fit_speakers(bias: SpeakerBias, problems: Sequence[Sequence[TokenScores]], options: FitOptions,
+def fit_speakers(bias: SpeakerBias, problems: Sequence[Sequence[Scored]], options: FitOptions,
                  init: Optional[Sequence[Dict[str, Tensor]]] = None,
-                 heldout: Optional[Sequence[Sequence[TokenScores]]] = None,
+                 heldout: Optional[Sequence[Sequence[Scored]]] = None,
                  fit_shared: bool = False, prior: Optional[Sequence[Dict[str, Tensor]]] = None,
                  ) -> Tuple[List[Dict[str, Tensor]], Dict[str, Tensor], FitReport]:
     """Fit the rows of ``len(problems)`` speakers together (each problem: one speaker's scored
-    sentences, as chunks), starting from ``init`` (default: the mean speaker), pulled towards
+    sentences, as chunks: :class:`TokenScores` for a variant on the logits, :class:`DecoderBatch` es for one
+    acting on the decoder's state), starting from ``init`` (default: the mean speaker), pulled towards
     ``prior`` (default: the mean speaker). With ``fit_shared``, the variant's shared parameters are
     fitted too.
 

@@ -11,7 +11,7 @@ from fairseq.logging import metrics
 from fairseq_speaker.criterions import SpeakerLabelSmoothedCrossEntropyCriterion
 from fairseq_speaker.modules.speaker_bias import SPEAKER_BIAS_REGISTRY, register_speaker_bias, unregister_speaker_bias
 from fairseq_speaker.modules.speaker_bias.full import FullSpeakerBias
-from tests.helpers import FAMILIES, make_model, make_task, random_batch
+from tests.helpers import FAMILIES, make_model, make_task, random_batch, randomize
 
 
 def make_sample(task, pad_target_to=None, target=None):
@@ -198,6 +198,10 @@ def test_the_criterion_fuses_the_loss_and_its_gradients_are_fairseqs(name, famil
 
     task = make_task(num_speakers=4)
     model = make_model(name, task=task, family=family).train()
+    if model.speaker_bias.acts_on_state:
+        # a speaker state of a trained model's size: the tests' usual N(0, 2) offsets saturate the Transformer's
+        # attention, whose gradients then differ by rounding far beyond the tolerance
+        randomize(model.speaker_bias, std=0.3)
     sample = make_sample(task)
     calls = []
     fused = module.label_smoothed_nll_loss_from_logits

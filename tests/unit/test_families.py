@@ -164,14 +164,19 @@ def test_the_third_family_decodes_step_by_step_as_it_is_trained(name):
     speakers = torch.tensor([3, 1, -1])
     with torch.no_grad():
         logits, extra = model(src, src.ne(1).sum(1), prev, speakers=speakers)
-        reference, _ = plain(src, src.ne(1).sum(1), prev, speakers=speakers)
+        speaker_state = extra.get("speaker_state")  # a variant acting on the state: applied to the same network
+        if speaker_state is not None:
+            plain.decoder.prepare_speaker_state()
+        with plain.decoder.applying_speaker_state(speaker_state):
+            reference, _ = plain(src, src.ne(1).sum(1), prev, speakers=speakers)
         encoder_out = model.encoder(src, src.ne(1).sum(1), speakers=speakers)
         state, steps = {}, []
         for t in range(prev.size(1)):
             out = model.decoder(prev[:, : t + 1], encoder_out, incremental_state=state)
             steps.append(model.get_normalized_probs(out, log_probs=True))
     bias = extra["speaker_bias"]
-    # the variant's bias on the logits of the same network
+    assert (speaker_state is not None) == model.speaker_bias.acts_on_state
+    # the variant's bias on the logits of the same network (with the speakers' state)
     expected = reference if bias is None else reference + bias.unsqueeze(1)
     assert torch.allclose(logits, expected, atol=1e-5)
     assert torch.allclose(torch.cat(steps, dim=1), model.get_normalized_probs((logits, None), log_probs=True),

@@ -36,8 +36,8 @@ def _spies(monkeypatch):
     return calls
 
 
-def _train_and_decode(task):
-    model = make_model("fact", task=task, lstm_dropout=0.2).train()
+def _train_and_decode(task, name="fact"):
+    model = make_model(name, task=task, lstm_dropout=0.2).train()
     src = random_batch(task.source_dictionary, [5, 3, 4])
     target = random_batch(task.target_dictionary, [4, 6, 2], left_pad=False)
     sample = {"net_input": {"src_tokens": src, "src_lengths": src.ne(1).sum(1), "speakers": torch.tensor([0, 1, 2]),
@@ -52,15 +52,16 @@ def _train_and_decode(task):
         model.decoder(target[:, :1], encoder_out, incremental_state={})
 
 
-def test_the_switch_off_runs_no_fast_path_and_on_runs_each(monkeypatch, fast_path_switch):
+@pytest.mark.parametrize("name", ["fact", "fact+hyper_lhuc"])  # a bias; a bias and a speaker state
+def test_the_switch_off_runs_no_fast_path_and_on_runs_each(monkeypatch, fast_path_switch, name):
     task = make_task(num_speakers=4)
     calls = _spies(monkeypatch)
     fast_path_switch(False)
-    _train_and_decode(task)
+    _train_and_decode(task, name)
     assert calls == dict.fromkeys(calls, 0)
 
     fast_path_switch(True)
-    _train_and_decode(task)
+    _train_and_decode(task, name)
     expected = {key for key in calls if key != "onednn" or gemm._AVAILABLE}
     assert {key for key, n in calls.items() if n > 0} == expected
 

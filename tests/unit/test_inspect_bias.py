@@ -13,7 +13,7 @@ from fairseq_speaker.tasks.speaker_translation import SPEAKER_TOKEN
 from fairseq_speaker.models import get_family
 from tests.helpers import FAMILIES, make_model, make_task, variant_options
 
-VARIANTS = sorted(SPEAKER_BIAS_REGISTRY) + ["fact+topic"]
+VARIANTS = sorted(SPEAKER_BIAS_REGISTRY) + ["fact+topic", "fact+hyper_lhuc"]
 SPEAKERS = ["ann", "bob", "cy", "dee"]
 
 
@@ -68,7 +68,11 @@ def test_every_variant_is_read_through_the_contract(tmp_path, name, family):
     assert inspection.variant == name and inspection.words == [d[i] for i in range(len(d))]
     assert inspection.has_speakers == bool(bias.speaker_parameters())
     assert inspection.has_speaker_vectors == (bias.speaker_vectors() is not None)
-    if inspection.has_speakers:
+    assert inspection.has_bias == bias.acts_on_output
+    if inspection.has_speakers and not inspection.has_bias:  # a decoder state: no word of its own to read
+        with pytest.raises(ValueError, match=f"the '{name}' bias gives speakers no bias of their own"):
+            inspection.top_words("cy", k=3)
+    if inspection.has_speakers and inspection.has_bias:
         with torch.no_grad():  # the model's own bias for speaker 2, without a source sentence
             expected = bias(torch.tensor([2]))[0]
         raised, lowered = inspection.top_words("cy", k=3)
@@ -113,7 +117,8 @@ def test_the_report_section_follows_the_contract(tmp_path, name):
     for label, values in bias.vocabulary_vectors().items():
         table = text.split(f"### {label[0].upper() + label[1:]}\n")[1].split("\n\n")[0]
         assert table.count("\n| ") == 1 + values.size(1)  # the header, then one row a vector
-    if inspection.has_speakers:
+    assert ("- raises: " in text) == (inspection.has_speakers and inspection.has_bias)
+    if inspection.has_speakers and inspection.has_bias:
         raised = figures["bob"]["raises"]
         assert f"- raises: {', '.join(f'{w} ({v:+.2f})' for w, v in raised)}" in text
 

@@ -13,7 +13,7 @@ from fairseq_speaker.models import FAMILY_REGISTRY, PRESET_VARIANTS, preset_vari
 from fairseq_speaker.modules.speaker_bias import SPEAKER_BIAS_REGISTRY
 from tests.helpers import FAMILIES, build_bias, make_model, make_task, random_batch
 
-VARIANTS = sorted(SPEAKER_BIAS_REGISTRY) + ["fact+topic"]
+VARIANTS = sorted(SPEAKER_BIAS_REGISTRY) + ["fact+topic", "fact+hyper_lhuc"]
 #: the variants with parameters of their own per speaker (a sum: if one of its parts has), as built
 SPEAKER_VARIANTS = [v for v in VARIANTS if build_bias(v, make_task()).speaker_parameters()]
 
@@ -41,8 +41,17 @@ def test_the_bias_is_added_to_the_logits_of_the_same_network(family, name):
     speakers = torch.tensor([2, 0, 2])
     with torch.no_grad():
         logits, extra = forward(biased, src, speakers, prev)
-        reference, reference_extra = forward(plain, src, speakers, prev)
-    assert reference_extra["speaker_bias"] is None
+        blind, reference_extra = forward(plain, src, speakers, prev)
+        # a variant acting on the state: the same network with the speakers' state applied
+        state = extra.get("speaker_state")
+        assert (state is not None) == biased.speaker_bias.acts_on_state
+        if state is not None:
+            plain.decoder.prepare_speaker_state()
+        with plain.decoder.applying_speaker_state(state):
+            reference, _ = forward(plain, src, speakers, prev)
+    assert reference_extra["speaker_bias"] is None and "speaker_state" not in reference_extra
+    if state is not None:
+        assert not torch.allclose(reference, blind, atol=1e-3)  # the state changed the network's output
     bias = extra["speaker_bias"]
     if bias is None:
         assert torch.equal(logits, reference)
@@ -100,7 +109,9 @@ def _generate(model, task, src, speakers, beam=5):
 
 
 def _favour_eos(model, task, speaker: int) -> None:
-    """Make one speaker's bias (whatever the variant) strongly favour ending the sentence."""
+    """Make one speaker's bias (whatever the variant) strongly favour ending the sentence; for a variant without
+    a bias (it acts on the decoder's state), the decoder's logits of that speaker's hypotheses, as the encoder
+    output (reordered with the beam) names them."""
     eos = task.target_dictionary.eos()
 
     def hook(module, inputs, output):
@@ -108,7 +119,17 @@ def _favour_eos(model, task, speaker: int) -> None:
         boost[inputs[0] == speaker, eos] = 30.0
         return output + boost
 
-    model.speaker_bias.register_forward_hook(hook)
+    if model.speaker_bias.acts_on_output:
+        model.speaker_bias.register_forward_hook(hook)
+        return
+    decoder_forward = model.decoder.forward  # fairseq's generator calls decoder.forward itself: no module hook
+
+    def forward(prev_output_tokens, encoder_out=None, **kwargs):
+        logits, extra = decoder_forward(prev_output_tokens, encoder_out=encoder_out, **kwargs)
+        logits[encoder_out["speakers"][0] == speaker, :, eos] += 30.0
+        return logits, extra
+
+    model.decoder.forward = forward
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -132,8 +153,10 @@ def test_batched_beam_search_decodes_each_sentence_as_alone(family, name):
     for b, a in zip(batched, alone):
         assert b["tokens"].tolist() == a["tokens"].tolist()
         assert float(b["score"]) == pytest.approx(float(a["score"]), abs=1e-4)
-    # the speaker decides: one sentence, two speakers, two translations
-    assert batched[0]["tokens"].tolist() != batched[1]["tokens"].tolist()
+    # the speaker decides: one sentence, two speakers, two translations (or, where a random model's strongest
+    # word wins for both, two scores)
+    assert batched[0]["tokens"].tolist() != batched[1]["tokens"].tolist() or not torch.allclose(
+        batched[0]["positional_scores"], batched[1]["positional_scores"], atol=1e-3)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -262,11 +285,12 @@ def test_adaptive_softmax_is_refused_by_the_transformer():
 
 
 @pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("name", ["fact", "fact+hyper_lhuc"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_half_precision_forward_beam_search_and_training(family, dtype):
-    """fp16-safe: no dtype mismatch anywhere (logits, bias, attention, mean speaker), finite outputs."""
+def test_half_precision_forward_beam_search_and_training(family, name, dtype):
+    """fp16-safe: no dtype mismatch anywhere (logits, bias, state, attention, mean speaker), finite outputs."""
     task = make_task()
-    model = make_model("fact", task=task, family=family).to(dtype)
+    model = make_model(name, task=task, family=family).to(dtype)
     src = random_batch(task.source_dictionary, [5, 3])
     prev = random_batch(task.target_dictionary, [4, 4], left_pad=False)
     logits, extra = forward(model, src, torch.tensor([0, 1]), prev)
@@ -355,14 +379,14 @@ def test_the_fused_generation_step_equals_adding_the_bias(family, name, onednn, 
     assert [h["tokens"].tolist() for h in beam] == [h["tokens"].tolist() for h in plain_beam]
 
 
-@pytest.mark.parametrize("name", ["none", "full", "fact"])
+@pytest.mark.parametrize("name", ["none", "full", "fact", "hyper_lhuc", "fact+hyper_lhuc"])
 def test_decoding_through_onednn_gives_the_plain_steps_and_beams(name, fast_path_switch):
     """A generation step of the LSTM multiplies through oneDNN (the cell's products, the attention's query,
     the output layer and the speaker rows' fused step): the same step logits and beams as PyTorch's own
     nn.LSTMCell and products."""
     task = make_task(num_speakers=4)
     model = make_model(name, task=task, family="lstm").eval()
-    if model.speaker_bias(torch.tensor([2])) is not None:
+    if model.speaker_bias.speaker_parameters():
         _favour_eos(model, task, speaker=2)  # sentences leave the beam on the way
     src = random_batch(task.source_dictionary, [5, 5, 3, 6, 4])
     speakers = torch.tensor([0, 1, 2, 3, 2])
@@ -434,13 +458,15 @@ def _recording(function, calls):
     return recorded
 
 
+@pytest.mark.parametrize("name", ["fact", "fact+hyper_lhuc"])
 @pytest.mark.parametrize("dropout", [0.0, 0.4])
-def test_the_fast_lstm_training_path_gives_the_plain_losses_and_gradients(dropout, fast_path_switch):
+def test_the_fast_lstm_training_path_gives_the_plain_losses_and_gradients(dropout, name, fast_path_switch):
     """Teacher forcing arranges the recurrence for speed (hoisted word gates, one product per weight
     gradient, oneDNN's products, tanh from sigmoid); with the same dropout masks it must give what
-    nn.LSTMCell, PyTorch's own products and tanh and autograd give step by step."""
+    nn.LSTMCell, PyTorch's own products and tanh and autograd give step by step (a speaker state too: its
+    offset in the hoisted word gates, its scale inside the recurrence)."""
     task = make_task(num_speakers=4)
-    model = make_model("fact", task=task, lstm_dropout=dropout, dropout=dropout, target_word_dropout=0.1)
+    model = make_model(name, task=task, lstm_dropout=dropout, dropout=dropout, target_word_dropout=0.1)
     src = random_batch(task.source_dictionary, [6, 3, 5, 4])
     prev = random_batch(task.target_dictionary, [5, 7, 2, 6], left_pad=False)
     speakers = torch.tensor([0, 3, 1, -1])
@@ -457,5 +483,7 @@ def test_the_fast_lstm_training_path_gives_the_plain_losses_and_gradients(dropou
     (fast_loss, fast), (plain_loss, plain) = runs
     assert torch.allclose(fast_loss, plain_loss, rtol=1e-5)
     assert fast.keys() == plain.keys() and "decoder.cell.weight_hh" in fast and "encoder.lstm.weight_hh_l0" in fast
+    assert all(key in fast for key in model.speaker_bias.state_dict(prefix="decoder.speaker_bias.")
+               if not key.endswith("_extra_state"))  # the state's parameters get gradients on both paths
     for name in fast:
         assert torch.allclose(fast[name], plain[name], atol=1e-5, rtol=1e-4), name

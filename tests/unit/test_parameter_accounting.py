@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from fairseq_speaker.analysis.parameter_accounting import compare_variants, count_parameters, main
-from fairseq_speaker.modules.speaker_bias import SPEAKER_BIAS_REGISTRY
+from fairseq_speaker.models import get_family
+from fairseq_speaker.modules.speaker_bias import SPEAKER_BIAS_REGISTRY, StateSites
 from tests.helpers import TINY_TRANSFORMER, TINY_VARIANT_OPTIONS, build_bias, make_model, make_task
 
 V = 40000
@@ -71,10 +72,13 @@ def nested_examples(bias, workdir, source_dictionary):
 
 def test_every_registered_variant_is_compared_from_its_contract(tmp_path):
     task = make_task(num_speakers=4, num_words=8)  # target vocabulary: 4 special + 11 words = 15
-    costs = {c.name.split(" ")[0]: c for c in compare_variants(15, 4, "lstm_base", flags(TINY_VARIANT_OPTIONS))}
+    tiny = get_family("lstm").scales["tiny"]  # a variant acting on the state is sized by the decoder's sites
+    costs = {c.name.split(" ")[0]: c for c in compare_variants(
+        15, 4, "lstm_base", flags(TINY_VARIANT_OPTIONS) + get_family("lstm").scale_args("tiny"))}
     assert set(costs) == set(SPEAKER_BIAS_REGISTRY)
     for name, cost in costs.items():
-        bias = build_bias(name, task)  # a real instance, from the variant's example where it needs one
+        # a real instance, from the variant's example where it needs one, in the LSTM decoder's sites
+        bias = build_bias(name, task, sites=StateSites(input_dim=tiny.embed, layer_dims=(tiny.hidden,)))
         assert cost.per_speaker == bias.parameters_per_speaker(), name
         assert cost.shared == sum(p.numel() for p in bias.shared_parameters().values()), name
         assert cost.total == sum(p.numel() for p in bias.parameters()), name

@@ -6,6 +6,7 @@ registered anywhere is tested here the moment it is imported.
 """
 
 import argparse
+import copy
 import dataclasses
 import os
 import sys
@@ -29,7 +30,15 @@ from fairseq_speaker.modules.speaker_bias import (
     register_speaker_bias,
     unregister_speaker_bias,
 )
-from tests.helpers import FAMILIES, build_bias, expected_parameters, make_task, random_batch, variant_options
+from tests.helpers import (
+    FAMILIES,
+    TINY_STATE_SITES,
+    build_bias,
+    expected_parameters,
+    make_task,
+    random_batch,
+    variant_options,
+)
 
 # the out-of-tree example registers its variant from a package of its own: tested like the others
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
@@ -61,8 +70,8 @@ class OffsetSpeakerBias(SpeakerBias):
 
 
 S, V = 7, 11
-#: every registered variant, and a sum of two (the combinator's usual form)
-VARIANTS = sorted(SPEAKER_BIAS_REGISTRY) + ["fact+full"]
+#: every registered variant, and sums of two (the combinator's usual form; a bias and a state)
+VARIANTS = sorted(SPEAKER_BIAS_REGISTRY) + ["fact+full", "fact+hyper_lhuc"]
 
 
 def task():
@@ -181,7 +190,33 @@ def test_a_variant_registered_later_is_a_model_option_at_once():
     assert "late_option" not in {f.name for f in dataclasses.fields(SpeakerLSTMModel.speaker_options())}
 
 
-# -- the bias ----------------------------------------------------------------------------------------
+# -- what a variant does: its bias and its state -----------------------------------------------------
+
+
+def effect(bias, speakers, encoder_out=None):
+    """What the variant does for each speaker, one row each ``[B, n]``: its bias, its state's input offset and
+    its layer scales minus 1, side by side (zero: nothing, the speaker-blind model); None if it does nothing."""
+    out = bias(speakers, encoder_out)
+    state = state_effect(bias.speaker_state(speakers, encoder_out))
+    parts = [t for t in (out, state) if t is not None]
+    return torch.cat(parts, dim=1) if parts else None
+
+
+def state_effect(state):
+    """A speaker state as one row per sentence: its input offset and its layer scales minus 1 (None: no state)."""
+    if state is None:
+        return None
+    parts = [] if state.input_offset is None else [state.input_offset]
+    parts += [scale - 1.0 for scale in (state.layer_scales or ()) if scale is not None]
+    return torch.cat(parts, dim=1)
+
+
+def mean_speaker_effect(bias):
+    """The effect of a speaker added as the mean speaker (growth): what ``MEAN_SPEAKER`` must get."""
+    grown = copy.deepcopy(bias)
+    grown.grow(1, init="mean")
+    with torch.no_grad():
+        return effect(grown, torch.tensor([S]))
 
 
 @pytest.mark.parametrize("name", VARIANTS)
@@ -194,15 +229,25 @@ def test_parameter_count_is_the_docstring_formula(name):
 def test_output_shape_and_one_bias_per_speaker(name, source):
     bias = build(name)
     speakers = torch.tensor([0, 3, 3, 6])
-    out = bias(speakers, source)
-    if out is None:
+    out, state = bias(speakers, source), bias.speaker_state(speakers, source)
+    assert (state is not None) == bias.acts_on_state
+    if not bias.acts_on_output:
+        assert out is None
+    if out is None and state is None:
         assert not bias.speaker_parameters() and not bias.reads_source
         return
-    assert out.shape == (4, V)
+    if out is not None:
+        assert out.shape == (4, V)
+    if state is not None:  # the sizes the decoder's sites gave
+        sites = TINY_STATE_SITES
+        assert state.input_offset is None or state.input_offset.shape == (4, sites.input_dim)
+        assert state.layer_scales is None or [s.shape for s in state.layer_scales] == [
+            (4, d) for d in sites.layer_dims]
+    out = effect(bias, speakers, source)
     if not bias.reads_source:
         assert torch.equal(out[1], out[2])  # the same speaker, the same bias
     if bias.speaker_parameters():
-        alone = bias(speakers, None) if bias.reads_source else out
+        alone = effect(bias, speakers, None) if bias.reads_source else out
         assert torch.equal(alone[1], alone[2])
         assert not torch.allclose(alone[0], alone[1])  # different speakers, different biases
 
@@ -212,7 +257,7 @@ def test_source_changes_the_bias_only_of_variants_that_read_it(name, source):
     bias = build(name)
     speakers = torch.tensor([1, 1, 1, 1])
     other = {"source_tokens": [source["source_tokens"][0].flip(0)]}
-    a, b = bias(speakers, source), bias(speakers, other)
+    a, b = effect(bias, speakers, source), effect(bias, speakers, other)
     if a is None:
         return
     if bias.reads_source:
@@ -224,20 +269,28 @@ def test_source_changes_the_bias_only_of_variants_that_read_it(name, source):
 
 @pytest.mark.parametrize("name", SPEAKER_VARIANTS)
 def test_every_speaker_starts_alike(name):
-    """Training starts from a speaker-agnostic model: before training, all speakers' biases are equal."""
-    out = build(name, randomize=False)(torch.arange(S))
+    """Training starts from a speaker-agnostic model: before training, all speakers' biases (and states) are
+    equal; a variant acting on the state starts as no state at all (the speaker-blind model)."""
+    bias = build(name, randomize=False)
+    out = effect(bias, torch.arange(S))
     assert torch.allclose(out, out[:1].expand_as(out), atol=1e-6)
+    state = state_effect(bias.speaker_state(torch.arange(S)))
+    assert state is None or torch.count_nonzero(state) == 0
 
 
 @pytest.mark.parametrize("name", SPEAKER_VARIANTS)
 def test_unseen_speakers_get_the_mean_speaker_or_nothing(name):
     bias = build(name)
-    every = bias(torch.arange(S))
-    out = bias(torch.tensor([2, MEAN_SPEAKER, NO_SPEAKER]))
+    every = effect(bias, torch.arange(S))
+    out = effect(bias, torch.tensor([2, MEAN_SPEAKER, NO_SPEAKER]))
     assert torch.allclose(out[0], every[2])
-    assert torch.allclose(out[1], every.mean(0), atol=1e-5)
-    assert torch.count_nonzero(out[2]) == 0
-    assert torch.allclose(bias.mean_bias(), SpeakerBias.mean_bias(bias), atol=1e-5)  # closed form = average
+    # the mean speaker is the one a new speaker starts as (growth): for a bias, the mean of the biases
+    assert torch.allclose(out[1], mean_speaker_effect(bias)[0], atol=1e-5)
+    biases = bias(torch.arange(S))
+    if biases is not None:
+        assert torch.allclose(bias(torch.tensor([MEAN_SPEAKER]))[0], biases.mean(0), atol=1e-5)
+        assert torch.allclose(bias.mean_bias(), SpeakerBias.mean_bias(bias), atol=1e-5)  # closed form = average
+    assert torch.count_nonzero(out[2]) == 0  # no bias, no offset, a scale of 1
 
 
 @pytest.mark.parametrize("name", SPEAKER_VARIANTS)
@@ -245,21 +298,26 @@ def test_the_mean_speaker_is_cached_until_the_parameters_change(name, monkeypatc
     bias = build(name)
     calls = []
     for cls in {type(variant) for _, variant in bias.named_variants()}:  # a sum's parts keep their own means
-        monkeypatch.setattr(cls, "mean_bias", lambda self, compute=cls.mean_bias: calls.append(1) or compute(self))
+        for method in ("mean_bias", "mean_state"):
+            counted = lambda self, compute=getattr(cls, method): calls.append(1) or compute(self)  # noqa: E731
+            monkeypatch.setattr(cls, method, counted)
     unseen = torch.tensor([MEAN_SPEAKER, 1])
     with torch.no_grad():
-        first = bias(unseen)
+        first = effect(bias, unseen)
         computed = len(calls)
-        again = bias(unseen)
+        again = effect(bias, unseen)
     assert computed >= 1 and len(calls) == computed and torch.equal(first, again)
     with torch.no_grad():  # an optimizer's in-place step, an import, a load: the cache is stale
         for p in bias.speaker_parameters().values():
             p.add_(torch.randn_like(p))
-        after = bias(unseen)
+        after = effect(bias, unseen)
     assert len(calls) > computed
-    assert torch.allclose(after[0], bias(torch.arange(S)).mean(0), atol=1e-5)
+    assert torch.allclose(after[0], mean_speaker_effect(bias)[0], atol=1e-5)
+    biases = bias(torch.arange(S))
+    if biases is not None:
+        assert torch.allclose(after[0, :V], biases.mean(0), atol=1e-5)
     computed = len(calls)
-    out = bias(unseen)  # with gradients: computed every time, and every speaker's row gets its share
+    out = effect(bias, unseen)  # with gradients: computed every time, and every speaker's row gets its share
     assert len(calls) > computed
     out[0].sum().backward()
     for p in bias.speaker_parameters().values():
@@ -268,10 +326,12 @@ def test_the_mean_speaker_is_cached_until_the_parameters_change(name, monkeypatc
 
 @pytest.mark.parametrize("name", SPEAKER_VARIANTS)
 def test_ids_out_of_range_are_errors(name):
-    with pytest.raises(IndexError, match="out of range"):
-        build(name)(torch.tensor([S]))
-    with pytest.raises(IndexError, match="neither a speaker"):
-        build(name)(torch.tensor([-3]))
+    calls = [lambda b, ids: b(ids)] + ([lambda b, ids: b.speaker_state(ids)] if build(name).acts_on_state else [])
+    for call in calls:
+        with pytest.raises(IndexError, match="out of range"):
+            call(build(name), torch.tensor([S]))
+        with pytest.raises(IndexError, match="neither a speaker"):
+            call(build(name), torch.tensor([-3]))
     with pytest.raises(ValueError, match="needs the speakers"):
         build(name)(None)
 
@@ -293,7 +353,7 @@ def test_parameters_are_either_a_speakers_or_shared(name):
 @pytest.mark.parametrize("name", SPEAKER_VARIANTS)
 def test_gradients_reach_only_the_rows_of_the_batchs_speakers(name, source):
     bias = build(name)
-    bias(torch.tensor([1, 4, 4, 1]), source).pow(2).sum().backward()
+    effect(bias, torch.tensor([1, 4, 4, 1]), source).pow(2).sum().backward()
     for param_name, p in bias.speaker_parameters().items():
         touched = p.grad.reshape(S, -1).abs().sum(dim=1).nonzero().flatten().tolist()
         assert touched == [1, 4], param_name
@@ -303,20 +363,23 @@ def test_gradients_reach_only_the_rows_of_the_batchs_speakers(name, source):
 @pytest.mark.parametrize("name", SPEAKER_VARIANTS)
 def test_growing_the_table_keeps_every_speaker_and_adds_new_ones(name, init):
     bias = build(name)
-    before = bias(torch.arange(S)).detach()
-    mean = bias.mean_bias().detach()
+    before = effect(bias, torch.arange(S)).detach()
+    mean = effect(bias, torch.tensor([MEAN_SPEAKER])).detach()
     bias.grow(2, init=init)
     assert bias.num_speakers == S + 2
     for p in bias.speaker_parameters().values():
         assert p.size(0) == S + 2
-    after = bias(torch.arange(S + 2)).detach()
+    after = effect(bias, torch.arange(S + 2)).detach()
     assert torch.equal(after[:S], before)
     if init == "mean":
         assert torch.allclose(after[S:], mean.expand(2, -1), atol=1e-5)
+        biases = bias(torch.arange(S))
+        if biases is not None:  # a bias's mean speaker: the mean of the biases
+            assert torch.allclose(after[S:, :V], biases.mean(0).expand(2, -1), atol=1e-5)
     else:
         for p in bias.speaker_parameters().values():
             assert torch.count_nonzero(p[S:]) == 0
-    bias(torch.tensor([S + 1])).sum().backward()  # the new rows are parameters like the others
+    effect(bias, torch.tensor([S + 1])).sum().backward()  # the new rows are parameters like the others
     assert all(p.grad is not None for p in bias.speaker_parameters().values())
 
 
@@ -325,9 +388,9 @@ def test_export_then_import_moves_a_speaker(name):
     bias = build(name)
     rows = bias.export_speakers([1])
     assert {k: tuple(v.shape[1:]) for k, v in rows.items()} == bias.speaker_row_shapes()
-    assert not torch.allclose(bias(torch.tensor([3])), bias(torch.tensor([1])))
+    assert not torch.allclose(effect(bias, torch.tensor([3])), effect(bias, torch.tensor([1])))
     bias.import_speakers([3], rows)
-    assert torch.allclose(bias(torch.tensor([3])), bias(torch.tensor([1])))
+    assert torch.allclose(effect(bias, torch.tensor([3])), effect(bias, torch.tensor([1])))
     with pytest.raises(ValueError, match="do not match"):
         bias.import_speakers([3], {"nope": torch.zeros(1)})
     with pytest.raises(ValueError, match="expected"):
@@ -342,7 +405,7 @@ def test_state_dict_round_trip(name, source):
     fresh = build(name, randomize=False)
     fresh.load_state_dict(bias.state_dict())
     speakers = torch.tensor([0, 5, MEAN_SPEAKER, 2])
-    a, b = bias(speakers, source), fresh(speakers, source)
+    a, b = effect(bias, speakers, source), effect(fresh, speakers, source)
     assert (a is None and b is None) or torch.equal(a, b)
 
 
@@ -353,17 +416,24 @@ def test_state_dict_round_trip(name, source):
 def test_default_regularizer_is_the_l2_pull_named_after_each_variant(name, source):
     bias = build(name, speaker_l2=0.5)
     speakers = torch.tensor([0, 2, 2, 5])
-    out, losses = bias.bias_and_aux_losses(speakers, source)
-    if out is None:
+    out, state, losses = bias.outputs_and_aux_losses(speakers, source)
+    if out is None and state is None:
         assert losses == {}
         return
-    # each variant that makes a bias itself (not a combinator of others) pulls its own bias
+    # each variant that makes a bias or a state itself (not a combinator of others) pulls its own: the bias
+    # towards none, the state towards none (offset 0, scale 1)
     leaves = [v for _, v in bias.named_variants() if len(list(v.named_variants())) == 1]
     assert {f"{leaf.name}_l2" for leaf in leaves} <= set(losses)  # (a variant may add regularizers of its own)
     for leaf in leaves:
-        expected = 0.5 * leaf(speakers, source).pow(2).sum(1).mean()
-        assert losses[f"{leaf.name}_l2"].item() == pytest.approx(expected.item(), rel=1e-5)
-    without = build(name, speaker_l2=0.0).bias_and_aux_losses(speakers, source)[1]
+        expected = 0.0
+        leaf_bias, leaf_state = leaf(speakers, source), leaf.speaker_state(speakers, source)
+        if leaf_bias is not None:
+            expected += 0.5 * leaf_bias.pow(2).sum(1).mean().item()
+        if leaf_state is not None:
+            expected += 0.5 * leaf_state.deviation().mean().item()
+        assert expected > 0
+        assert losses[f"{leaf.name}_l2"].item() == pytest.approx(expected, rel=1e-5)
+    without = build(name, speaker_l2=0.0).outputs_and_aux_losses(speakers, source)[2]
     assert not {f"{leaf.name}_l2" for leaf in leaves} & set(without)
 
 
@@ -401,9 +471,10 @@ def test_inspection_reads_the_contract(name):
 @pytest.mark.parametrize("name", VARIANTS)
 def test_half_precision(name, dtype, source):
     bias = build(name).to(dtype)
-    out = bias(torch.tensor([0, 3, MEAN_SPEAKER, NO_SPEAKER]), source)
-    if out is not None:
-        assert out.dtype == dtype and torch.isfinite(out).all()
+    speakers = torch.tensor([0, 3, MEAN_SPEAKER, NO_SPEAKER])
+    out, state = bias(speakers, source), bias.speaker_state(speakers, source)
+    for t in ([out] if out is not None else []) + (state.tensors() if state is not None else []):
+        assert t.dtype == dtype and torch.isfinite(t).all()
 
 
 @pytest.mark.parametrize("name", sorted(SPEAKER_BIAS_REGISTRY))

@@ -12,13 +12,14 @@ from fairseq.optim.adam import Adam as FairseqAdam
 from fairseq_speaker.modules.speaker_bias import SPEAKER_BIAS_REGISTRY
 from fairseq_speaker.optim.speaker_rows import pad_grown_optimizer_state, update_speaker_rows
 from fairseq_speaker.errors import UserError
-from tests.helpers import build_bias, make_task
+from tests.helpers import TINY_STATE_SITES, build_bias, make_task
 
 S, V = 6, 13
 
 
 class Toy(torch.nn.Module):
-    """A shared logit vector plus the ``full`` speaker bias: enough to give every row its own gradient."""
+    """A shared logit vector plus the ``full`` speaker bias: enough to give every row its own gradient. A variant
+    acting on the decoder's state reaches the logits through a fixed random read-out of its state."""
 
     def __init__(self, sparse: bool, seed: int = 0, name: str = "full", lr_scale=None):
         super().__init__()
@@ -26,9 +27,15 @@ class Toy(torch.nn.Module):
         task = make_task(num_speakers=S, num_words=V - 4 - 3)
         self.bias = build_bias(name, task, speaker_dense_updates=not sparse, speaker_lr_scale=lr_scale)
         self.shared = torch.nn.Parameter(torch.randn(len(task.target_dictionary)))
+        sites = TINY_STATE_SITES
+        self.register_buffer("readout", torch.randn(len(task.target_dictionary), sites.input_dim + sites.hidden_dim))
 
     def loss(self, speakers, targets):
-        logits = self.shared + self.bias(speakers)
+        logits = self.shared + (self.bias(speakers) if self.bias.acts_on_output else 0.0)
+        state = self.bias.speaker_state(speakers)
+        if state is not None:
+            flat = torch.cat(state.tensors(), dim=1)  # B x (what the state has of offset and scales)
+            logits = logits + flat @ self.readout[:, : flat.size(1)].t()
         return F.cross_entropy(logits, targets, reduction="sum")
 
 

@@ -12,7 +12,8 @@ read. See ../README.md.
 
 Where the speaker plugs in: the encoder keeps the speakers in its output (``SpeakerEncoderMixin``
 before fairseq's ``LightConvEncoder``), the decoder adds the variant's bias to its logits
-(``SpeakerDecoderMixin`` before fairseq's ``LightConvDecoder``).
+(``SpeakerDecoderMixin`` before fairseq's ``LightConvDecoder``) and says where a speaker state acts
+(``speaker_state_sites``: the target embeddings and each decoder layer's output, through hooks).
 """
 
 from typing import List
@@ -28,8 +29,10 @@ from fairseq_speaker.modules.speaker_plumbing import (
     SpeakerEncoderMixin,
     SpeakerModelMixin,
     fill_defaults,
+    hook_speaker_state,
     register_speaker_model,
 )
+from fairseq_speaker.modules.speaker_bias import StateSites
 
 
 class SpeakerLightConvEncoder(SpeakerEncoderMixin, LightConvEncoder):
@@ -53,7 +56,15 @@ class LogitsAsFeatures(LightConvDecoder):
 
 
 class SpeakerLightConvDecoder(SpeakerDecoderMixin, LogitsAsFeatures):
-    pass
+    """Where a speaker state acts (``--speaker-bias lhuc``, ``hyper_lhuc``, ``input``): an offset on the target
+    embeddings and a scale on the output of each decoder layer, through forward hooks, as the Transformer's."""
+
+    def speaker_state_sites(self) -> StateSites:
+        return StateSites(input_dim=self.embed_tokens.embedding_dim,
+                          layer_dims=tuple(layer.embed_dim for layer in self.layers))
+
+    def prepare_speaker_state(self) -> None:
+        hook_speaker_state(self, self.embed_tokens, list(self.layers))
 
 
 @register_speaker_model("speaker_lightconv")

@@ -7,8 +7,9 @@ A variant is a :class:`SpeakerBias` subclass registered with its options::
 
 Its options then exist as command-line flags and hydra keys of every speaker
 model (``speaker_lstm``, ``speaker_transformer``), and ``--speaker-bias my_bias``
-chooses it on any preset. ``--speaker-bias a+b`` adds two variants (the ``sum``
-combinator). Every file of this folder is imported below; a variant can as well
+chooses it on any preset. A variant acts on the logits (a bias), on the decoder's
+state (:class:`SpeakerState`: ``lhuc``, ``hyper_lhuc``, ``input``), or on both.
+``--speaker-bias a+b`` adds two variants (the ``sum`` combinator). Every file of this folder is imported below; a variant can as well
 live in another package (a second ``--user-dir``) that imports this one. See
 ``docs/bias_variants.md`` and :mod:`.base` for the contract, :mod:`.registry` for the registry.
 """
@@ -16,7 +17,7 @@ live in another package (a second ``--user-dir``) that imports this one. See
 import importlib
 import os
 
-from .base import EncoderOut, SpeakerBias, SpeakerBiasConfig, source_tokens
+from .base import EncoderOut, SpeakerBias, SpeakerBiasConfig, SpeakerState, StateSites, source_tokens
 from .registry import (
     SPEAKER_BIAS_DATACLASS_REGISTRY,
     SPEAKER_BIAS_REGISTRY,
@@ -46,6 +47,8 @@ __all__ = [
     "SPEAKER_BIAS_REGISTRY",
     "SpeakerBias",
     "SpeakerBiasConfig",
+    "SpeakerState",
+    "StateSites",
     "build_speaker_bias",
     "on_register",
     "parse_variant_name",

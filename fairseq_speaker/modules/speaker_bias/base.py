@@ -5,6 +5,14 @@ sentences) into a bias over the target vocabulary that the decoder adds to its
 logits: ``p_t = softmax(E_T o_t + b_T + bias)``. Shapes: B sentences, V target
 words, S speakers.
 
+A variant may also (or instead) act on the decoder's state, through a per-sentence
+:class:`SpeakerState`: an offset ``[B, d_in]`` added to the decoder's input (the embedding of
+the previous word) at every step, and per decoder layer a scale ``[B, d_l]`` on its hidden
+units (LHUC: ``h' = h * scale``). Where that is, and its sizes, the family's decoder says
+(:class:`StateSites`, from its ``speaker_state_sites()``); the model gives the sites to the
+variant once, when it attaches it (:meth:`SpeakerBias.attach`), before any optimizer is built
+and any checkpoint is loaded, so that the variant creates its matrices at the right sizes.
+
 What a variant declares (class attributes):
 
 - ``config_class``: its options, a dataclass deriving from :class:`SpeakerBiasConfig`
@@ -16,6 +24,8 @@ What a variant declares (class attributes):
   speakers. Freezing, inspection, export/import, growth and sparse updates go by this.
 - ``needs_speakers``: whether it needs speaker ids (False for variants that only read the source);
   ``reads_source``: whether its bias depends on the source sentence.
+- ``acts_on_output`` / ``acts_on_state``: whether it gives a bias on the logits (:meth:`lookup`),
+  a :class:`SpeakerState` (:meth:`state_lookup`), or both. Output only by default.
 - ``speaker_vector_label``: what :meth:`own_speaker_vectors` holds, for the report.
 - its parameter count, on a line ``Parameters: <formula>`` of the class docstring, in S, V, the
   ``symbol`` metadata of its options and the names :meth:`formula_symbols` gives (checked by the
@@ -26,15 +36,20 @@ What a variant implements:
 - :meth:`lookup` ``(speakers [B] in [0, S), encoder_out) -> [B, V] or None``: the bias of
   known speakers. ``encoder_out`` is the encoder's output dict, or None; it always has
   ``encoder_out["source_tokens"] == [src_tokens [B, src_len]]``. A variant that needs the
-  source returns None without it.
+  source returns None without it; a variant that acts only on the state returns None.
+- a state variant: :meth:`attach` ``(sites)`` (create the parameters whose sizes the decoder
+  gives) and :meth:`state_of_rows` ``(rows) -> SpeakerState`` (the state of speakers given their
+  rows of the speaker parameters, ``[B, ...]`` each; :meth:`state_lookup` reads the rows with
+  :meth:`row_lookup`). The mean speaker's state is that of the mean rows (:meth:`mean_state`).
 - optionally :meth:`build` (to read files or check dictionaries), :meth:`mean_bias` (closed
   form of the mean speaker), :meth:`mean_speaker_row` (the parameter row a new speaker starts
   from), :meth:`aux_losses` (its regularizers), :meth:`own_speaker_vectors` and
   :meth:`own_vocabulary_vectors` (what inspection shows), :meth:`example_options` (what a
   small working instance needs, for tests and accounting).
 
-What the base class provides from that: :meth:`forward` (range checks, unseen speakers:
-``MEAN_SPEAKER`` gets the mean speaker's bias and ``NO_SPEAKER`` none), the speaker /
+What the base class provides from that: :meth:`forward` and :meth:`speaker_state` (range checks,
+unseen speakers: ``MEAN_SPEAKER`` gets the mean speaker's bias and state, ``NO_SPEAKER`` none: no
+bias, offset 0, scale 1), the speaker /
 shared partition of the parameters, :meth:`grow`, :meth:`export_speakers` /
 :meth:`import_speakers`, and the default auxiliary loss (the L2 pull of ``--speaker-l2``).
 Variants built of other variants (``sum``) hold them as submodules: the speaker parameters,
@@ -92,6 +107,102 @@ class RowSparseConfig(SpeakerBiasConfig):
     )
 
 
+@dataclass(frozen=True)
+class StateSites:
+    """Where a speaker state acts in a decoder, and its sizes (what a family's decoder offers through
+    ``speaker_state_sites()``).
+
+    Args:
+        input_dim: d_in, the size of the decoder's input the offset is added to (the target word embedding).
+        layer_dims: d_l for each decoder layer whose hidden units are scaled (the LSTM's h_t: one layer;
+            the Transformer's residual stream after each layer).
+    """
+
+    input_dim: int
+    layer_dims: Tuple[int, ...]
+
+    def __post_init__(self):
+        object.__setattr__(self, "layer_dims", tuple(int(d) for d in self.layer_dims))
+
+    @property
+    def hidden_dim(self) -> int:
+        """The sum of the layers' sizes: one speaker's LHUC amplitudes for every layer."""
+        return sum(self.layer_dims)
+
+
+@dataclass
+class SpeakerState:
+    """What a speaker does to the decoder's state, per sentence (``B`` rows; None: nothing there).
+
+    Args:
+        input_offset: ``[B, d_in]``, added to the decoder's input (the previous word's embedding) at every step.
+        layer_scales: per decoder layer, ``[B, d_l]`` or None: its hidden units are multiplied by it at every step.
+    """
+
+    input_offset: Optional[Tensor] = None
+    layer_scales: Optional[Tuple[Optional[Tensor], ...]] = None
+
+    def layer_scale(self, layer: int) -> Optional[Tensor]:
+        """The scale ``[B, d_l]`` of one layer, or None (a scale of 1)."""
+        if self.layer_scales is None or layer >= len(self.layer_scales):
+            return None
+        return self.layer_scales[layer]
+
+    def tensors(self) -> List[Tensor]:
+        return [t for t in [self.input_offset, *(self.layer_scales or ())] if t is not None]
+
+    def _map(self, fn) -> "SpeakerState":
+        return SpeakerState(
+            None if self.input_offset is None else fn(self.input_offset),
+            None if self.layer_scales is None else tuple(None if s is None else fn(s) for s in self.layer_scales))
+
+    def index_select(self, index: Tensor) -> "SpeakerState":
+        """The rows ``index`` (the hypotheses of a beam: each keeps its sentence's state)."""
+        return self._map(lambda t: t.index_select(0, index))
+
+    def to(self, *args, **kwargs) -> "SpeakerState":
+        return self._map(lambda t: t.to(*args, **kwargs))
+
+    def where(self, mask: Tensor, other: Optional["SpeakerState"]) -> "SpeakerState":
+        """Rows where ``mask`` ``[B]`` is True take ``other``'s state (one row, for all of them), or none
+        (offset 0, scale 1) when ``other`` is None."""
+        def pick(mine: Optional[Tensor], theirs: Optional[Tensor], neutral: float) -> Optional[Tensor]:
+            if mine is None:
+                return None  # the same sites for every row: a variant gives a site to all speakers or to none
+            fill = theirs.to(mine).expand_as(mine) if theirs is not None else mine.new_full((), neutral)
+            return torch.where(mask.unsqueeze(1), fill, mine)
+
+        scales = None
+        if self.layer_scales is not None:
+            scales = tuple(pick(s, other.layer_scale(i) if other is not None else None, 1.0)
+                           for i, s in enumerate(self.layer_scales))
+        return SpeakerState(pick(self.input_offset, other.input_offset if other is not None else None, 0.0), scales)
+
+    def deviation(self) -> Tensor:
+        """``[B]``: how far each row is from no state, ``||offset||^2 + sum_l ||scale_l - 1||^2`` (the L2 pull)."""
+        total = None
+        for t, neutral in [(self.input_offset, 0.0), *((s, 1.0) for s in (self.layer_scales or ()))]:
+            if t is not None:
+                part = (t.float() - neutral).pow(2).sum(dim=1)
+                total = part if total is None else total + part
+        return total
+
+    @staticmethod
+    def compose(a: Optional["SpeakerState"], b: Optional["SpeakerState"]) -> Optional["SpeakerState"]:
+        """Two states acting together (None-safe): offsets add, scales multiply."""
+        if a is None or b is None:
+            return a if b is None else b
+
+        def join(x: Optional[Tensor], y: Optional[Tensor], op) -> Optional[Tensor]:
+            return x if y is None else y if x is None else op(x, y.to(x))
+
+        scales = None
+        if a.layer_scales is not None or b.layer_scales is not None:
+            n = max(len(a.layer_scales or ()), len(b.layer_scales or ()))
+            scales = tuple(join(a.layer_scale(i), b.layer_scale(i), torch.mul) for i in range(n))
+        return SpeakerState(join(a.input_offset, b.input_offset, torch.add), scales)
+
+
 def source_tokens(encoder_out: EncoderOut) -> Optional[Tensor]:
     """The source sentences ``[B, src_len]`` the speaker plumbing keeps in every encoder output."""
     if not encoder_out or not encoder_out.get("source_tokens"):
@@ -119,6 +230,11 @@ class SpeakerBias(nn.Module):
     reads_source: ClassVar[bool] = False
     #: what :meth:`speaker_vectors` holds, for the inspection report ("mixture weights", ...)
     speaker_vector_label: ClassVar[str] = "speaker parameters"
+    #: whether it gives a bias on the logits (:meth:`lookup`)
+    acts_on_output: ClassVar[bool] = True
+    #: whether it gives a :class:`SpeakerState` (:meth:`state_lookup`): then the model attaches it to a decoder
+    #: that offers the sites (:meth:`attach`)
+    acts_on_state: ClassVar[bool] = False
 
     def __init__(self, cfg: SpeakerBiasConfig, num_speakers: int, vocab_size: int):
         super().__init__()
@@ -130,6 +246,8 @@ class SpeakerBias(nn.Module):
         self.speaker_names: Optional[List[str]] = None
         #: whether the optimizer updates the row-sparse parameters row by row (told at its first step)
         self.row_sparse = False
+        #: the decoder's sites, once attached (:meth:`attach`)
+        self.sites: Optional[StateSites] = None
         parse_lr_scale(getattr(cfg, "speaker_lr_scale", None))  # a bad value stops here, naming the option
 
     # -- building ----------------------------------------------------------------------------
@@ -163,35 +281,52 @@ class SpeakerBias(nn.Module):
 
     def formula_symbols(self) -> Dict[str, int]:
         """Values of the symbols of the docstring's ``Parameters:`` formula that are neither S, V nor
-        an option's ``symbol`` (e.g. a topic model's K)."""
+        an option's ``symbol`` (e.g. a topic model's K; a state variant's D = d_in and H = sum of d_l)."""
         return {}
+
+    def attach(self, sites: StateSites) -> None:
+        """Told once, by the model that attaches this variant to its decoder, where a speaker state can act
+        (before any optimizer is built and any checkpoint loaded). A state variant creates here the
+        parameters whose sizes the decoder decides; the default keeps the sites and does nothing else."""
+        if self.sites is not None and self.sites != sites:
+            raise ValueError(f"the {self.name!r} speaker variant is attached to a decoder already ({self.sites}); "
+                             f"it cannot move to another ({sites})")
+        self.sites = sites
 
     # -- the bias ----------------------------------------------------------------------------
     def lookup(self, speakers: Tensor, encoder_out: EncoderOut = None) -> Optional[Tensor]:
         """The bias ``[B, V]`` of known speakers (ids ``[B]`` in ``[0, S)``), or None for no bias."""
         raise NotImplementedError
 
-    def mean_bias(self) -> Tensor:
-        """The mean of every speaker's bias ``[V]`` (without source), for speakers never seen."""
+    def mean_bias(self) -> Optional[Tensor]:
+        """The mean of every speaker's bias ``[V]`` (without source), for speakers never seen (None for a
+        variant without a bias)."""
         total = None
         ids = torch.arange(self.num_speakers, device=self._device())
         for chunk in ids.split(1024):
-            part = self.lookup(chunk).sum(0)
-            total = part if total is None else total + part
+            part = self.lookup(chunk)
+            if part is None:
+                return None
+            total = part.sum(0) if total is None else total + part.sum(0)
         return total / max(self.num_speakers, 1)
 
     def cached_mean_bias(self) -> Tensor:
         """:meth:`mean_bias`, computed again only when a parameter or buffer of the variant has changed
         (moved, replaced, or updated in place: their version counters say so). Where gradients flow to
         the parameters (training), it is computed every time, so that every speaker gets its share."""
+        return self._cached("_mean_bias_cache", self.mean_bias)
+
+    def _cached(self, key_name: str, compute):
         tensors = list(self.parameters()) + list(self.buffers())
         if torch.is_grad_enabled() and any(p.requires_grad for p in tensors):
-            return self.mean_bias()
+            return compute()
         key = tuple((id(t), t._version, t.data_ptr(), t.dtype, tuple(t.shape)) for t in tensors)
-        cached = self.__dict__.get("_mean_bias_cache")
+        cached = self.__dict__.get(key_name)
         if cached is None or cached[0] != key:
-            cached = (key, self.mean_bias().detach())
-            self.__dict__["_mean_bias_cache"] = cached
+            value = compute()
+            cached = (key, value.detach() if isinstance(value, Tensor) else
+                      value._map(Tensor.detach) if isinstance(value, SpeakerState) else value)
+            self.__dict__[key_name] = cached
         return cached[1]
 
     def forward(self, speakers: Optional[Tensor], encoder_out: EncoderOut = None) -> Optional[Tensor]:
@@ -203,6 +338,8 @@ class SpeakerBias(nn.Module):
             return None
         self.check_speakers(speakers)
         if self.num_speakers == 0:  # nobody is known, so nobody has a bias (nor does the mean of nobody)
+            if not self.acts_on_output:
+                return None
             return torch.zeros(len(speakers), self.vocab_size, device=speakers.device, dtype=self._dtype())
         bias = self.lookup(speakers.clamp(min=0), encoder_out)
         if bias is None:
@@ -213,6 +350,58 @@ class SpeakerBias(nn.Module):
         if bool(none.any()):
             bias = bias.masked_fill(none.unsqueeze(1), 0.0)
         return bias
+
+    # -- the state -----------------------------------------------------------------------------
+    def state_of_rows(self, rows: Dict[str, Tensor]) -> Optional[SpeakerState]:
+        """The state of speakers whose rows of this variant's own speaker parameters are ``rows`` (name ->
+        ``[B, ...]``); None for a variant that does not act on the state."""
+        return None
+
+    def state_lookup(self, speakers: Tensor, encoder_out: EncoderOut = None) -> Optional[SpeakerState]:
+        """The state of known speakers (ids ``[B]`` in ``[0, S)``): :meth:`state_of_rows` of their rows (read
+        with :meth:`row_lookup` where the variant updates rows row by row)."""
+        if not self.acts_on_state:
+            return None
+        rows = {name: (self.row_lookup(name, speakers) if name in self.row_sparse_parameter_names
+                       else getattr(self, name).index_select(0, speakers))
+                for name in self.speaker_parameter_names}
+        return self.state_of_rows(rows)
+
+    def mean_state(self) -> Optional[SpeakerState]:
+        """The mean speaker's state: the state of the mean of the speakers' rows, the row a new speaker starts
+        from (:meth:`mean_speaker_row`; a variant that overrides one overrides both). Where the state is not
+        linear in the rows (LHUC's 2 sigmoid(a)), this is not the mean of the speakers' states."""
+        if not self.acts_on_state:
+            return None
+        return self.state_of_rows({name: getattr(self, name).mean(dim=0, keepdim=True)
+                                   for name in self.speaker_parameter_names})
+
+    def cached_mean_state(self) -> Optional[SpeakerState]:
+        """:meth:`mean_state`, kept as :meth:`cached_mean_bias` keeps the mean bias."""
+        return self._cached("_mean_state_cache", self.mean_state)
+
+    def speaker_state(self, speakers: Optional[Tensor], encoder_out: EncoderOut = None) -> Optional[SpeakerState]:
+        """The :class:`SpeakerState` of speaker ids ``[B]`` (None: no state): ids ``>= 0`` are rows of the
+        speaker dictionary, ``MEAN_SPEAKER`` gets the mean speaker's state, ``NO_SPEAKER`` none (offset 0,
+        scale 1)."""
+        if not self.acts_on_state:
+            return None
+        if speakers is None:
+            if self.needs_speakers:
+                raise ValueError(f"the {self.name!r} speaker variant needs the speakers of the batch")
+            return None
+        self.check_speakers(speakers)
+        if self.num_speakers == 0:  # nobody is known: no state (nor has the mean of nobody one)
+            return None
+        state = self.state_lookup(speakers.clamp(min=0), encoder_out)
+        if state is None:
+            return None
+        mean, none = speakers == MEAN_SPEAKER, speakers == NO_SPEAKER
+        if bool(mean.any()):
+            state = state.where(mean, self.cached_mean_state())
+        if bool(none.any()):
+            state = state.where(none, None)
+        return state
 
     def check_speakers(self, speakers: Tensor) -> None:
         if speakers.numel() == 0:
@@ -230,6 +419,32 @@ class SpeakerBias(nn.Module):
         """:meth:`forward` and :meth:`aux_losses` together (combinators override this to reuse their parts')."""
         bias = self(speakers, encoder_out)
         return bias, self.aux_losses(speakers, bias, encoder_out)
+
+    def outputs_and_aux_losses(
+        self, speakers: Optional[Tensor], encoder_out: EncoderOut = None, with_aux: bool = True
+    ) -> Tuple[Optional[Tensor], Optional[SpeakerState], Dict[str, Tensor]]:
+        """The bias (:meth:`forward`), the state (:meth:`speaker_state`) and, ``with_aux``, the regularizers
+        (:meth:`aux_losses`, and :meth:`state_aux_losses` where there is a state): what the decoder asks once
+        per batch. Combinators override this to reuse their parts'."""
+        if not with_aux:
+            return self(speakers, encoder_out), self.speaker_state(speakers, encoder_out), {}
+        bias, losses = self.bias_and_aux_losses(speakers, encoder_out)
+        state = self.speaker_state(speakers, encoder_out)
+        if state is not None:
+            losses = dict(losses)
+            for name, value in self.state_aux_losses(speakers, state).items():
+                losses[name] = losses[name] + value if name in losses else value
+        return bias, state, losses
+
+    def state_aux_losses(self, speakers: Optional[Tensor], state: SpeakerState) -> Dict[str, Tensor]:
+        """The regularizers of the state (as :meth:`aux_losses`' of the bias). The default is the L2 pull of
+        ``--speaker-l2`` towards no state, ``speaker_l2 * mean (||offset||^2 + sum_l ||scale_l - 1||^2)``,
+        logged as ``<variant>_l2`` (added to the bias's own pull for a variant with both)."""
+        weight = getattr(self.cfg, "speaker_l2", 0.0)
+        deviation = state.deviation()
+        if not weight or deviation is None:
+            return {}
+        return {f"{self.name}_l2": weight * deviation.mean()}
 
     def aux_losses(self, speakers: Optional[Tensor], bias: Optional[Tensor],
                    encoder_out: EncoderOut = None) -> Dict[str, Tensor]:
@@ -355,8 +570,20 @@ class SpeakerBias(nn.Module):
         variant nested in it (checkpoints older than 0.3.0 lack them)."""
         return [_join(prefix, "_extra_state") for prefix, _ in self.named_variants()]
 
-    def get_extra_state(self) -> Dict[str, List[str]]:
-        return {"speakers": list(self.speaker_names)} if self.speaker_names is not None else {}
+    def get_extra_state(self) -> Dict[str, object]:
+        state: Dict[str, object] = {"speakers": list(self.speaker_names)} if self.speaker_names is not None else {}
+        if self.sites is not None and self.acts_on_state:  # so that the variant loads alone (inspection)
+            state["sites"] = {"input_dim": self.sites.input_dim, "layer_dims": list(self.sites.layer_dims)}
+        return state
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # a variant built alone (inspection, the report) takes the decoder's sites its parameters were made for
+        # from the checkpoint: attached first, it has their shapes
+        extra = state_dict.get(prefix + "_extra_state")
+        sites = extra.get("sites") if isinstance(extra, dict) else None
+        if sites is not None and self.sites is None:
+            self.attach(StateSites(int(sites["input_dim"]), tuple(sites["layer_dims"])))
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def set_extra_state(self, state) -> None:
         names = (state or {}).get("speakers")

@@ -12,10 +12,11 @@ from .base import EncoderOut, RowSparseConfig, SpeakerBias
 
 @dataclass
 class RankedSpeakerBiasConfig(RowSparseConfig):
-    """Options of the variants that mix r shared bias vectors (``fact``, ``simplex``)."""
+    """Options of the variants with r numbers per speaker (``fact``, ``simplex``, ``hyper_lhuc``)."""
 
     speaker_rank: int = field(
-        default=10, metadata={"help": "fact, simplex: r, the number of shared bias vectors", "symbol": "r"}
+        default=10, metadata={"help": "fact, simplex: r, the number of shared bias vectors; hyper_lhuc: the r numbers "
+                                 "per speaker its LHUC scales and input offset are generated from", "symbol": "r"}
     )
 
 

@@ -7,11 +7,11 @@ every variant file of this folder, so this module sits below the variants and im
 
 import dataclasses
 import typing
-from typing import Callable, Dict, List, Type
+from typing import Callable, Dict, List, Optional, Type
 
 from fairseq_speaker.errors import UserError
 
-from .base import SpeakerBias, SpeakerBiasConfig
+from .base import SpeakerBias, SpeakerBiasConfig, StateSites
 
 SPEAKER_BIAS_REGISTRY: Dict[str, Type[SpeakerBias]] = {}
 #: name -> the variant's options dataclass
@@ -132,7 +132,7 @@ def speaker_bias_class(name: str) -> Type[SpeakerBias]:
 
 
 def build_speaker_bias(name: str, cfg, speaker_dictionary, target_dictionary,
-                       source_dictionary=None) -> SpeakerBias:
+                       source_dictionary=None, sites: Optional[StateSites] = None) -> SpeakerBias:
     """Build the variant ``name`` (a registered name, or ``a+b``) from the model config ``cfg``.
 
     Args:
@@ -140,9 +140,15 @@ def build_speaker_bias(name: str, cfg, speaker_dictionary, target_dictionary,
         speaker_dictionary: the task's speaker dictionary (None for a task without speakers).
         target_dictionary: the target dictionary (V = its size).
         source_dictionary: the source dictionary, for variants that read the source.
+        sites: where a speaker state acts in the decoder it is for (:meth:`SpeakerBias.attach`); a model
+            attaches its variant itself (``SpeakerModelMixin.with_speaker_bias``), this is for a variant alone.
     """
     parts = parse_variant_name(name)
     if len(parts) > 1:  # a+b: the "sum" combinator, registered like any variant
-        return SPEAKER_BIAS_REGISTRY["sum"].build_parts(parts, cfg, speaker_dictionary, target_dictionary,
+        bias = SPEAKER_BIAS_REGISTRY["sum"].build_parts(parts, cfg, speaker_dictionary, target_dictionary,
                                                         source_dictionary)
-    return SPEAKER_BIAS_REGISTRY[name].build(cfg, speaker_dictionary, target_dictionary, source_dictionary)
+    else:
+        bias = SPEAKER_BIAS_REGISTRY[name].build(cfg, speaker_dictionary, target_dictionary, source_dictionary)
+    if sites is not None:
+        bias.attach(sites)
+    return bias

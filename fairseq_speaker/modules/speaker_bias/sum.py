@@ -6,7 +6,7 @@ from torch import Tensor, nn
 from fairseq_speaker.errors import UserError
 
 from .registry import SPEAKER_BIAS_REGISTRY, parse_variant_name, register_speaker_bias
-from .base import EncoderOut, SpeakerBias, SpeakerBiasConfig
+from .base import EncoderOut, SpeakerBias, SpeakerBiasConfig, SpeakerState, StateSites
 
 
 @dataclass
@@ -23,6 +23,10 @@ class SumSpeakerBias(SpeakerBias):
     """A combinator: the bias of two (or more) registered variants added, e.g. ``fact+topic``.
 
     Parameters: the sum of its parts'
+
+    Parts that act on the decoder's state compose too (``fact+hyper_lhuc``): their input offsets
+    add and their layer scales multiply (:meth:`SpeakerState.compose`); each part is attached to
+    the decoder's sites.
 
     Each part reads its own options (``--speaker-rank`` for fact, ``--topic-model`` for
     topic) and keeps its parameters under ``parts.<name>.`` (``decoder.speaker_bias.parts.fact.
@@ -45,6 +49,19 @@ class SumSpeakerBias(SpeakerBias):
     @property
     def reads_source(self) -> bool:  # type: ignore[override]
         return any(part.reads_source for part in self.parts.values())
+
+    @property
+    def acts_on_output(self) -> bool:  # type: ignore[override]
+        return any(part.acts_on_output for part in self.parts.values())
+
+    @property
+    def acts_on_state(self) -> bool:  # type: ignore[override]
+        return any(part.acts_on_state for part in self.parts.values())
+
+    def attach(self, sites: StateSites) -> None:
+        super().attach(sites)
+        for part in self.parts.values():
+            part.attach(sites)
 
     def formula_symbols(self) -> Dict[str, int]:
         return {k: v for part in self.parts.values() for k, v in part.formula_symbols().items()}
@@ -83,8 +100,35 @@ class SumSpeakerBias(SpeakerBias):
                 total = bias if total is None else total + bias
         return total, losses
 
+    def outputs_and_aux_losses(self, speakers: Optional[Tensor], encoder_out: EncoderOut = None,
+                               with_aux: bool = True
+                               ) -> Tuple[Optional[Tensor], Optional[SpeakerState], Dict[str, Tensor]]:
+        total: Optional[Tensor] = None
+        state: Optional[SpeakerState] = None
+        losses: Dict[str, Tensor] = {}
+        for part in self.parts.values():
+            bias, part_state, part_losses = part.outputs_and_aux_losses(speakers, encoder_out, with_aux)
+            losses.update(part_losses)
+            if bias is not None:
+                total = bias if total is None else total + bias
+            state = SpeakerState.compose(state, part_state)
+        return total, state, losses
+
+    def speaker_state(self, speakers: Optional[Tensor], encoder_out: EncoderOut = None) -> Optional[SpeakerState]:
+        state: Optional[SpeakerState] = None
+        for part in self.parts.values():
+            state = SpeakerState.compose(state, part.speaker_state(speakers, encoder_out))
+        return state
+
     def lookup(self, speakers: Tensor, encoder_out: EncoderOut = None) -> Optional[Tensor]:
         return self(speakers, encoder_out)
 
-    def mean_bias(self) -> Tensor:
-        return sum(part.mean_bias() for part in self.parts.values())
+    def mean_bias(self) -> Optional[Tensor]:
+        means = [mean for mean in (part.mean_bias() for part in self.parts.values()) if mean is not None]
+        return sum(means) if means else None
+
+    def mean_state(self) -> Optional[SpeakerState]:
+        state: Optional[SpeakerState] = None
+        for part in self.parts.values():
+            state = SpeakerState.compose(state, part.mean_state())
+        return state
