@@ -19,6 +19,7 @@ too (then the other speakers change as well). The result loads in stock ``fairse
 
 import argparse
 import logging
+import math
 import os
 import sys
 import time
@@ -291,8 +292,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         parser.error("--path CHECKPOINT is required")
     if os.path.abspath(args.save) == os.path.abspath(args.path):
         parser.error("--save must not be the checkpoint given by --path: write the adapted model to a new file")
-    if args.adapt_l2 < 0 or args.adapt_max_iter < 1:
-        parser.error("--adapt-l2 must be >= 0 and --adapt-max-iter >= 1")
+    if not math.isfinite(args.adapt_l2) or args.adapt_l2 < 0 or args.adapt_max_iter < 1:
+        parser.error(f"--adapt-l2 must be a number >= 0 (got {args.adapt_l2}) and --adapt-max-iter >= 1 "
+                     f"(got {args.adapt_max_iter})")
     torch.manual_seed(args.seed)
     overrides = {k: getattr(args, k) for k in ("source_lang", "target_lang") if getattr(args, k, None)}
     try:

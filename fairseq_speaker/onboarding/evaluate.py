@@ -237,7 +237,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     args = parser.parse_args(argv)
     if min(args.shots) < 0:
         parser.error("--shots: numbers of sentences must be 0 or more")
-    if args.beam < 1 or args.batch_size < 1 or args.adapt_l2 < 0 or args.adapt_max_iter < 1:
+    if args.beam < 1 or args.batch_size < 1 or not args.adapt_l2 >= 0 or args.adapt_l2 == float("inf") \
+            or args.adapt_max_iter < 1:
         parser.error("--beam, --batch-size and --adapt-max-iter must be at least 1, --adapt-l2 at least 0")
     shots = sorted(set(args.shots))
     if args.threads:

@@ -43,6 +43,7 @@ from fairseq.data import LanguagePairDataset, data_utils
 from torch import Tensor
 
 from fairseq_speaker.data import NO_SPEAKER
+from fairseq_speaker.errors import UserError
 from fairseq_speaker.modules.speaker_bias import SpeakerBias
 
 Pair = Tuple[Tensor, Tensor]  # source and target token ids, each ending with </s>
@@ -206,6 +207,13 @@ class FitOptions:
     check_every: int = 5  # iterations between two looks at the held-out loss
     patience: int = 2  # looks without improvement before stopping
     tolerance: float = 1e-6  # stop when the per-token loss changes less than this
+
+    def __post_init__(self):
+        if not (math.isfinite(self.l2) and self.l2 >= 0):
+            raise UserError(f"the fit's l2 (--adapt-l2) must be a number >= 0, got {self.l2}")
+        for name in ("max_iter", "check_every", "patience"):
+            if int(getattr(self, name)) < 1:
+                raise UserError(f"the fit's {name} must be at least 1, got {getattr(self, name)}")
 
 
 @dataclass

@@ -12,10 +12,15 @@ import pytest
 
 from fairseq_speaker.analysis import parameter_accounting
 from fairseq_speaker.benchmarks import training as benchmark
+from fairseq_speaker.onboarding import adapt, evaluate
 from tests.cli import assert_user_error, run, train_args
 
 #: the commands' entry points, run in this process (the real command line of one case each is run below)
-MAINS = {"fairseq-speaker-benchmark": benchmark.main, "fairseq-speaker-params": parameter_accounting.main}
+MAINS = {"fairseq-speaker-benchmark": benchmark.main, "fairseq-speaker-params": parameter_accounting.main,
+         "fairseq-speaker-adapt": adapt.main, "fairseq-speaker-onboarding-eval": evaluate.main}
+#: the options every adapt / onboarding-eval row starts with (the checks come before any file is opened)
+ADAPT = ["data", "--path", "model.pt", "--adapt-prefix", "new/adapt", "--save", "out.pt"]
+EVAL = ["data", "--path", "model.pt", "--heldout-prefix", "raw/heldout", "--out", "eval"]
 
 #: surface -> (arguments, exit status, text the last line of standard error contains)
 COMMAND_PROBES = {
@@ -35,6 +40,15 @@ COMMAND_PROBES = {
         (["--bf16"], 2, "--bf16 is timed on a GPU: add --gpu"),
         (["--gen-batch", "0", "--generate"], 2, "--gen-batch must be at least 1"),
         (["--paired", "--plain"], 1, "use one or the other"),
+    ],
+    "fairseq-speaker-adapt": [
+        ([*ADAPT, "--adapt-l2", "nan"], 2, "--adapt-l2 must be a number >= 0 (got nan)"),
+        ([*ADAPT, "--adapt-l2", "-1"], 2, "--adapt-l2 must be a number >= 0 (got -1.0)"),
+        ([*ADAPT, "--adapt-max-iter", "0"], 2, "--adapt-max-iter >= 1 (got 0)"),
+    ],
+    "fairseq-speaker-onboarding-eval": [
+        ([*EVAL, "--adapt-l2", "nan"], 2, "--adapt-l2 at least 0"),
+        ([*EVAL, "--beam", "0"], 2, "--beam, --batch-size and --adapt-max-iter must be at least 1"),
     ],
     "fairseq-speaker-params": [
         (["--tgt-vocab", "40000", "--speakers", "-5"], 2, "--speakers must not be negative, got -5"),

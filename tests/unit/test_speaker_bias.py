@@ -491,3 +491,24 @@ def test_build_from_a_config_without_the_variants_options_uses_their_defaults(na
 def test_test_options_of_every_variant_build_it():
     for name in VARIANTS:
         assert isinstance(variant_options(name, task()), dict)
+
+
+@pytest.mark.parametrize("weight", [-0.1, float("nan"), float("inf")])
+def test_a_negative_or_non_finite_speaker_l2_is_refused(weight):
+    from fairseq_speaker.errors import UserError
+
+    with pytest.raises(UserError, match="--speaker-l2 must be a number >= 0"):
+        build_bias("fact", make_task(num_speakers=3), speaker_l2=weight)
+
+
+@pytest.mark.parametrize("options,message", [
+    (dict(l2=-1.0), "l2 \\(--adapt-l2\\) must be a number >= 0"),
+    (dict(l2=float("nan")), "must be a number >= 0, got nan"),
+    (dict(max_iter=0), "max_iter must be at least 1"),
+])
+def test_bad_fit_options_are_refused(options, message):
+    from fairseq_speaker.errors import UserError
+    from fairseq_speaker.onboarding.fit import FitOptions
+
+    with pytest.raises(UserError, match=message):
+        FitOptions(**options)

@@ -57,15 +57,17 @@ rows and vectors of every nested variant are found and named by their path.
 ``docs/bias_variants.md`` is the guide.
 """
 
+import math
 from dataclasses import dataclass, field, fields
 from typing import ClassVar, Dict, Iterator, List, Optional, Sequence, Tuple, Type
 
 import torch
-from fairseq.dataclass import FairseqDataclass
 import torch.nn.functional as F
+from fairseq.dataclass import FairseqDataclass
 from torch import Tensor, nn
 
 from fairseq_speaker.data.speaker_dictionary import MEAN_SPEAKER, NO_SPEAKER
+from fairseq_speaker.errors import UserError
 from fairseq_speaker.optim.speaker_rows import mark_row_sparse, parse_lr_scale
 
 EncoderOut = Optional[Dict[str, List[Tensor]]]
@@ -249,6 +251,9 @@ class SpeakerBias(nn.Module):
         #: the decoder's sites, once attached (:meth:`attach`)
         self.sites: Optional[StateSites] = None
         parse_lr_scale(getattr(cfg, "speaker_lr_scale", None))  # a bad value stops here, naming the option
+        weight = getattr(cfg, "speaker_l2", 0.0)
+        if weight is not None and not (math.isfinite(weight) and weight >= 0):  # a negative pull pushes apart
+            raise UserError(f"--speaker-l2 must be a number >= 0, got {weight}")
 
     # -- building ----------------------------------------------------------------------------
     @classmethod
