@@ -132,6 +132,7 @@ def add_speakers(model, task, names: Sequence[str], rows: Dict[str, Tensor], cou
     known = [name for name in names if name in task.speaker_dictionary]
     if known:
         raise OnboardingError(f"speaker(s) {', '.join(map(repr, known[:5]))} already in the model")
+    bias.freeze_mean()  # unseen speakers keep getting the trained speakers' mean
     start = bias.num_speakers
     bias.grow(len(names), init, names=list(names))
     bias.import_speakers(range(start, start + len(names)), rows)

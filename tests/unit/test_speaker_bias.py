@@ -384,6 +384,27 @@ def test_growing_the_table_keeps_every_speaker_and_adds_new_ones(name, init):
 
 
 @pytest.mark.parametrize("name", SPEAKER_VARIANTS)
+def test_onboarded_speakers_do_not_move_the_mean_speaker_and_a_checkpoint_keeps_it(name):
+    """Unseen speakers get the mean of the speakers the model was trained with, whoever is onboarded later."""
+    bias = build(name)
+    bias.speaker_names = [f"spk{i}" for i in range(S)]
+    with torch.no_grad():
+        mean = effect(bias, torch.tensor([MEAN_SPEAKER])).detach()
+    bias.freeze_mean()
+    bias.grow(2, init="zero", names=["new0", "new1"])
+    with torch.no_grad():
+        for p in bias.speaker_parameters().values():
+            p[S:].normal_(0.0, 3.0)  # onboarded speakers far from the others
+        assert torch.allclose(effect(bias, torch.tensor([MEAN_SPEAKER])), mean, atol=1e-5)
+    copy_ = build(name)
+    copy_.resize_table(S + 2)
+    copy_.load_state_dict(bias.state_dict())
+    assert copy_.mean_of == S
+    with torch.no_grad():
+        assert torch.allclose(effect(copy_, torch.tensor([MEAN_SPEAKER])), mean, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", SPEAKER_VARIANTS)
 def test_export_then_import_moves_a_speaker(name):
     bias = build(name)
     rows = bias.export_speakers([1])

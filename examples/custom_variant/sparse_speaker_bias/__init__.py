@@ -47,7 +47,7 @@ class SparseFullSpeakerBias(SpeakerBias):
         return self.weight.index_select(0, speakers)  # B x V
 
     def mean_bias(self) -> Tensor:
-        return self.weight.mean(0)  # linear in the rows: cheaper than averaging every speaker's bias
+        return self.mean_rows(self.weight).mean(0)  # linear in the rows: cheaper than averaging every speaker's bias
 
     def aux_losses(self, speakers: Optional[Tensor], bias: Optional[Tensor],
                    encoder_out: EncoderOut = None) -> Dict[str, Tensor]:

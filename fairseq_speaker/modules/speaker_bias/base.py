@@ -248,6 +248,9 @@ class SpeakerBias(nn.Module):
         self.speaker_names: Optional[List[str]] = None
         #: whether the optimizer updates the row-sparse parameters row by row (told at its first step)
         self.row_sparse = False
+        #: the mean speaker (unseen speakers, a new speaker's start) is the mean of rows [0, mean_of): the
+        #: speakers the model was trained with once others are onboarded (:meth:`freeze_mean`); None: all rows
+        self.mean_of: Optional[int] = None
         #: the decoder's sites, once attached (:meth:`attach`)
         self.sites: Optional[StateSites] = None
         parse_lr_scale(getattr(cfg, "speaker_lr_scale", None))  # a bad value stops here, naming the option
@@ -303,17 +306,29 @@ class SpeakerBias(nn.Module):
         """The bias ``[B, V]`` of known speakers (ids ``[B]`` in ``[0, S)``), or None for no bias."""
         raise NotImplementedError
 
+    def mean_rows(self, table: Tensor) -> Tensor:
+        """The rows of a speaker table ``[S, ...]`` whose mean is the mean speaker's (see :attr:`mean_of`)."""
+        return table if self.mean_of is None else table[: self.mean_of]
+
+    def freeze_mean(self) -> None:
+        """Keep the mean speaker as it is now (the mean of today's rows) when speakers are added: onboarding
+        must not change what unseen speakers get. Nested variants too; a second call changes nothing."""
+        for _, variant in self.named_variants():
+            if variant.mean_of is None:
+                variant.mean_of = variant.num_speakers
+
     def mean_bias(self) -> Optional[Tensor]:
         """The mean of every speaker's bias ``[V]`` (without source), for speakers never seen (None for a
-        variant without a bias)."""
+        variant without a bias); over the speakers of :attr:`mean_of`."""
         total = None
-        ids = torch.arange(self.num_speakers, device=self._device())
+        count = self.num_speakers if self.mean_of is None else self.mean_of
+        ids = torch.arange(count, device=self._device())
         for chunk in ids.split(1024):
             part = self.lookup(chunk)
             if part is None:
                 return None
             total = part.sum(0) if total is None else total + part.sum(0)
-        return total / max(self.num_speakers, 1)
+        return total / max(count, 1)
 
     def cached_mean_bias(self) -> Tensor:
         """:meth:`mean_bias`, computed again only when a parameter or buffer of the variant has changed
@@ -378,7 +393,7 @@ class SpeakerBias(nn.Module):
         linear in the rows (LHUC's 2 sigmoid(a)), this is not the mean of the speakers' states."""
         if not self.acts_on_state:
             return None
-        return self.state_of_rows({name: getattr(self, name).mean(dim=0, keepdim=True)
+        return self.state_of_rows({name: self.mean_rows(getattr(self, name)).mean(dim=0, keepdim=True)
                                    for name in self.speaker_parameter_names})
 
     def cached_mean_state(self) -> Optional[SpeakerState]:
@@ -513,7 +528,7 @@ class SpeakerBias(nn.Module):
     def mean_speaker_row(self, name: str) -> Tensor:
         """The row ``[1, ...]`` of this variant's own speaker parameter ``name`` that gives the mean
         speaker's bias. The mean of the rows does for variants linear in their speaker parameters."""
-        param = self.get_parameter(name)
+        param = self.mean_rows(self.get_parameter(name))
         if param.size(0) == 0:
             return param.new_zeros(1, *param.shape[1:])
         return param.detach().mean(dim=0, keepdim=True)
@@ -577,6 +592,8 @@ class SpeakerBias(nn.Module):
 
     def get_extra_state(self) -> Dict[str, object]:
         state: Dict[str, object] = {"speakers": list(self.speaker_names)} if self.speaker_names is not None else {}
+        if self.mean_of is not None:
+            state["mean_of"] = int(self.mean_of)
         if self.sites is not None and self.acts_on_state:  # so that the variant loads alone (inspection)
             state["sites"] = {"input_dim": self.sites.input_dim, "layer_dims": list(self.sites.layer_dims)}
         return state
@@ -597,6 +614,9 @@ class SpeakerBias(nn.Module):
                 raise ValueError(f"the saved speaker bias names {len(names)} speakers for a table of "
                                  f"{self.num_speakers}")
             self.speaker_names = list(names)
+        mean_of = (state or {}).get("mean_of")
+        if mean_of is not None:
+            self.mean_of = int(mean_of)
 
     def export_speakers(self, ids: Sequence[int]) -> Dict[str, Tensor]:
         """The rows of the given speakers: name -> ``[len(ids), ...]`` (copies)."""

@@ -52,7 +52,7 @@ class FactorizedSpeakerBias(SpeakerBias):
 
     def mean_bias(self) -> Tensor:
         # the bias is linear in the speaker weights: the mean of the biases is the bias of the mean weights
-        return self.shared_biases @ self.speaker_weights.mean(0)
+        return self.shared_biases @ self.mean_rows(self.speaker_weights).mean(0)
 
     def own_vocabulary_vectors(self) -> Dict[str, Tensor]:
         return {"shared bias vectors": self.shared_biases.detach().float()}

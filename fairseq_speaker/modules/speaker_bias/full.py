@@ -27,4 +27,4 @@ class FullSpeakerBias(SpeakerBias):
         return self.row_lookup("weight", speakers)  # B x V
 
     def mean_bias(self) -> Tensor:
-        return self.weight.mean(0)
+        return self.mean_rows(self.weight).mean(0)

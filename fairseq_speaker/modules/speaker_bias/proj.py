@@ -49,7 +49,7 @@ class ProjectedSpeakerBias(SpeakerBias):
         return self.row_lookup("speaker_embeddings", speakers) @ self.projection.t()  # B x V
 
     def mean_bias(self) -> Tensor:
-        return self.projection @ self.speaker_embeddings.mean(0)  # linear in the embedding
+        return self.projection @ self.mean_rows(self.speaker_embeddings).mean(0)  # linear in the embedding
 
     def own_vocabulary_vectors(self) -> Dict[str, Tensor]:
         return {"projection directions": self.projection.detach().float()}

@@ -43,13 +43,13 @@ class SimplexSpeakerBias(SpeakerBias):
         return weights.to(self.prototypes) @ self.prototypes.t()  # B x V
 
     def mean_bias(self) -> Tensor:
-        weights = torch.softmax(self.speaker_logits.float(), dim=1).mean(0)  # r
+        weights = torch.softmax(self.mean_rows(self.speaker_logits).float(), dim=1).mean(0)  # r
         return self.prototypes @ weights.to(self.prototypes)
 
     def mean_speaker_row(self, name: str) -> Tensor:
         # the bias is linear in the mixture weights, not in the logits: the mean speaker's
         # logits are the log of the mean mixture
-        mean = torch.softmax(self.speaker_logits.detach().float(), dim=1).mean(0, keepdim=True)
+        mean = torch.softmax(self.mean_rows(self.speaker_logits).detach().float(), dim=1).mean(0, keepdim=True)
         return mean.clamp(min=1e-12).log().to(self.speaker_logits)
 
     def own_speaker_vectors(self) -> Optional[Tensor]:
