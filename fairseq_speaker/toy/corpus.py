@@ -49,7 +49,7 @@ import random
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from fairseq_speaker.analysis.speaker_words import Trait
+from fairseq_speaker.analysis.speaker_words import Trait, read_traits, trait_accuracy  # noqa: F401  (also here before 0.5.0)
 
 #: the corpus's traits, in the order of the tables (profession in the default mode, style in the styles mode)
 TRAITS = ("gender", "address", "profession", "style")
