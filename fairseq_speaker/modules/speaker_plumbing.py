@@ -471,7 +471,7 @@ class SpeakerModelMixin:
         saved = (state_dict.get(SPEAKER_NAMES_KEY) or {}).get("speakers")
         current = bias.speaker_names
         if saved is None or current is None or list(saved) == current:
-            return super().load_state_dict(state_dict, strict=strict, model_cfg=model_cfg, args=args)
+            return self._load_fitting(state_dict, strict=strict, model_cfg=model_cfg, args=args)
         saved = list(saved)
         known = set(saved)
         new = [name for name in current if name not in known]
@@ -479,7 +479,7 @@ class SpeakerModelMixin:
         if task is not None:
             task.check_speaker_table_change(saved, current)
         bias.resize_table(len(saved))
-        result = super().load_state_dict(state_dict, strict=strict, model_cfg=model_cfg, args=args)
+        result = self._load_fitting(state_dict, strict=strict, model_cfg=model_cfg, args=args)
         bias.grow(len(new), "mean", names=new)
         pad_grown_optimizer_state(bias.speaker_parameters().values())
         dropped = len(known - set(current))
@@ -492,6 +492,20 @@ class SpeakerModelMixin:
         if task is not None:
             task.adopt_speaker_names(bias.speaker_names)
         return result
+
+    def _load_fitting(self, state_dict, **kwargs):
+        """fairseq's ``load_state_dict``; parameters that do not fit this model (another --arch, other sizes or
+        another --speaker-bias than the checkpoint's, e.g. resuming a --save-dir with other options) end in a
+        message saying so, not in torch's list of tensors."""
+        try:
+            return super().load_state_dict(state_dict, **kwargs)
+        except RuntimeError as e:
+            lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+            detail = "; ".join(lines[1:4]) if len(lines) > 1 else (lines[0] if lines else "")
+            raise UserError(
+                f"the checkpoint's parameters do not fit this model ({detail[:400]}): it was trained with another "
+                f"--arch, other sizes or another --speaker-bias; give the options it was trained with, or start "
+                f"from scratch in another --save-dir") from None
 
     def forward(self, src_tokens: Tensor, src_lengths: Tensor, prev_output_tokens: Tensor,
                 speakers: Optional[Tensor] = None, **kwargs):

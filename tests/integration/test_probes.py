@@ -133,3 +133,15 @@ def test_a_torch_file_that_is_no_checkpoint_is_refused_by_fairseqs_commands(toy,
     assert proc.returncode == 1
     assert_user_error(proc)
     assert "weights.pt: not a fairseq checkpoint" in proc.stderr
+
+
+def test_resuming_a_save_dir_with_another_arch_says_so(toy, trained, tmp_path):
+    import shutil
+
+    save = tmp_path / "ckpt"
+    save.mkdir()
+    shutil.copy(trained("lstm_full_bias"), save / "checkpoint_last.pt")
+    proc = run("train", train_args(toy["bin"], str(save), "lstm_fact_bias", "--max-epoch", "3"), check=False)
+    assert proc.returncode == 1
+    assert_user_error(proc)
+    assert "the checkpoint's parameters do not fit this model" in proc.stderr and "--save-dir" in proc.stderr
