@@ -121,7 +121,7 @@ def main(argv=None) -> None:
     references = read_lines(os.path.join(raw, "test.fr"))
     traits = read_traits(os.path.join(raw, "test.traits"))
     oracle = oracle_accuracy(read_lines(os.path.join(raw, "train.spk")), read_traits(os.path.join(raw, "train.traits")),
-                             read_lines(os.path.join(raw, "test.spk")), traits)
+                             read_lines(os.path.join(raw, "test.spk")), traits)["traits revealed"]
 
     results_path = os.path.join(args.workdir, "results.json")
     rows = json.load(open(results_path, encoding="utf-8")) if os.path.exists(results_path) else []
