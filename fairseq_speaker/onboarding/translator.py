@@ -26,7 +26,7 @@ available as :attr:`SpeakerTranslator.hub`); speakers are added with
 import functools
 import os
 import threading
-from typing import List, Optional, Sequence, Union
+from typing import TYPE_CHECKING, List, Optional, Sequence, Union
 
 from fairseq import hub_utils
 
@@ -35,6 +35,9 @@ from fairseq_speaker.checkpoints import read_checkpoint
 from fairseq_speaker.onboarding.adapt import SpeakerAdapter
 from fairseq_speaker.onboarding.checkpoint import OnboardingError, SpeakerCheckpoint, adaptable_bias
 from fairseq_speaker.onboarding.fit import FitOptions, FitReport
+
+if TYPE_CHECKING:
+    from fairseq_speaker.onboarding.vectors import SpeakerVectors
 
 Sentences = Union[str, Sequence[str]]
 
@@ -174,12 +177,21 @@ class SpeakerTranslator:
                                     self.task.target_dictionary)
 
     @_serialized
-    def import_speakers(self, path: str, replace: bool = False) -> List[str]:
-        """Add (or with ``replace``, overwrite) the speakers of a file written by :meth:`export_speakers`;
-        returns their names. A file of an incompatible model is refused."""
+    def speaker_vectors(self, names: Optional[Sequence[str]] = None) -> "SpeakerVectors":
+        """The parameters of ``names`` (default: all speakers) in memory, as :meth:`export_speakers` writes them."""
+        from fairseq_speaker.onboarding.vectors import speaker_vectors
+
+        bias = adaptable_bias(self.model, self.task, self.checkpoint)
+        return speaker_vectors(bias, list(names) if names is not None else self.speakers, self.task.target_dictionary,
+                               model_label=self.checkpoint)
+
+    @_serialized
+    def import_speakers(self, path: Union[str, "SpeakerVectors"], replace: bool = False) -> List[str]:
+        """Add (or with ``replace``, overwrite) the speakers of a file written by :meth:`export_speakers` (or of
+        :meth:`speaker_vectors` in memory); returns their names. Rows of an incompatible model are refused."""
         from fairseq_speaker.onboarding.vectors import import_vectors, load_speaker_vectors
 
-        vectors = load_speaker_vectors(path)
+        vectors = load_speaker_vectors(path) if isinstance(path, str) else path
         import_vectors(vectors, self.model, self.task, replace, where=self.checkpoint)
         return list(vectors.names)
 

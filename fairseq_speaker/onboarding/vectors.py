@@ -19,6 +19,7 @@ of them (:func:`check_compatible`) and refuses a file written for another model.
 
 import argparse
 import hashlib
+import io
 import json
 import logging
 import os
@@ -126,25 +127,34 @@ def describe(bias: SpeakerBias, target_dictionary) -> Dict:
 # -- writing and reading ----------------------------------------------------------------------------
 
 
+def _arrays(names: Sequence[str], rows: Dict[str, np.ndarray], meta: Dict) -> Dict[str, np.ndarray]:
+    """The arrays of a speaker vectors file (see the module documentation)."""
+    arrays = {f"{PARAM_PREFIX}{key}": np.ascontiguousarray(value, dtype=np.float32) for key, value in rows.items()}
+    arrays["names"] = np.array(list(names), dtype=str)
+    arrays["meta"] = np.array(json.dumps(meta, sort_keys=True))
+    return arrays
+
+
 def write_npz(path: str, names: Sequence[str], rows: Dict[str, np.ndarray], meta: Dict) -> None:
     """Write the file atomically (temp file, then ``os.replace``): a reader never sees half a file."""
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise OnboardingError(f"cannot write {path}: the folder {folder} does not exist")
-    arrays = {f"{PARAM_PREFIX}{key}": np.ascontiguousarray(value, dtype=np.float32) for key, value in rows.items()}
-    arrays["names"] = np.array(list(names), dtype=str)
-    arrays["meta"] = np.array(json.dumps(meta, sort_keys=True))
+    arrays = _arrays(names, rows, meta)
     with atomic_path(path) as tmp, open(tmp, "wb") as f:
         np.savez(f, **arrays)
 
 
-def save_speaker_vectors(path: str, bias: SpeakerBias, names: Sequence[str], target_dictionary,
-                         model_label: str = "") -> ExportSummary:
-    """Write the rows of the speakers ``names`` of ``bias`` (looked up in ``bias.speaker_names``) to ``path``.
+def vectors_bytes(vectors: SpeakerVectors) -> bytes:
+    """The bytes of the ``.npz`` file that :func:`write_npz` would write for ``vectors`` (to keep in a database)."""
+    buffer = io.BytesIO()
+    np.savez(buffer, **_arrays(vectors.names, vectors.rows, vectors.meta))
+    return buffer.getvalue()
 
-    ``target_dictionary`` is the model's (its hash goes in the file); ``model_label`` says where the
-    speakers came from (a checkpoint path), for whoever reads the file.
-    """
+
+def speaker_vectors(bias: SpeakerBias, names: Sequence[str], target_dictionary, model_label: str = "") -> SpeakerVectors:
+    """The rows of the speakers ``names`` of ``bias`` (looked up in ``bias.speaker_names``), in memory, with
+    the metadata a file of them carries (see :func:`save_speaker_vectors`)."""
     where = model_label or "the model"
     if bias.speaker_names is None:
         raise OnboardingError(f"{where}: its speaker rows are not named, so its speakers cannot be exported by name")
@@ -162,18 +172,41 @@ def save_speaker_vectors(path: str, bias: SpeakerBias, names: Sequence[str], tar
         raise OnboardingError(f"speaker(s) {_listing(duplicates)} named twice")
     rows = bias.export_speakers([ids[n] for n in names])
     meta = dict(describe(bias, target_dictionary), model=model_label, speakers=len(names))
-    write_npz(path, names, {key: value.float().cpu().numpy() for key, value in rows.items()}, meta)
+    return SpeakerVectors(names, {key: value.float().cpu().numpy() for key, value in rows.items()}, meta,
+                          model_label or "<memory>")
+
+
+def save_speaker_vectors(path: str, bias: SpeakerBias, names: Sequence[str], target_dictionary,
+                         model_label: str = "") -> ExportSummary:
+    """Write the rows of the speakers ``names`` of ``bias`` (looked up in ``bias.speaker_names``) to ``path``.
+
+    ``target_dictionary`` is the model's (its hash goes in the file); ``model_label`` says where the
+    speakers came from (a checkpoint path), for whoever reads the file.
+    """
+    vectors = speaker_vectors(bias, names, target_dictionary, model_label)
+    write_npz(path, vectors.names, vectors.rows, vectors.meta)
     per_speaker = bias.parameters_per_speaker()
-    return ExportSummary(path, len(names), per_speaker, 4 * per_speaker, os.path.getsize(path))
+    return ExportSummary(path, len(vectors.names), per_speaker, 4 * per_speaker, os.path.getsize(path))
 
 
 def load_speaker_vectors(path: str) -> SpeakerVectors:
     """Read a file written by :func:`save_speaker_vectors`, checked to be whole and consistent."""
     if not os.path.isfile(path):
         raise OnboardingError(f"speaker vectors not found: {path} (fairseq-speaker-vectors export writes them)")
+    return _read_vectors(path, path)
+
+
+def read_speaker_vectors(data: bytes, where: str) -> SpeakerVectors:
+    """The speaker vectors of the bytes of a file (:func:`vectors_bytes`), checked as :func:`load_speaker_vectors`
+    checks a file; ``where`` names them in messages."""
+    return _read_vectors(io.BytesIO(data), where)
+
+
+def _read_vectors(source, path: str) -> SpeakerVectors:
+    """The checked contents of ``source`` (a path or a binary file object), named ``path`` in messages."""
     not_ours = f"{path}: not a speaker vectors file (fairseq-speaker-vectors export writes them)"
     try:
-        loaded = np.load(path, allow_pickle=False)
+        loaded = np.load(source, allow_pickle=False)
         if not isinstance(loaded, np.lib.npyio.NpzFile):  # a single .npy array
             raise OnboardingError(not_ours)
         with loaded:

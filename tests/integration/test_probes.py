@@ -13,14 +13,18 @@ import pytest
 from fairseq_speaker.analysis import parameter_accounting
 from fairseq_speaker.benchmarks import training as benchmark
 from fairseq_speaker.onboarding import adapt, evaluate
+from fairseq_speaker.service import app as serve
 from tests.cli import assert_user_error, run, train_args
 
 #: the commands' entry points, run in this process (the real command line of one case each is run below)
 MAINS = {"fairseq-speaker-benchmark": benchmark.main, "fairseq-speaker-params": parameter_accounting.main,
-         "fairseq-speaker-adapt": adapt.main, "fairseq-speaker-onboarding-eval": evaluate.main}
+         "fairseq-speaker-adapt": adapt.main, "fairseq-speaker-onboarding-eval": evaluate.main,
+         "fairseq-speaker-serve": serve.main}
 #: the options every adapt / onboarding-eval row starts with (the checks come before any file is opened)
 ADAPT = ["data", "--path", "model.pt", "--adapt-prefix", "new/adapt", "--save", "out.pt"]
 EVAL = ["data", "--path", "model.pt", "--heldout-prefix", "raw/heldout", "--out", "eval"]
+#: the serve rows are refused before the checkpoint is opened (the HTTP refusals: tests/integration/test_service.py)
+SERVE = ["model.pt", "--data", "data"]
 
 #: surface -> (arguments, exit status, text the last line of standard error contains)
 COMMAND_PROBES = {
@@ -49,6 +53,19 @@ COMMAND_PROBES = {
     "fairseq-speaker-onboarding-eval": [
         ([*EVAL, "--adapt-l2", "nan"], 2, "--adapt-l2 at least 0"),
         ([*EVAL, "--beam", "0"], 2, "--beam, --batch-size and --adapt-max-iter must be at least 1"),
+    ],
+    "fairseq-speaker-serve": [
+        ([*SERVE, "--port", "0"], 2, "--port must be between 1 and 65535, got 0"),
+        ([*SERVE, "--max-sentences", "0"], 2, "--max-sentences must be at least 1, got 0"),
+        ([*SERVE, "--max-speaker-pairs", "-2"], 2, "--max-speaker-pairs must be at least 1, got -2"),
+        ([*SERVE, "--beam", "0"], 2, "--beam must be at least 1, got 0"),
+        ([*SERVE, "--token-file", "token", "--token-env", "TOKEN", "--store", "s.db"], 2, "not both"),
+        ([*SERVE, "--token-env", "TOKEN"], 2, "a token enables onboarding: give --store FILE too"),
+        ([*SERVE, "--bpe", "subword_nmt"], 2, "--bpe-codes is required with this --tokenizer/--bpe"),
+        ([*SERVE, "--store", "s.db", "--token-file", "no/such/token"], 1, "--token-file no/such/token: cannot be read"),
+        ([*SERVE, "--store", "s.db", "--token-env", "FAIRSEQ_SPEAKER_UNSET_VARIABLE"], 1,
+         "the token is empty (is the variable set?)"),
+        (["model.pt", "--data", "no/such/data"], 1, "data directory not found: no/such/data"),
     ],
     "fairseq-speaker-params": [
         (["--tgt-vocab", "40000", "--speakers", "-5"], 2, "--speakers must not be negative, got -5"),
