@@ -152,7 +152,8 @@ def vectors_bytes(vectors: SpeakerVectors) -> bytes:
     return buffer.getvalue()
 
 
-def speaker_vectors(bias: SpeakerBias, names: Sequence[str], target_dictionary, model_label: str = "") -> SpeakerVectors:
+def speaker_vectors(bias: SpeakerBias, names: Sequence[str], target_dictionary,
+                    model_label: str = "") -> SpeakerVectors:
     """The rows of the speakers ``names`` of ``bias`` (looked up in ``bias.speaker_names``), in memory, with
     the metadata a file of them carries (see :func:`save_speaker_vectors`)."""
     where = model_label or "the model"

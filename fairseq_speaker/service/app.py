@@ -1,0 +1,441 @@
+"""``fairseq-speaker-serve``: a speaker model over HTTP (FastAPI + uvicorn). docs/serving.md is the guide.
+
+::
+
+    fairseq-speaker-serve checkpoints/checkpoint_best.pt --data data-bin --store speakers.db \\
+        --token-file token.txt --port 8000
+
+:func:`create_app` builds the application around a loaded :class:`SpeakerTranslator` and a
+:class:`SpeakerStore` (what the tests and an embedding program use); :func:`main` is the command.
+Every endpoint answers at ``/...`` and at ``/v1/...``; the OpenAPI description is at ``/docs``.
+"""
+
+import argparse
+import contextlib
+import dataclasses
+import hmac
+import logging
+import os
+import sys
+import time
+import warnings
+from typing import Dict, Optional, Sequence, Tuple
+
+from fastapi import APIRouter, Depends, FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.routing import APIRoute
+from fastapi.security import HTTPBearer
+from starlette.exceptions import HTTPException
+
+from fairseq_speaker import __version__
+from fairseq_speaker.data.speaker_dictionary import UNKNOWN_SPEAKER_POLICIES
+from fairseq_speaker.errors import UserError
+from fairseq_speaker.service import schema
+from fairseq_speaker.service.metrics import Metrics
+from fairseq_speaker.service.speaker_service import Limits, ServiceError, SpeakerService
+from fairseq_speaker.service.store import SpeakerStore
+
+logger = logging.getLogger("fairseq_speaker.service")
+
+#: the shortest token accepted: a guessable one would make the write endpoints public
+MIN_TOKEN_CHARS = 16
+HOW_TO_ENABLE_WRITES = ("start fairseq-speaker-serve with --token-file FILE (or --token-env VARIABLE) and --store "
+                        "FILE, and send the token as 'Authorization: Bearer <token>'")
+
+
+# -- errors: one JSON shape, one log line, never a traceback -------------------------------------------
+
+
+def _endpoint(scope) -> str:
+    """The route's path template without the /v1 prefix (a bounded set of metric labels), or "unmatched"."""
+    route = scope.get("route")
+    path = getattr(route, "path", None)
+    if not path:
+        return "unmatched"
+    path = path.replace(":path}", "}")
+    return path[len("/v1"):] if path.startswith("/v1/") else path
+
+
+def _error(request: Request, status: int, code: str, message: str) -> JSONResponse:
+    log = logger.warning if status >= 500 else logger.info
+    path = request.url.path.encode("unicode_escape").decode("ascii")  # a name's newline cannot forge a log line
+    log(f"{request.method} {path}: {status} {code}: {message}")
+    request.app.state.metrics.error(_endpoint(request.scope), code)
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status, headers=headers)
+
+
+async def _service_error(request: Request, exc: ServiceError) -> JSONResponse:
+    return _error(request, exc.status, exc.code, exc.message)
+
+
+def _validation_message(request: Request, exc: RequestValidationError) -> Tuple[str, str]:
+    errors = exc.errors()
+    if any(e.get("type") == "json_invalid" for e in errors):
+        e = next(e for e in errors if e.get("type") == "json_invalid")
+        return "invalid_json", f"the body is not valid JSON ({e.get('ctx', {}).get('error', 'decode error')} at " \
+                               f"character {e['loc'][-1]})"
+    parts = []
+    for e in errors[:5]:
+        where = ".".join(str(x) for x in e.get("loc", ()) if x != "body") or "body"
+        parts.append(f"{where}: {str(e.get('msg', '')).replace('Value error, ', '')}")
+    message = "; ".join(parts) + (f" (and {len(errors) - 5} more)" if len(errors) > 5 else "")
+    content_type = request.headers.get("content-type", "")
+    if "json" not in content_type:
+        message += f" (the body was sent as {content_type or 'no content type'}: send JSON with " \
+                   f"'Content-Type: application/json')"
+    return "invalid_request", message
+
+
+async def _invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+    return _error(request, 422, *_validation_message(request, exc))
+
+
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}
+
+
+async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
+    code = _HTTP_CODES.get(exc.status_code, "http_error")
+    message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+    if exc.status_code == 404:
+        message = f"no endpoint {request.url.path}: see /docs"
+    return _error(request, exc.status_code, code, message)
+
+
+async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
+    # the server's log gets the traceback (uvicorn logs the exception, which Starlette raises again); the client not
+    return _error(request, 500, "internal_error", "the service failed on this request; its log says why")
+
+
+# -- authorization ---------------------------------------------------------------------------------------
+
+
+def authorize(token: Optional[str], header: Optional[str]) -> None:
+    """Let a write through, or raise: 403 when no token is configured, 401 for a missing or wrong one."""
+    if token is None:
+        raise ServiceError(403, "writes_disabled", f"writes are disabled on this service: {HOW_TO_ENABLE_WRITES}")
+    scheme, _, given = (header or "").partition(" ")
+    if scheme.lower() != "bearer" or not given.strip():
+        raise ServiceError(401, "unauthorized", "this endpoint needs the service's token: send "
+                           "'Authorization: Bearer <token>'")
+    if not hmac.compare_digest(given.strip().encode("utf-8"), token.encode("utf-8")):
+        raise ServiceError(401, "unauthorized", "wrong token")
+
+
+class _WriteRoute(APIRoute):
+    """A route whose token is checked before its body is read: a client without the token learns nothing more."""
+
+    def get_route_handler(self):
+        handler = super().get_route_handler()
+
+        async def authorized(request: Request) -> Response:
+            authorize(request.app.state.token, request.headers.get("authorization"))
+            return await handler(request)
+
+        return authorized
+
+
+# -- the size of a request, the metrics of every request -------------------------------------------------
+
+
+class _Observed:
+    """ASGI middleware: refuses bodies over ``max_body_bytes`` (413) before they are read whole, and records
+    each request's endpoint, status and latency."""
+
+    def __init__(self, app, metrics: Metrics, max_body_bytes: int):
+        self.app, self.metrics, self.max_body_bytes = app, metrics, max_body_bytes
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start, status, received = time.perf_counter(), [500], [0]
+        too_large = (f"the request body is over {self.max_body_bytes} bytes (set by --max-sentences, --max-chars and "
+                     f"--max-pairs)")
+
+        async def limited_receive():
+            message = await receive()
+            if message["type"] == "http.request":
+                received[0] += len(message.get("body", b""))
+                if received[0] > self.max_body_bytes:
+                    raise HTTPException(413, too_large)
+            return message
+
+        async def observed_send(message):
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            length = dict(scope.get("headers") or []).get(b"content-length")
+            if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
+                self.metrics.error("unmatched", "too_large")
+                await JSONResponse({"error": {"code": "too_large", "message": too_large}}, status_code=413)(
+                    scope, receive, observed_send)
+                return
+            await self.app(scope, limited_receive, observed_send)
+        finally:
+            self.metrics.observe(_endpoint(scope), scope.get("method", ""), status[0], time.perf_counter() - start)
+
+
+# -- the endpoints ---------------------------------------------------------------------------------------
+
+
+def _service(request: Request) -> SpeakerService:
+    return request.app.state.service
+
+
+_READ_ERRORS = {status: {"model": schema.Error} for status in (404, 413, 422, 503)}
+_WRITE_ERRORS = {status: {"model": schema.Error} for status in (401, 403, 404, 409, 413, 422, 503)}
+_bearer = HTTPBearer(auto_error=False)  # the check is _WriteRoute's; this shows the scheme at /docs
+
+
+def _reads() -> APIRouter:
+    router = APIRouter(responses=_READ_ERRORS)
+
+    @router.post("/translate", response_model=schema.TranslateResponse,
+                 summary="Translate each sentence as its speaker")
+    def translate(body: schema.TranslateRequest, request: Request, service: SpeakerService = Depends(_service)):
+        answer = service.translate(body)
+        request.app.state.metrics.translated(len(answer.translations))
+        return answer
+
+    @router.get("/speakers", response_model=schema.SpeakerList, summary="The speakers, trained and onboarded")
+    def speakers(service: SpeakerService = Depends(_service)):
+        return service.speakers()
+
+    @router.get("/speakers/{name:path}", response_model=schema.Speaker, summary="One speaker")
+    def speaker(name: str, service: SpeakerService = Depends(_service)):
+        return service.speaker(name)
+
+    @router.get("/health", response_model=schema.Health, summary="200 when the model is loaded and the store answers")
+    def health(request: Request, service: SpeakerService = Depends(_service)):
+        return service.health(writes=request.app.state.token is not None)
+
+    @router.get("/metrics", response_class=PlainTextResponse, summary="Prometheus metrics of this process")
+    def metrics(request: Request, service: SpeakerService = Depends(_service)):
+        text = request.app.state.metrics.render({"trained": len(service.trained), "onboarded": len(service.onboarded)})
+        return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
+
+    return router
+
+
+def _writes() -> APIRouter:
+    router = APIRouter(route_class=_WriteRoute, dependencies=[Depends(_bearer)], responses=_WRITE_ERRORS)
+
+    @router.put("/speakers/{name:path}", response_model=schema.OnboardResponse, status_code=201,
+                summary="Onboard a speaker from sentence pairs (201 new, 200 replaced)")
+    def onboard(name: str, body: schema.OnboardRequest, response: Response,
+                service: SpeakerService = Depends(_service)):
+        answer, created = service.onboard(name, body)
+        response.status_code = 201 if created else 200
+        return answer
+
+    @router.post("/speakers/{name:path}/sentences", response_model=schema.OnboardResponse,
+                 summary="Refit an onboarded speaker on its sentences and these")
+    def add_sentences(name: str, body: schema.SentencePairs, service: SpeakerService = Depends(_service)):
+        return service.add_sentences(name, body)
+
+    @router.delete("/speakers/{name:path}", response_model=schema.Deleted, summary="Delete an onboarded speaker")
+    def delete(name: str, service: SpeakerService = Depends(_service)):
+        return service.delete(name)
+
+    return router
+
+
+def create_app(translator, store: Optional[SpeakerStore] = None, token: Optional[str] = None,
+               limits: Limits = Limits(), beam: int = 5, generate: Optional[Dict] = None) -> FastAPI:
+    """The service of ``translator`` (a loaded :class:`SpeakerTranslator`; its speakers now are the trained
+    ones) and ``store`` (default: one in memory, gone with the process). Without ``token`` the write endpoints
+    answer 403. ``beam`` and ``generate`` (fairseq generation options) apply to every translation. The app closes
+    the store when it shuts down."""
+    store = store if store is not None else SpeakerStore(":memory:")
+    service = SpeakerService(translator, store, limits, beam=beam, generate=generate)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        yield
+        store.close()  # uvicorn's graceful shutdown (SIGTERM, SIGINT) ends here
+        logger.info(f"closed the speaker store {store.path}")
+
+    app = FastAPI(title="fairseq-speaker", version=__version__, lifespan=lifespan,
+                  description="Personalized translation: each sentence is translated as its speaker; speakers are "
+                  "onboarded from a few sentence pairs. Write endpoints need 'Authorization: Bearer <token>'.")
+    app.state.service, app.state.token, app.state.metrics = service, token, Metrics()
+    app.add_middleware(_Observed, metrics=app.state.metrics, max_body_bytes=limits.max_body_bytes)
+    app.add_exception_handler(ServiceError, _service_error)
+    app.add_exception_handler(RequestValidationError, _invalid_request)
+    app.add_exception_handler(HTTPException, _http_error)
+    app.add_exception_handler(Exception, _internal_error)
+    for prefix, documented in (("", True), ("/v1", False)):
+        app.include_router(_reads(), prefix=prefix, include_in_schema=documented)
+        app.include_router(_writes(), prefix=prefix, include_in_schema=documented)
+    return app
+
+
+# -- the command -----------------------------------------------------------------------------------------
+
+
+def _encoders(tokenizer: Optional[str], bpe: Optional[str]) -> list:
+    """The option dataclasses of the chosen fairseq tokenizer and BPE (``--bpe-codes``, ``--sentencepiece-model``,
+    ...): fairseq-interactive's options for them."""
+    from fairseq.registry import REGISTRIES
+
+    found = [REGISTRIES[registry]["dataclass_registry"].get(name) if name else None
+             for registry, name in (("tokenizer", tokenizer), ("bpe", bpe))]
+    return [dataclass for dataclass in found if dataclass is not None]
+
+
+#: the help of each limit (fields of :class:`Limits`)
+_LIMITS_HELP = {
+    "max_sentences": "sentences in one /translate request",
+    "max_chars": "characters in one sentence (to translate, or of an onboarding pair)",
+    "max_pairs": "sentence pairs in one onboarding or update request",
+    "max_speaker_pairs": "sentence pairs one onboarded speaker is fitted on in all (an update refits on all of them)",
+}
+
+
+def build_parser(tokenizer: Optional[str] = None, bpe: Optional[str] = None) -> argparse.ArgumentParser:
+    import fairseq.data.encoders  # noqa: F401  (fills the tokenizer and BPE registries)
+    from fairseq.dataclass.utils import gen_parser_from_dataclass
+    from fairseq.registry import REGISTRIES
+
+    parser = argparse.ArgumentParser(
+        prog="fairseq-speaker-serve", conflict_handler="resolve",
+        description="Serve a speaker model over HTTP: translate each sentence as its speaker, onboard speakers "
+        "(with a token), keep them in a store. Guide: docs/serving.md; API: /docs once running.")
+    encoders = parser.add_argument_group("the tokenizer's and BPE's options (fairseq's)")
+    for dataclass in _encoders(tokenizer, bpe):  # first: ours below win where names are shared (--source-lang)
+        gen_parser_from_dataclass(encoders, dataclass())
+    parser.add_argument("checkpoint", metavar="CHECKPOINT", help="the model (a fairseq-speaker checkpoint)")
+    parser.add_argument("--data", required=True, metavar="DATA_DIR",
+                        help="the data directory the model was trained on (its dict.*.txt)")
+    net = parser.add_argument_group("network")
+    net.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s, this machine "
+                     "only)")
+    net.add_argument("--port", type=int, default=8000, help="port to listen on (default: %(default)s)")
+    auth = parser.add_argument_group("writes (onboarding, updating, deleting speakers)")
+    auth.add_argument("--token-file", metavar="FILE", help="a file holding the token that write requests must send "
+                      "as 'Authorization: Bearer <token>'; without a token writes are disabled")
+    auth.add_argument("--token-env", metavar="VARIABLE", help="the environment variable holding the token "
+                      "(instead of --token-file)")
+    auth.add_argument("--store", metavar="FILE", help="the SQLite file keeping onboarded speakers (created if "
+                      "missing; processes may share it); required with a token")
+    model = parser.add_argument_group("translation")
+    model.add_argument("--beam", type=int, default=5, help="beam size (default: %(default)s)")
+    model.add_argument("--max-len-a", type=float, help="fairseq's: at most a*source length + b target tokens")
+    model.add_argument("--max-len-b", type=int, help="fairseq's (default: the checkpoint's)")
+    model.add_argument("--unknown-speaker", choices=UNKNOWN_SPEAKER_POLICIES,
+                       help="what a speaker the model does not know gets (default: the checkpoint's, mean): the mean "
+                       "speaker, no speaker, or a 404")
+    model.add_argument("--source-lang", help="if fairseq cannot infer the language pair from DATA_DIR")
+    model.add_argument("--target-lang")
+    model.add_argument("--tokenizer", choices=sorted(REGISTRIES["tokenizer"]["registry"]),
+                       help="tokenize raw input as the training data was (fairseq's, e.g. moses)")
+    model.add_argument("--bpe", choices=sorted(REGISTRIES["bpe"]["registry"]),
+                       help="apply the training data's BPE (fairseq's, e.g. subword_nmt with --bpe-codes)")
+    model.add_argument("--threads", type=int, help="torch threads (default: torch's)")
+    limits = parser.add_argument_group("limits of one request")
+    for field in dataclasses.fields(Limits):
+        limits.add_argument("--" + field.name.replace("_", "-"), type=int, default=field.default, metavar="N",
+                            help=_LIMITS_HELP[field.name] + " (default: %(default)s)")
+    return parser
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> Tuple[argparse.Namespace, Dict, Limits]:
+    """The options, the fairseq overrides for :meth:`SpeakerTranslator.from_pretrained`, and the limits."""
+    argv = list(argv) if argv is not None else sys.argv[1:]
+    first, _ = build_parser().parse_known_args(argv)
+    parser = build_parser(first.tokenizer, first.bpe)
+    args = parser.parse_args(argv)
+    if not 1 <= args.port <= 65535:
+        parser.error(f"--port must be between 1 and 65535, got {args.port}")
+    for option in ("beam", "threads"):
+        value = getattr(args, option)
+        if value is not None and value < 1:
+            parser.error(f"--{option} must be at least 1, got {value}")
+    try:
+        limits = Limits(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Limits)})
+    except ValueError as e:
+        parser.error(str(e))
+    if args.token_file and args.token_env:
+        parser.error("give the token with --token-file or with --token-env, not both")
+    if (args.token_file or args.token_env) and not args.store:
+        parser.error("a token enables onboarding: give --store FILE too, to keep the onboarded speakers")
+    overrides = {"beam": args.beam}
+    for key in ("unknown_speaker", "source_lang", "target_lang", "max_len_a", "max_len_b", "tokenizer", "bpe"):
+        if getattr(args, key) is not None:
+            overrides[key] = getattr(args, key)
+    for dataclass in _encoders(args.tokenizer, args.bpe):
+        for field in dataclasses.fields(dataclass):
+            value = getattr(args, field.name, None)
+            if value == "???":
+                parser.error(f"--{field.name.replace('_', '-')} is required with this --tokenizer/--bpe")
+            if value is not None and field.name not in overrides:
+                overrides[field.name] = value
+    return args, overrides, limits
+
+
+def read_token(args: argparse.Namespace) -> Optional[str]:
+    """The token of ``--token-file`` or ``--token-env`` (None: writes disabled); a user error when unusable."""
+    if args.token_file:
+        where = f"--token-file {args.token_file}"
+        try:
+            with open(args.token_file, encoding="utf-8") as f:
+                token = f.read().strip()
+        except (OSError, UnicodeDecodeError) as e:
+            raise UserError(f"{where}: cannot be read ({getattr(e, 'strerror', None) or e})") from None
+    elif args.token_env:
+        where = f"--token-env {args.token_env}"
+        token = os.environ.get(args.token_env, "").strip()
+    else:
+        return None
+    if not token:
+        raise UserError(f"{where}: the token is empty" + (" (is the variable set?)" if args.token_env else ""))
+    if not all(33 <= ord(c) < 127 for c in token):
+        raise UserError(f"{where}: the token must be printable ASCII without spaces (it travels in an HTTP header)")
+    if len(token) < MIN_TOKEN_CHARS:
+        raise UserError(f"{where}: the token has {len(token)} characters; use at least {MIN_TOKEN_CHARS}, e.g. from "
+                        f"python -c 'import secrets; print(secrets.token_urlsafe(32))'")
+    return token
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    args, overrides, limits = parse_args(argv)
+    store = None
+    try:
+        token = read_token(args)
+        if not os.path.isdir(args.data):
+            raise UserError(f"data directory not found: {args.data} (the one the model was trained on, with its "
+                            f"dict.*.txt)")
+        logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO,
+                            stream=sys.stderr, force=True)
+        logging.getLogger("fairseq").setLevel(logging.WARNING)  # its per-batch lines, on every request
+        warnings.filterwarnings("ignore", message=".*'pin_memory' argument is set as true")  # torch's, on a CPU
+        if args.threads:
+            import torch
+
+            torch.set_num_threads(args.threads)
+        from fairseq_speaker.onboarding.translator import SpeakerTranslator
+
+        translator = SpeakerTranslator.from_pretrained(args.checkpoint, data=args.data, **overrides)
+        store = SpeakerStore(args.store or ":memory:")
+        app = create_app(translator, store, token, limits, beam=args.beam)
+    except UserError as e:
+        if store is not None:
+            store.close()
+        raise SystemExit(f"fairseq-speaker-serve: error: {e}") from None
+    import uvicorn
+
+    service = app.state.service
+    logger.info(f"{args.checkpoint}: {len(service.trained)} trained and {len(service.onboarded)} onboarded speakers; "
+                f"writes {'enabled' if token else 'disabled (no token)'}; store {args.store or '(none: in memory)'}")
+    try:  # uvicorn stops on SIGTERM or SIGINT after the requests under way (the store is closed at its shutdown)
+        uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="info")).run()
+    finally:
+        store.close()
+
+
+if __name__ == "__main__":
+    main()

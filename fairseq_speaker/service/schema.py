@@ -1,0 +1,109 @@
+"""The bodies of the service's requests and answers (pydantic models: validated on the way in, described at /docs).
+
+Requests refuse fields they do not define, so that a misspelt field (``speakrs``) is an error, not ignored.
+"""
+
+from typing import Dict, List, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TranslateRequest(_Request):
+    sentences: List[str] = Field(description="the sentences to translate, as the model reads them (raw text when "
+                                 "the service was started with --tokenizer/--bpe)")
+    speakers: Optional[List[str]] = Field(None, description="one speaker per sentence")
+    speaker: Optional[str] = Field(None, description="one speaker for every sentence (instead of speakers)")
+
+    @model_validator(mode="after")
+    def _one_way_of_naming_speakers(self):
+        if (self.speakers is None) == (self.speaker is None):
+            raise ValueError("give either 'speakers' (one per sentence) or 'speaker' (for every sentence)")
+        if self.speakers is not None and len(self.speakers) != len(self.sentences):
+            raise ValueError(f"{len(self.speakers)} speakers for {len(self.sentences)} sentences: give one speaker "
+                             f"per sentence, or 'speaker' for all")
+        return self
+
+    def labels(self) -> List[str]:
+        """One speaker per sentence."""
+        return list(self.speakers) if self.speakers is not None else [self.speaker] * len(self.sentences)
+
+
+class Translation(BaseModel):
+    text: str = Field(description="the translation (detokenized when the service was started with --tokenizer/--bpe)")
+    speaker: str = Field(description="the speaker it was translated as, as given")
+    unknown_speaker_policy_applied: bool = Field(
+        description="true if the model does not know the speaker, so that the unknown-speaker policy was applied "
+        "(the mean speaker, or none: see unknown_speaker_policy)")
+
+
+class TranslateResponse(BaseModel):
+    translations: List[Translation] = Field(description="one per sentence, in the order of the request")
+    unknown_speaker_policy: str = Field(description="what a speaker the model does not know gets: 'mean' (the mean "
+                                        "of the trained speakers), 'none' (no speaker), 'fail' (refused)")
+
+
+class SentencePairs(_Request):
+    sources: List[str] = Field(description="source sentences, raw as for /translate")
+    targets: List[str] = Field(description="their translations as this speaker would have them, one per source")
+
+    @model_validator(mode="after")
+    def _aligned(self):
+        if len(self.sources) != len(self.targets):
+            raise ValueError(f"{len(self.sources)} sources but {len(self.targets)} targets: give one target per source")
+        if not self.sources:
+            raise ValueError("no sentence pairs: give at least one source and its target")
+        return self
+
+
+class OnboardRequest(SentencePairs):
+    replace: bool = Field(False, description="fit an onboarded speaker again, from these sentences alone")
+
+
+class Speaker(BaseModel):
+    name: str
+    kind: Literal["trained", "onboarded"] = Field(description="trained with the model, or onboarded by the service")
+    sentences: int = Field(description="the sentences the speaker was trained or fitted on")
+    created: Optional[str] = Field(None, description="when it was onboarded (ISO 8601, UTC); null for a trained one")
+    updated: Optional[str] = Field(None, description="when its rows last changed (ISO 8601, UTC)")
+
+
+class Fit(BaseModel):
+    tokens: int = Field(description="target tokens fitted on")
+    loss_before: float = Field(description="per-token loss of the speaker's sentences with the mean speaker")
+    loss_after: float = Field(description="per-token loss after the fit")
+    iterations: int
+    seconds: float
+
+
+class OnboardResponse(BaseModel):
+    speaker: Speaker
+    fit: Fit
+
+
+class SpeakerList(BaseModel):
+    speakers: List[Speaker] = Field(description="trained speakers (in the model's order), then onboarded ones "
+                                    "(oldest first)")
+
+
+class Deleted(BaseModel):
+    deleted: str
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+    speakers: Dict[str, int] = Field(description="trained and onboarded speakers")
+    model: Dict[str, object] = Field(description="the checkpoint and what ties speaker rows to it")
+    writes: bool = Field(description="whether the write endpoints are enabled (a token is configured)")
+
+
+class ErrorBody(BaseModel):
+    code: str = Field(description="a stable word for the kind of error (unauthorized, speaker_exists, ...)")
+    message: str = Field(description="what went wrong and what to do, for a person")
+
+
+class Error(BaseModel):
+    error: ErrorBody

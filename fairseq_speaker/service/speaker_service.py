@@ -1,0 +1,385 @@
+"""What the service does, without HTTP: a translator kept in step with the speaker store, under limits.
+
+The store is the source of truth for onboarded speakers. Every request first brings the translator in step
+with it (one read of the store's generation; the changed speakers' rows when it moved), so that a request
+sees every write committed, by this process or another, before it began. A write fits the speaker in the
+translator, commits its rows to the store, and only then answers; a write the store refuses (another process
+got there first) is undone in the translator by reading the store again.
+
+Speakers the model was trained with ("trained") are the checkpoint's: they are translated, listed and shown,
+never replaced, updated or deleted here. A deleted speaker's rows stay in the translator's table (a table does
+not shrink) but are no longer used: the speaker gets the unknown-speaker policy again, as any unknown name.
+
+One lock serializes the requests of a process (the translator serializes its calls anyway); throughput comes
+from sentences per request.
+"""
+
+import logging
+import sqlite3
+import threading
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Set, Tuple
+
+import numpy as np
+
+from fairseq_speaker.data.speaker_dictionary import new_label_problem, shown
+from fairseq_speaker.errors import UserError
+from fairseq_speaker.onboarding.checkpoint import adaptable_bias
+from fairseq_speaker.onboarding.fit import FitReport
+from fairseq_speaker.onboarding.translator import SpeakerTranslator
+from fairseq_speaker.onboarding.vectors import SpeakerVectors, describe, read_speaker_vectors, vectors_bytes
+from fairseq_speaker.service import schema
+from fairseq_speaker.service.store import SpeakerStore, StoreConflict, StoredSpeaker, StoreError, fingerprint_of
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request may ask (each is a command-line option of ``fairseq-speaker-serve``)."""
+
+    #: sentences in one /translate request
+    max_sentences: int = 64
+    #: characters in one sentence (translated, or of an onboarding pair)
+    max_chars: int = 1000
+    #: sentence pairs in one onboarding request (PUT /speakers/{name}, POST /speakers/{name}/sentences)
+    max_pairs: int = 256
+    #: sentence pairs one onboarded speaker is fitted on, in all (an update refits on all of them)
+    max_speaker_pairs: int = 2048
+
+    def __post_init__(self):
+        for name in ("max_sentences", "max_chars", "max_pairs", "max_speaker_pairs"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {value!r}")
+
+    @property
+    def max_body_bytes(self) -> int:
+        """The largest request body: every allowed character as a 6-byte JSON escape, and 64 KiB of the rest."""
+        return 6 * self.max_chars * max(self.max_sentences, 2 * self.max_pairs) + 65536
+
+
+class ServiceError(Exception):
+    """A refused request: HTTP ``status``, a stable ``code`` and a ``message`` saying what to do."""
+
+    def __init__(self, status: int, code: str, message: str):
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+def _retired(name: str) -> str:
+    """The label a deleted speaker is translated as: one no speaker can have (surrounding whitespace: the label
+    rules refuse it), so that it gets the unknown-speaker policy as any unknown name."""
+    return f" {name} (deleted) "
+
+
+class SpeakerService:
+    """The translator and the store of one process (see the module documentation).
+
+    Args:
+        translator: a loaded model; its speakers at this point are the "trained" ones.
+        store: the speaker store; bound to the model on first use, refused if it was made for another.
+        limits: what one request may ask.
+        beam: the beam of every translation.
+        generate: more of fairseq's generation options for every translation (``max_len_b=...``).
+    """
+
+    def __init__(self, translator: SpeakerTranslator, store: SpeakerStore, limits: Limits = Limits(), beam: int = 5,
+                 generate: Optional[Dict] = None):
+        self.translator, self.store, self.limits = translator, store, limits
+        self.beam, self.generate = beam, dict(generate or {})
+        self.trained: List[str] = translator.speakers
+        self._trained: Set[str] = set(self.trained)
+        self._counts = dict(zip(self.trained, translator.task.speaker_dictionary.counts))
+        policy = translator.task.cfg.unknown_speaker  # a fairseq ChoiceEnum member, or a str
+        self.policy: str = str(getattr(policy, "value", policy))
+        self._lock = threading.RLock()
+        #: onboarded speaker -> the store version of its rows in the translator (-1: to be read again)
+        self._loaded: Dict[str, int] = {}
+        self._seen_generation = -1
+        #: store speakers not used: trained names (see _bind), or rows this model refuses (name -> version)
+        self._skipped: Dict[str, int] = {}
+        try:
+            bias = adaptable_bias(translator.model, translator.task, translator.checkpoint)
+        except UserError as e:
+            self.not_adaptable: Optional[str] = str(e)
+            self.fingerprint: Dict = {}
+        else:
+            self.not_adaptable = None
+            self.fingerprint = fingerprint_of(describe(bias, translator.task.target_dictionary))
+        self._bind()
+
+    def _bind(self) -> None:
+        where = self.translator.checkpoint
+        if self.not_adaptable is None:
+            self.store.bind(self.fingerprint, where)
+        held = [s.name for s in self.store.speakers()]
+        if held and self.not_adaptable is not None:
+            raise StoreError(f"--store {self.store.path} holds {len(held)} onboarded speakers, but "
+                             f"{self.not_adaptable}")
+        clash = [name for name in held if name in self._trained]
+        if clash:
+            raise StoreError(
+                f"--store {self.store.path} holds speaker(s) {', '.join(map(shown, clash[:5]))} that {where} was "
+                f"trained with (a checkpoint saved with onboarded speakers?): serve it with a new --store file, or "
+                f"serve the checkpoint the store was made for")
+        self.sync(strict=True)
+
+    # -- keeping the translator in step with the store -------------------------------------------------
+    def sync(self, strict: bool = False) -> None:
+        """Bring the translator's onboarded speakers in step with the store (see the module documentation).
+        Rows this model refuses stop the start-up (``strict``); later they are logged and left unused."""
+        with self._lock:
+            try:
+                if self.store.generation() == self._seen_generation:
+                    return
+                generation, versions = self.store.versions()
+                changed = [name for name, version in versions.items()
+                           if self._loaded.get(name) != version and self._skipped.get(name) != version]
+                records = [record for record in map(self.store.get, changed) if record is not None]  # None: deleted
+                self._install(records, strict)
+                for name in [n for n in self._loaded if n not in versions]:
+                    del self._loaded[name]
+                self._seen_generation = generation
+            except sqlite3.Error as e:
+                raise _unavailable(self.store, e) from None
+
+    def _install(self, records: List[StoredSpeaker], strict: bool) -> None:
+        """Put the rows of ``records`` in the translator, in one import (a table grows once, not per speaker)."""
+        usable = []
+        for record in records:
+            try:
+                if record.name in self._trained:  # written by a process whose model lacks it (see _bind)
+                    raise StoreError(f"store speaker {record.name!r} is a trained speaker of this model")
+                vectors = read_speaker_vectors(record.rows, where=f"{self.store.path}: speaker {record.name!r}")
+                if vectors.names != [record.name] or fingerprint_of(vectors.meta) != self.fingerprint:
+                    raise StoreError(f"{self.store.path}: the rows of speaker {record.name!r} are not this model's "
+                                     f"(named {vectors.names}): the store is damaged")
+            except UserError as e:
+                if strict:
+                    raise
+                logger.error(f"{e}: the speaker is left unused")
+                self._skipped[record.name] = record.version
+                continue
+            usable.append((record, vectors))
+        if not usable:
+            return
+        first = usable[0][1]
+        rows = {key: np.concatenate([v.rows[key] for _, v in usable]) for key in first.rows}
+        together = SpeakerVectors([r.name for r, _ in usable], rows, dict(first.meta, speakers=len(usable)),
+                                  f"{self.store.path}")
+        self.translator.import_speakers(together, replace=True)  # a deleted name's unused rows are overwritten
+        for record, _ in usable:
+            self._loaded[record.name] = record.version
+
+    def _forget(self, name: str) -> None:
+        """After a failed write: the translator's rows of ``name`` are read from the store again at the next sync
+        (and until then not used: every request syncs first)."""
+        self._loaded[name] = -1
+        self._seen_generation = -1
+
+    def _in_model(self) -> Set[str]:
+        return set(self.translator.speakers)
+
+    @property
+    def onboarded(self) -> List[str]:
+        with self._lock:
+            return [name for name, version in self._loaded.items() if version >= 0]
+
+    # -- translating --------------------------------------------------------------------------------------
+    def translate(self, request: schema.TranslateRequest) -> schema.TranslateResponse:
+        sentences, labels = list(request.sentences), request.labels()
+        if not sentences:
+            raise ServiceError(422, "invalid_request", "no sentences: give at least one")
+        if len(sentences) > self.limits.max_sentences:
+            raise ServiceError(413, "too_many_sentences",
+                               f"{len(sentences)} sentences in one request; at most {self.limits.max_sentences} "
+                               f"(fairseq-speaker-serve --max-sentences): split the request")
+        self._check_lengths(sentences, "sentences")
+        with self._lock:
+            self.sync()
+            for label in dict.fromkeys(labels):
+                self._check_label(label, what="speaker")
+            known = self._trained | set(self._loaded)
+            unknown = [label for label in dict.fromkeys(labels) if label not in known]
+            if unknown and self.policy == "fail":
+                raise ServiceError(404, "unknown_speaker",
+                                   f"unknown speaker(s) {', '.join(map(shown, unknown[:5]))}: the service translates "
+                                   f"only speakers it knows (--unknown-speaker fail); GET /speakers lists them")
+            in_model = self._in_model() if unknown else set()
+            as_label = [label if label in known or label not in in_model else _retired(label) for label in labels]
+            try:
+                texts = self.translator.translate(sentences, as_label, beam=self.beam, **self.generate)
+            except UserError as e:
+                raise ServiceError(422, "invalid_request", str(e)) from None
+        return schema.TranslateResponse(
+            translations=[schema.Translation(text=text, speaker=label,
+                                             unknown_speaker_policy_applied=label not in known)
+                          for text, label in zip(texts, labels)],
+            unknown_speaker_policy=self.policy)
+
+    # -- the speakers ---------------------------------------------------------------------------------
+    def speakers(self) -> schema.SpeakerList:
+        with self._lock:
+            self.sync()
+            onboarded = [s for s in self._store_call(self.store.speakers) if s.name in self._loaded]
+        return schema.SpeakerList(speakers=[self._trained_speaker(name) for name in self.trained]
+                                  + [_onboarded(s) for s in onboarded])
+
+    def speaker(self, name: str) -> schema.Speaker:
+        with self._lock:
+            self.sync()
+            if name in self._trained:
+                return self._trained_speaker(name)
+            record = self._store_call(self.store.get, name, False) if name in self._loaded else None
+        if record is None:
+            raise ServiceError(404, "unknown_speaker", f"no speaker {shown(name)}: GET /speakers lists them")
+        return _onboarded(record)
+
+    def onboard(self, name: str, request: schema.OnboardRequest) -> Tuple[schema.OnboardResponse, bool]:
+        """Fit ``name`` on the request's sentences and store it; returns the answer and whether it is new."""
+        self._check_writable()
+        self._check_pairs(request, self.limits.max_pairs)
+        with self._lock:
+            self.sync()
+            self._check_label(name, what="speaker name")
+            self._check_not_trained(name)
+            exists = name in self._loaded
+            if exists and not request.replace:
+                raise ServiceError(409, "speaker_exists",
+                                   f"speaker {shown(name)} is already onboarded: send \"replace\": true to fit it "
+                                   f"again from these sentences alone, or POST /speakers/{{name}}/sentences to add "
+                                   f"sentences")
+            pairs = list(zip(request.sources, request.targets))
+            report = self._fit(name, pairs)
+            record = self._commit(name, pairs, expect=None, replace=request.replace)
+        return schema.OnboardResponse(speaker=_onboarded(record), fit=_fit(report)), not exists
+
+    def add_sentences(self, name: str, request: schema.SentencePairs) -> schema.OnboardResponse:
+        """Refit an onboarded speaker on its stored sentences and these; store it."""
+        self._check_writable()
+        self._check_pairs(request, self.limits.max_pairs)
+        with self._lock:
+            self.sync()
+            self._check_not_trained(name)
+            record = self._store_call(self.store.get, name) if name in self._loaded else None
+            if record is None:
+                raise ServiceError(404, "unknown_speaker",
+                                   f"no onboarded speaker {shown(name)}: PUT /speakers/{{name}} onboards it")
+            pairs = list(record.pairs) + list(zip(request.sources, request.targets))
+            if len(pairs) > self.limits.max_speaker_pairs:
+                raise ServiceError(413, "too_many_pairs",
+                                   f"speaker {shown(name)} would be fitted on {len(pairs)} sentence pairs; at most "
+                                   f"{self.limits.max_speaker_pairs} (fairseq-speaker-serve --max-speaker-pairs)")
+            report = self._fit(name, pairs)
+            stored = self._commit(name, pairs, expect=record.version, replace=False)
+        return schema.OnboardResponse(speaker=_onboarded(stored), fit=_fit(report))
+
+    def delete(self, name: str) -> schema.Deleted:
+        self._check_writable()
+        with self._lock:
+            self.sync()
+            if name in self._trained:
+                raise ServiceError(409, "trained_speaker",
+                                   f"speaker {shown(name)} was trained with the model: only onboarded speakers can be "
+                                   f"deleted")
+            if name not in self._loaded or not self._store_call(self.store.delete, name):
+                raise ServiceError(404, "unknown_speaker", f"no onboarded speaker {shown(name)}")
+            del self._loaded[name]  # its rows stay in the table, unused (see the module documentation)
+        return schema.Deleted(deleted=name)
+
+    def health(self, writes: bool) -> schema.Health:
+        """Ready: the model is loaded (it is, once this object exists) and the store answers."""
+        self._store_call(self.store.generation)
+        return schema.Health(status="ok", speakers={"trained": len(self.trained), "onboarded": len(self.onboarded)},
+                             model={"checkpoint": self.translator.checkpoint, **self.fingerprint,
+                                    "unknown_speaker_policy": self.policy}, writes=writes)
+
+    # -- helpers --------------------------------------------------------------------------------------
+    def _fit(self, name: str, pairs: Sequence[Tuple[str, str]]) -> FitReport:
+        """Fit ``name`` from the mean speaker on all of ``pairs`` (so that its rows depend on its sentences
+        alone, whichever process fits them)."""
+        sources, targets = [s for s, _ in pairs], [t for _, t in pairs]
+        try:
+            return self.translator.add_speaker(name, sources, targets, replace=name in self._in_model())
+        except UserError as e:
+            self._forget(name)
+            raise ServiceError(422, "invalid_request", str(e)) from None
+        except BaseException:
+            self._forget(name)
+            raise
+
+    def _commit(self, name: str, pairs, expect: Optional[int], replace: bool) -> StoredSpeaker:
+        try:
+            rows = vectors_bytes(self.translator.speaker_vectors([name]))
+            record = self.store.put(name, rows, pairs, expect=expect, replace=replace)
+        except StoreConflict as e:
+            self._forget(name)
+            if e.reason == "exists":
+                raise ServiceError(409, "speaker_exists", f"{e} (onboarded by another process meanwhile): send "
+                                   f"\"replace\": true to fit it again from these sentences alone") from None
+            raise ServiceError(409, "conflict", f"{e}: nothing was changed; read the speaker again and retry") from None
+        except sqlite3.Error as e:
+            self._forget(name)
+            raise _unavailable(self.store, e) from None
+        except BaseException:
+            self._forget(name)
+            raise
+        self._loaded[name] = record.version
+        return record
+
+    def _store_call(self, method, *args):
+        try:
+            return method(*args)
+        except sqlite3.Error as e:
+            raise _unavailable(self.store, e) from None
+
+    def _check_writable(self) -> None:
+        if self.not_adaptable is not None:
+            raise ServiceError(409, "not_adaptable", self.not_adaptable)
+
+    def _check_not_trained(self, name: str) -> None:
+        if name in self._trained:
+            raise ServiceError(409, "trained_speaker",
+                               f"speaker {shown(name)} was trained with the model: its rows are the checkpoint's and "
+                               f"are not changed by the service; onboard the person under another name")
+
+    def _check_label(self, label: str, what: str) -> None:
+        """The rules of the speaker files' labels (and of every way a speaker is added)."""
+        problem = new_label_problem(label, self.translator.task.speaker_dictionary)
+        if problem:
+            raise ServiceError(422, "invalid_speaker", f"{what}: {problem}")
+
+    def _check_lengths(self, sentences: Sequence[str], field: str) -> None:
+        for i, sentence in enumerate(sentences):
+            if len(sentence) > self.limits.max_chars:
+                raise ServiceError(413, "sentence_too_long",
+                                   f"{field}[{i}] has {len(sentence)} characters; at most {self.limits.max_chars} "
+                                   f"(fairseq-speaker-serve --max-chars)")
+
+    def _check_pairs(self, request: schema.SentencePairs, limit: int) -> None:
+        if len(request.sources) > limit:
+            raise ServiceError(413, "too_many_pairs",
+                               f"{len(request.sources)} sentence pairs in one request; at most {limit} "
+                               f"(fairseq-speaker-serve --max-pairs)")
+        self._check_lengths(request.sources, "sources")
+        self._check_lengths(request.targets, "targets")
+
+    def _trained_speaker(self, name: str) -> schema.Speaker:
+        return schema.Speaker(name=name, kind="trained", sentences=self._counts.get(name, 0))
+
+
+def _onboarded(record: StoredSpeaker) -> schema.Speaker:
+    return schema.Speaker(name=record.name, kind="onboarded", sentences=record.sentences, created=record.created,
+                          updated=record.updated)
+
+
+def _fit(report: FitReport) -> schema.Fit:
+    return schema.Fit(tokens=report.tokens, loss_before=report.loss_before, loss_after=report.loss_after,
+                      iterations=report.iterations, seconds=report.seconds)
+
+
+def _unavailable(store: SpeakerStore, error: Exception) -> ServiceError:
+    logger.error(f"speaker store {store.path}: {error}")
+    return ServiceError(503, "store_unavailable", "the speaker store cannot be read or written now (busy or failing); "
+                        "retry later")

@@ -1,0 +1,464 @@
+"""fairseq-speaker-serve: every endpoint, every refusal, the store across restarts and processes, a real server."""
+
+import argparse
+import json
+import os
+import re
+import shlex
+import signal
+import socket
+import sqlite3
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from fairseq_speaker.errors import UserError
+from fairseq_speaker.service.app import create_app, parse_args, read_token
+from fairseq_speaker.service.speaker_service import Limits
+from fairseq_speaker.service.store import SpeakerStore, StoreError
+from fairseq_speaker.serving import SpeakerTranslator
+from tests.cli import BIN, doctored_checkpoint
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TOKEN = "test-token-0123456789abcdef"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+SENTENCES = ["i am tired .", "you want the drugs .", "i went to the station .", "you are kind ."]
+PAIRS = {"sources": ["i am tired .", "you want the drugs ."],
+         "targets": ["je suis fatiguée .", "vous voulez les médicaments ."]}
+MORE = {"sources": ["i went to the station ."], "targets": ["je suis allée à la gare ."]}
+
+
+def _translator(checkpoint, toy, **overrides) -> SpeakerTranslator:
+    return SpeakerTranslator.from_pretrained(checkpoint, data=toy["bin"], max_len_b=6, **overrides)
+
+
+def _client(translator, store=None, token=TOKEN, limits=Limits()) -> TestClient:
+    return TestClient(create_app(translator, store, token=token, limits=limits), raise_server_exceptions=False)
+
+
+def _rows(translator, name):
+    return translator.speaker_vectors([name]).rows
+
+
+def _texts(response):
+    assert response.status_code == 200, response.text
+    return [t["text"] for t in response.json()["translations"]]
+
+
+@pytest.fixture(scope="module")
+def doctored(toy, trained, tmp_path_factory):
+    """A full-bias model whose speakers spk000 and spk001 each favour a word: mixing up speakers shows."""
+    path = str(tmp_path_factory.mktemp("service") / "doctored.pt")
+    return doctored_checkpoint(trained("lstm_full_bias"), path, {"spk000": "chien", "spk001": "voiture"},
+                               os.path.join(toy["bin"], "dict.fr.txt"))
+
+
+# -- translating ----------------------------------------------------------------------------------------------
+
+
+def test_translations_equal_the_translators_sentence_for_sentence_with_mixed_speakers(toy, doctored):
+    translator = _translator(doctored, toy)
+    speakers = ["spk000", "spk001", "someone-new", "spk001"]
+    with _client(translator) as client:
+        answer = client.post("/translate", json={"sentences": SENTENCES, "speakers": speakers})
+        every = client.post("/v1/translate", json={"sentences": SENTENCES, "speaker": "spk001"})
+    texts = _texts(answer)
+    assert texts == translator.translate(SENTENCES, speakers)
+    assert [t.split()[0] for t in texts[:2]] == ["chien", "voiture"]  # each sentence as its own speaker
+    for sentence, speaker, text in zip(SENTENCES, speakers, texts):
+        assert text == translator.translate(sentence, speaker)
+    assert [t["speaker"] for t in answer.json()["translations"]] == speakers
+    assert [t["unknown_speaker_policy_applied"] for t in answer.json()["translations"]] == [False, False, True, False]
+    assert answer.json()["unknown_speaker_policy"] == "mean"
+    assert _texts(every) == translator.translate(SENTENCES, "spk001")
+
+
+def test_concurrent_requests_keep_each_sentences_speaker_while_a_speaker_is_onboarded(toy, doctored):
+    from concurrent.futures import ThreadPoolExecutor
+
+    translator = _translator(doctored, toy)
+    names = ["spk000", "spk001", "spk002", "nobody"]
+    requests = [{"sentences": [SENTENCES[(i + j) % 4] for j in range(1 + i % 3)],
+                 "speakers": [names[(i * 3 + j) % 4] for j in range(1 + i % 3)]} for i in range(24)]
+    expected = [translator.translate(r["sentences"], r["speakers"]) for r in requests]
+    with _client(translator) as client, ThreadPoolExecutor(max_workers=4) as pool:
+        answers = [pool.submit(client.post, "/translate", json=r) for r in requests[:12]]
+        onboarded = pool.submit(client.put, "/speakers/dr-lee", json=PAIRS, headers=AUTH)
+        answers += [pool.submit(client.post, "/translate", json=r) for r in requests[12:]]
+        assert [_texts(a.result()) for a in answers] == expected
+        assert onboarded.result().status_code == 201
+
+
+# -- onboarding, updating, deleting -----------------------------------------------------------------------------
+
+
+def test_a_speaker_is_onboarded_updated_replaced_and_deleted(toy, trained):
+    checkpoint = trained("lstm_fact_bias")
+    translator = _translator(checkpoint, toy)
+    with _client(translator) as client:
+        put = client.put("/speakers/dr lee", json=PAIRS, headers=AUTH)
+        assert put.status_code == 201, put.text
+        assert put.json()["speaker"]["kind"] == "onboarded" and put.json()["speaker"]["sentences"] == 2
+        assert put.json()["fit"]["tokens"] > 0
+        shown = client.get("/speakers/dr lee").json()
+        assert shown == put.json()["speaker"] and shown["created"] == shown["updated"]
+        assert client.post("/translate", json={"sentences": SENTENCES[:1], "speaker": "dr lee"}).json()[
+            "translations"][0]["unknown_speaker_policy_applied"] is False
+
+        more = client.post("/v1/speakers/dr lee/sentences", json=MORE, headers=AUTH)
+        assert more.status_code == 200, more.text
+        assert more.json()["speaker"]["sentences"] == 3
+        assert more.json()["speaker"]["created"] == shown["created"] != more.json()["speaker"]["updated"]
+        # an update refits on all the speaker's sentences: the rows of one fit on the three pairs
+        fresh = _translator(checkpoint, toy)
+        fresh.add_speaker("dr lee", PAIRS["sources"] + MORE["sources"], PAIRS["targets"] + MORE["targets"])
+        for key, value in _rows(fresh, "dr lee").items():
+            np.testing.assert_allclose(_rows(translator, "dr lee")[key], value, rtol=1e-5, atol=1e-6)
+
+        replaced = client.put("/speakers/dr lee", json={**MORE, "replace": True}, headers=AUTH)
+        assert replaced.status_code == 200 and replaced.json()["speaker"]["sentences"] == 1
+
+        listed = client.get("/speakers").json()["speakers"]
+        assert [s["name"] for s in listed] == translator.speakers  # the 8 trained ones, then dr lee
+        assert [s["kind"] for s in listed] == ["trained"] * 8 + ["onboarded"]
+        assert listed[0]["sentences"] == 20 and listed[0]["created"] is None
+
+        assert client.delete("/speakers/dr lee", headers=AUTH).json() == {"deleted": "dr lee"}
+        assert client.get("/speakers/dr lee").status_code == 404
+        after = client.post("/translate", json={"sentences": SENTENCES[:2], "speaker": "dr lee"})
+        assert [t["unknown_speaker_policy_applied"] for t in after.json()["translations"]] == [True, True]
+        assert _texts(after) == translator.translate(SENTENCES[:2], "nobody")  # the mean speaker again
+        assert client.delete("/speakers/dr lee", headers=AUTH).status_code == 404
+        again = client.put("/speakers/dr lee", json=PAIRS, headers=AUTH)  # a deleted name can be onboarded anew
+        assert again.status_code == 201 and again.json()["speaker"]["sentences"] == 2
+        assert [s["name"] for s in client.get("/speakers").json()["speakers"]][-1] == "dr lee"
+
+
+def test_a_name_with_a_slash_is_addressed_by_its_path(toy, trained):
+    with _client(_translator(trained("lstm_fact_bias"), toy)) as client:
+        assert client.put("/speakers/team/dr-lee", json=PAIRS, headers=AUTH).status_code == 201
+        assert client.post("/speakers/team/dr-lee/sentences", json=MORE, headers=AUTH).json()["speaker"] == \
+            client.get("/v1/speakers/team%2Fdr-lee").json()
+        assert client.get("/speakers/team/dr-lee").json()["sentences"] == 3
+        assert client.delete("/speakers/team/dr-lee", headers=AUTH).status_code == 200
+
+
+def test_health_metrics_and_the_openapi_description(toy, trained):
+    with _client(_translator(trained("lstm_fact_bias"), toy), token=None) as client:
+        health = client.get("/health")
+        assert health.status_code == 200
+        assert health.json()["speakers"] == {"trained": 8, "onboarded": 0} and health.json()["writes"] is False
+        assert health.json()["model"]["variant_spelling"] == "fact"
+        assert client.get("/v1/health").json() == health.json()
+        client.post("/translate", json={"sentences": SENTENCES[:3], "speaker": "spk000"})
+        client.get("/speakers/nobody")
+        metrics = client.get("/metrics")
+        paths = client.get("/openapi.json").json()["paths"]
+        docs = client.get("/docs")
+    assert metrics.headers["content-type"].startswith("text/plain")
+    text = metrics.text
+    assert 'fairseq_speaker_requests_total{endpoint="/translate",method="POST",status="200"} 1' in text
+    assert 'fairseq_speaker_requests_total{endpoint="/health",method="GET",status="200"} 2' in text
+    assert 'fairseq_speaker_errors_total{endpoint="/speakers/{name}",code="unknown_speaker"} 1' in text
+    assert 'fairseq_speaker_request_duration_seconds_count{endpoint="/translate"} 1' in text
+    assert 'fairseq_speaker_request_duration_seconds_bucket{endpoint="/translate",le="+Inf"} 1' in text
+    assert "fairseq_speaker_translated_sentences_total 3" in text
+    assert 'fairseq_speaker_speakers{kind="trained"} 8' in text
+    assert sorted(paths) == ["/health", "/metrics", "/speakers", "/speakers/{name}", "/speakers/{name}/sentences",
+                             "/translate"]
+    assert set(paths["/speakers/{name}"]) == {"get", "put", "delete"}
+    assert docs.status_code == 200
+
+
+# -- refusals ------------------------------------------------------------------------------------------------
+
+LIMITS = Limits(max_sentences=3, max_chars=40, max_pairs=2, max_speaker_pairs=3)
+BAD_JSON = b'{"sentences": ["i am tired ."], "speaker": "spk000"'
+
+#: (method, path, body, headers, status, error code, text of the message)
+REFUSALS = [
+    ("put", "/speakers/zoe", PAIRS, {}, 401, "unauthorized", "Authorization: Bearer"),
+    ("put", "/speakers/zoe", PAIRS, {"Authorization": "Bearer wrong-token-0123456789"}, 401, "unauthorized",
+     "wrong token"),
+    ("put", "/speakers/zoe", PAIRS, {"Authorization": TOKEN}, 401, "unauthorized", "Bearer"),
+    ("delete", "/v1/speakers/zoe", None, {"Authorization": "Bearer wrong"}, 401, "unauthorized", "wrong token"),
+    ("put", "/speakers/a%09b", PAIRS, AUTH, 422, "invalid_speaker", "tabs and control characters"),
+    ("put", "/speakers/%20zoe", PAIRS, AUTH, 422, "invalid_speaker", "surrounding whitespace"),
+    ("put", "/speakers/", PAIRS, AUTH, 422, "invalid_speaker", "empty speaker label"),
+    ("put", "/speakers/spk000", PAIRS, AUTH, 409, "trained_speaker", "trained with the model"),
+    ("put", "/speakers/dr-lee", PAIRS, AUTH, 409, "speaker_exists", '"replace": true'),
+    ("put", "/speakers/zoe", {"sources": ["a ."] * 3, "targets": ["b ."] * 3}, AUTH, 413, "too_many_pairs",
+     "--max-pairs"),
+    ("put", "/speakers/zoe", {"sources": ["a" * 41], "targets": ["b ."]}, AUTH, 413, "sentence_too_long",
+     "sources[0] has 41 characters; at most 40"),
+    ("put", "/speakers/zoe", {"sources": ["a ."], "targets": []}, AUTH, 422, "invalid_request", "1 sources but 0"),
+    ("put", "/speakers/zoe", {"sources": [], "targets": []}, AUTH, 422, "invalid_request", "no sentence pairs"),
+    ("put", "/speakers/zoe", {"sources": ["a ."]}, AUTH, 422, "invalid_request", "targets: Field required"),
+    ("post", "/speakers/spk001/sentences", MORE, AUTH, 409, "trained_speaker", "trained with the model"),
+    ("post", "/speakers/nobody/sentences", MORE, AUTH, 404, "unknown_speaker", "PUT /speakers/{name} onboards it"),
+    ("post", "/speakers/dr-lee/sentences", {"sources": ["a ."] * 2, "targets": ["b ."] * 2}, AUTH, 413,
+     "too_many_pairs", "--max-speaker-pairs"),
+    ("delete", "/speakers/spk000", None, AUTH, 409, "trained_speaker", "only onboarded speakers can be deleted"),
+    ("delete", "/speakers/nobody", None, AUTH, 404, "unknown_speaker", "no onboarded speaker 'nobody'"),
+    ("get", "/speakers/nobody", None, {}, 404, "unknown_speaker", "no speaker 'nobody'"),
+    ("post", "/translate", {"sentences": ["i ."] * 4, "speaker": "spk000"}, {}, 413, "too_many_sentences",
+     "4 sentences in one request; at most 3"),
+    ("post", "/translate", {"sentences": ["i am tired ." * 4], "speaker": "spk000"}, {}, 413, "sentence_too_long",
+     "sentences[0] has 48 characters"),
+    ("post", "/translate", BAD_JSON, {"Content-Type": "application/json"}, 422, "invalid_json", "not valid JSON"),
+    ("post", "/translate", {"sentences": ["i ."]}, {}, 422, "invalid_request", "give either 'speakers'"),
+    ("post", "/translate", {"sentences": ["i ."], "speaker": "a", "speakers": ["a"]}, {}, 422, "invalid_request",
+     "give either 'speakers'"),
+    ("post", "/translate", {"sentences": ["i .", "you ."], "speakers": ["spk000"]}, {}, 422, "invalid_request",
+     "1 speakers for 2 sentences"),
+    ("post", "/translate", {"sentences": ["i ."], "speakrs": ["spk000"]}, {}, 422, "invalid_request",
+     "speakrs: Extra inputs are not permitted"),
+    ("post", "/translate", {"sentences": [3], "speaker": "spk000"}, {}, 422, "invalid_request",
+     "sentences.0: Input should be a valid string"),
+    ("post", "/translate", {"sentences": [], "speaker": "spk000"}, {}, 422, "invalid_request", "no sentences"),
+    ("post", "/translate", {"sentences": ["i ."], "speaker": "a\tb"}, {}, 422, "invalid_speaker", "contains '\\t'"),
+    ("post", "/translate", b"x" * 200_000, {"Content-Type": "application/json"}, 413, "too_large",
+     "the request body is over"),
+    ("get", "/translate", None, {}, 405, "method_not_allowed", "Method Not Allowed"),
+    ("get", "/nowhere", None, {}, 404, "not_found", "no endpoint /nowhere"),
+]
+
+
+@pytest.fixture(scope="module")
+def guarded(toy, trained):
+    """A service with a token and small limits, which has onboarded dr-lee on two sentence pairs."""
+    with _client(_translator(trained("lstm_fact_bias"), toy), limits=LIMITS) as client:
+        assert client.put("/speakers/dr-lee", json=PAIRS, headers=AUTH).status_code == 201
+        yield client
+
+
+def _send(client, method, path, body, headers):
+    if isinstance(body, bytes):
+        return client.request(method, path, content=body, headers=headers)
+    return client.request(method, path, json=body, headers=headers)
+
+
+@pytest.mark.parametrize("method,path,body,headers,status,code,message", REFUSALS,
+                         ids=[f"{r[0]} {r[1]} {r[4]} {r[5]}" for r in REFUSALS])
+def test_a_refused_request_gets_one_json_error(guarded, method, path, body, headers, status, code, message):
+    response = _send(guarded, method, path, body, headers)
+    assert response.status_code == status, response.text
+    assert set(response.json()) == {"error"} and response.json()["error"]["code"] == code, response.text
+    assert message in response.json()["error"]["message"], response.text
+    assert "Traceback" not in response.text
+    if status == 401:
+        assert response.headers["www-authenticate"] == "Bearer"
+
+
+def test_a_chunked_body_over_the_limit_is_refused_as_it_arrives(guarded):
+    chunks = iter([b'{"sentences": ["'] + [b"x" * 8192] * 20 + [b'"], "speaker": "spk000"}'])
+    response = guarded.post("/translate", content=chunks, headers={"Content-Type": "application/json"})
+    assert response.status_code == 413 and response.json()["error"]["code"] == "too_large"
+
+
+def test_the_refusals_changed_nothing(guarded):
+    speakers = guarded.get("/speakers").json()["speakers"]
+    assert [s["name"] for s in speakers if s["kind"] == "onboarded"] == ["dr-lee"]
+    assert speakers[-1]["sentences"] == 2
+
+
+@pytest.mark.parametrize("method,path", [("put", "/speakers/zoe"), ("post", "/v1/speakers/zoe/sentences"),
+                                         ("delete", "/speakers/zoe")])
+def test_writes_are_disabled_without_a_token_and_say_how_to_enable_them(toy, trained, method, path):
+    with _client(_translator(trained("lstm_fact_bias"), toy), token=None) as client:
+        response = _send(client, method, path, PAIRS if method != "delete" else None, AUTH)
+    assert response.status_code == 403
+    assert response.json()["error"]["code"] == "writes_disabled"
+    assert "--token-file" in response.json()["error"]["message"]
+
+
+def test_an_unknown_speaker_is_refused_when_the_policy_is_fail(toy, trained):
+    with _client(_translator(trained("lstm_fact_bias"), toy, unknown_speaker="fail")) as client:
+        refused = client.post("/translate", json={"sentences": SENTENCES[:2], "speakers": ["spk000", "nobody"]})
+        known = client.post("/translate", json={"sentences": SENTENCES[:2], "speaker": "spk000"})
+    assert refused.status_code == 404 and "'nobody'" in refused.json()["error"]["message"]
+    assert known.status_code == 200 and known.json()["unknown_speaker_policy"] == "fail"
+
+
+def test_health_says_503_when_the_store_does_not_answer(toy, trained):
+    store = SpeakerStore(":memory:")
+    with _client(_translator(trained("lstm_fact_bias"), toy), store) as client:
+        store.close()  # as a file gone bad would
+        health = client.get("/health")
+        translated = client.post("/translate", json={"sentences": ["i ."], "speaker": "spk000"})
+    assert health.status_code == 503 and health.json()["error"]["code"] == "store_unavailable"
+    assert translated.status_code == 503  # not translated with speakers the store may have changed
+
+
+@pytest.mark.parametrize("content,message", [("short-token\n", "the token has 11 characters; use at least 16"),
+                                             ("a token with spaces\n", "printable ASCII without spaces"),
+                                             (" \n", "the token is empty")])
+def test_an_unusable_token_is_refused(tmp_path, content, message):
+    (tmp_path / "token").write_text(content)
+    with pytest.raises(UserError, match=re.escape(message)):
+        read_token(argparse.Namespace(token_file=str(tmp_path / "token"), token_env=None))
+    (tmp_path / "token").write_text(f"  {TOKEN}\n")
+    assert read_token(argparse.Namespace(token_file=str(tmp_path / "token"), token_env=None)) == TOKEN
+
+
+def test_an_internal_error_reaches_the_client_without_its_traceback(toy, trained, monkeypatch):
+    translator = _translator(trained("lstm_fact_bias"), toy)
+    with _client(translator) as client:
+        monkeypatch.setattr(translator, "translate", lambda *a, **k: 1 / 0)
+        response = client.post("/translate", json={"sentences": ["i ."], "speaker": "spk000"})
+    assert response.status_code == 500
+    assert response.json()["error"]["code"] == "internal_error"
+    assert "ZeroDivision" not in response.text and "Traceback" not in response.text
+
+
+# -- the store ------------------------------------------------------------------------------------------------
+
+
+def test_a_speaker_onboarded_through_the_api_survives_a_restart(toy, trained, tmp_path):
+    checkpoint, store = trained("lstm_fact_bias"), str(tmp_path / "speakers.db")
+    first = _translator(checkpoint, toy)
+    request = {"sentences": SENTENCES * 2, "speakers": ["dr-lee"] * 4 + ["dr-kim"] * 4}
+    with _client(first, SpeakerStore(store)) as client:
+        shown = client.put("/speakers/dr-lee", json=PAIRS, headers=AUTH).json()["speaker"]
+        client.put("/speakers/dr-kim", json=MORE, headers=AUTH)
+        before = _texts(client.post("/translate", json=request))
+    second = _translator(checkpoint, toy)  # a new process: the model as trained, the store as left
+    assert "dr-lee" not in second.speakers
+    with _client(second, SpeakerStore(store)) as client:
+        assert client.get("/speakers/dr-lee").json() == shown
+        assert [s["name"] for s in client.get("/speakers").json()["speakers"]][-2:] == ["dr-lee", "dr-kim"]
+        assert _texts(client.post("/translate", json=request)) == before
+    for name in ("dr-lee", "dr-kim"):
+        for key, value in _rows(first, name).items():
+            np.testing.assert_array_equal(_rows(second, name)[key], value)
+
+
+def test_a_process_sees_what_another_process_sharing_the_store_wrote(toy, trained, tmp_path):
+    """Two services on one store file, as two replicas: each request sees every write committed before it."""
+    checkpoint, store = trained("lstm_fact_bias"), str(tmp_path / "speakers.db")
+    with _client(_translator(checkpoint, toy), SpeakerStore(store)) as one, \
+            _client(_translator(checkpoint, toy), SpeakerStore(store)) as other:
+        one.put("/speakers/dr-lee", json=PAIRS, headers=AUTH)
+        request = {"sentences": SENTENCES, "speaker": "dr-lee"}
+        assert other.get("/speakers/dr-lee").json()["sentences"] == 2
+        assert _texts(other.post("/translate", json=request)) == _texts(one.post("/translate", json=request))
+        assert other.post("/speakers/dr-lee/sentences", json=MORE, headers=AUTH).json()["speaker"]["sentences"] == 3
+        assert one.get("/speakers/dr-lee").json()["sentences"] == 3
+        assert _texts(one.post("/translate", json=request)) == _texts(other.post("/translate", json=request))
+        assert one.put("/speakers/dr-lee", json=PAIRS, headers=AUTH).status_code == 409  # onboarded by the other
+        assert one.delete("/speakers/dr-lee", headers=AUTH).status_code == 200
+        assert other.get("/speakers/dr-lee").status_code == 404
+        gone = other.post("/translate", json=request).json()["translations"]
+        assert all(t["unknown_speaker_policy_applied"] for t in gone)
+
+
+def test_a_store_made_for_another_model_is_refused(toy, trained, tmp_path):
+    store = str(tmp_path / "speakers.db")
+    with _client(_translator(trained("lstm_fact_bias"), toy), SpeakerStore(store)) as client:
+        client.put("/speakers/dr-lee", json=PAIRS, headers=AUTH)
+    other = SpeakerStore(store)
+    with pytest.raises(StoreError, match=r"holds the speakers of another model .*'fact'.* has a 'full' speaker bias"):
+        create_app(_translator(trained("lstm_full_bias"), toy), other)
+    other.close()
+
+
+def test_a_checkpoint_that_has_a_stored_speaker_as_a_trained_one_is_refused(toy, trained, tmp_path):
+    translator, store = _translator(trained("lstm_fact_bias"), toy), str(tmp_path / "speakers.db")
+    with _client(translator, SpeakerStore(store)) as client:
+        client.put("/speakers/dr-lee", json=PAIRS, headers=AUTH)
+    translator.save(str(tmp_path / "with_dr_lee.pt"))
+    other = SpeakerStore(store)
+    with pytest.raises(StoreError, match="holds speaker.* 'dr-lee' that .*with_dr_lee.pt was trained with"):
+        create_app(_translator(str(tmp_path / "with_dr_lee.pt"), toy), other)
+    other.close()
+
+
+def test_a_file_that_is_no_store_is_refused(tmp_path):
+    path = tmp_path / "notes.db"
+    path.write_text("not a database, but my notes\n" * 100)
+    with pytest.raises(StoreError, match="not a speaker store"):
+        SpeakerStore(str(path))
+    assert path.read_text().startswith("not a database")
+
+
+# -- a real server ------------------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _call(url, body=None, method=None, headers=None):
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, method=method,
+                                     headers={"Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def test_a_real_server_answers_health_translates_onboards_and_stops_on_sigterm(toy, trained, tmp_path):
+    checkpoint, store, port = trained("lstm_fact_bias"), str(tmp_path / "speakers.db"), _free_port()
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", SERVICE_TOKEN=TOKEN)
+    log = open(tmp_path / "server.log", "w+")
+    server = subprocess.Popen([os.path.join(BIN, "fairseq-speaker-serve"), checkpoint, "--data", toy["bin"],
+                               "--port", str(port), "--store", store, "--token-env", "SERVICE_TOKEN",
+                               "--max-len-b", "6", "--threads", "1"], env=env, stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            assert server.poll() is None, open(tmp_path / "server.log").read()[-3000:]
+            try:
+                status, health = _call(base + "/health")
+                break
+            except (urllib.error.URLError, ConnectionError):
+                assert time.monotonic() < deadline, "the server did not answer /health within 90 s"
+                time.sleep(0.2)
+        assert status == 200 and health["status"] == "ok" and health["writes"] is True
+        status, answer = _call(base + "/v1/translate", {"sentences": SENTENCES[:2], "speaker": "spk000"})
+        assert status == 200
+        assert [t["text"] for t in answer["translations"]] == _translator(checkpoint, toy).translate(SENTENCES[:2],
+                                                                                                     "spk000")
+        status, onboarded = _call(base + "/speakers/dr-lee", PAIRS, method="PUT", headers=AUTH)
+        assert status == 201 and onboarded["speaker"]["sentences"] == 2
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=30) in (0, -signal.SIGTERM)  # uvicorn raises the signal again once it stopped
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait(timeout=30)
+    output = open(tmp_path / "server.log").read()
+    assert "Traceback" not in output, output[-3000:]
+    assert f"closed the speaker store {store}" in output  # a graceful shutdown
+    with sqlite3.connect(store) as db:  # committed before the answer, readable once the server is gone
+        assert db.execute("SELECT name, sentences FROM speakers").fetchall() == [("dr-lee", 2)]
+
+
+# -- the guide -----------------------------------------------------------------------------------------------
+
+
+def test_the_guides_command_lines_parse_and_its_curl_requests_name_endpoints(toy, trained):
+    text = open(os.path.join(ROOT, "docs", "serving.md"), encoding="utf-8").read()
+    commands = [line for line in text.replace("\\\n", " ").splitlines() if line.startswith("fairseq-speaker-serve ")]
+    assert commands
+    for command in commands:
+        args, overrides, limits = parse_args(shlex.split(command)[1:])
+        assert args.store and args.token_file and overrides["beam"] == 5
+    requests = re.findall(r"curl -s (?:-X (\w+) )?localhost:8000(/\S+)", text)
+    assert len(requests) >= 7
+    with _client(_translator(trained("lstm_fact_bias"), toy)) as client:
+        routes = {(method, path) for method, path in
+                  ((m.upper(), p) for p, ops in client.get("/openapi.json").json()["paths"].items() for m in ops)}
+    for method, path in requests:
+        template = re.sub(r"/speakers/[^/]+", "/speakers/{name}", path)
+        assert ((method or ("POST" if path == "/translate" else "GET")), template) in routes, (method, path)
