@@ -75,6 +75,19 @@ class TokenScores:
         return sum(t.numel() * t.element_size() for t in vars(self).values())
 
 
+def _batches(pairs: Sequence[Pair], source_dictionary, target_dictionary, left_pad_source: bool,
+             left_pad_target: bool, batch_size: int):
+    """``(start, batch)``: fairseq's collated batches of ``batch_size`` consecutive pairs, the first being
+    ``pairs[start]`` (a batch is sorted by length; ``batch["id"]`` gives each row's place in its chunk)."""
+    for start in range(0, len(pairs), batch_size):
+        chunk = pairs[start:start + batch_size]
+        dataset = LanguagePairDataset(
+            [s for s, _ in chunk], [len(s) for s, _ in chunk], source_dictionary,
+            [t for _, t in chunk], [len(t) for _, t in chunk], target_dictionary,
+            left_pad_source=left_pad_source, left_pad_target=left_pad_target, shuffle=False)
+        yield start, dataset.collater([dataset[i] for i in range(len(chunk))])
+
+
 @torch.no_grad()
 def score_tokens(model, pairs: Sequence[Pair], source_dictionary, target_dictionary,
                  left_pad_source: bool = True, left_pad_target: bool = False,
@@ -86,13 +99,8 @@ def score_tokens(model, pairs: Sequence[Pair], source_dictionary, target_diction
     pad = source_dictionary.pad()
     device = next(model.parameters()).device
     parts, sources = [], [None] * len(pairs)
-    for start in range(0, len(pairs), batch_size):
-        chunk = pairs[start:start + batch_size]
-        dataset = LanguagePairDataset(
-            [s for s, _ in chunk], [len(s) for s, _ in chunk], source_dictionary,
-            [t for _, t in chunk], [len(t) for _, t in chunk], target_dictionary,
-            left_pad_source=left_pad_source, left_pad_target=left_pad_target, shuffle=False)
-        batch = dataset.collater([dataset[i] for i in range(len(chunk))])  # sorted by length: batch["id"]
+    for start, batch in _batches(pairs, source_dictionary, target_dictionary, left_pad_source, left_pad_target,
+                                 batch_size):
         net = batch["net_input"]
         src = net["src_tokens"].to(device)
         speakers = torch.full((src.size(0),), NO_SPEAKER, dtype=torch.long, device=device)
@@ -158,13 +166,8 @@ def decoder_batches(model, pairs: Sequence[Pair], source_dictionary, target_dict
     decoder = model.decoder
     frozen = {name: p.detach() for name, p in decoder.named_parameters() if not name.startswith("speaker_bias.")}
     out = []
-    for start in range(0, len(pairs), batch_size):
-        chunk = pairs[start:start + batch_size]
-        dataset = LanguagePairDataset(
-            [s for s, _ in chunk], [len(s) for s, _ in chunk], source_dictionary,
-            [t for _, t in chunk], [len(t) for _, t in chunk], target_dictionary,
-            left_pad_source=left_pad_source, left_pad_target=left_pad_target, shuffle=False)
-        batch = dataset.collater([dataset[i] for i in range(len(chunk))])
+    for start, batch in _batches(pairs, source_dictionary, target_dictionary, left_pad_source, left_pad_target,
+                                 batch_size):
         net = batch["net_input"]
         src = net["src_tokens"].to(device)
         speakers = torch.zeros(src.size(0), dtype=torch.long, device=device)
