@@ -69,8 +69,10 @@ class SpeakerAdapter:
     """
 
     def __init__(self, model, task, options: Optional[FitOptions] = None, cache_speakers: int = 16,
-                 batch_sentences: int = 64):
+                 batch_sentences: int = 64, max_unknown_rate: float = 0.1):
         self.model, self.task = model, task
+        #: the largest share of words outside the model's dictionaries that :meth:`encode` accepts
+        self.max_unknown_rate = max_unknown_rate
         self.bias = adaptable_bias(model, task)
         #: whether speakers are fitted through the decoder (a variant acting on its state), not on cached logits
         self.through_decoder = bool(self.bias.acts_on_state)
@@ -85,14 +87,36 @@ class SpeakerAdapter:
 
     # -- input -----------------------------------------------------------------------------------
     def encode(self, sources: Sequence[str], targets: Sequence[str],
-               encode_fn: Optional[Callable[[str], str]] = None) -> List[Pair]:
+               encode_fn: Optional[Callable[[str], str]] = None,
+               where: str = "the adaptation sentences") -> List[Pair]:
         """Token ids of sentence pairs (``encode_fn``: the model's tokenizer/BPE, if the text is raw)."""
         if len(sources) != len(targets):
             raise OnboardingError(f"{len(sources)} source sentences but {len(targets)} target sentences")
         encode_fn = encode_fn or (lambda x: x)
         src, tgt = self.task.source_dictionary, self.task.target_dictionary
-        return [(src.encode_line(encode_fn(s), add_if_not_exist=False).long(),
-                 tgt.encode_line(encode_fn(t), add_if_not_exist=False).long()) for s, t in zip(sources, targets)]
+        pairs = [(src.encode_line(encode_fn(s), add_if_not_exist=False).long(),
+                  tgt.encode_line(encode_fn(t), add_if_not_exist=False).long()) for s, t in zip(sources, targets)]
+        self.check_unknown_words(pairs, where)
+        return pairs
+
+    def check_unknown_words(self, pairs: Sequence[Pair], where: str = "the adaptation sentences") -> float:
+        """The share of words of ``pairs`` outside the model's dictionaries (``<unk>``), refused above
+        :attr:`max_unknown_rate`: text in another form than the training data's (not tokenized, other casing,
+        no BPE) would teach the speaker to say ``<unk>``."""
+        words = unknown = 0
+        for source, target in pairs:
+            for tokens, dictionary in ((source, self.task.source_dictionary), (target, self.task.target_dictionary)):
+                body = tokens[:-1]  # </s> is not a word
+                words += int(body.numel())
+                unknown += int((body == dictionary.unk()).sum())
+        rate = unknown / max(words, 1)
+        if rate > self.max_unknown_rate:
+            raise OnboardingError(
+                f"{where}: {100 * rate:.0f}% of the words ({unknown} of {words}) are not in the model's dictionaries "
+                f"(more than {100 * self.max_unknown_rate:.0f}%): the text is probably not in the form of the training "
+                f"data (tokenized, lowercased, BPE-encoded); give the model's --tokenizer / --bpe options (and "
+                f"--bpe-codes), or prepare the text as the training data was; --max-unknown-rate 1 accepts it as it is")
+        return rate
 
     def score(self, pairs: Sequence[Pair], batch_size: Optional[int] = None) -> TokenScores:
         cfg = self.task.cfg
@@ -273,6 +297,9 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--adapt-shared", action="store_true",
                        help="also fit the variant's shared parameters (e.g. fact's shared bias vectors) on the "
                        "new speakers' sentences: every other speaker changes too")
+    group.add_argument("--max-unknown-rate", type=float, default=0.1, metavar="SHARE",
+                       help="refuse adaptation text with more than this share of words outside the model's "
+                       "dictionaries (text not tokenized or BPE-encoded as the training data); 1 accepts any")
     group.add_argument("--replace", action="store_true",
                        help="fit speakers the model already has again, from these sentences alone")
     return parser
@@ -292,6 +319,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         parser.error("--path CHECKPOINT is required")
     if os.path.abspath(args.save) == os.path.abspath(args.path):
         parser.error("--save must not be the checkpoint given by --path: write the adapted model to a new file")
+    if not 0 <= args.max_unknown_rate <= 1:
+        parser.error(f"--max-unknown-rate is a share of words, from 0 to 1; got {args.max_unknown_rate}")
     if not math.isfinite(args.adapt_l2) or args.adapt_l2 < 0 or args.adapt_max_iter < 1:
         parser.error(f"--adapt-l2 must be a number >= 0 (got {args.adapt_l2}) and --adapt-max-iter >= 1 "
                      f"(got {args.adapt_max_iter})")
@@ -312,13 +341,16 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             return bpe.encode(x) if bpe is not None else x
 
         adapter = SpeakerAdapter(checkpoint.model, task,
-                                 FitOptions(l2=args.adapt_l2, max_iter=args.adapt_max_iter))
+                                 FitOptions(l2=args.adapt_l2, max_iter=args.adapt_max_iter),
+                                 max_unknown_rate=args.max_unknown_rate)
         sources, targets, labels = read_adaptation_files(args.adapt_prefix, src, tgt, suffix)
-        sentences = group_by_speaker(labels, adapter.encode(sources, targets, encode_fn))
+        sentences = group_by_speaker(labels, adapter.encode(sources, targets, encode_fn,
+                                                            where=f"{args.adapt_prefix}.{{{src},{tgt}}}"))
         heldout = None
         if args.heldout_prefix:
             h_src, h_tgt, h_labels = read_adaptation_files(args.heldout_prefix, src, tgt, suffix)
-            heldout = group_by_speaker(h_labels, adapter.encode(h_src, h_tgt, encode_fn))
+            heldout = group_by_speaker(h_labels, adapter.encode(h_src, h_tgt, encode_fn,
+                                                                where=f"{args.heldout_prefix}.{{{src},{tgt}}}"))
             strangers = sorted(set(heldout) - set(sentences))
             if strangers:
                 raise OnboardingError(

@@ -119,3 +119,20 @@ def test_refusals(toy, trained, tmp_path):
         _write(f"{broken}.{lang}", [])
     refused(adapt(fact, broken), "adapt.en is empty")
     refused(adapt(fact, str(tmp_path / "nowhere")), "file not found", "nowhere.en")
+
+
+def test_text_in_another_form_than_the_training_datas_is_refused(toy, trained, tmp_path):
+    """Untokenized, capitalized text is mostly <unk> to the model: refused, unless the user says otherwise."""
+    prefix = _adaptation_files(toy, str(tmp_path))
+    for lang in ("en", "fr"):
+        _write(f"{prefix}.{lang}", [line.capitalize().replace(" .", ".").replace("' ", "'")
+                                    for line in read_lines(f"{prefix}.{lang}")])
+    args = [toy["bin"], "--path", trained("lstm_fact_bias"), "--adapt-prefix", prefix,
+            "--save", str(tmp_path / "out.pt")]
+    with pytest.raises(SystemExit) as refused:
+        main(args)
+    assert "adapt.{en,fr}:" in str(refused.value.code) and "are not in the model's dictionaries" in str(
+        refused.value.code) and "--tokenizer / --bpe" in str(refused.value.code)
+    assert not os.path.exists(tmp_path / "out.pt")
+    main([*args, "--max-unknown-rate", "1"])  # accepted when asked
+    assert os.path.exists(tmp_path / "out.pt")

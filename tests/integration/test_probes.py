@@ -49,6 +49,7 @@ COMMAND_PROBES = {
         ([*ADAPT, "--adapt-l2", "nan"], 2, "--adapt-l2 must be a number >= 0 (got nan)"),
         ([*ADAPT, "--adapt-l2", "-1"], 2, "--adapt-l2 must be a number >= 0 (got -1.0)"),
         ([*ADAPT, "--adapt-max-iter", "0"], 2, "--adapt-max-iter >= 1 (got 0)"),
+        ([*ADAPT, "--max-unknown-rate", "1.5"], 2, "--max-unknown-rate is a share of words, from 0 to 1"),
     ],
     "fairseq-speaker-onboarding-eval": [
         ([*EVAL, "--adapt-l2", "nan"], 2, "--adapt-l2 at least 0"),
