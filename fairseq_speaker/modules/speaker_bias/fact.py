@@ -20,6 +20,13 @@ class RankedSpeakerBiasConfig(RowSparseConfig):
     )
 
 
+def checked_rank(cfg: RankedSpeakerBiasConfig) -> int:
+    """``--speaker-rank``, refused below 1."""
+    if cfg.speaker_rank < 1:
+        raise UserError(f"--speaker-rank must be at least 1, got {cfg.speaker_rank}")
+    return cfg.speaker_rank
+
+
 @register_speaker_bias("fact", dataclass=RankedSpeakerBiasConfig)
 class FactorizedSpeakerBias(SpeakerBias):
     """``fact_bias`` (eq. 4 of Michel & Neubig, 2018): b_s = B~ w_s, a mixture of r shared bias vectors.
@@ -39,10 +46,7 @@ class FactorizedSpeakerBias(SpeakerBias):
 
     def __init__(self, cfg: RankedSpeakerBiasConfig, num_speakers: int, vocab_size: int):
         super().__init__(cfg, num_speakers, vocab_size)
-        rank = cfg.speaker_rank
-        if rank < 1:
-            raise UserError(f"--speaker-rank must be at least 1, got {rank}")
-        self.rank = rank
+        self.rank = rank = checked_rank(cfg)
         self.speaker_weights = nn.Parameter(torch.zeros(num_speakers, rank))  # S x r
         self.shared_biases = nn.Parameter(torch.randn(vocab_size, rank) * rank ** -0.25 + 1.0 / rank)  # V x r
 

@@ -3,11 +3,9 @@ from typing import Dict, Optional
 import torch
 from torch import Tensor, nn
 
-from fairseq_speaker.errors import UserError
-
 from .registry import register_speaker_bias
 from .base import EncoderOut, SpeakerBias, SpeakerState, StateSites
-from .fact import RankedSpeakerBiasConfig
+from .fact import RankedSpeakerBiasConfig, checked_rank
 from .lhuc import lhuc_scales
 
 
@@ -39,10 +37,7 @@ class HyperLHUCSpeakerState(SpeakerBias):
 
     def __init__(self, cfg: RankedSpeakerBiasConfig, num_speakers: int, vocab_size: int):
         super().__init__(cfg, num_speakers, vocab_size)
-        rank = cfg.speaker_rank
-        if rank < 1:
-            raise UserError(f"--speaker-rank must be at least 1, got {rank}")
-        self.rank = rank
+        self.rank = rank = checked_rank(cfg)
         self.speaker_codes = nn.Parameter(torch.randn(num_speakers, rank) * rank ** -0.5)  # S x r
         self.layer_maps = nn.Parameter(torch.zeros(0, rank))  # H x r, once attached
         self.input_map = nn.Parameter(torch.zeros(0, rank))  # D x r, once attached
