@@ -9,11 +9,22 @@ import json
 import os
 from typing import Any, Iterator
 
+from fairseq_speaker.errors import UserError
+
 
 @contextlib.contextmanager
 def atomic_path(path: str) -> Iterator[str]:
     """A temporary path beside ``path`` (same extension, so that writers that go by it still do), moved
-    onto ``path`` when the block ends without error and removed when it does not."""
+    onto ``path`` when the block ends without error and removed when it does not. A ``path`` that is a
+    directory, or whose folder is missing or not writable, is refused (:class:`UserError`) before anything
+    is written."""
+    if os.path.isdir(path):
+        raise UserError(f"{path} is a directory: give the path of a file to write")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise UserError(f"cannot write {path}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK):
+        raise UserError(f"cannot write {path}: the folder {folder} is not writable")
     root, ext = os.path.splitext(path)
     tmp = f"{root}.tmp{os.getpid()}{ext}"
     try:

@@ -348,6 +348,8 @@ def main(argv=None) -> None:
     args, model_args = parser.parse_known_args(argv)
     logging.basicConfig(format="%(message)s", level=logging.WARNING, stream=sys.stderr, force=True)
 
+    if args.data and not os.path.isdir(args.data):
+        parser.error(f"--data {args.data}: no such folder (give the data directory fairseq-preprocess wrote)")
     if args.data:
         src, tgt, speakers = dictionaries_from_data(args.data, args.source_lang, args.target_lang,
                                                     args.speaker_suffix)

@@ -73,6 +73,7 @@ COMMAND_PROBES = {
         (["--tgt-vocab", "-3", "--speakers", "5"], 2, "--tgt-vocab must be at least 5"),
         (["--tgt-vocab", "40000", "--src-vocab", "0", "--speakers", "5"], 2, "--src-vocab must be at least 5"),
         (["--speakers", "5"], 2, "give --data, or --tgt-vocab and --speakers"),
+        (["--data", "/nonexistent/data-bin"], 2, "--data /nonexistent/data-bin: no such folder"),
     ],
 }
 
