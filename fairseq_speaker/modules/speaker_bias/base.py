@@ -303,7 +303,10 @@ class SpeakerBias(nn.Module):
 
     # -- the bias ----------------------------------------------------------------------------
     def lookup(self, speakers: Tensor, encoder_out: EncoderOut = None) -> Optional[Tensor]:
-        """The bias ``[B, V]`` of known speakers (ids ``[B]`` in ``[0, S)``), or None for no bias."""
+        """The bias ``[B, V]`` of known speakers (ids ``[B]`` in ``[0, S)``), or None for no bias (the default of
+        a variant that acts on the decoder's state only)."""
+        if not self.acts_on_output:
+            return None
         raise NotImplementedError
 
     def mean_rows(self, table: Tensor) -> Tensor:
@@ -379,8 +382,9 @@ class SpeakerBias(nn.Module):
 
     def state_lookup(self, speakers: Tensor, encoder_out: EncoderOut = None) -> Optional[SpeakerState]:
         """The state of known speakers (ids ``[B]`` in ``[0, S)``): :meth:`state_of_rows` of their rows (read
-        with :meth:`row_lookup` where the variant updates rows row by row)."""
-        if not self.acts_on_state:
+        with :meth:`row_lookup` where the variant updates rows row by row); None before the variant is attached
+        to a decoder's sites."""
+        if not self.acts_on_state or self.sites is None:
             return None
         rows = {name: (self.row_lookup(name, speakers) if name in self.row_sparse_parameter_names
                        else getattr(self, name).index_select(0, speakers))
@@ -391,7 +395,7 @@ class SpeakerBias(nn.Module):
         """The mean speaker's state: the state of the mean of the speakers' rows, the row a new speaker starts
         from (:meth:`mean_speaker_row`; a variant that overrides one overrides both). Where the state is not
         linear in the rows (LHUC's 2 sigmoid(a)), this is not the mean of the speakers' states."""
-        if not self.acts_on_state:
+        if not self.acts_on_state or self.sites is None:
             return None
         return self.state_of_rows({name: self.mean_rows(getattr(self, name)).mean(dim=0, keepdim=True)
                                    for name in self.speaker_parameter_names})

@@ -4,7 +4,7 @@ import torch
 from torch import Tensor, nn
 
 from .registry import register_speaker_bias
-from .base import EncoderOut, SpeakerBias, SpeakerState, StateSites
+from .base import SpeakerBias, SpeakerState, StateSites
 from .fact import RankedSpeakerBiasConfig, checked_rank
 from .lhuc import lhuc_scales
 
@@ -53,12 +53,7 @@ class HyperLHUCSpeakerState(SpeakerBias):
         sites = self.sites
         return {"H": sites.hidden_dim if sites is not None else 0, "D": sites.input_dim if sites is not None else 0}
 
-    def lookup(self, speakers: Tensor, encoder_out: EncoderOut = None) -> Optional[Tensor]:
-        return None
-
     def state_of_rows(self, rows: Dict[str, Tensor]) -> Optional[SpeakerState]:
-        if self.sites is None:
-            return None
         codes = rows["speaker_codes"]  # B x r
         amplitudes = codes @ self.layer_maps.t()  # B x H
         return SpeakerState(input_offset=codes @ self.input_map.t(),  # B x D

@@ -4,7 +4,7 @@ import torch
 from torch import Tensor, nn
 
 from .registry import register_speaker_bias
-from .base import EncoderOut, RowSparseConfig, SpeakerBias, SpeakerState, StateSites
+from .base import RowSparseConfig, SpeakerBias, SpeakerState, StateSites
 
 
 @register_speaker_bias("input", dataclass=RowSparseConfig)
@@ -40,10 +40,5 @@ class InputSpeakerState(SpeakerBias):
     def formula_symbols(self) -> Dict[str, int]:
         return {"D": self.sites.input_dim if self.sites is not None else 0}
 
-    def lookup(self, speakers: Tensor, encoder_out: EncoderOut = None) -> Optional[Tensor]:
-        return None
-
     def state_of_rows(self, rows: Dict[str, Tensor]) -> Optional[SpeakerState]:
-        if self.sites is None:
-            return None
         return SpeakerState(input_offset=rows["offsets"])

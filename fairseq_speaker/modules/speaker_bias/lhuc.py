@@ -4,7 +4,7 @@ import torch
 from torch import Tensor, nn
 
 from .registry import register_speaker_bias
-from .base import EncoderOut, RowSparseConfig, SpeakerBias, SpeakerState, StateSites
+from .base import RowSparseConfig, SpeakerBias, SpeakerState, StateSites
 
 
 def lhuc_scales(amplitudes: Tensor, layer_dims: Sequence[int]) -> Tuple[Tensor, ...]:
@@ -46,10 +46,5 @@ class LHUCSpeakerState(SpeakerBias):
     def formula_symbols(self) -> Dict[str, int]:
         return {"H": self.sites.hidden_dim if self.sites is not None else 0}
 
-    def lookup(self, speakers: Tensor, encoder_out: EncoderOut = None) -> Optional[Tensor]:
-        return None
-
     def state_of_rows(self, rows: Dict[str, Tensor]) -> Optional[SpeakerState]:
-        if self.sites is None:
-            return None
         return SpeakerState(layer_scales=lhuc_scales(rows["amplitudes"], self.sites.layer_dims))
