@@ -58,11 +58,23 @@ def make_task(num_speakers: int = 4, num_words: int = 12):
     )
 
 
+_SCRATCH: List[tempfile.TemporaryDirectory] = []
+
+
+def _scratch_folder() -> str:
+    """A new folder for the files a variant needs to be built (e.g. a topic model of this call's
+    dictionary), inside one folder per test process that is removed at exit (a folder per call, never
+    removed, left thousands behind)."""
+    if not _SCRATCH:
+        _SCRATCH.append(tempfile.TemporaryDirectory(prefix="speaker-bias-"))
+    return tempfile.mkdtemp(dir=_SCRATCH[0].name)
+
+
 def variant_options(name: str, task, workdir: Optional[str] = None) -> Dict:
     """Options to build variant ``name`` (or ``a+b``) small: the tiny defaults, plus what each variant
     says it needs to be built (``SpeakerBias.example_options``, e.g. a topic model file)."""
     options = dict(TINY_VARIANT_OPTIONS)
-    workdir = workdir or tempfile.mkdtemp(prefix="speaker-bias-")
+    workdir = workdir or _scratch_folder()
     for part in parse_variant_name(name):
         options.update(SPEAKER_BIAS_REGISTRY[part].example_options(workdir, task.source_dictionary))
     return options
@@ -149,3 +161,36 @@ def random_batch(dictionary: Dictionary, lengths: List[int], left_pad: bool = Tr
         words = torch.randint(dictionary.nspecial, len(dictionary), (n - 1,), generator=generator)
         rows.append(torch.cat([words, torch.tensor([dictionary.eos()])]))
     return collate_tokens(rows, dictionary.pad(), left_pad=left_pad)
+
+
+#: the frozen 0.2.0 checkpoints of every variant, with their dictionaries and test sentences
+FROZEN_0_2_0 = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "checkpoints", "0.2.0")
+
+
+def open_frozen(system: str):
+    """A frozen 0.2.0 checkpoint opened for onboarding (:class:`SpeakerCheckpoint`)."""
+    from fairseq_speaker.onboarding.checkpoint import SpeakerCheckpoint
+
+    return SpeakerCheckpoint.load(os.path.join(FROZEN_0_2_0, f"{system}.pt"), data=FROZEN_0_2_0,
+                                  overrides={"source_lang": "en", "target_lang": "fr"})
+
+
+def frozen_pairs(checkpoint, speaker: str):
+    """The token ids of ``speaker``'s test sentences of the 0.2.0 fixtures, in ``checkpoint``'s dictionaries."""
+    from fairseq_speaker.data import read_lines
+
+    task = checkpoint.task
+    rows = zip(*(read_lines(os.path.join(FROZEN_0_2_0, f"test.{x}")) for x in ("en", "fr", "spk")))
+    return [(task.src_dict.encode_line(s, add_if_not_exist=False).long(),
+             task.tgt_dict.encode_line(t, add_if_not_exist=False).long()) for s, t, k in rows if k == speaker]
+
+
+def refused(main, argv, capsys) -> str:
+    """Run a command's ``main(argv)`` that must refuse it as a user error: exit status 2 and one message on
+    standard error, returned."""
+    import pytest
+
+    with pytest.raises(SystemExit) as exit:
+        main(argv)
+    assert exit.value.code == 2, exit.value.code
+    return capsys.readouterr().err.strip().splitlines()[-1]
