@@ -1,23 +1,126 @@
 """Writing files whole or not at all: a temporary file in the same folder, then ``os.replace``.
 
-An interrupted command (Ctrl-C, a full disk, a killed job) leaves the earlier version of a file, or
-none, never half of one.
+An interrupted command (Ctrl-C, a full disk, a killed job, a power cut: the file is synced to disk before
+the rename) leaves the earlier version of a file, or none, never half of one. Every file the package writes goes through :func:`atomic_path` (checkpoints of
+``fairseq-train`` included, see :mod:`fairseq_speaker.fairseq_patches`).
+
+The temporary file is hidden and says whose it is: ``PATH`` = ``folder/model.pt`` is written as
+``folder/.model.fairseq-speaker-tmp-HOST-PID-N.pt`` (``HOST`` the machine, ``PID`` the writing process, ``N``
+its count of writes; the extension is kept for writers that go by it). A process killed with ``kill -9``
+(which nothing can catch) leaves that file behind; the next write of the same ``PATH`` on the same machine
+removes it once its process is gone (:func:`remove_leftovers`). Leftovers of another machine (a shared
+folder) are never removed here: a process of that machine may still be writing them.
+
+Test hook: with the environment variable ``FAIRSEQ_SPEAKER_KILL_DURING_WRITE=NAME`` (a file name, shell
+wildcards allowed), a process that writes a file of that name kills itself with SIGKILL once the
+temporary file is written, after cutting it to half its size: what a kill in the middle of a write leaves.
+``tests/integration/test_fault_injection.py`` uses it; it is not meant for anything else.
 """
 
 import contextlib
+import fnmatch
+import itertools
 import json
 import os
-from typing import Any, Iterator
+import re
+import shutil
+import signal
+import socket
+from typing import Any, Iterator, List
 
 from fairseq_speaker.errors import UserError
 
+#: what names a temporary file of this package
+TMP_MARK = "fairseq-speaker-tmp"
+#: the test hook (see the module's text)
+KILL_DURING_WRITE_VARIABLE = "FAIRSEQ_SPEAKER_KILL_DURING_WRITE"
 
-@contextlib.contextmanager
-def atomic_path(path: str) -> Iterator[str]:
-    """A temporary path beside ``path`` (same extension, so that writers that go by it still do), moved
-    onto ``path`` when the block ends without error and removed when it does not. A ``path`` that is a
-    directory, or whose folder is missing or not writable, is refused (:class:`UserError`) before anything
-    is written."""
+_writes = itertools.count(1)
+
+
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9_]", "_", socket.gethostname())[:40] or "host"
+
+
+def _parts(path: str):
+    folder, name = os.path.split(os.path.abspath(path))
+    root, ext = os.path.splitext(name)
+    return folder, root, ext
+
+
+def temporary_path(path: str) -> str:
+    """The (unique) temporary file :func:`atomic_path` writes before it becomes ``path``."""
+    folder, root, ext = _parts(path)
+    return os.path.join(folder, f".{root}.{TMP_MARK}-{_host()}-{os.getpid()}-{next(_writes)}{ext}")
+
+
+def _leftovers(path: str):
+    """``(file, host, pid)`` of every temporary file of ``path`` in its folder."""
+    folder, root, ext = _parts(path)
+    pattern = re.compile(rf"\.{re.escape(root)}\.{TMP_MARK}-(?P<host>.+)-(?P<pid>\d+)-\d+{re.escape(ext)}")
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    return [(os.path.join(folder, name), m.group("host"), int(m.group("pid")))
+            for name in sorted(names) for m in [pattern.fullmatch(name)] if m]
+
+
+def leftovers(path: str) -> List[str]:
+    """Temporary files of ``path`` in its folder, of any machine, whether their writer still runs or not."""
+    return [tmp for tmp, _, _ in _leftovers(path)]
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True  # another user's process, or no way to tell: keep its file
+    return True
+
+
+def remove_leftovers(path: str) -> List[str]:
+    """Remove the temporary files of ``path`` left by processes of this machine that no longer run (killed
+    while writing it); returns them. Files of running processes and of other machines are kept."""
+    removed = []
+    for tmp, host, pid in _leftovers(path):
+        if host != _host() or pid == os.getpid() or _running(pid):
+            continue
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+            removed.append(tmp)
+    return removed
+
+
+def _kill_hook(path: str, tmp: str) -> None:
+    """The test hook of the module's text."""
+    pattern = os.environ.get(KILL_DURING_WRITE_VARIABLE)
+    if not pattern or not fnmatch.fnmatch(os.path.basename(path), pattern):
+        return
+    if os.path.isfile(tmp):
+        with open(tmp, "r+b") as f:
+            f.truncate(os.path.getsize(tmp) // 2)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _sync(path: str) -> None:
+    """``fsync`` a file or a folder where the system allows it (not every one lets a folder be synced)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def check_writable(path: str) -> None:
+    """Refuse (:class:`UserError`) a ``path`` that is a directory, or whose folder is missing or not writable."""
     if os.path.isdir(path):
         raise UserError(f"{path} is a directory: give the path of a file to write")
     folder = os.path.dirname(os.path.abspath(path))
@@ -25,11 +128,23 @@ def atomic_path(path: str) -> Iterator[str]:
         raise UserError(f"cannot write {path}: the folder {folder} does not exist")
     if not os.access(folder, os.W_OK):
         raise UserError(f"cannot write {path}: the folder {folder} is not writable")
-    root, ext = os.path.splitext(path)
-    tmp = f"{root}.tmp{os.getpid()}{ext}"
+
+
+@contextlib.contextmanager
+def atomic_path(path: str) -> Iterator[str]:
+    """A temporary path beside ``path`` (see the module's text), moved onto ``path`` when the block ends without
+    error and removed when it does not. A ``path`` that is a directory, or whose folder is missing or not
+    writable, is refused (:class:`UserError`) before anything is written; leftovers of earlier writers of
+    ``path`` that were killed are removed first."""
+    check_writable(path)
+    remove_leftovers(path)
+    tmp = temporary_path(path)
     try:
         yield tmp
+        _kill_hook(path, tmp)
+        _sync(tmp)  # on disk before the rename: a power cut leaves the old file or the new one, never an empty one
         os.replace(tmp, path)
+        _sync(os.path.dirname(os.path.abspath(path)))  # the rename itself
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
@@ -43,3 +158,22 @@ def write_text(path: str, text: str) -> None:
 
 def write_json(path: str, data: Any) -> None:
     write_text(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+
+def copy_file(source: str, path: str) -> None:
+    """Copy ``source`` to ``path`` atomically: ``path`` is the old file or the whole copy, never part of it."""
+    with atomic_path(path) as tmp:
+        shutil.copyfile(source, tmp)
+
+
+def make_folder(path: str, option: str) -> None:
+    """Make the output folder ``path`` of ``option`` (and its parents) if missing; a file in its place or a
+    place that cannot be written is refused (:class:`UserError`)."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise UserError(f"{option} {path} is a file: give a folder (it is made if missing)")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"{option} {path}: the folder cannot be made ({e.strerror})") from None
+    if not os.access(path, os.W_OK):
+        raise UserError(f"{option} {path}: the folder is not writable")

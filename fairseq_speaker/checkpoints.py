@@ -17,13 +17,15 @@ installed in fairseq and torch by :mod:`fairseq_speaker.fairseq_patches`.
 
 import argparse
 import contextlib
+import os
 import pickle
 import re
-from typing import Callable, List
+from typing import Callable, List, Optional
 
 import numpy as np
 import torch
 
+from fairseq_speaker.atomic_write import atomic_path, copy_file
 from fairseq_speaker.errors import UserError
 
 
@@ -93,10 +95,12 @@ def on_checkpoint_load(fn: Callable[[dict], dict]) -> None:
     _ON_LOAD.append(fn)
 
 
-def upgrade(state: dict) -> dict:
+def upgrade(state: dict, path: Optional[str] = None) -> dict:
+    """Every :func:`on_checkpoint_load` function on ``state``; for fairseq's reader (which gives ``path``, the file
+    read), also :func:`note_vocabulary`, for the task that builds the model next."""
     for fn in _ON_LOAD:
         state = fn(state)
-    return state
+    return note_vocabulary(state, path) if path is not None else state
 
 
 @contextlib.contextmanager
@@ -105,6 +109,8 @@ def readable(path: str):
     :class:`CheckpointError` naming ``path``."""
     try:
         yield
+    except UserError:
+        raise
     except pickle.UnpicklingError as e:  # torch's weights_only refusal, or not a pickle at all
         found = re.search(r"GLOBAL ([\w.]+)", str(e))
         if found:  # weights_only met a class or function it does not allow
@@ -116,6 +122,10 @@ def readable(path: str):
     except KeyError as e:  # a torch file without what fairseq reads of a checkpoint ('model', 'best_loss', ...)
         raise CheckpointError(f"{path}: not a fairseq checkpoint (a file torch can read, without {e}): give a "
                               f"checkpoint written by fairseq-train or fairseq-speaker-adapt") from None
+    except (IndexError, ValueError, TypeError) as e:  # what torch's unpickler meets in a text or random file
+        raise CheckpointError(f"{path}: not a readable fairseq checkpoint: damaged or another kind of file "
+                              f"({type(e).__name__}: {str(e)[:100]}); give a checkpoint written by fairseq-train "
+                              f"or fairseq-speaker-adapt") from None
     except (EOFError, RuntimeError, OSError) as e:
         if isinstance(e, FileNotFoundError):
             raise CheckpointError(f"checkpoint not found: {path}") from None
@@ -132,3 +142,91 @@ def read_checkpoint(path: str) -> dict:
     with readable(path):
         state = torch.load(path, map_location="cpu", weights_only=True)
     return upgrade(state)
+
+
+# -- writing checkpoints: whole or not at all -----------------------------------------------------------
+
+
+def _local(path) -> bool:
+    return isinstance(path, str) and "://" not in path
+
+
+def atomic_persistent_save(original: Callable) -> Callable:
+    """fairseq's ``torch_persistent_save`` writing a local checkpoint through :func:`atomic_path` (a hidden
+    temporary file that says whose it is, removed or replaced by the next write once its writer is gone);
+    other destinations (ioPath URLs, asynchronous writes) are left to fairseq."""
+    def torch_persistent_save(obj, filename, async_write: bool = False):
+        if async_write or not _local(filename):
+            return original(obj, filename, async_write=async_write)
+        with atomic_path(filename) as tmp, open(tmp, "wb") as f:
+            torch.save(obj, f)
+    return torch_persistent_save
+
+
+def atomic_copies(path_manager: type) -> type:
+    """fairseq's ``PathManager`` whose ``copy`` of a local file is atomic: fairseq-train copies the checkpoint it
+    just wrote to ``checkpoint_best.pt`` and ``checkpoint_last.pt``, and a plain copy killed half way would
+    leave a truncated ``checkpoint_last.pt`` that the next run resumes from."""
+    class AtomicCopies(path_manager):
+        @staticmethod
+        def copy(src_path: str, dst_path: str, overwrite: bool = False) -> bool:
+            if not (_local(src_path) and _local(dst_path)):
+                return path_manager.copy(src_path, dst_path, overwrite=overwrite)
+            if os.path.exists(dst_path) and not overwrite:
+                return False
+            copy_file(src_path, dst_path)
+            return True
+
+    AtomicCopies.__name__ = AtomicCopies.__qualname__ = path_manager.__name__
+    return AtomicCopies
+
+
+# -- a checkpoint used with the dictionaries of another data folder ------------------------------------------
+
+#: the key of a task state under which :func:`note_vocabulary` leaves what the task checks once its model is built
+AS_READ_KEY = "_fairseq_speaker_checkpoint_as_read"
+#: the embedding tables whose rows are the words of the source and the target dictionary
+EMBEDDINGS = {"source": "encoder.embed_tokens.weight", "target": "decoder.embed_tokens.weight"}
+
+
+def note_vocabulary(state: dict, path: Optional[str] = None) -> dict:
+    """Leave in the task state of a checkpoint being read its path and the shapes of its embedding tables, for
+    :func:`check_vocabulary` (the task's ``load_state_dict`` takes them out: they are never saved again)."""
+    model = state.get("model") if isinstance(state, dict) else None
+    task_state = state.get("task_state") if isinstance(state, dict) else None
+    if not isinstance(model, dict) or not isinstance(task_state, dict):
+        return state
+    shapes = {side: list(model[key].shape) for side, key in EMBEDDINGS.items()
+              if key in model and hasattr(model[key], "shape")}
+    task_state[AS_READ_KEY] = {"path": path, "shapes": shapes}
+    return state
+
+
+def check_vocabulary(as_read: Optional[dict], model, task) -> None:
+    """Refuse (:class:`CheckpointError`) a checkpoint (``as_read``: what :func:`note_vocabulary` noted) whose
+    embedding tables do not have the rows of the dictionaries of ``task``'s data folder, which ``model`` was
+    just built with: the checkpoint was trained on another data folder (another dictionary)."""
+    if not as_read or not as_read.get("shapes"):
+        return
+    built = model.state_dict()
+    cfg = getattr(task, "cfg", None)
+    data = str(getattr(cfg, "data", "") or "").split(os.pathsep)[0] or "the data folder"
+    langs = {"source": getattr(cfg, "source_lang", None), "target": getattr(cfg, "target_lang", None)}
+    problems = []
+    for side, shape in as_read["shapes"].items():
+        key = EMBEDDINGS[side]
+        if key not in built or list(built[key].shape) == shape or not shape:
+            continue
+        theirs, ours = int(shape[0]), int(built[key].shape[0])
+        added = 0  # the speaker tokens a --speaker-token model adds to the target dictionary, not in its file
+        if side == "target" and getattr(task, "uses_speaker_token", False):
+            added = len(task.speaker_token_ids())
+        where = f"dict.{langs[side]}.txt" if langs[side] else f"its {side} dictionary"
+        problems.append(f"its {side} dictionary has {theirs - added:,} symbols, {data}/{where} has {ours - added:,}")
+    if not problems:
+        return
+    path = as_read.get("path") or "the checkpoint"
+    raise CheckpointError(
+        f"{path} was trained with the dictionaries of another data folder than {data}: {'; '.join(problems)}. "
+        f"Give the data folder the model was trained on (its dict.*.txt), or binarize this data with the model's "
+        f"dictionaries (fairseq-preprocess --srcdict DICT --tgtdict DICT)")

@@ -1,37 +1,102 @@
 """User errors: a mistake in the input or the options, whose message says what to do.
 
-Every command line, ours and fairseq's own (``fairseq-train``, ``fairseq-generate``, ... with
-``--user-dir``), ends such an error with its message and exit status 1, without a Python
-traceback: importing the package installs :func:`excepthook`. Any other exception is a bug and
-keeps its traceback.
+Exit status, the same for every command line, ours (``fairseq-speaker-*``) and fairseq's own
+(``fairseq-train``, ``fairseq-generate``, ... with ``--user-dir``):
+
+- 0: done;
+- 2 (:data:`USER_ERROR_STATUS`): a user error, refused by the parser or refused once the input was read
+  (a file, a checkpoint, a combination of options); one message on standard error, no traceback;
+- 1: anything else, an unexpected failure (a bug, the machine), with its Python traceback.
+
+Our commands end a user error with :func:`fail` (their ``main`` is wrapped by :func:`command`); fairseq's
+commands end it through :func:`excepthook`, which importing the package installs: it prints the message
+and ends the process with status 2 (after Python's exit handlers), except in an interactive session.
 """
 
+import atexit
+import functools
+import os
 import sys
-from typing import Optional
+from typing import Callable, NoReturn, Optional
+
+#: the exit status of every user error, whatever the command
+USER_ERROR_STATUS = 2
 
 
 class UserError(ValueError):
     """Bad input or options; the message names the file, the line or the option, and the fix."""
 
 
+#: fairseq's own checks of its options that end in an ``AssertionError``: its message -> what to do
+FAIRSEQ_OPTION_ASSERTIONS = {
+    "Must specify batch size either with --max-tokens or --batch-size": "give --max-tokens N or --batch-size N",
+}
+
+
 def user_error_in(exc: Optional[BaseException]) -> Optional[UserError]:
     """The :class:`UserError` that caused ``exc`` (fairseq wraps some, e.g. "Cannot load model
-    parameters"), or None."""
+    parameters"; one of fairseq's option checks, :data:`FAIRSEQ_OPTION_ASSERTIONS`, becomes one), or None."""
     seen = set()
     while exc is not None and id(exc) not in seen:
         if isinstance(exc, UserError):
             return exc
+        if isinstance(exc, AssertionError) and str(exc) in FAIRSEQ_OPTION_ASSERTIONS:
+            return UserError(f"{exc}: {FAIRSEQ_OPTION_ASSERTIONS[str(exc)]}")
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__
     return None
 
 
-def excepthook(exc_type, exc, tb, fallback=None) -> None:
+def fail(message: str, prog: Optional[str] = None) -> NoReturn:
+    """End a command on a user error: ``PROG: error: MESSAGE`` on standard error (as argparse writes its
+    refusals), exit status 2."""
+    print(f"{prog}: error: {message}" if prog else f"error: {message}", file=sys.stderr)
+    raise SystemExit(USER_ERROR_STATUS)
+
+
+def command(prog: str, also: tuple = ()) -> Callable[[Callable], Callable]:
+    """Decorate a command's ``main``: a :class:`UserError` (or one of ``also``, e.g. ``FloatingPointError``
+    for a fit that diverged) escaping it ends in :func:`fail`, naming ``prog``."""
+    def wrap(main: Callable) -> Callable:
+        @functools.wraps(main)
+        def run(*args, **kwargs):
+            try:
+                return main(*args, **kwargs)
+            except (UserError,) + tuple(also) as e:
+                fail(str(e), prog)
+            except Exception as e:  # a UserError wrapped by fairseq ("Cannot load model parameters ...")
+                error = user_error_in(e)
+                if error is None:
+                    raise
+                fail(str(error), prog)
+        return run
+    return wrap
+
+
+def excepthook(exc_type, exc, tb, fallback=None) -> bool:
+    """Print the message of a user error (True), or hand any other exception to ``fallback`` (False)."""
     error = user_error_in(exc)
     if error is None:
         (fallback or sys.__excepthook__)(exc_type, exc, tb)
-        return
+        return False
     print(f"error: {error}", file=sys.stderr)
+    return True
+
+
+def _interactive() -> bool:
+    return hasattr(sys, "ps1") or bool(sys.flags.interactive)
+
+
+def _exit_now(status: int) -> NoReturn:
+    """End the process with ``status`` from an exception hook, where Python would use 1: the exit handlers
+    run (logging, temporary folders), the standard streams are flushed, then the process ends."""
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+    os._exit(status)
 
 
 def install_excepthook() -> None:
@@ -40,7 +105,8 @@ def install_excepthook() -> None:
         return
 
     def hook(exc_type, exc, tb):
-        excepthook(exc_type, exc, tb, fallback=previous)
+        if excepthook(exc_type, exc, tb, fallback=previous) and not _interactive():
+            _exit_now(USER_ERROR_STATUS)
 
     hook.handles_user_errors = True
     sys.excepthook = hook

@@ -68,6 +68,16 @@ CHANGES: List[Change] = [
            "names the file in every loading error and upgrades checkpoints of earlier releases as they are read",
            "fairseq's errors do not name the file (a KeyError or an unpickling error), and checkpoints older than "
            "0.3.0 have unnamed speaker rows", "fairseq_speaker.checkpoints.readable, upgrade"),
+    Change("fairseq.checkpoint_utils.torch_persistent_save", "wrapped",
+           "writes a local checkpoint through the package's atomic writer (a hidden temporary file named after "
+           "the writing process, then a rename)",
+           "fairseq's own temporary file (checkpoint_last.pt.tmp) is left behind by a killed run and never removed",
+           "fairseq_speaker.checkpoints.atomic_persistent_save"),
+    Change("fairseq.checkpoint_utils.PathManager", "replaced",
+           "the PathManager of fairseq's checkpoint module copies local files atomically",
+           "fairseq-train copies each checkpoint it writes to checkpoint_best.pt and checkpoint_last.pt with a plain "
+           "copy: a run killed during the copy leaves a truncated checkpoint_last.pt, which the next run resumes from",
+           "fairseq_speaker.checkpoints.atomic_copies"),
     Change("torch.serialization.add_safe_globals", "registered",
            "allow-lists the numpy and argparse classes that fairseq checkpoints hold",
            "torch >= 2.6 loads with weights_only=True and refuses fairseq's own checkpoints otherwise",
@@ -180,11 +190,14 @@ def apply() -> None:
         def load_checkpoint_to_cpu(path, *args, **kwargs):
             with checkpoints.readable(path):
                 state = original(path, *args, **kwargs)
-            return checkpoints.upgrade(state)
+            return checkpoints.upgrade(state, path)
         return load_checkpoint_to_cpu
 
     _replace(checkpoint_utils, "load_checkpoint_to_cpu", "fairseq.checkpoint_utils.load_checkpoint_to_cpu",
              load_checkpoint_to_cpu)
+    _replace(checkpoint_utils, "torch_persistent_save", "fairseq.checkpoint_utils.torch_persistent_save",
+             checkpoints.atomic_persistent_save)
+    _replace(checkpoint_utils, "PathManager", "fairseq.checkpoint_utils.PathManager", checkpoints.atomic_copies)
 
     from fairseq.trainer import Trainer
 

@@ -19,9 +19,13 @@ Usage::
 
 import argparse
 import logging
+import math
 import os
+import re
 import sys
+import zipfile
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 import torch
@@ -29,10 +33,14 @@ from torch import Tensor
 
 from fairseq_speaker.atomic_write import atomic_path
 from fairseq_speaker.data import SpeakerDataError, dictionary_hash
+from fairseq_speaker.errors import UserError, command
 
 logger = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
+#: the fields of a topic model file
+FIELDS = ("format_version", "exp_topic_word", "doc_topic_prior", "max_doc_update_iter", "mean_change_tol",
+          "nspecial", "dictionary_hash")
 
 
 @dataclass
@@ -70,19 +78,63 @@ class TopicModel:
 
     @classmethod
     def load(cls, path: str) -> "TopicModel":
+        """Read a file written by :meth:`save`; anything else (another kind of file, a damaged or edited one)
+        is refused with the file and what is wrong in it."""
+        if os.path.isdir(path):
+            raise SpeakerDataError(f"{path} is a directory: give the topic model file fairseq-speaker-topics wrote")
         if not os.path.isfile(path):
             raise SpeakerDataError(f"topic model not found: expected {path} (fairseq-speaker-topics writes it)")
+        again = "fit it again with fairseq-speaker-topics DATA_DIR --topics K --out FILE"
         try:
             with np.load(path, allow_pickle=False) as f:
+                if not hasattr(f, "files"):  # a lone .npy array
+                    raise ValueError("a single array, not the fields of a topic model")
+                missing = [k for k in FIELDS if k not in f.files]
+                if missing:
+                    raise SpeakerDataError(f"{path}: not a topic model written by fairseq-speaker-topics (no "
+                                           f"{', '.join(missing)}); {again}")
                 version = int(f["format_version"])
                 if version != FORMAT_VERSION:
                     raise SpeakerDataError(f"{path}: topic model format {version}, this version reads "
                                            f"{FORMAT_VERSION}; fit it again with fairseq-speaker-topics")
-                return cls(f["exp_topic_word"].astype(np.float32), float(f["doc_topic_prior"]),
-                           int(f["max_doc_update_iter"]), float(f["mean_change_tol"]), int(f["nspecial"]),
-                           str(f["dictionary_hash"]))
-        except (OSError, ValueError, KeyError) as e:
-            raise SpeakerDataError(f"{path}: not a topic model written by fairseq-speaker-topics ({e})") from None
+                model = cls(np.asarray(f["exp_topic_word"]), float(f["doc_topic_prior"]),
+                            int(f["max_doc_update_iter"]), float(f["mean_change_tol"]), int(f["nspecial"]),
+                            str(f["dictionary_hash"]))
+        except SpeakerDataError:
+            raise
+        except (EOFError, zipfile.BadZipFile):
+            raise SpeakerDataError(f"{path}: an empty or cut-short file, not a whole topic model; {again}") from None
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            what = "a pickle or a text file" if "pickle" in str(e) else f"{type(e).__name__}: {str(e)[:100]}"
+            raise SpeakerDataError(f"{path}: not a topic model written by fairseq-speaker-topics ({what}); "
+                                   f"{again}") from None
+        problem = model.problem()
+        if problem:
+            raise SpeakerDataError(f"{path}: {problem}; {again}")
+        model.exp_topic_word = model.exp_topic_word.astype(np.float32)
+        return model
+
+    def problem(self) -> Optional[str]:
+        """What makes these values unusable for inference (a damaged or edited file), or None."""
+        words = self.exp_topic_word
+        if words.ndim != 2 or words.shape[0] < 1 or words.shape[1] <= self.nspecial:
+            return (f"exp_topic_word has shape {list(words.shape)}, not [topics, source words] with at least one "
+                    f"topic and one word after the {self.nspecial} special symbols")
+        if not np.issubdtype(words.dtype, np.floating):
+            return f"exp_topic_word holds {words.dtype} values, not floating-point numbers"
+        if not np.isfinite(words).all() or (words < 0).any():
+            return "exp_topic_word holds values that are not finite, non-negative numbers (NaN, inf or < 0)"
+        if not (math.isfinite(self.doc_topic_prior) and self.doc_topic_prior > 0):
+            return f"doc_topic_prior is {self.doc_topic_prior}, not a positive number"
+        if self.max_doc_update_iter < 1:
+            return f"max_doc_update_iter is {self.max_doc_update_iter}, not at least 1"
+        if not (math.isfinite(self.mean_change_tol) and self.mean_change_tol >= 0):
+            return f"mean_change_tol is {self.mean_change_tol}, not a number >= 0"
+        if self.nspecial < 0:
+            return f"nspecial is {self.nspecial}, not a number >= 0"
+        if not re.fullmatch(r"[0-9a-f]{40}", self.dictionary_hash):
+            return f"dictionary_hash {self.dictionary_hash[:60]!r} is not the SHA-1 of a dictionary"
+        return None
 
 
 def bag_of_words(sentences, vocab_size: int, nspecial: int):
@@ -161,10 +213,11 @@ def random_topic_model(dictionary, num_topics: int, seed: int = 0) -> TopicModel
                       1.0 / num_topics, 100, 1e-3, dictionary.nspecial, dictionary_hash(dictionary))
 
 
+@command("fairseq-speaker-topics")
 def main(argv=None) -> None:
     from fairseq.data import Dictionary, data_utils
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="fairseq-speaker-topics", description=__doc__.split("\n\n")[0])
     parser.add_argument("data", help="a data directory binarized by fairseq-preprocess")
     parser.add_argument("--source-lang")
     parser.add_argument("--target-lang")
@@ -175,21 +228,28 @@ def main(argv=None) -> None:
     parser.add_argument("--out", required=True, help="the topic model file to write (.npz)")
     parser.add_argument("--top-words", type=int, default=8, help="words to print per topic")
     args = parser.parse_args(argv)
+    for name in ("topics", "max_iter"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if args.top_words < 0:
+        parser.error(f"--top-words must be 0 (print none) or more, got {args.top_words}")
     logging.basicConfig(level=logging.INFO, format="[topics] %(message)s", stream=sys.stderr)
 
     if not os.path.isdir(args.data):
-        raise SystemExit(f"data directory not found: {args.data} (a folder binarized by fairseq-preprocess)")
+        raise UserError(f"data directory not found: {args.data} (a folder binarized by fairseq-preprocess)")
     out_dir = os.path.dirname(os.path.abspath(args.out))
+    if os.path.isdir(args.out):
+        raise UserError(f"--out {args.out} is a directory: give the path of the file to write (e.g. {args.out}/topics.npz)")
     if not os.path.isdir(out_dir):
-        raise SystemExit(f"--out {args.out}: the folder {out_dir} does not exist")
+        raise UserError(f"--out {args.out}: the folder {out_dir} does not exist")
     src, tgt = args.source_lang, args.target_lang
     if src is None or tgt is None:
         src, tgt = data_utils.infer_language_pair(args.data)
     if src is None:
-        raise SystemExit(f"could not infer the language pair in {args.data}: pass --source-lang and --target-lang")
+        raise UserError(f"could not infer the language pair in {args.data}: pass --source-lang and --target-lang")
     dict_path = os.path.join(args.data, f"dict.{src}.txt")
     if not os.path.isfile(dict_path):
-        raise SystemExit(f"source dictionary not found: expected {dict_path} (is --source-lang right?)")
+        raise UserError(f"source dictionary not found: expected {dict_path} (is --source-lang right?)")
     dictionary = Dictionary.load(dict_path)
     dataset = None
     for pair in (f"{src}-{tgt}", f"{tgt}-{src}"):
@@ -198,13 +258,13 @@ def main(argv=None) -> None:
         if dataset is not None:
             break
     if dataset is None:
-        raise SystemExit(f"no binarized {args.train_subset} data for {src} in {args.data}")
+        raise UserError(f"no binarized {args.train_subset} data for {src} in {args.data}")
     sentences = [dataset[i].numpy() for i in range(len(dataset))]
     logger.info(f"fitting {args.topics} topics on {len(sentences):,} {src} sentences ({len(dictionary):,} words)")
     try:
         model, lda = fit(sentences, dictionary, args.topics, seed=args.seed, max_iter=args.max_iter)
     except (SpeakerDataError, ValueError) as e:
-        raise SystemExit(f"{args.data}: {e}") from None
+        raise UserError(f"{args.data}: {e}") from None
     model.save(args.out)
     for k, weights in enumerate(lda.components_):
         top = np.argsort(-weights)[: args.top_words]

@@ -1,5 +1,5 @@
 from .dictionary_hash import dictionary_hash
-from .text_files import read_lines
+from .text_files import check_utf8, read_lines, utf8_lines
 from .speaker_dataset import SpeakerDataset
 from .speaker_dictionary import (
     MEAN_SPEAKER,
@@ -18,6 +18,8 @@ __all__ = [
     "SpeakerDataError",
     "SpeakerDataset",
     "SpeakerDictionary",
+    "check_utf8",
     "read_lines",
+    "utf8_lines",
     "read_speaker_file",
 ]

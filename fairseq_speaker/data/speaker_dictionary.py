@@ -113,7 +113,9 @@ def _decode_lines(path: str):
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as e:
-                raise SpeakerDataError(f"{path}:{lineno}: not valid UTF-8 ({e}); save the file as UTF-8") from None
+                from .text_files import not_utf8
+
+                raise not_utf8(path, lineno, e) from None
             if lineno == 1 and text.startswith(BOM):
                 text = text[1:]
                 if not text:  # nothing but the byte-order mark: an empty file

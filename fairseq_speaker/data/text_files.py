@@ -1,16 +1,61 @@
+"""Reading the text files users give (sentences, hypotheses, references): UTF-8, checked line by line, so that
+a file in another encoding is refused with its name, the line and how to convert it."""
+
 import os
-from typing import List
+from typing import Iterator, List, Tuple
 
 from .speaker_dictionary import SpeakerDataError
+
+
+def not_utf8(path: str, lineno: int, error: UnicodeDecodeError) -> SpeakerDataError:
+    """The refusal of line ``lineno`` of ``path``, which ``error`` could not decode."""
+    byte = error.object[error.start:error.start + 1]
+    return SpeakerDataError(
+        f"{path}:{lineno}: not valid UTF-8 (byte 0x{byte.hex()} at column {error.start + 1}): text files must be UTF-8; "
+        f"convert this one, e.g. from Latin-1: iconv -f latin1 -t utf-8 {path} > {path}.utf8 (then use that file)")
+
+
+def _opened(path: str):
+    if not os.path.exists(path):
+        raise SpeakerDataError(f"file not found: expected {path}")
+    if os.path.isdir(path):
+        raise SpeakerDataError(f"{path} is a directory, not a text file")
+    try:
+        return open(path, "rb")
+    except OSError as e:
+        raise SpeakerDataError(f"{path}: cannot be read ({e.strerror})") from None
+
+
+def utf8_lines(path: str) -> Iterator[Tuple[int, str]]:
+    """``(line number, text)`` of a UTF-8 file, the text without its line end (``\\n`` or ``\\r\\n``).
+
+    Raises:
+        SpeakerDataError: the file is missing, unreadable, or a line is not UTF-8 (the message names the
+            file and the line, and how to convert it).
+    """
+    with _opened(path) as f:
+        for lineno, raw in enumerate(f, start=1):
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise not_utf8(path, lineno, e) from None
+            if text.endswith("\n"):
+                text = text[:-2] if text.endswith("\r\n") else text[:-1]
+            yield lineno, text
 
 
 def read_lines(path: str) -> List[str]:
     """The lines of a UTF-8 text file, without their line ends.
 
     Raises:
-        SpeakerDataError: the file does not exist (the message names the path expected).
+        SpeakerDataError: the file does not exist (the message names the path expected), cannot be read, or
+            is not UTF-8 (the message names the line).
     """
-    if not os.path.isfile(path):
-        raise SpeakerDataError(f"file not found: expected {path}")
-    with open(path, encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f]
+    return [text for _, text in utf8_lines(path)]
+
+
+def check_utf8(path: str) -> None:
+    """Refuse (:class:`SpeakerDataError`) a file that is missing, unreadable or not UTF-8, before it is read
+    by code that would fail on it without naming it."""
+    for _ in utf8_lines(path):
+        pass

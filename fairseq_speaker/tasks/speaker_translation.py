@@ -22,6 +22,7 @@ from fairseq_speaker.data import (
     read_speaker_file,
 )
 from fairseq_speaker.data.speaker_dictionary import label_problem
+from fairseq_speaker.checkpoints import AS_READ_KEY, check_vocabulary
 from fairseq_speaker.fairseq_patches import epoch_iterator_is_cached
 from fairseq_speaker.optim.speaker_progress import SpeakerProgress
 
@@ -195,7 +196,16 @@ class SpeakerTranslationTask(TranslationTask):
     def build_model(self, cfg, from_checkpoint=False):
         if self.uses_speaker_token:
             self.speaker_token_ids()  # the embedding tables must include the speaker tokens
-        return super().build_model(cfg, from_checkpoint)
+        model = super().build_model(cfg, from_checkpoint)
+        # a checkpoint whose task state was just loaded: its dictionaries must be this data folder's
+        as_read, self._checkpoint_as_read = getattr(self, "_checkpoint_as_read", None), None
+        check_vocabulary(as_read, model, self)
+        return model
+
+    def load_state_dict(self, state_dict):
+        """fairseq's, keeping aside what the checkpoint reader noted for :meth:`build_model` (never saved again)."""
+        self._checkpoint_as_read = state_dict.pop(AS_READ_KEY, None) if isinstance(state_dict, dict) else None
+        super().load_state_dict(state_dict)
 
     # -- datasets -------------------------------------------------------------------------
     def _speaker_path(self, data_path: str, split: str) -> str:
@@ -238,7 +248,12 @@ class SpeakerTranslationTask(TranslationTask):
         return read_speaker_file(path, num_sentences, hint=hint)
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
-        super().load_dataset(split, epoch=epoch, combine=combine, **kwargs)
+        try:
+            super().load_dataset(split, epoch=epoch, combine=combine, **kwargs)
+        except FileNotFoundError as e:  # fairseq's "Dataset not found: SPLIT (DATA)", a traceback otherwise
+            raise SpeakerDataError(f"{e}: no binarized split {split!r} there (fairseq-preprocess writes train, valid "
+                                   f"and test); give the split's name (--gen-subset, --valid-subset, "
+                                   f"--train-subset) or the data folder that has it") from None
         paths = utils.split_paths(self.cfg.data)
         if split != self.cfg.train_subset:
             paths = paths[:1]

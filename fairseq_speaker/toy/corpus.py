@@ -482,10 +482,17 @@ def main(argv=None) -> None:
     deviation = DEFAULT_DEVIATION if args.deviation is None else args.deviation
     if not 0.0 <= deviation <= 1.0:
         parser.error(f"--deviation {deviation} is not a probability (0 to 1)")
-    write_corpus(args.out, {"train": args.train, "valid": args.valid, "test": args.test},
-                 num_speakers=args.speakers, seed=args.seed, heldout_sentences=args.heldout_sentences,
-                 heldout_speakers=args.heldout_speakers if args.heldout else 0, styles=args.styles,
-                 deviation=deviation)
+    if args.speakers < 1:
+        parser.error(f"--speakers must be at least 1, got {args.speakers}")
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        parser.error(f"--out {args.out} is a file: give a folder for the corpus")
+    try:
+        write_corpus(args.out, {"train": args.train, "valid": args.valid, "test": args.test},
+                     num_speakers=args.speakers, seed=args.seed, heldout_sentences=args.heldout_sentences,
+                     heldout_speakers=args.heldout_speakers if args.heldout else 0, styles=args.styles,
+                     deviation=deviation)
+    except ValueError as e:  # sizes the corpus cannot have (fewer sentences than speakers, ...)
+        parser.error(f"{e}: give larger --train/--valid/--test or fewer --speakers")
     styles = f" in {args.styles} styles (deviation {deviation})" if args.styles else ""
     print(f"wrote {args.train}/{args.valid}/{args.test} sentences of {args.speakers} speakers{styles} to {args.out}")
     if args.heldout:

@@ -74,7 +74,7 @@ def test_new_speakers_are_added_and_old_ones_untouched(toy, trained, tmp_path, s
     assert "H-0" in interactive.stdout
 
 
-def test_refusals(toy, trained, tmp_path):
+def test_refusals(toy, trained, tmp_path, capsys):
     prefix = _adaptation_files(toy, str(tmp_path))
     fact = trained("lstm_fact_bias")
 
@@ -89,7 +89,8 @@ def test_refusals(toy, trained, tmp_path):
             main(args)
         except SystemExit as e:
             return SimpleNamespace(returncode=1 if isinstance(e.code, str) else e.code,
-                                   stderr=e.code if isinstance(e.code, str) else "", stdout="")
+                                   stderr=capsys.readouterr().err + (e.code if isinstance(e.code, str) else ""),
+                                   stdout="")
         return SimpleNamespace(returncode=0, stderr="", stdout="")
 
     def refused(proc, *words):
@@ -121,7 +122,7 @@ def test_refusals(toy, trained, tmp_path):
     refused(adapt(fact, str(tmp_path / "nowhere")), "file not found", "nowhere.en")
 
 
-def test_text_in_another_form_than_the_training_datas_is_refused(toy, trained, tmp_path):
+def test_text_in_another_form_than_the_training_datas_is_refused(toy, trained, tmp_path, capsys):
     """Untokenized, capitalized text is mostly <unk> to the model: refused, unless the user says otherwise."""
     prefix = _adaptation_files(toy, str(tmp_path))
     for lang in ("en", "fr"):
@@ -131,8 +132,10 @@ def test_text_in_another_form_than_the_training_datas_is_refused(toy, trained, t
             "--save", str(tmp_path / "out.pt")]
     with pytest.raises(SystemExit) as refused:
         main(args)
-    assert "adapt.{en,fr}:" in str(refused.value.code) and "are not in the model's dictionaries" in str(
-        refused.value.code) and "--tokenizer / --bpe" in str(refused.value.code)
+    message = capsys.readouterr().err
+    assert refused.value.code == 2  # a user error
+    assert "adapt.{en,fr}:" in message and "are not in the model's dictionaries" in message and \
+        "--tokenizer / --bpe" in message
     assert not os.path.exists(tmp_path / "out.pt")
     main([*args, "--max-unknown-rate", "1"])  # accepted when asked
     assert os.path.exists(tmp_path / "out.pt")

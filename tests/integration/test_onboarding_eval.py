@@ -82,7 +82,7 @@ def test_user_errors_are_one_line(toy, trained, heldout, tmp_path):
     for checkpoint, prefix, extra, messages in cases:
         proc = evaluate(toy, checkpoint, prefix, tmp_path / "out", *extra, check=False)
         last = proc.stderr.strip().splitlines()[-1]
-        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
         assert last.startswith("fairseq-speaker-onboarding-eval: ") and all(m in last for m in messages), last
 
 
