@@ -17,8 +17,14 @@ and the report says so. Then the memory of training it, in bytes
 the shared network, for one more speaker, at more speakers and against a
 ``--memory-budget``.
 
+Given a checkpoint (``--path``), the model it holds instead: built on the meta device from the options
+it was trained with, at its vocabulary sizes and its number of speakers (onboarded ones included), checked
+parameter by parameter against the checkpoint's shapes; every variant is compared at those sizes and
+options, and the memory is that of the checkpoint's optimizer, scheduler and precision.
+
 Usage::
 
+    fairseq-speaker-params --path checkpoints/checkpoint_best.pt
     fairseq-speaker-params --data bin --arch lstm_fact_bias
     fairseq-speaker-params --src-vocab 40000 --tgt-vocab 40000 --speakers 1887 --arch transformer_fact_bias
     fairseq-speaker-params --tgt-vocab 40000 --speakers 1000000 --arch lstm_full_bias --memory-budget 80GB
@@ -41,8 +47,9 @@ from fairseq.optim.lr_scheduler import LR_SCHEDULER_REGISTRY
 from torch import nn
 
 from fairseq_speaker.analysis.training_memory import OPTIMIZER_STATE, format_memory, parse_size, training_memory
-
+from fairseq_speaker.checkpoints import read_checkpoint
 from fairseq_speaker.data import SpeakerDictionary, read_speaker_file
+from fairseq_speaker.errors import UserError, fail
 from fairseq_speaker.models import family_of_arch, speaker_presets
 from fairseq_speaker.modules.speaker_bias import (
     SPEAKER_BIAS_REGISTRY,
@@ -50,6 +57,7 @@ from fairseq_speaker.modules.speaker_bias import (
     build_speaker_bias,
     parse_variant_name,
 )
+from fairseq_speaker.user_dir import add_user_dir_argument, check_registered, import_user_dir_early
 
 BYTES_PER_PARAMETER = 4  # float32
 
@@ -156,6 +164,86 @@ class MetaModel:
     vocab_size: int
 
 
+@dataclass
+class CheckpointModel:
+    """What ``--path`` reads of a checkpoint: the model rebuilt on the meta device, and its sizes."""
+
+    built: MetaModel
+    arch: str
+    src_vocab: int
+    tgt_vocab: int
+    num_speakers: int
+    spk_token: bool
+
+
+def _section(cfg, name: str) -> Dict:
+    section = cfg.get(name) if cfg is not None and hasattr(cfg, "get") else None
+    if section is None:
+        return {}
+    return dict(vars(section)) if isinstance(section, argparse.Namespace) else dict(section)
+
+
+def _rows(model: Dict, *keys: str) -> Optional[int]:
+    for key in keys:
+        if key in model and hasattr(model[key], "shape"):
+            return int(model[key].shape[0])
+    return None
+
+
+def checkpoint_training_flags(state: dict) -> Dict[str, object]:
+    """The optimizer, lr scheduler and precision a checkpoint was trained with (fairseq's names)."""
+    cfg = state.get("cfg")
+    common = _section(cfg, "common")
+    return {"optimizer": _section(cfg, "optimizer").get("_name"),
+            "lr_scheduler": _section(cfg, "lr_scheduler").get("_name"),
+            "fp16": bool(common.get("fp16")), "memory_efficient_fp16": bool(common.get("memory_efficient_fp16"))}
+
+
+def load_checkpoint_model(path: str, training_args: Sequence[str] = ()) -> CheckpointModel:
+    """The model of checkpoint ``path`` on the meta device, built from the options it was trained with (and
+    ``training_args``, fairseq-train flags of training only: optimizer, precision) at its vocabulary sizes and
+    number of speakers; every parameter is checked against the checkpoint's shape."""
+    state = read_checkpoint(path)
+    model_state, task_state = state.get("model"), state.get("task_state")
+    if not isinstance(model_state, dict) or not isinstance(task_state, dict) or "cfg" not in state:
+        raise UserError(f"--path {path}: not a fairseq-speaker checkpoint (no model or task state): give a checkpoint "
+                        f"written by fairseq-train or fairseq-speaker-adapt")
+    check_registered(state, path)
+    options = _section(state["cfg"], "model")
+    arch = options.get("arch") or options.get("_name")
+    if arch not in ARCH_MODEL_REGISTRY or family_of_arch(arch) is None:
+        raise UserError(f"--path {path}: its arch {arch!r} is not a speaker model's: give a fairseq-speaker checkpoint")
+    speakers = task_state.get("speaker_dictionary")
+    num_speakers = len(speakers["names"]) if isinstance(speakers, dict) else 0
+    src_vocab = _rows(model_state, "encoder.embed_tokens.weight")
+    tgt_vocab = _rows(model_state, "decoder.embed_tokens.weight", "decoder.output_projection.weight",
+                      "decoder.output_bias")
+    if src_vocab is None or tgt_vocab is None:
+        raise UserError(f"--path {path}: no embedding tables in its model: not a checkpoint of a speaker model")
+    args = argparse.Namespace(**{**vars(model_options(arch, training_args)),
+                                 **{k: v for k, v in options.items() if not k.startswith("_")}})
+    task = SimpleNamespace(source_dictionary=sized_dictionary(src_vocab), target_dictionary=sized_dictionary(tgt_vocab),
+                           speaker_dictionary=_few_speakers(num_speakers))
+    try:
+        with torch.device("meta"):
+            model = ARCH_MODEL_REGISTRY[arch].build_model(args, task)
+            _resize(model.decoder.speaker_bias, num_speakers)
+    except (ValueError, OSError) as e:  # an option naming a file that is gone (topic's --topic-model), ...
+        raise UserError(f"--path {path}: its model cannot be rebuilt from its options: {e}") from None
+    built = MetaModel(model, args, {}, tgt_vocab)
+    saved = {k: tuple(v.shape) for k, v in model_state.items() if hasattr(v, "shape")}
+    missing = [name for name, _ in model.named_parameters() if name not in saved]
+    if missing:
+        raise UserError(f"--path {path}: the model rebuilt from its options has {missing[0]}, which the checkpoint "
+                        f"lacks ({len(missing)} missing): a damaged checkpoint, or one of another release's model")
+    for name, p in list(model.named_parameters()):  # sized by a file the options name (topic's K): as saved
+        if saved[name] != tuple(p.shape):
+            owner, _, attr = name.rpartition(".")
+            setattr(model.get_submodule(owner), attr, nn.Parameter(torch.empty(saved[name], device="meta"),
+                                                                   requires_grad=p.requires_grad))
+    return CheckpointModel(built, arch, src_vocab, tgt_vocab, num_speakers, bool(task_state.get("speaker_token")))
+
+
 def build_meta_model(src_vocab: Union[int, Dictionary], tgt_vocab: Union[int, Dictionary], num_speakers: int,
                      arch: str = "lstm_fact_bias", model_args: Sequence[str] = ()) -> MetaModel:
     """``arch`` as fairseq-train builds it with the flags ``model_args``, on the meta device (nothing allocated).
@@ -224,7 +312,12 @@ def compare_variants(tgt_vocab: Union[int, Dictionary], num_speakers: int, arch:
     takes none, only the variants on the logits are listed. Options a variant needs and ``model_args`` do
     not give come from the variants' small examples (``example_options``); each cost lists those it used.
     """
-    args = model_options(arch, model_args)
+    return compare_variants_of(model_options(arch, model_args), arch, tgt_vocab, num_speakers)
+
+
+def compare_variants_of(args: argparse.Namespace, arch: str, tgt_vocab: Union[int, Dictionary],
+                        num_speakers: int) -> List[VariantCost]:
+    """:func:`compare_variants` with the options ``args`` (fairseq-train's, or a checkpoint's)."""
     speakers = _few_speakers(num_speakers)
     target = _dictionary(tgt_vocab)
     sites = _state_sites(arch, args, target)
@@ -259,7 +352,7 @@ def dictionaries_from_data(data: str, source_lang: Optional[str], target_lang: O
     if source_lang is None or target_lang is None:
         source_lang, target_lang = data_utils.infer_language_pair(data)
     if source_lang is None:
-        raise SystemExit(f"could not infer the language pair in {data}: pass --source-lang and --target-lang")
+        raise UserError(f"could not infer the language pair in {data}: pass --source-lang and --target-lang")
     src = Dictionary.load(os.path.join(data, f"dict.{source_lang}.txt"))
     tgt = Dictionary.load(os.path.join(data, f"dict.{target_lang}.txt"))
     spk_dict = os.path.join(data, "dict.spk.txt")
@@ -311,18 +404,26 @@ def format_report(acc: Accounting, variants: List[VariantCost]) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> None:
-    early = argparse.ArgumentParser(add_help=False)
-    early.add_argument("--user-dir")
-    known, _ = early.parse_known_args(argv)
-    if known.user_dir:  # before the parser lists the presets: a family it registers brings its own
-        from fairseq import utils
+def _checkpoint_heading(path: str, loaded: CheckpointModel) -> str:
+    side = "speaker tokens (--speaker-token): one target word per speaker" if loaded.spk_token else \
+        f"speaker bias {loaded.built.args.speaker_bias!r}"
+    return (f"{path}: {loaded.arch}, {side}; {loaded.num_speakers:,} speakers, source vocabulary "
+            f"{loaded.src_vocab:,}, target vocabulary {loaded.tgt_vocab:,} (as saved)")
 
-        utils.import_user_module(known)
+
+def main(argv=None) -> None:
+    try:  # before the parser lists the presets: a family it registers brings its own
+        import_user_dir_early(argv)
+    except UserError as e:
+        fail(str(e), "fairseq-speaker-params")
     epilog = ("Any other flag is a flag of fairseq-train: of the model (--encoder-layers 3, --speaker-bias simplex, "
               "--speaker-rank 4, ...) or of training (--momentum 0.9, --bf16, --fp16-no-flatten-grads, "
               "--no-save-optimizer-state, ...).")
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=epilog)
+    parser = argparse.ArgumentParser(prog="fairseq-speaker-params", description=__doc__.split("\n\n")[0],
+                                     epilog=epilog)
+    parser.add_argument("--path", metavar="CHECKPOINT",
+                        help="count the model of this checkpoint (its options, sizes and speakers), instead of --arch "
+                        "at the sizes given")
     parser.add_argument("--data", help="a data directory binarized by fairseq-preprocess, with speaker files")
     parser.add_argument("--source-lang")
     parser.add_argument("--target-lang")
@@ -331,14 +432,13 @@ def main(argv=None) -> None:
     parser.add_argument("--tgt-vocab", type=int, help="target vocabulary size, without --data")
     parser.add_argument("--speakers", type=int, nargs="+", metavar="S",
                         help="number of speakers, without --data; more numbers add rows to the memory table "
-                             "(with --data, they only add rows)")
-    parser.add_argument("--arch", default="lstm_fact_bias", choices=speaker_presets())
-    parser.add_argument("--user-dir", help="a package registering more speaker bias variants or model families "
-                        "(fairseq's --user-dir)")
+                             "(with --data or --path, they only add rows)")
+    parser.add_argument("--arch", choices=speaker_presets(), help="the preset to count (default: lstm_fact_bias)")
+    add_user_dir_argument(parser)
     training = parser.add_argument_group("training memory (fairseq-train's options; the defaults are the paper's "
-                                         "recipe)")
-    training.add_argument("--optimizer", default="adam", choices=sorted(OPTIMIZER_STATE))
-    training.add_argument("--lr-scheduler", default="restart_from_best", choices=sorted(LR_SCHEDULER_REGISTRY))
+                                         "recipe, or with --path the checkpoint's)")
+    training.add_argument("--optimizer", choices=sorted(OPTIMIZER_STATE), help="default: adam")
+    training.add_argument("--lr-scheduler", choices=sorted(LR_SCHEDULER_REGISTRY), help="default: restart_from_best")
     training.add_argument("--fp16", action="store_true", help="fairseq's FP16Optimizer: fp16 weights and gradients "
                           "plus an fp32 master copy of both")
     training.add_argument("--memory-efficient-fp16", action="store_true",
@@ -347,7 +447,15 @@ def main(argv=None) -> None:
                           help="bytes available for training (80GB, 16GiB): whether it fits, how many speakers would")
     args, model_args = parser.parse_known_args(argv)
     logging.basicConfig(format="%(message)s", level=logging.WARNING, stream=sys.stderr, force=True)
-
+    if args.path:
+        sizes = [flag for flag, value in (("--data", args.data), ("--arch", args.arch), ("--src-vocab", args.src_vocab),
+                                          ("--tgt-vocab", args.tgt_vocab)) if value is not None]
+        if sizes or model_args:
+            parser.error(f"--path reads the model's options and sizes from the checkpoint: drop "
+                         f"{' '.join(sizes + model_args)}")
+        report_checkpoint(parser, args)
+        return
+    arch = args.arch or "lstm_fact_bias"
     if args.data and not os.path.isdir(args.data):
         parser.error(f"--data {args.data}: no such folder (give the data directory fairseq-preprocess wrote)")
     if args.data:
@@ -358,25 +466,55 @@ def main(argv=None) -> None:
         src, tgt, speakers = args.src_vocab or args.tgt_vocab, args.tgt_vocab, args.speakers[0]
         more = args.speakers[1:]
     else:
-        parser.error("give --data, or --tgt-vocab and --speakers (and --src-vocab if it differs)")
+        parser.error("give --path, --data, or --tgt-vocab and --speakers (and --src-vocab if it differs)")
     for flag, value, least in (("--src-vocab", args.src_vocab, 5), ("--tgt-vocab", args.tgt_vocab, 5)):
         if value is not None and value < least:
             parser.error(f"{flag} must be at least {least} (fairseq's 4 special symbols and a word), got {value}")
     if args.speakers and min(args.speakers) < 0:
         parser.error(f"--speakers must not be negative, got {min(args.speakers)}")
-    model_args = [*model_args, "--optimizer", args.optimizer, "--lr-scheduler", args.lr_scheduler]
-    precision = {"--fp16": args.fp16, "--memory-efficient-fp16": args.memory_efficient_fp16}
-    model_args += [flag for flag, given in precision.items() if given]
+    model_args = [*model_args, *_training_args(args.optimizer or "adam", args.lr_scheduler or "restart_from_best",
+                                               args.fp16, args.memory_efficient_fp16)]
     try:
-        built = build_meta_model(src, tgt, speakers, args.arch, model_args)
-        accounting = accounting_of(built, args.arch)
+        built = build_meta_model(src, tgt, speakers, arch, model_args)
+        accounting = accounting_of(built, arch)
         memory = training_memory(built.model, built.args)
-        variants = compare_variants(tgt, speakers, args.arch, model_args)
+        variants = compare_variants(tgt, speakers, arch, model_args)
     except ValueError as e:  # an unknown variant, a file that does not fit the data: the variant's own message
         parser.error(str(e))
     print(format_report(accounting, variants))
     print()
     print(format_memory(memory, more, args.memory_budget))
+
+
+def _training_args(optimizer: str, lr_scheduler: str, fp16: bool, memory_efficient_fp16: bool) -> List[str]:
+    precision = {"--fp16": fp16, "--memory-efficient-fp16": memory_efficient_fp16}
+    return ["--optimizer", optimizer, "--lr-scheduler", lr_scheduler, *[flag for flag, on in precision.items() if on]]
+
+
+def report_checkpoint(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """``--path``: the accounting of the checkpoint's own model."""
+    if args.speakers and min(args.speakers) < 0:
+        parser.error(f"--speakers must not be negative, got {min(args.speakers)}")
+    try:
+        saved = checkpoint_training_flags(read_checkpoint(args.path))
+        optimizer = args.optimizer or saved["optimizer"]
+        if optimizer not in OPTIMIZER_STATE:  # one whose state the memory table does not know: the paper's
+            optimizer = "adam"
+        scheduler = args.lr_scheduler or saved["lr_scheduler"]
+        if scheduler not in LR_SCHEDULER_REGISTRY:
+            scheduler = "restart_from_best"
+        training = _training_args(optimizer, scheduler, args.fp16 or saved["fp16"],
+                                  args.memory_efficient_fp16 or saved["memory_efficient_fp16"])
+        loaded = load_checkpoint_model(args.path, training)
+        accounting = accounting_of(loaded.built, loaded.arch)
+        memory = training_memory(loaded.built.model, loaded.built.args)
+        variants = compare_variants_of(loaded.built.args, loaded.arch, loaded.tgt_vocab, loaded.num_speakers)
+    except ValueError as e:  # UserError included: the checkpoint, its variant, its files
+        parser.error(str(e))
+    print(_checkpoint_heading(args.path, loaded))
+    print(format_report(accounting, variants))
+    print()
+    print(format_memory(memory, args.speakers or [], args.memory_budget))
 
 
 if __name__ == "__main__":

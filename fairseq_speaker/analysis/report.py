@@ -24,8 +24,10 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from fairseq_speaker.analysis.classifier import train_classifier
 from fairseq_speaker.analysis.inspect_bias import BiasInspection
 from fairseq_speaker.analysis.scores import SIGNIFICANCE, SystemScore, detokenize, read_hypotheses, score_systems
-from fairseq_speaker.atomic_write import atomic_path, write_json, write_text
-from fairseq_speaker.data import read_lines, read_speaker_file
+from fairseq_speaker.atomic_write import atomic_path, make_folder, write_json, write_text
+from fairseq_speaker.data import check_utf8, read_lines, read_speaker_file
+from fairseq_speaker.errors import UserError, command
+from fairseq_speaker.user_dir import add_user_dir_argument, import_user_dir
 
 logger = logging.getLogger("fairseq_speaker.report")
 
@@ -35,9 +37,9 @@ def _pairs(values: Sequence[str], flag: str) -> List[Tuple[str, str]]:
     for value in values:
         name, sep, path = value.partition("=")
         if not sep or not name or not path:
-            raise SystemExit(f"{flag} takes NAME=PATH, got {value!r}")
+            raise UserError(f"{flag} takes NAME=PATH, got {value!r}")
         if not os.path.exists(path):
-            raise SystemExit(f"{flag} {name}: file not found: {path}")
+            raise UserError(f"{flag} {name}: file not found: {path}")
         pairs.append((name, path))
     return pairs
 
@@ -168,7 +170,7 @@ def load_inspection(name: str, checkpoint: str, data: str, speakers: List[str]) 
         if inspection.has_speakers:
             inspection.check_speakers(speakers)
     except ValueError as e:
-        raise SystemExit(f"--checkpoint {name}: {e}") from None
+        raise UserError(f"--checkpoint {name}: {e}") from None
     return inspection
 
 
@@ -178,20 +180,24 @@ def read_systems(references_path: str, systems: List[Tuple[str, str]],
     hypotheses as references."""
     try:
         references = read_lines(references_path)
+        for _, path in systems:
+            check_utf8(path)
         outputs = {name: read_hypotheses(path, lines) for name, path in systems}
-    except ValueError as e:  # a missing file, a fairseq-generate output with missing sentences
-        raise SystemExit(str(e)) from None
+    except UserError:
+        raise
+    except ValueError as e:  # a fairseq-generate output with missing sentences
+        raise UserError(str(e)) from None
     if not references:
-        raise SystemExit(f"--references {references_path} is empty: there is nothing to score against")
+        raise UserError(f"--references {references_path} is empty: there is nothing to score against")
     for (name, path), hyps in zip(systems, outputs.values()):
         if len(hyps) != len(references):
-            raise SystemExit(f"--system {name}={path}: {len(hyps)} hypotheses for the {len(references)} references "
+            raise UserError(f"--system {name}={path}: {len(hyps)} hypotheses for the {len(references)} references "
                              f"of {references_path}; give the output of the same test set")
     return references, outputs
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="fairseq-speaker-report", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="folder for report.md, its plots, scores.json, classifier.pt")
     parser.add_argument("--references", required=True, help="reference translations of the test set, one a line")
     parser.add_argument("--system", action="append", default=[], metavar="NAME=FILE", required=True,
@@ -218,26 +224,31 @@ def build_parser() -> argparse.ArgumentParser:
                        help="speakers to inspect (default: the most frequent)")
     group.add_argument("--inspect-speakers", type=int, default=3, help="how many speakers, without --speaker")
     group.add_argument("--top-words", type=int, default=10)
-    group.add_argument("--user-dir", help="a package registering more speaker bias variants, as given to "
-                       "fairseq-train's --user-dir (for checkpoints of those variants)")
+    add_user_dir_argument(group)
     return parser
 
 
+@command("fairseq-speaker-report")
 def main(argv=None) -> None:
     logging.basicConfig(level=logging.INFO, format="[report] %(message)s", stream=sys.stderr)
     logging.getLogger("matplotlib").setLevel(logging.WARNING)
-    args = build_parser().parse_args(argv)
-    if args.user_dir:
-        from fairseq import utils
-
-        utils.import_user_module(args)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    for name in ("bootstrap", "classifier_epochs", "classifier_batch_size", "inspect_speakers", "top_words"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    import_user_dir(args.user_dir)
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        raise UserError(f"--out {args.out} is a file: give a folder for the report (it is made if missing)")
+    if args.baseline is not None and args.baseline not in [v.partition("=")[0] for v in args.system]:
+        raise UserError(f"--baseline {args.baseline}: not the NAME of a --system")
     systems = _pairs(args.system, "--system")
     checkpoints = _pairs(args.checkpoint, "--checkpoint")
     classifier_files = [args.train_text, args.train_speakers, args.test_speakers]
     if any(classifier_files) and not all(classifier_files):
-        raise SystemExit("the speaker classifier needs --train-text, --train-speakers and --test-speakers")
+        raise UserError("the speaker classifier needs --train-text, --train-speakers and --test-speakers")
     if checkpoints and not args.data:
-        raise SystemExit("--checkpoint needs --data, the data directory with the target dictionary")
+        raise UserError("--checkpoint needs --data, the data directory with the target dictionary")
     # every input is read and checked before any work or output: a wrong dictionary, speaker or file
     # ends the run before the slow parts, with nothing written
     inspections = [(name, load_inspection(name, path, args.data, args.speaker)) for name, path in checkpoints]
@@ -246,7 +257,7 @@ def main(argv=None) -> None:
         train_text = read_lines(args.train_text)
         train_speakers = read_speaker_file(args.train_speakers, len(train_text))
         test_speakers = read_speaker_file(args.test_speakers, len(references))
-    os.makedirs(args.out, exist_ok=True)
+    make_folder(args.out, "--out")
     baseline = args.baseline or systems[0][0]
     scored = ({n: detokenize(h, args.detok) for n, h in outputs.items()}, detokenize(references, args.detok)) \
         if args.detok else (outputs, references)

@@ -59,6 +59,7 @@ from fairseq_speaker.errors import UserError
 from fairseq_speaker.models import FAMILY_REGISTRY, ModelFamily, ModelSizes, family_of_arch, get_family, preset_variant
 from fairseq_speaker.models.presets import preset_name
 from fairseq_speaker.modules.speaker_bias import build_speaker_bias
+from fairseq_speaker.user_dir import add_user_dir_argument, import_user_dir
 
 BYTES = 4  # float32
 STOCK = "stock_"  # a configuration stock_<family> is the stock fairseq model the family declares
@@ -367,14 +368,6 @@ def available_memory() -> Optional[int]:
     return None
 
 
-def import_user_dir(user_dir: Optional[str]) -> None:
-    """Import a package registering more families or variants (fairseq's ``--user-dir``)."""
-    if user_dir:
-        from fairseq import utils
-
-        utils.import_user_module(argparse.Namespace(user_dir=user_dir))
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The options; ``--family`` lists the families registered when it is called (import a ``--user-dir`` first)."""
     parser = argparse.ArgumentParser(prog="fairseq-speaker-benchmark", description=__doc__.split("\n\n")[0],
@@ -384,8 +377,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--configs", nargs="+", help="presets (lstm_fact_bias, ...) and stock_<family> (stock_lstm, "
                         "stock_transformer): the stock fairseq model a family declares (default: the family's "
                         "presets and stock reference)")
-    parser.add_argument("--user-dir", help="a package registering more model families or speaker bias variants "
-                        "(fairseq's --user-dir)")
+    add_user_dir_argument(parser)
     parser.add_argument("--sizes", nargs=3, type=int, default=[512, 512, 256], metavar=("EMBED", "HIDDEN", "ATT"),
                         help="embedding, LSTM and attention sizes (the paper's 512 512 256); the Transformer (and a "
                         "family with feed-forward layers) takes EMBED as its model size and 4 x HIDDEN as its "
@@ -609,8 +601,8 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     check_args(parser, args)
     if args.paired and args.plain:
-        sys.exit("fairseq-speaker-benchmark: --paired runs every configuration in one process, and --plain "
-                 "needs a process of its own (FAIRSEQ_SPEAKER_PLAIN=1): use one or the other")
+        parser.error("--paired runs every configuration in one process, and --plain needs a process of its own "
+                     "(FAIRSEQ_SPEAKER_PLAIN=1): use one or the other")
     specs = make_specs(args)
     free = available_memory()
     skipped = {}

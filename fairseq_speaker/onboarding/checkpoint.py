@@ -5,6 +5,11 @@ Loading follows fairseq's own path (``load_checkpoint_to_cpu``, the task state, 
 keeps everything fairseq wrote (its options, training history) and replaces the model's parameters
 and the speaker dictionary; the optimizer state, whose speaker tables would be too small, is left
 out, so that ``fairseq-train --restore-file`` on the result starts a fresh optimizer.
+
+The task state records which speakers were onboarded, and from how many sentence pairs
+(:data:`ONBOARDED_KEY`, read by :func:`onboarded_speakers`): every way a speaker is added or refitted
+(:func:`add_speakers`, :func:`replace_speakers`) keeps it. A checkpoint written before the record existed
+gets it as it is read where it can be told (:func:`settle_onboarded_speakers`), and none where it cannot.
 """
 
 import logging
@@ -18,10 +23,12 @@ from omegaconf import OmegaConf
 from torch import Tensor
 
 from fairseq_speaker.atomic_write import atomic_path
+from fairseq_speaker.checkpoints import SPEAKER_NAMES_KEY, on_checkpoint_load
 from fairseq_speaker.data import SpeakerDataError
 from fairseq_speaker.data.speaker_dictionary import new_label_problem
 from fairseq_speaker.errors import UserError
 from fairseq_speaker.modules.speaker_bias import SpeakerBias
+from fairseq_speaker.user_dir import check_registered
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +62,7 @@ class SpeakerCheckpoint:
         except (KeyError, ValueError) as e:  # a readable file that is no fairseq checkpoint
             raise OnboardingError(f"{path}: not a readable fairseq checkpoint (damaged, or another kind of file: "
                                   f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
+        check_registered(state, path)
         cfg = state["cfg"]
         where = arg_overrides.get("data") or cfg.task.data
         try:
@@ -137,6 +145,7 @@ def add_speakers(model, task, names: Sequence[str], rows: Dict[str, Tensor], cou
     bias.grow(len(names), init, names=list(names))
     bias.import_speakers(range(start, start + len(names)), rows)
     task.adopt_speaker_names(bias.speaker_names, new_counts=dict(zip(names, counts or [0] * len(names))))
+    _record_onboarded(task, names, counts)
 
 
 def replace_speakers(model, task, names: Sequence[str], rows: Dict[str, Tensor]) -> None:
@@ -146,6 +155,11 @@ def replace_speakers(model, task, names: Sequence[str], rows: Dict[str, Tensor])
     if unknown:
         raise OnboardingError(f"speaker(s) {', '.join(map(repr, unknown[:5]))} not in the model")
     speaker_bias_of(model).import_speakers(ids, rows)
+    record = task.state.state_dict.get(ONBOARDED_KEY)
+    if isinstance(record, dict) and any(name in record["names"] for name in names):
+        # an onboarded speaker refitted: from how many sentence pairs is not passed here, so no longer known
+        sentences = [None if name in names else n for name, n in zip(record["names"], record["sentences"])]
+        task.state.merge_state_dict({ONBOARDED_KEY: dict(record, sentences=sentences)})
 
 
 def adaptable_bias(model, task, where: str = "the model") -> SpeakerBias:
@@ -164,3 +178,80 @@ def adaptable_bias(model, task, where: str = "the model") -> SpeakerBias:
             f"{where}: its speaker bias {bias.name!r} has no parameters per speaker, so there is "
             f"nothing to adapt (a new speaker already gets what every speaker gets)")
     return bias
+
+
+# -- the onboarding record ------------------------------------------------------------------------------
+
+#: the task-state key of the onboarding record: ``{"names": [...], "sentences": [int or None, ...],
+#: "complete": bool}``, the speakers added after training in the order they were added, the sentence pairs each
+#: was fitted on (None: not recorded, e.g. rows imported from a vectors file or refitted); ``complete`` False when
+#: the checkpoint it was added to did not say which of its speakers were onboarded before
+ONBOARDED_KEY = "onboarded_speakers"
+
+
+def onboarded_speakers(state: dict) -> Optional[Dict[str, Optional[int]]]:
+    """The speakers onboarded into a checkpoint (``state`` as read), name -> the sentence pairs each was fitted on
+    (None where not recorded); ``{}`` when every speaker was trained; None when the checkpoint does not say (see
+    :func:`settle_onboarded_speakers`). With an incomplete record (:data:`ONBOARDED_KEY`) the speakers it does
+    not name are not known to be trained: :func:`onboarding_complete` tells."""
+    task_state = state.get("task_state") if isinstance(state, dict) else None
+    if not isinstance(task_state, dict):
+        return None
+    record = task_state.get(ONBOARDED_KEY)
+    if isinstance(record, dict):
+        return dict(zip(record.get("names", []), record.get("sentences", [])))
+    return _onboarded_before_the_record(state)
+
+
+def onboarding_complete(state: dict) -> bool:
+    """Whether :func:`onboarded_speakers` names every onboarded speaker of the checkpoint."""
+    task_state = state.get("task_state") if isinstance(state, dict) else None
+    record = task_state.get(ONBOARDED_KEY) if isinstance(task_state, dict) else None
+    if isinstance(record, dict):
+        return bool(record.get("complete", True))
+    return onboarded_speakers(state) is not None
+
+
+def _onboarded_before_the_record(state: dict) -> Optional[Dict[str, Optional[int]]]:
+    """What a checkpoint without the record tells: the mean speaker kept since the first onboarding (the
+    speaker bias's ``mean_of``: the rows after it were onboarded); or an optimizer state, which fairseq-train
+    writes and onboarding never does (every speaker trained); otherwise nothing (None)."""
+    task_state, model = state.get("task_state"), state.get("model")
+    speakers = task_state.get("speaker_dictionary") if isinstance(task_state, dict) else None
+    if not isinstance(speakers, dict):
+        return None
+    extra = model.get(SPEAKER_NAMES_KEY) if isinstance(model, dict) else None
+    mean_of = extra.get("mean_of") if isinstance(extra, dict) else None
+    if isinstance(mean_of, int):
+        names, counts = list(speakers.get("names", [])), list(speakers.get("counts", []))
+        return {name: (counts[i] or None) if i < len(counts) else None
+                for i, name in enumerate(names) if i >= mean_of}
+    if state.get("last_optimizer_state") is not None:
+        return {}
+    return None
+
+
+def settle_onboarded_speakers(state: dict) -> dict:
+    """Give a checkpoint written before the record its :data:`ONBOARDED_KEY` where it can be told (run on every
+    checkpoint as it is read), so that onboarding it keeps a complete record."""
+    task_state = state.get("task_state") if isinstance(state, dict) else None
+    if isinstance(task_state, dict) and ONBOARDED_KEY not in task_state:
+        onboarded = _onboarded_before_the_record(state)
+        if onboarded is not None:
+            task_state[ONBOARDED_KEY] = {"names": list(onboarded), "sentences": list(onboarded.values()),
+                                         "complete": True}
+    return state
+
+
+on_checkpoint_load(settle_onboarded_speakers)
+
+
+def _record_onboarded(task, names: Sequence[str], counts: Optional[Sequence[int]]) -> None:
+    """Add ``names`` (fitted on ``counts`` sentence pairs, None: not known) to the task's onboarding record."""
+    record = task.state.state_dict.get(ONBOARDED_KEY)
+    if not isinstance(record, dict):  # the model did not say which of its speakers were onboarded before
+        record = {"names": [], "sentences": [], "complete": False}
+    sentences = [int(n) if n else None for n in counts] if counts is not None else [None] * len(names)
+    task.state.merge_state_dict({ONBOARDED_KEY: {"names": list(record["names"]) + list(names),
+                                                 "sentences": list(record["sentences"]) + sentences,
+                                                 "complete": bool(record.get("complete", True))}})

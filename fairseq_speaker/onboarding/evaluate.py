@@ -16,7 +16,9 @@ sentences, one a line, in the form the model was trained on; each speaker's sent
 file order. With ``PREFIX.traits`` (the toy corpus's, ``python -m fairseq_speaker.toy.corpus
 --heldout``) the speaker-dependent words are scored too. Writes ``OUT/onboarding.md`` (the table),
 ``OUT/onboarding.json``, ``OUT/onboarding.png`` and ``OUT/hypotheses.n{N}.txt`` (the translations of
-the evaluation sentences, whose line numbers in the held-out files are in the JSON).
+the evaluation sentences, whose line numbers in the held-out files are in the JSON). An ``OUT`` folder
+that already holds files is refused, so that two runs' results never mix: give another folder, or
+``--force`` to replace the earlier run's results.
 
 The model is loaded once; for each n every speaker is adapted with one
 :class:`~fairseq_speaker.onboarding.adapt.SpeakerAdapter` under the name ``SPEAKER@n``, which starts
@@ -25,9 +27,9 @@ another), and the evaluation sentences of every speaker are translated in batche
 """
 
 import argparse
-import json
 import logging
 import os
+import re
 import sys
 import time
 from typing import Dict, List, Optional, Sequence
@@ -35,14 +37,19 @@ from typing import Dict, List, Optional, Sequence
 import sacrebleu
 import torch
 
-from fairseq_speaker.errors import UserError
+from fairseq_speaker.atomic_write import atomic_path, make_folder, write_json, write_text
+from fairseq_speaker.data import check_utf8
+from fairseq_speaker.errors import UserError, fail
 from fairseq_speaker.onboarding.adapt import read_adaptation_files
 from fairseq_speaker.onboarding.checkpoint import OnboardingError, SpeakerCheckpoint
 from fairseq_speaker.onboarding.fit import FitOptions
 from fairseq_speaker.onboarding.translator import SpeakerTranslator
 from fairseq_speaker.analysis.speaker_words import Trait, read_traits, trait_accuracy
+from fairseq_speaker.user_dir import add_user_dir_argument, import_user_dir
 
 PROG = "fairseq-speaker-onboarding-eval"
+#: what a run writes in --out, beside hypotheses.n{N}.txt
+RESULT_FILES = ("onboarding.md", "onboarding.json", "onboarding.png")
 DEFAULT_SHOTS = [0, 1, 2, 5, 10, 20]
 #: the toy corpus's traits, in the order of the demo's table; other traits follow alphabetically
 TRAIT_ORDER = ("gender", "address", "profession")
@@ -64,6 +71,7 @@ def read_heldout(prefix: str, source_lang: str, target_lang: str, suffix: str):
     path = f"{prefix}.traits"
     if not os.path.isfile(path):
         return sources, targets, labels, None
+    check_utf8(path)
     try:
         traits = read_traits(path)
     except (ValueError, KeyError, TypeError) as e:
@@ -192,17 +200,18 @@ def plot(result: Dict, path: str) -> None:
 
 def write_outputs(result: Dict, out: str, checkpoint: str, prefix: str) -> str:
     """``onboarding.md``, ``onboarding.json``, ``onboarding.png`` and the hypotheses in ``out``; returns the text."""
-    os.makedirs(out, exist_ok=True)
+    make_folder(out, "--out")
+    for name in os.listdir(out):  # an earlier run's results (--force): none of them stays beside the new ones
+        if name in RESULT_FILES or re.fullmatch(r"hypotheses\.n\d+\.txt", name):
+            os.remove(os.path.join(out, name))
     text = describe(result, checkpoint, prefix) + "\n\n" + format_table(result) + "\n"
-    with open(os.path.join(out, "onboarding.md"), "w", encoding="utf-8") as f:
-        f.write(text)
     summary = {k: v for k, v in result.items() if k != "hypotheses"}
-    with open(os.path.join(out, "onboarding.json"), "w", encoding="utf-8") as f:
-        json.dump(dict(summary, checkpoint=checkpoint, heldout_prefix=prefix), f, indent=2)
+    write_json(os.path.join(out, "onboarding.json"), dict(summary, checkpoint=checkpoint, heldout_prefix=prefix))
     for n, hyps in result["hypotheses"].items():
-        with open(os.path.join(out, f"hypotheses.n{n}.txt"), "w", encoding="utf-8") as f:
-            f.write("".join(h + "\n" for h in hyps))
-    plot(result, os.path.join(out, "onboarding.png"))
+        write_text(os.path.join(out, f"hypotheses.n{n}.txt"), "".join(h + "\n" for h in hyps))
+    with atomic_path(os.path.join(out, "onboarding.png")) as tmp:
+        plot(result, tmp)
+    write_text(os.path.join(out, "onboarding.md"), text)  # last: the table is there once everything is
     return text
 
 
@@ -215,7 +224,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "and optionally PREFIX.traits")
     parser.add_argument("--shots", type=int, nargs="+", default=DEFAULT_SHOTS, metavar="N",
                         help="numbers of adaptation sentences per speaker (default: %(default)s; 0 = the mean speaker)")
-    parser.add_argument("--out", default="onboarding", help="folder for the table, JSON, plot and hypotheses")
+    parser.add_argument("--out", default="onboarding", help="folder for the table, JSON, plot and hypotheses (a new "
+                        "or empty one, unless --force)")
+    parser.add_argument("--force", action="store_true",
+                        help="write into an --out folder that holds files, replacing the results of an earlier run")
     parser.add_argument("--beam", type=int, default=5)
     parser.add_argument("--max-len-b", type=int, default=200, help="longest translation, in tokens (as fairseq's)")
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per translation batch")
@@ -228,6 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--target-lang")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
+    add_user_dir_argument(parser)
     return parser
 
 
@@ -240,12 +253,18 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     if args.beam < 1 or args.batch_size < 1 or not args.adapt_l2 >= 0 or args.adapt_l2 == float("inf") \
             or args.adapt_max_iter < 1:
         parser.error("--beam, --batch-size and --adapt-max-iter must be at least 1, --adapt-l2 at least 0")
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        parser.error(f"--out {args.out} is a file: give a folder for the results")
+    if os.path.isdir(args.out) and os.listdir(args.out) and not args.force:
+        parser.error(f"--out {args.out} already holds files (an earlier run?): give another folder, or --force to "
+                     f"replace the results written there")
     shots = sorted(set(args.shots))
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     overrides = {k: getattr(args, k) for k in ("source_lang", "target_lang") if getattr(args, k)}
     try:
+        import_user_dir(args.user_dir)
         translator = load_translator(args.path, args.data, args.batch_size,
                                      FitOptions(l2=args.adapt_l2, max_iter=args.adapt_max_iter), overrides)
         cfg = translator.task.cfg
@@ -260,7 +279,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                           where=f"{args.heldout_prefix}.{cfg.speaker_suffix}", max_len_b=args.max_len_b)
         text = write_outputs(result, args.out, args.path, args.heldout_prefix)
     except (UserError, FloatingPointError) as e:
-        raise SystemExit(f"{PROG}: {e}") from None
+        fail(str(e), PROG)
     print(text.rstrip())
     print(f"\n(written to {os.path.join(args.out, 'onboarding.md')}, onboarding.json, onboarding.png)")
 

@@ -34,7 +34,7 @@ from torch import Tensor, nn
 
 from fairseq_speaker.atomic_write import atomic_path
 from fairseq_speaker.data import dictionary_hash
-from fairseq_speaker.errors import UserError
+from fairseq_speaker.errors import UserError, fail
 from fairseq_speaker.modules.speaker_bias import SpeakerBias
 from fairseq_speaker.onboarding.checkpoint import (
     OnboardingError,
@@ -43,6 +43,7 @@ from fairseq_speaker.onboarding.checkpoint import (
     add_speakers,
     replace_speakers,
 )
+from fairseq_speaker.user_dir import add_user_dir_argument, import_user_dir
 
 logger = logging.getLogger(__name__)
 
@@ -348,6 +349,7 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--path", required=True, metavar="CHECKPOINT", help="the model's checkpoint")
         sub.add_argument("--source-lang", help="if fairseq cannot infer the language pair from DATA_DIR")
         sub.add_argument("--target-lang")
+        add_user_dir_argument(sub)
     export.add_argument("--out", required=True, metavar="FILE", help="the speaker vectors file to write (.npz)")
     export.add_argument("--speakers", nargs="+", metavar="NAME", help="the speakers to export (default: all)")
     imp.add_argument("--vectors", required=True, metavar="FILE", help="a file written by the export command")
@@ -417,10 +419,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     if args.command == "import" and os.path.abspath(args.save) == os.path.abspath(args.path):
         parser.error("--save must not be the checkpoint given by --path: write the new model to another file")
     try:
+        import_user_dir(args.user_dir)
         report = export_command(args) if args.command == "export" else import_command(args)
     except UserError as e:  # OnboardingError and CheckpointError included
-        print(f"fairseq-speaker-vectors {args.command}: error: {e}", file=sys.stderr)
-        raise SystemExit(2) from None
+        fail(str(e), f"fairseq-speaker-vectors {args.command}")
     print(report)
 
 

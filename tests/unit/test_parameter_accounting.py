@@ -1,11 +1,19 @@
 """Parameter accounting, pinned against the paper's figures (section 3 and its parameter counts)."""
 
+import os
 import re
 
 import pytest
 import torch
 
-from fairseq_speaker.analysis.parameter_accounting import compare_variants, count_parameters, main
+from fairseq_speaker.analysis.parameter_accounting import (
+    accounting_of,
+    compare_variants,
+    count_parameters,
+    load_checkpoint_model,
+    main,
+)
+from fairseq_speaker.checkpoints import read_checkpoint
 from fairseq_speaker.models import get_family
 from fairseq_speaker.modules.speaker_bias import SPEAKER_BIAS_REGISTRY, StateSites
 from tests.helpers import TINY_TRANSFORMER, TINY_VARIANT_OPTIONS, build_bias, make_model, make_task
@@ -171,3 +179,54 @@ def test_counting_allocates_nothing():
     before = torch.zeros(1).device  # the meta device is used inside; nothing to free afterwards
     acc = count_parameters(V, V, 100000, "lstm_full_bias")
     assert acc.speaker == 100000 * V and before.type == "cpu"
+
+
+CHECKPOINTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "checkpoints")
+
+
+def saved_parameters(path):
+    """The parameters a checkpoint holds, each tensor once (a tied table is stored under two names); fairseq's
+    buffers (the Transformer's ``version``, its sinusoids' ``_float_tensor``) are not parameters."""
+    state = read_checkpoint(path)
+    tensors = {v.data_ptr(): v.numel() for k, v in state["model"].items() if isinstance(v, torch.Tensor)
+               and not k.endswith((".version", "._float_tensor"))}
+    return sum(tensors.values()), state
+
+
+@pytest.mark.parametrize("name", ["0.4.0/lstm_fact_adapted", "0.4.0/transformer_full_bias", "0.4.0/lstm_spk_token",
+                                  "0.1.0/lstm_full_bias"])
+def test_a_checkpoint_is_counted_as_saved(name):
+    path = os.path.join(CHECKPOINTS, f"{name}.pt")
+    loaded = load_checkpoint_model(path)
+    acc = accounting_of(loaded.built, loaded.arch)
+    total, state = saved_parameters(path)
+    assert acc.total == total
+    names = state["task_state"]["speaker_dictionary"]["names"]
+    assert acc.speaker_bias.num_speakers == loaded.num_speakers == len(names)  # onboarded speakers included
+    rows = {k: v for k, v in state["model"].items() if k.startswith("decoder.speaker_bias.") and
+            isinstance(v, torch.Tensor) and v.dim() and v.shape[0] == len(names)}
+    assert acc.speaker_bias.per_speaker == sum(v[0].numel() for v in rows.values())  # the speaker rows' sizes
+    assert acc.speaker == sum(v.numel() for k, v in state["model"].items() if k.startswith("decoder.speaker_bias.")
+                              and isinstance(v, torch.Tensor))
+
+
+def test_the_command_reads_a_checkpoint_and_refuses_sizes_beside_it(capsys):
+    path = os.path.join(CHECKPOINTS, "0.4.0", "lstm_fact_adapted.pt")
+    main(["--path", path])
+    out = capsys.readouterr().out
+    assert out.startswith(f"{path}: lstm_fact_bias, speaker bias 'fact'; 7 speakers, source vocabulary 64")
+    assert f"lstm_fact_bias (speaker bias 'fact'): {saved_parameters(path)[0]:,} parameters" in out
+    assert "optimizer: adam" in out
+    for extra in (["--arch", "lstm_base"], ["--encoder-layers", "2"], ["--tgt-vocab", "100"]):
+        with pytest.raises(SystemExit) as e:
+            main(["--path", path, *extra])
+        assert e.value.code == 2
+        assert f"drop {extra[0]}" in capsys.readouterr().err
+
+
+def test_a_table_sized_by_a_file_that_is_gone_is_counted_at_its_saved_size():
+    """topic's topic-word table has K rows from its LDA model, whose file (named in the options) is not here."""
+    loaded = load_checkpoint_model(os.path.join(CHECKPOINTS, "0.4.0", "transformer_fact_topic.pt"))
+    acc = accounting_of(loaded.built, loaded.arch)
+    assert acc.speaker_bias.per_speaker == 4  # fact's rank
+    assert acc.speaker_bias.shared == 88 * 4 + 3 * 88  # fact's shared biases, topic's 3 topics over V = 88
