@@ -2,6 +2,7 @@
 #   make demo              toy corpus -> train lstm_base, lstm_fact_bias, transformer_fact_bias -> BLEU / speaker-word table
 #   make test              unit and integration tests (about 11 minutes on 2 cores)
 #   make test-slow         the slow tier: trains on the toy corpus and checks that the biases learn
+#   make test-browser      the service's page in a headless Chromium (installed with apt-get when missing and possible)
 # torch is installed first, pinned, so that no CUDA build is pulled on a CPU machine;
 # choose another with e.g. `make test TORCH="torch==2.6.0 --index-url https://download.pytorch.org/whl/cu124"`.
 
@@ -12,7 +13,7 @@ BIN := $(VENV)/bin
 # one thread per process: the tests run two workers on two cores
 TEST_ENV := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 
-.PHONY: install demo test test-slow clean
+.PHONY: install demo test test-slow test-browser clean
 
 install: $(VENV)/.installed
 
@@ -32,6 +33,17 @@ test: install
 
 test-slow: install
 	$(BIN)/python -m pytest -m slow tests
+
+# without Chromium the test fails and says how to install it
+test-browser: install
+	@if ! command -v chromedriver >/dev/null || ! (command -v chromium || command -v chromium-browser) >/dev/null; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium chromium-driver; \
+		else \
+			echo "Chromium is missing and cannot be installed here: sudo apt-get install -y chromium chromium-driver"; \
+		fi; \
+	fi
+	$(TEST_ENV) $(BIN)/python -m pytest -m browser tests
 
 clean:
 	rm -rf $(VENV) demo-work build *.egg-info

@@ -7,13 +7,16 @@
 
 :func:`create_app` builds the application around a loaded :class:`SpeakerTranslator` and a
 :class:`SpeakerStore` (what the tests and an embedding program use); :func:`main` is the command.
-Every endpoint answers at ``/...`` and at ``/v1/...``; the OpenAPI description is at ``/docs``.
+Every endpoint answers at ``/...`` and at ``/v1/...``; the OpenAPI description is at ``/docs``, and ``/`` is a
+page to try the service in a browser.
 """
 
 import argparse
+import asyncio
 import contextlib
 import dataclasses
 import hmac
+import importlib.resources
 import logging
 import os
 import sys
@@ -23,18 +26,21 @@ from typing import Dict, Optional, Sequence, Tuple
 
 from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPBearer
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
 from fairseq_speaker import __version__
 from fairseq_speaker.data.speaker_dictionary import UNKNOWN_SPEAKER_POLICIES
-from fairseq_speaker.errors import UserError
+from fairseq_speaker.errors import UserError, fail
 from fairseq_speaker.service import schema
+from fairseq_speaker.service.batcher import BatchOptions
 from fairseq_speaker.service.metrics import Metrics
-from fairseq_speaker.service.speaker_service import Limits, ServiceError, SpeakerService
+from fairseq_speaker.service.speaker_service import Limits, ServiceError, SpeakerService, timed_out
 from fairseq_speaker.service.store import SpeakerStore
+from fairseq_speaker.user_dir import add_user_dir_argument, import_user_dir
 
 logger = logging.getLogger("fairseq_speaker.service")
 
@@ -57,17 +63,18 @@ def _endpoint(scope) -> str:
     return path[len("/v1"):] if path.startswith("/v1/") else path
 
 
-def _error(request: Request, status: int, code: str, message: str) -> JSONResponse:
+def _error(request: Request, status: int, code: str, message: str,
+           headers: Optional[Dict[str, str]] = None) -> JSONResponse:
     log = logger.warning if status >= 500 else logger.info
     path = request.url.path.encode("unicode_escape").decode("ascii")  # a name's newline cannot forge a log line
     log(f"{request.method} {path}: {status} {code}: {message}")
     request.app.state.metrics.error(_endpoint(request.scope), code)
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status, headers=headers)
+    headers = dict(headers or {}, **({"WWW-Authenticate": "Bearer"} if status == 401 else {}))
+    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status, headers=headers or None)
 
 
 async def _service_error(request: Request, exc: ServiceError) -> JSONResponse:
-    return _error(request, exc.status, exc.code, exc.message)
+    return _error(request, exc.status, exc.code, exc.message, exc.headers)
 
 
 def _validation_message(request: Request, exc: RequestValidationError) -> Tuple[str, str]:
@@ -182,22 +189,42 @@ class _Observed:
 # -- the endpoints ---------------------------------------------------------------------------------------
 
 
-def _service(request: Request) -> SpeakerService:
+async def _service(request: Request) -> SpeakerService:  # async: no thread for a lookup
     return request.app.state.service
 
 
-_READ_ERRORS = {status: {"model": schema.Error} for status in (404, 413, 422, 503)}
-_WRITE_ERRORS = {status: {"model": schema.Error} for status in (401, 403, 404, 409, 413, 422, 503)}
+_READ_ERRORS = {status: {"model": schema.Error} for status in (404, 413, 422, 503, 504)}
+_WRITE_ERRORS = {status: {"model": schema.Error} for status in (401, 403, 404, 409, 413, 422, 503, 504)}
+
+
+async def _within(awaitable, deadline: float, timeout: float, what: str):
+    """``awaitable``'s result, or a 504 once ``deadline`` (of ``time.monotonic``) has passed."""
+    try:
+        return await asyncio.wait_for(awaitable, max(deadline - time.monotonic(), 0.0))
+    except asyncio.TimeoutError:
+        raise timed_out(what, timeout) from None
 _bearer = HTTPBearer(auto_error=False)  # the check is _WriteRoute's; this shows the scheme at /docs
 
 
 def _reads() -> APIRouter:
     router = APIRouter(responses=_READ_ERRORS)
 
-    @router.post("/translate", response_model=schema.TranslateResponse,
+    @router.post("/translate", response_model=schema.TranslateResponse, response_model_exclude_none=True,
                  summary="Translate each sentence as its speaker")
-    def translate(body: schema.TranslateRequest, request: Request, service: SpeakerService = Depends(_service)):
-        answer = service.translate(body)
+    async def translate(body: schema.TranslateRequest, request: Request, service: SpeakerService = Depends(_service)):
+        # waits without holding a thread: the sentences are translated with other requests' (see batcher.py)
+        timeout = service.batching.request_timeout
+        deadline = time.monotonic() + timeout
+        prepared = service.prepare_translation(body, wait=False)  # at once, unless it would wait
+        if prepared is None:
+            prepared = await _within(run_in_threadpool(service.prepare_translation, body), deadline, timeout,
+                                     "reading the speaker store")
+        future = service.submit(prepared)
+        try:
+            results = await _within(asyncio.wrap_future(future), deadline, timeout, "the translation")
+        except UserError as e:
+            raise ServiceError(422, "invalid_request", str(e)) from None
+        answer = service.answer(prepared, results)
         request.app.state.metrics.translated(len(answer.translations))
         return answer
 
@@ -215,7 +242,8 @@ def _reads() -> APIRouter:
 
     @router.get("/metrics", response_class=PlainTextResponse, summary="Prometheus metrics of this process")
     def metrics(request: Request, service: SpeakerService = Depends(_service)):
-        text = request.app.state.metrics.render({"trained": len(service.trained), "onboarded": len(service.onboarded)})
+        text = request.app.state.metrics.render({"trained": len(service.trained), "onboarded": len(service.onboarded)},
+                                                service.batcher.queued)
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
     return router
@@ -244,25 +272,36 @@ def _writes() -> APIRouter:
     return router
 
 
+def _page() -> HTMLResponse:
+    return HTMLResponse(importlib.resources.files(__package__).joinpath("static", "index.html").read_text("utf-8"))
+
+
 def create_app(translator, store: Optional[SpeakerStore] = None, token: Optional[str] = None,
-               limits: Limits = Limits(), beam: int = 5, generate: Optional[Dict] = None) -> FastAPI:
+               limits: Limits = Limits(), beam: int = 5, generate: Optional[Dict] = None,
+               batching: BatchOptions = BatchOptions()) -> FastAPI:
     """The service of ``translator`` (a loaded :class:`SpeakerTranslator`; its speakers now are the trained
     ones) and ``store`` (default: one in memory, gone with the process). Without ``token`` the write endpoints
-    answer 403. ``beam`` and ``generate`` (fairseq generation options) apply to every translation. The app closes
-    the store when it shuts down."""
+    answer 403. ``beam`` (the default of a request) and ``generate`` (fairseq generation options) apply to every
+    translation; ``batching`` says how concurrent translations share beam searches, and the requests' timeout.
+    The app closes the store when it shuts down."""
     store = store if store is not None else SpeakerStore(":memory:")
-    service = SpeakerService(translator, store, limits, beam=beam, generate=generate)
+    metrics = Metrics()
+    service = SpeakerService(translator, store, limits, beam=beam, generate=generate, batching=batching,
+                             on_batch=metrics.batch)
+    page = _page()
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
         yield
-        store.close()  # uvicorn's graceful shutdown (SIGTERM, SIGINT) ends here
+        # uvicorn's graceful shutdown (SIGTERM, SIGINT) ends here, once the requests under way are answered
+        await run_in_threadpool(service.batcher.close, batching.request_timeout)
+        store.close()
         logger.info(f"closed the speaker store {store.path}")
 
     app = FastAPI(title="fairseq-speaker", version=__version__, lifespan=lifespan,
                   description="Personalized translation: each sentence is translated as its speaker; speakers are "
                   "onboarded from a few sentence pairs. Write endpoints need 'Authorization: Bearer <token>'.")
-    app.state.service, app.state.token, app.state.metrics = service, token, Metrics()
+    app.state.service, app.state.token, app.state.metrics = service, token, metrics
     app.add_middleware(_Observed, metrics=app.state.metrics, max_body_bytes=limits.max_body_bytes)
     app.add_exception_handler(ServiceError, _service_error)
     app.add_exception_handler(RequestValidationError, _invalid_request)
@@ -271,6 +310,7 @@ def create_app(translator, store: Optional[SpeakerStore] = None, token: Optional
     for prefix, documented in (("", True), ("/v1", False)):
         app.include_router(_reads(), prefix=prefix, include_in_schema=documented)
         app.include_router(_writes(), prefix=prefix, include_in_schema=documented)
+    app.add_api_route("/", lambda: page, methods=["GET"], response_class=HTMLResponse, include_in_schema=False)
     return app
 
 
@@ -293,6 +333,15 @@ _LIMITS_HELP = {
     "max_chars": "characters in one sentence (to translate, or of an onboarding pair)",
     "max_pairs": "sentence pairs in one onboarding or update request",
     "max_speaker_pairs": "sentence pairs one onboarded speaker is fitted on in all (an update refits on all of them)",
+    "max_beam": "the beam a /translate request may ask for",
+}
+
+#: the help of each option of :class:`BatchOptions`
+_BATCHING_HELP = {
+    "max_batch_sentences": "sentences in one shared beam search at most (a request with more is translated alone)",
+    "max_wait_ms": "milliseconds the oldest waiting request waits for others to share its beam search",
+    "max_queue": "sentences waiting to be translated at most; a request that would pass it gets 503",
+    "request_timeout": "seconds a request may take, waiting and translating, before it gets 504",
 }
 
 
@@ -336,10 +385,17 @@ def build_parser(tokenizer: Optional[str] = None, bpe: Optional[str] = None) -> 
     model.add_argument("--bpe", choices=sorted(REGISTRIES["bpe"]["registry"]),
                        help="apply the training data's BPE (fairseq's, e.g. subword_nmt with --bpe-codes)")
     model.add_argument("--threads", type=int, help="torch threads (default: torch's)")
+    add_user_dir_argument(model)
     limits = parser.add_argument_group("limits of one request")
     for field in dataclasses.fields(Limits):
         limits.add_argument("--" + field.name.replace("_", "-"), type=int, default=field.default, metavar="N",
                             help=_LIMITS_HELP[field.name] + " (default: %(default)s)")
+    batching = parser.add_argument_group("batching of concurrent translations, queue, timeout")
+    for field in dataclasses.fields(BatchOptions):
+        kind = int if field.type in (int, "int") else float
+        batching.add_argument("--" + field.name.replace("_", "-"), type=kind, default=field.default,
+                              metavar="N" if kind is int else "X",
+                              help=_BATCHING_HELP[field.name] + " (default: %(default)s)")
     return parser
 
 
@@ -357,8 +413,15 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> Tuple[argparse.Namespace
             parser.error(f"--{option} must be at least 1, got {value}")
     try:
         limits = Limits(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Limits)})
+        #: how concurrent translations are gathered (:class:`BatchOptions`), for :func:`create_app`
+        args.batching = BatchOptions(**{f.name: getattr(args, f.name) for f in dataclasses.fields(BatchOptions)})
     except ValueError as e:
         parser.error(str(e))
+    if args.beam > limits.max_beam:
+        parser.error(f"--beam {args.beam} is over --max-beam {limits.max_beam}")
+    if args.batching.max_queue < limits.max_sentences:
+        parser.error(f"--max-queue ({args.max_queue}) must be at least --max-sentences ({limits.max_sentences}), or "
+                     f"the largest request could never be queued")
     if args.token_file and args.token_env:
         parser.error("give the token with --token-file or with --token-env, not both")
     if (args.token_file or args.token_env) and not args.store:
@@ -406,6 +469,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     store = None
     try:
         token = read_token(args)
+        import_user_dir(args.user_dir)
         if not os.path.isdir(args.data):
             raise UserError(f"data directory not found: {args.data} (the one the model was trained on, with its "
                             f"dict.*.txt)")
@@ -421,11 +485,11 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
 
         translator = SpeakerTranslator.from_pretrained(args.checkpoint, data=args.data, **overrides)
         store = SpeakerStore(args.store or ":memory:")
-        app = create_app(translator, store, token, limits, beam=args.beam)
+        app = create_app(translator, store, token, limits, beam=args.beam, batching=args.batching)
     except UserError as e:
         if store is not None:
             store.close()
-        raise SystemExit(f"fairseq-speaker-serve: error: {e}") from None
+        fail(str(e), "fairseq-speaker-serve")
     import uvicorn
 
     service = app.state.service

@@ -1,5 +1,6 @@
 """The service's metrics, in Prometheus's text format (``GET /metrics``): counters and a latency histogram per
-endpoint, kept in memory by each process (a scraper scrapes each replica)."""
+endpoint, the sizes of the shared beam searches, kept in memory by each process (a scraper scrapes each
+replica)."""
 
 import threading
 from collections import defaultdict
@@ -7,6 +8,8 @@ from typing import Dict, Iterable, List, Tuple
 
 #: upper bounds of the latency histogram's buckets, in seconds
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+#: upper bounds of the buckets of the batch histograms (sentences, requests in one shared beam search)
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 PREFIX = "fairseq_speaker"
 
 
@@ -18,9 +21,29 @@ def _labels(**labels: str) -> str:
     return "{" + ",".join(f'{key}="{_escaped(value)}"' for key, value in labels.items()) + "}" if labels else ""
 
 
+class _Histogram:
+    """Cumulative bucket counts, their total count and the sum of what was observed."""
+
+    def __init__(self, bounds):
+        self.bounds, self.counts, self.count, self.sum = bounds, [0] * len(bounds), 0, 0.0
+
+    def observe(self, value: float) -> None:
+        for i, bound in enumerate(self.bounds):
+            if value <= bound:
+                self.counts[i] += 1
+        self.count += 1
+        self.sum += value
+
+    def samples(self, name: str) -> List[str]:
+        lines = [f"{PREFIX}_{name}_bucket{_labels(le=repr(b))} {n}" for b, n in zip(self.bounds, self.counts)]
+        return lines + [f"{PREFIX}_{name}_bucket{_labels(le='+Inf')} {self.count}", f"{PREFIX}_{name}_sum {self.sum:g}",
+                        f"{PREFIX}_{name}_count {self.count}"]
+
+
 class Metrics:
     """Counts of requests (by endpoint, method and status), of refusals (by endpoint and error code), of
-    translated sentences, and the latency of requests by endpoint. Safe to use from several threads."""
+    translated sentences, the latency of requests by endpoint, and the sentences and requests of each shared
+    beam search. Safe to use from several threads."""
 
     def __init__(self):
         self._lock = threading.Lock()
@@ -28,6 +51,8 @@ class Metrics:
         self.errors: Dict[Tuple[str, str], int] = defaultdict(int)
         self.latency: Dict[str, List[float]] = {}  # endpoint -> [count per bucket..., +Inf count, sum]
         self.sentences = 0
+        self.batch_sentences = _Histogram(BATCH_BUCKETS)
+        self.batch_requests = _Histogram(BATCH_BUCKETS)
 
     def observe(self, endpoint: str, method: str, status: int, seconds: float) -> None:
         with self._lock:
@@ -47,8 +72,14 @@ class Metrics:
         with self._lock:
             self.sentences += sentences
 
-    def render(self, speakers: Dict[str, int]) -> str:
-        """The exposition text; ``speakers``: kind -> number of speakers now."""
+    def batch(self, sentences: int, requests: int) -> None:
+        """One shared beam search of ``sentences`` sentences from ``requests`` requests."""
+        with self._lock:
+            self.batch_sentences.observe(sentences)
+            self.batch_requests.observe(requests)
+
+    def render(self, speakers: Dict[str, int], queued: int = 0) -> str:
+        """The exposition text; ``speakers``: kind -> number of speakers now; ``queued``: sentences waiting."""
         with self._lock:
             lines: List[str] = []
             add = lines.append
@@ -77,6 +108,12 @@ class Metrics:
             family("request_duration_seconds", "histogram", "Time from request to answer, by endpoint.", histogram)
             family("translated_sentences_total", "counter", "Sentences translated.",
                    [f"{PREFIX}_translated_sentences_total {self.sentences}"])
+            family("batch_sentences", "histogram", "Sentences in one shared beam search.",
+                   self.batch_sentences.samples("batch_sentences"))
+            family("batch_requests", "histogram", "Requests sharing one beam search.",
+                   self.batch_requests.samples("batch_requests"))
+            family("queued_sentences", "gauge", "Sentences waiting to be translated.",
+                   [f"{PREFIX}_queued_sentences {queued}"])
             family("speakers", "gauge", "Speakers the service knows, by kind (trained, onboarded).",
                    (f"{PREFIX}_speakers{_labels(kind=k)} {n}" for k, n in sorted(speakers.items())))
         return "\n".join(lines) + "\n"

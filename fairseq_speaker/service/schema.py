@@ -17,6 +17,10 @@ class TranslateRequest(_Request):
                                  "the service was started with --tokenizer/--bpe)")
     speakers: Optional[List[str]] = Field(None, description="one speaker per sentence")
     speaker: Optional[str] = Field(None, description="one speaker for every sentence (instead of speakers)")
+    beam: Optional[int] = Field(None, ge=1, description="the beam size (default: the service's --beam; at most its "
+                                "--max-beam)")
+    nbest: int = Field(1, ge=1, description="how many translations of each sentence, best first (at most the beam); "
+                       "above 1 each translation lists them in 'hypotheses'")
 
     @model_validator(mode="after")
     def _one_way_of_naming_speakers(self):
@@ -32,12 +36,19 @@ class TranslateRequest(_Request):
         return list(self.speakers) if self.speakers is not None else [self.speaker] * len(self.sentences)
 
 
+class Hypothesis(BaseModel):
+    text: str
+    score: float = Field(description="fairseq's score: the mean log-probability of its tokens")
+
+
 class Translation(BaseModel):
     text: str = Field(description="the translation (detokenized when the service was started with --tokenizer/--bpe)")
     speaker: str = Field(description="the speaker it was translated as, as given")
     unknown_speaker_policy_applied: bool = Field(
         description="true if the model does not know the speaker, so that the unknown-speaker policy was applied "
         "(the mean speaker, or none: see unknown_speaker_policy)")
+    hypotheses: Optional[List[Hypothesis]] = Field(
+        None, description="with nbest above 1: the nbest best translations, best first (the first is 'text')")
 
 
 class TranslateResponse(BaseModel):

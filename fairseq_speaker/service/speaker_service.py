@@ -2,23 +2,27 @@
 
 The store is the source of truth for onboarded speakers. Every request first brings the translator in step
 with it (one read of the store's generation; the changed speakers' rows when it moved), so that a request
-sees every write committed, by this process or another, before it began. A write fits the speaker in the
-translator, commits its rows to the store, and only then answers; a write the store refuses (another process
-got there first) is undone in the translator by reading the store again.
+sees every write committed, by this process or another, before it began. A write fits the speaker on a copy
+of the model (:meth:`SpeakerTranslator.fit_speaker`), commits its rows to the store, and only then puts them
+in the translator, in one call: a speaker is translated with its new rows once they are stored, and a write
+the store refuses (another process got there first) leaves the translator as it was.
 
 Speakers the model was trained with ("trained") are the checkpoint's: they are translated, listed and shown,
 never replaced, updated or deleted here. A deleted speaker's rows stay in the translator's table (a table does
 not shrink) but are no longer used: the speaker gets the unknown-speaker policy again, as any unknown name.
 
-One lock serializes the requests of a process (the translator serializes its calls anyway); throughput comes
-from sentences per request.
+Translations go through the :class:`~fairseq_speaker.service.batcher.Batcher`: concurrent requests share beam
+searches, each sentence with its own speaker. Writes take turns (one fit at a time per process) but hold the
+translator only to copy the model and to put the new rows in: translations go on while a speaker is fitted.
 """
 
+import contextlib
 import logging
 import sqlite3
 import threading
+from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -29,6 +33,7 @@ from fairseq_speaker.onboarding.fit import FitReport
 from fairseq_speaker.onboarding.translator import SpeakerTranslator
 from fairseq_speaker.onboarding.vectors import SpeakerVectors, describe, read_speaker_vectors, vectors_bytes
 from fairseq_speaker.service import schema
+from fairseq_speaker.service.batcher import Batcher, BatchOptions, Hypotheses, QueueFull
 from fairseq_speaker.service.store import SpeakerStore, StoreConflict, StoredSpeaker, StoreError, fingerprint_of
 
 logger = logging.getLogger(__name__)
@@ -46,9 +51,11 @@ class Limits:
     max_pairs: int = 256
     #: sentence pairs one onboarded speaker is fitted on, in all (an update refits on all of them)
     max_speaker_pairs: int = 2048
+    #: the beam a /translate request may ask for
+    max_beam: int = 16
 
     def __post_init__(self):
-        for name in ("max_sentences", "max_chars", "max_pairs", "max_speaker_pairs"):
+        for name in ("max_sentences", "max_chars", "max_pairs", "max_speaker_pairs", "max_beam"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {value!r}")
@@ -62,9 +69,26 @@ class Limits:
 class ServiceError(Exception):
     """A refused request: HTTP ``status``, a stable ``code`` and a ``message`` saying what to do."""
 
-    def __init__(self, status: int, code: str, message: str):
+    def __init__(self, status: int, code: str, message: str, headers: Optional[Dict[str, str]] = None):
         super().__init__(message)
-        self.status, self.code, self.message = status, code, message
+        self.status, self.code, self.message, self.headers = status, code, message, headers
+
+
+def timed_out(what: str, seconds: float) -> ServiceError:
+    return ServiceError(504, "timeout", f"{what} took longer than the service's {seconds:g} s (fairseq-speaker-serve "
+                        f"--request-timeout): retry later, or send fewer sentences")
+
+
+@dataclass
+class PreparedTranslation:
+    """A checked /translate request: its sentences, the labels they are translated as, and how to answer."""
+
+    sentences: List[str]
+    speakers: List[str]  # as asked
+    as_labels: List[str]  # as the translator takes them (a deleted speaker's label is one no speaker has)
+    known: Set[str]
+    beam: int
+    nbest: int
 
 
 def _retired(name: str) -> str:
@@ -80,14 +104,24 @@ class SpeakerService:
         translator: a loaded model; its speakers at this point are the "trained" ones.
         store: the speaker store; bound to the model on first use, refused if it was made for another.
         limits: what one request may ask.
-        beam: the beam of every translation.
+        beam: the beam of a translation whose request does not say.
         generate: more of fairseq's generation options for every translation (``max_len_b=...``).
+        batching: how concurrent translations are gathered, the queue's size, the requests' timeout.
+        on_batch: called with the sentences and the requests of every batch translated (the metrics).
     """
 
     def __init__(self, translator: SpeakerTranslator, store: SpeakerStore, limits: Limits = Limits(), beam: int = 5,
-                 generate: Optional[Dict] = None):
+                 generate: Optional[Dict] = None, batching: BatchOptions = BatchOptions(),
+                 on_batch: Optional[Callable[[int, int], None]] = None):
         self.translator, self.store, self.limits = translator, store, limits
-        self.beam, self.generate = beam, dict(generate or {})
+        self.beam, self.generate, self.batching = beam, dict(generate or {}), batching
+        if not 1 <= beam <= limits.max_beam:
+            raise ValueError(f"--beam must be between 1 and --max-beam ({limits.max_beam}), got {beam}")
+        if batching.max_queue < limits.max_sentences:
+            raise ValueError(f"--max-queue ({batching.max_queue}) must be at least --max-sentences "
+                             f"({limits.max_sentences}), or the largest request could never be queued")
+        self.batcher = Batcher(self._translate_batch, batching, on_batch)
+        self._writing = threading.Lock()  # one write at a time: the order of a process's writes is the store's
         self.trained: List[str] = translator.speakers
         self._trained: Set[str] = set(self.trained)
         self._counts = dict(zip(self.trained, translator.task.speaker_dictionary.counts))
@@ -97,6 +131,8 @@ class SpeakerService:
         #: onboarded speaker -> the store version of its rows in the translator (-1: to be read again)
         self._loaded: Dict[str, int] = {}
         self._seen_generation = -1
+        #: names whose rows this service put in the translator (deleted ones too: their rows stay, unused)
+        self._imported: Set[str] = set()
         #: store speakers not used: trained names (see _bind), or rows this model refuses (name -> version)
         self._skipped: Dict[str, int] = {}
         try:
@@ -169,6 +205,7 @@ class SpeakerService:
         together = SpeakerVectors([r.name for r, _ in usable], rows, dict(first.meta, speakers=len(usable)),
                                   f"{self.store.path}")
         self.translator.import_speakers(together, replace=True)  # a deleted name's unused rows are overwritten
+        self._imported.update(r.name for r, _ in usable)
         for record, _ in usable:
             self._loaded[record.name] = record.version
 
@@ -179,7 +216,8 @@ class SpeakerService:
         self._seen_generation = -1
 
     def _in_model(self) -> Set[str]:
-        return set(self.translator.speakers)
+        """The names of the translator's rows (without asking it: it may be translating)."""
+        return self._trained | self._imported
 
     @property
     def onboarded(self) -> List[str]:
@@ -187,7 +225,11 @@ class SpeakerService:
             return [name for name, version in self._loaded.items() if version >= 0]
 
     # -- translating --------------------------------------------------------------------------------------
-    def translate(self, request: schema.TranslateRequest) -> schema.TranslateResponse:
+    def prepare_translation(self, request: schema.TranslateRequest,
+                            wait: bool = True) -> Optional[PreparedTranslation]:
+        """Check a request and choose the label each sentence is translated as (after a sync with the store).
+        With ``wait=False``, None instead of waiting: when another request holds the service's bookkeeping, or
+        the store changed (its rows are read, which waits for the translator); the event loop asks so first."""
         sentences, labels = list(request.sentences), request.labels()
         if not sentences:
             raise ServiceError(422, "invalid_request", "no sentences: give at least one")
@@ -196,7 +238,18 @@ class SpeakerService:
                                f"{len(sentences)} sentences in one request; at most {self.limits.max_sentences} "
                                f"(fairseq-speaker-serve --max-sentences): split the request")
         self._check_lengths(sentences, "sentences")
-        with self._lock:
+        beam = request.beam if request.beam is not None else self.beam
+        if beam > self.limits.max_beam:
+            raise ServiceError(422, "invalid_request", f"beam: {beam} is over this service's largest beam, "
+                               f"{self.limits.max_beam} (fairseq-speaker-serve --max-beam): ask for a smaller one")
+        if request.nbest > beam:
+            raise ServiceError(422, "invalid_request", f"nbest: {request.nbest} translations of each sentence need a "
+                               f"beam of at least {request.nbest} (the beam is {beam}): lower nbest or raise beam")
+        if not self._lock.acquire(blocking=wait):
+            return None
+        try:
+            if not wait and self._store_call(self.store.generation) != self._seen_generation:
+                return None
             self.sync()
             for label in dict.fromkeys(labels):
                 self._check_label(label, what="speaker")
@@ -207,16 +260,45 @@ class SpeakerService:
                                    f"unknown speaker(s) {', '.join(map(shown, unknown[:5]))}: the service translates "
                                    f"only speakers it knows (--unknown-speaker fail); GET /speakers lists them")
             in_model = self._in_model() if unknown else set()
-            as_label = [label if label in known or label not in in_model else _retired(label) for label in labels]
-            try:
-                texts = self.translator.translate(sentences, as_label, beam=self.beam, **self.generate)
-            except UserError as e:
-                raise ServiceError(422, "invalid_request", str(e)) from None
+            as_labels = [label if label in known or label not in in_model else _retired(label) for label in labels]
+        finally:
+            self._lock.release()
+        return PreparedTranslation(sentences, labels, as_labels, {label for label in labels if label in known}, beam,
+                                   request.nbest)
+
+    def submit(self, prepared: PreparedTranslation) -> "Future[Hypotheses]":
+        """Queue a prepared request for a shared beam search (503 when the queue is full)."""
+        try:
+            return self.batcher.submit(prepared.sentences, prepared.as_labels, prepared.beam, prepared.nbest)
+        except QueueFull as e:
+            raise ServiceError(503, "overloaded", f"{e}: retry later", headers={"Retry-After": "1"}) from None
+
+    def answer(self, prepared: PreparedTranslation, results: Hypotheses) -> schema.TranslateResponse:
+        """The response to a prepared request, from the n best of each of its sentences."""
         return schema.TranslateResponse(
-            translations=[schema.Translation(text=text, speaker=label,
-                                             unknown_speaker_policy_applied=label not in known)
-                          for text, label in zip(texts, labels)],
+            translations=[schema.Translation(
+                text=best[0][0], speaker=label, unknown_speaker_policy_applied=label not in prepared.known,
+                hypotheses=[schema.Hypothesis(text=text, score=score) for text, score in best]
+                if prepared.nbest > 1 else None)
+                for best, label in zip(results, prepared.speakers)],
             unknown_speaker_policy=self.policy)
+
+    def translate(self, request: schema.TranslateRequest) -> schema.TranslateResponse:
+        """A request translated in a shared beam search, waiting at most ``--request-timeout`` (for callers in
+        threads; the HTTP endpoint waits without holding a thread)."""
+        prepared = self.prepare_translation(request)
+        future = self.submit(prepared)
+        try:
+            results = future.result(timeout=self.batching.request_timeout)
+        except TimeoutError:
+            future.cancel()
+            raise timed_out("the translation", self.batching.request_timeout) from None
+        except UserError as e:
+            raise ServiceError(422, "invalid_request", str(e)) from None
+        return self.answer(prepared, results)
+
+    def _translate_batch(self, sentences: List[str], labels: List[str], beam: int, nbest: int) -> Hypotheses:
+        return self.translator.translate_nbest(sentences, labels, beam=beam, nbest=nbest, **self.generate)
 
     # -- the speakers ---------------------------------------------------------------------------------
     def speakers(self) -> schema.SpeakerList:
@@ -240,29 +322,31 @@ class SpeakerService:
         """Fit ``name`` on the request's sentences and store it; returns the answer and whether it is new."""
         self._check_writable()
         self._check_pairs(request, self.limits.max_pairs)
-        with self._lock:
-            self.sync()
-            self._check_label(name, what="speaker name")
-            self._check_not_trained(name)
-            exists = name in self._loaded
+        with self._write_turn():
+            with self._lock:
+                self.sync()
+                self._check_label(name, what="speaker name")
+                self._check_not_trained(name)
+                exists = name in self._loaded
             if exists and not request.replace:
                 raise ServiceError(409, "speaker_exists",
                                    f"speaker {shown(name)} is already onboarded: send \"replace\": true to fit it "
                                    f"again from these sentences alone, or POST /speakers/{{name}}/sentences to add "
                                    f"sentences")
             pairs = list(zip(request.sources, request.targets))
-            report = self._fit(name, pairs)
-            record = self._commit(name, pairs, expect=None, replace=request.replace)
+            vectors, report = self._fit(name, pairs)  # translations go on meanwhile
+            record = self._commit(name, pairs, vectors, expect=None, replace=request.replace)
         return schema.OnboardResponse(speaker=_onboarded(record), fit=_fit(report)), not exists
 
     def add_sentences(self, name: str, request: schema.SentencePairs) -> schema.OnboardResponse:
         """Refit an onboarded speaker on its stored sentences and these; store it."""
         self._check_writable()
         self._check_pairs(request, self.limits.max_pairs)
-        with self._lock:
-            self.sync()
-            self._check_not_trained(name)
-            record = self._store_call(self.store.get, name) if name in self._loaded else None
+        with self._write_turn():
+            with self._lock:
+                self.sync()
+                self._check_not_trained(name)
+                record = self._store_call(self.store.get, name) if name in self._loaded else None
             if record is None:
                 raise ServiceError(404, "unknown_speaker",
                                    f"no onboarded speaker {shown(name)}: PUT /speakers/{{name}} onboards it")
@@ -271,13 +355,13 @@ class SpeakerService:
                 raise ServiceError(413, "too_many_pairs",
                                    f"speaker {shown(name)} would be fitted on {len(pairs)} sentence pairs; at most "
                                    f"{self.limits.max_speaker_pairs} (fairseq-speaker-serve --max-speaker-pairs)")
-            report = self._fit(name, pairs)
-            stored = self._commit(name, pairs, expect=record.version, replace=False)
+            vectors, report = self._fit(name, pairs)
+            stored = self._commit(name, pairs, vectors, expect=record.version, replace=False)
         return schema.OnboardResponse(speaker=_onboarded(stored), fit=_fit(report))
 
     def delete(self, name: str) -> schema.Deleted:
         self._check_writable()
-        with self._lock:
+        with self._write_turn(), self._lock:
             self.sync()
             if name in self._trained:
                 raise ServiceError(409, "trained_speaker",
@@ -296,36 +380,45 @@ class SpeakerService:
                                     "unknown_speaker_policy": self.policy}, writes=writes)
 
     # -- helpers --------------------------------------------------------------------------------------
-    def _fit(self, name: str, pairs: Sequence[Tuple[str, str]]) -> FitReport:
+    @contextlib.contextmanager
+    def _write_turn(self):
+        """This process's turn to write, waited for at most ``--request-timeout``."""
+        if not self._writing.acquire(timeout=self.batching.request_timeout):
+            raise timed_out("waiting for the onboarding before this one", self.batching.request_timeout)
+        try:
+            yield
+        finally:
+            self._writing.release()
+
+    def _fit(self, name: str, pairs: Sequence[Tuple[str, str]]) -> Tuple[SpeakerVectors, FitReport]:
         """Fit ``name`` from the mean speaker on all of ``pairs`` (so that its rows depend on its sentences
-        alone, whichever process fits them)."""
+        alone, whichever process fits them), on a copy of the model: the translator is not changed."""
         sources, targets = [s for s, _ in pairs], [t for _, t in pairs]
         try:
-            return self.translator.add_speaker(name, sources, targets, replace=name in self._in_model())
+            return self.translator.fit_speaker(name, sources, targets)
         except UserError as e:
-            self._forget(name)
             raise ServiceError(422, "invalid_request", str(e)) from None
-        except BaseException:
-            self._forget(name)
-            raise
 
-    def _commit(self, name: str, pairs, expect: Optional[int], replace: bool) -> StoredSpeaker:
+    def _commit(self, name: str, pairs, vectors: SpeakerVectors, expect: Optional[int],
+                replace: bool) -> StoredSpeaker:
+        """Store the speaker's rows, then put them in the translator: translated with them once they are stored."""
         try:
-            rows = vectors_bytes(self.translator.speaker_vectors([name]))
-            record = self.store.put(name, rows, pairs, expect=expect, replace=replace)
+            record = self.store.put(name, vectors_bytes(vectors), pairs, expect=expect, replace=replace)
         except StoreConflict as e:
-            self._forget(name)
             if e.reason == "exists":
                 raise ServiceError(409, "speaker_exists", f"{e} (onboarded by another process meanwhile): send "
                                    f"\"replace\": true to fit it again from these sentences alone") from None
             raise ServiceError(409, "conflict", f"{e}: nothing was changed; read the speaker again and retry") from None
         except sqlite3.Error as e:
-            self._forget(name)
             raise _unavailable(self.store, e) from None
-        except BaseException:
-            self._forget(name)
-            raise
-        self._loaded[name] = record.version
+        with self._lock:
+            try:
+                self.translator.import_speakers(vectors, replace=True)  # a deleted name's unused rows are overwritten
+                self._imported.add(name)
+            except BaseException:
+                self._forget(name)  # stored: the next request reads it from the store
+                raise
+            self._loaded[name] = record.version
         return record
 
     def _store_call(self, method, *args):

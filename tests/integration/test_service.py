@@ -9,16 +9,20 @@ import signal
 import socket
 import sqlite3
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
 from fairseq_speaker.errors import UserError
+from fairseq_speaker.onboarding import adapt
 from fairseq_speaker.service.app import create_app, parse_args, read_token
+from fairseq_speaker.service.batcher import BatchOptions
 from fairseq_speaker.service.speaker_service import Limits
 from fairseq_speaker.service.store import SpeakerStore, StoreError
 from fairseq_speaker.serving import SpeakerTranslator
@@ -37,8 +41,9 @@ def _translator(checkpoint, toy, **overrides) -> SpeakerTranslator:
     return SpeakerTranslator.from_pretrained(checkpoint, data=toy["bin"], max_len_b=6, **overrides)
 
 
-def _client(translator, store=None, token=TOKEN, limits=Limits()) -> TestClient:
-    return TestClient(create_app(translator, store, token=token, limits=limits), raise_server_exceptions=False)
+def _client(translator, store=None, token=TOKEN, limits=Limits(), batching=BatchOptions()) -> TestClient:
+    return TestClient(create_app(translator, store, token=token, limits=limits, batching=batching),
+                      raise_server_exceptions=False)
 
 
 def _rows(translator, name):
@@ -79,8 +84,6 @@ def test_translations_equal_the_translators_sentence_for_sentence_with_mixed_spe
 
 
 def test_concurrent_requests_keep_each_sentences_speaker_while_a_speaker_is_onboarded(toy, doctored):
-    from concurrent.futures import ThreadPoolExecutor
-
     translator = _translator(doctored, toy)
     names = ["spk000", "spk001", "spk002", "nobody"]
     requests = [{"sentences": [SENTENCES[(i + j) % 4] for j in range(1 + i % 3)],
@@ -92,6 +95,172 @@ def test_concurrent_requests_keep_each_sentences_speaker_while_a_speaker_is_onbo
         answers += [pool.submit(client.post, "/translate", json=r) for r in requests[12:]]
         assert [_texts(a.result()) for a in answers] == expected
         assert onboarded.result().status_code == 201
+
+
+def _metric(text: str, name: str) -> float:
+    found = re.search(rf"^fairseq_speaker_{re.escape(name)} (\S+)$", text, re.MULTILINE)
+    assert found, f"no {name} in the metrics"
+    return float(found.group(1))
+
+
+def test_concurrent_clients_with_mixed_speakers_share_beam_searches_and_get_the_sequential_results(toy, doctored):
+    """16 clients at once, each with its own mix of speakers (two whose bias favours a word, others, an unknown
+    one, one onboarded): the batches are shared, and every sentence is answered as its own speaker alone would be."""
+    translator = _translator(doctored, toy)
+    with _client(translator, batching=BatchOptions(max_wait_ms=300, max_batch_sentences=64)) as client:
+        assert client.put("/speakers/dr-lee", json=PAIRS, headers=AUTH).status_code == 201
+        names = ["spk000", "spk001", "spk002", "dr-lee", "nobody"]
+        requests = [{"sentences": [SENTENCES[(i + j) % 4] for j in range(1 + i % 3)],
+                     "speakers": [names[(i * 2 + j) % 5] for j in range(1 + i % 3)]} for i in range(16)]
+        expected = [[translator.translate(sentence, speaker) for sentence, speaker in
+                     zip(r["sentences"], r["speakers"])] for r in requests]  # one sentence at a time, in turn
+        start = threading.Barrier(len(requests))
+
+        def send(request):
+            start.wait(timeout=30)
+            return client.post("/translate", json=request)
+
+        with ThreadPoolExecutor(max_workers=len(requests)) as pool:
+            answers = list(pool.map(send, requests))
+        metrics = client.get("/metrics").text
+    assert [_texts(a) for a in answers] == expected
+    assert [[t["speaker"] for t in a.json()["translations"]] for a in answers] == [r["speakers"] for r in requests]
+    assert {text.split()[0] for a, r in zip(answers, requests) for text, speaker in zip(_texts(a), r["speakers"])
+            if speaker == "spk000"} == {"chien"}  # the doctored speakers' word: no sentence in another's voice
+    assert {text.split()[0] for a, r in zip(answers, requests) for text, speaker in zip(_texts(a), r["speakers"])
+            if speaker == "spk001"} == {"voiture"}
+    sentences = sum(len(r["sentences"]) for r in requests)
+    assert _metric(metrics, "batch_requests_sum") == len(requests)
+    assert _metric(metrics, "batch_sentences_sum") == sentences
+    assert _metric(metrics, "batch_requests_count") < len(requests) / 2  # gathered, not one search per request
+    assert _metric(metrics, 'batch_sentences_bucket{le="1"}') < len(requests)
+    assert _metric(metrics, "queued_sentences") == 0
+
+
+def test_n_best_translations_come_best_first_and_the_first_is_the_translation(toy, trained):
+    translator = _translator(trained("lstm_fact_bias"), toy)
+    with _client(translator) as client:
+        answer = client.post("/translate", json={"sentences": SENTENCES[:2], "speakers": ["spk000", "spk003"],
+                                                 "beam": 4, "nbest": 3})
+        plain = client.post("/translate", json={"sentences": SENTENCES[:2], "speaker": "spk000", "beam": 2})
+    assert answer.status_code == 200, answer.text
+    best = translator.translate_nbest(SENTENCES[:2], ["spk000", "spk003"], beam=4, nbest=3)
+    for translation, expected in zip(answer.json()["translations"], best):
+        assert [(h["text"], pytest.approx(h["score"])) for h in translation["hypotheses"]] == expected
+        assert translation["text"] == expected[0][0]
+        assert [h["score"] for h in translation["hypotheses"]] == sorted((h["score"] for h in
+                                                                          translation["hypotheses"]), reverse=True)
+    assert _texts(answer) == translator.translate(SENTENCES[:2], ["spk000", "spk003"], beam=4)
+    assert _texts(plain) == translator.translate(SENTENCES[:2], "spk000", beam=2)
+    assert all("hypotheses" not in t for t in plain.json()["translations"])
+
+
+def _blocking(translator, monkeypatch):
+    """Make the translator's batch call wait for the returned event (and count its calls)."""
+    release, entered, calls = threading.Event(), threading.Event(), []
+    real = translator.translate_nbest
+
+    def held(sentences, *args, **kwargs):
+        calls.append(list(sentences))
+        entered.set()
+        assert release.wait(timeout=60), "the test never released the translator"
+        return real(sentences, *args, **kwargs)
+
+    monkeypatch.setattr(translator, "translate_nbest", held)
+    return release, entered, calls
+
+
+def _until(condition, seconds=30):
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "the condition did not hold in time"
+        time.sleep(0.01)
+
+
+def test_a_request_past_its_timeout_gets_504_and_is_taken_out_of_the_queue(toy, trained, monkeypatch):
+    translator = _translator(trained("lstm_fact_bias"), toy)
+    release, entered, calls = _blocking(translator, monkeypatch)
+    app = create_app(translator, batching=BatchOptions(request_timeout=0.5, max_wait_ms=0))
+    with TestClient(app, raise_server_exceptions=False) as client, ThreadPoolExecutor(max_workers=2) as pool:
+        first = pool.submit(client.post, "/translate", json={"sentences": ["i am tired ."], "speaker": "spk000"})
+        assert entered.wait(timeout=30)  # the first is being translated; the second waits behind it
+        second = client.post("/translate", json={"sentences": ["you are kind .", "i ."], "speaker": "spk001"})
+        assert second.status_code == 504, second.text
+        assert second.json()["error"]["code"] == "timeout"
+        assert "--request-timeout" in second.json()["error"]["message"]
+        assert app.state.service.batcher.queued == 0  # withdrawn: never translated
+        release.set()
+        assert first.result().status_code == 504  # it was translated, but too late for its client
+        after = client.post("/translate", json={"sentences": ["i am tired ."], "speaker": "spk000"})
+        metrics = client.get("/metrics").text
+    assert _texts(after) == [translator.translate("i am tired .", "spk000")]
+    assert calls == [["i am tired ."], ["i am tired ."]]
+    assert 'fairseq_speaker_errors_total{endpoint="/translate",code="timeout"} 2' in metrics
+
+
+def test_a_request_that_would_overflow_the_queue_gets_503_and_the_others_are_answered(toy, trained, monkeypatch):
+    translator = _translator(trained("lstm_fact_bias"), toy)
+    release, entered, _ = _blocking(translator, monkeypatch)
+    app = create_app(translator, limits=Limits(max_sentences=3),
+                     batching=BatchOptions(max_queue=4, max_wait_ms=0, max_batch_sentences=1))
+    with TestClient(app, raise_server_exceptions=False) as client, ThreadPoolExecutor(max_workers=2) as pool:
+        running = pool.submit(client.post, "/translate", json={"sentences": ["i ."], "speaker": "spk000"})
+        assert entered.wait(timeout=30)
+        waiting = pool.submit(client.post, "/translate", json={"sentences": SENTENCES[:3], "speaker": "spk001"})
+        _until(lambda: app.state.service.batcher.queued == 3)
+        refused = client.post("/translate", json={"sentences": SENTENCES[:2], "speaker": "spk002"})
+        release.set()
+        assert _texts(running.result()) == [translator.translate("i .", "spk000")]
+        assert _texts(waiting.result()) == translator.translate(SENTENCES[:3], "spk001")
+    assert refused.status_code == 503, refused.text
+    assert refused.json()["error"]["code"] == "overloaded" and refused.headers["retry-after"] == "1"
+    assert "3 sentences are waiting" in refused.json()["error"]["message"]
+    assert "--max-queue" in refused.json()["error"]["message"]
+
+
+def test_translations_go_on_while_a_speaker_is_fitted_and_it_is_used_once_stored(toy, trained, monkeypatch):
+    """A fit held in the middle (in the fitting code itself) until a translation is answered: if onboarding held
+    the translator, the translation would wait for the fit and the fit would give up."""
+    translator = _translator(trained("lstm_fact_bias"), toy)
+    fitting, translated, waited = threading.Event(), threading.Event(), []
+    real = adapt.fit_speakers
+
+    def slow_fit(*args, **kwargs):
+        fitting.set()
+        waited.append(translated.wait(timeout=20))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(adapt, "fit_speakers", slow_fit)
+    request = {"sentences": SENTENCES[:2], "speakers": ["spk000", "dr-lee"]}
+    with _client(translator) as client, ThreadPoolExecutor(max_workers=1) as pool:
+        onboarding = pool.submit(client.put, "/speakers/dr-lee", json=PAIRS, headers=AUTH)
+        assert fitting.wait(timeout=30)
+        during = client.post("/translate", json=request)
+        assert client.get("/speakers/dr-lee").status_code == 404  # not stored yet: not there
+        translated.set()
+        assert onboarding.result().status_code == 201
+        after = client.post("/translate", json=request)
+    assert waited == [True]
+    assert [t["unknown_speaker_policy_applied"] for t in during.json()["translations"]] == [False, True]
+    assert _texts(during) == translator.translate(SENTENCES[:2], ["spk000", "nobody"])
+    assert [t["unknown_speaker_policy_applied"] for t in after.json()["translations"]] == [False, False]
+    assert _texts(after) == translator.translate(SENTENCES[:2], ["spk000", "dr-lee"])
+
+
+def test_a_speaker_fitted_on_a_copy_has_the_rows_of_one_added_to_the_model(toy, trained):
+    """fit_speaker (what the service onboards with) and add_speaker fit the same rows; fit_speaker leaves the
+    model as it was, for fact (a bias on the logits) and hyper-LHUC (the decoder's state)."""
+    for system in ("lstm_fact_bias", "lstm_base:fact+hyper_lhuc"):
+        fitted, added = _translator(trained(system), toy), _translator(trained(system), toy)
+        before = fitted.speaker_vectors().rows
+        vectors, report = fitted.fit_speaker("dr-lee", PAIRS["sources"], PAIRS["targets"])
+        assert "dr-lee" not in fitted.speakers and report.loss_after < report.loss_before
+        for key, value in fitted.speaker_vectors().rows.items():
+            np.testing.assert_array_equal(value, before[key])
+        added.add_speaker("dr-lee", PAIRS["sources"], PAIRS["targets"])
+        assert vectors.names == ["dr-lee"]
+        for key, value in _rows(added, "dr-lee").items():
+            np.testing.assert_array_equal(vectors.rows[key], value)
 
 
 # -- onboarding, updating, deleting -----------------------------------------------------------------------------
@@ -224,6 +393,12 @@ REFUSALS = [
     ("post", "/translate", {"sentences": ["i ."], "speaker": "a\tb"}, {}, 422, "invalid_speaker", "contains '\\t'"),
     ("post", "/translate", b"x" * 200_000, {"Content-Type": "application/json"}, 413, "too_large",
      "the request body is over"),
+    ("post", "/translate", {"sentences": ["i ."], "speaker": "spk000", "nbest": 6}, {}, 422, "invalid_request",
+     "nbest: 6 translations of each sentence need a beam of at least 6 (the beam is 5)"),
+    ("post", "/translate", {"sentences": ["i ."], "speaker": "spk000", "beam": 17}, {}, 422, "invalid_request",
+     "beam: 17 is over this service's largest beam, 16 (fairseq-speaker-serve --max-beam)"),
+    ("post", "/translate", {"sentences": ["i ."], "speaker": "spk000", "beam": 0}, {}, 422, "invalid_request",
+     "beam: Input should be greater than or equal to 1"),
     ("get", "/translate", None, {}, 405, "method_not_allowed", "Method Not Allowed"),
     ("get", "/nowhere", None, {}, 404, "not_found", "no endpoint /nowhere"),
 ]
@@ -309,7 +484,7 @@ def test_an_unusable_token_is_refused(tmp_path, content, message):
 def test_an_internal_error_reaches_the_client_without_its_traceback(toy, trained, monkeypatch):
     translator = _translator(trained("lstm_fact_bias"), toy)
     with _client(translator) as client:
-        monkeypatch.setattr(translator, "translate", lambda *a, **k: 1 / 0)
+        monkeypatch.setattr(translator, "translate_nbest", lambda *a, **k: 1 / 0)
         response = client.post("/translate", json={"sentences": ["i ."], "speaker": "spk000"})
     assert response.status_code == 500
     assert response.json()["error"]["code"] == "internal_error"
