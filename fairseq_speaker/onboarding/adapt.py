@@ -30,7 +30,8 @@ import torch
 from torch import Tensor
 
 from fairseq_speaker.data import read_lines, read_speaker_file
-from fairseq_speaker.errors import UserError
+from fairseq_speaker.data.speaker_dictionary import new_label_problem
+from fairseq_speaker.errors import UserError, fail
 from fairseq_speaker.onboarding.checkpoint import (
     OnboardingError,
     SpeakerCheckpoint,
@@ -44,11 +45,14 @@ from fairseq_speaker.onboarding.fit import (
     Pair,
     Scored,
     TokenScores,
+    data_nll,
     decoder_batches,
     fit_speakers,
     score_tokens,
     split_scores,
 )
+from fairseq_speaker.onboarding.prior import SpeakerPrior, best_start, prior_of_checkpoint
+from fairseq_speaker.user_dir import import_user_dir_early
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +73,7 @@ class SpeakerAdapter:
     """
 
     def __init__(self, model, task, options: Optional[FitOptions] = None, cache_speakers: int = 16,
-                 batch_sentences: int = 64, max_unknown_rate: float = 0.1):
+                 batch_sentences: int = 64, max_unknown_rate: float = 0.1, prior: Optional[SpeakerPrior] = None):
         self.model, self.task = model, task
         #: the largest share of words outside the model's dictionaries that :meth:`encode` accepts
         self.max_unknown_rate = max_unknown_rate
@@ -83,6 +87,9 @@ class SpeakerAdapter:
         self.sentences: Dict[str, List[Pair]] = {}
         self._scores: "OrderedDict[str, List[Scored]]" = OrderedDict()
         self.mean_speaker = self.bias.new_speaker_rows(1, "mean")
+        #: the prior new speakers are fitted under (:mod:`fairseq_speaker.onboarding.prior`, saved in the
+        #: checkpoint by fairseq-speaker-refit); None: pulled towards the mean speaker with ``options.l2``
+        self.prior = prior
         torch.optim.LBFGS([torch.zeros(1, requires_grad=True)])  # torch's first optimizer costs ~1 s: not in a fit
 
     # -- input -----------------------------------------------------------------------------------
@@ -146,6 +153,10 @@ class SpeakerAdapter:
               replace: bool = False, fit_shared: bool = False) -> Dict[str, FitReport]:
         """Fit each speaker of ``sentences`` (name -> sentence pairs) from the mean speaker and put
         them in the model: new names are added, known ones need ``replace``."""
+        for name in sentences:  # before any fit: a name the speaker files' label rules refuse
+            problem = new_label_problem(name, self.task.speaker_dictionary)
+            if problem:
+                raise OnboardingError(f"cannot add a speaker: {problem}")
         empty = [name for name, pairs in sentences.items() if not pairs]
         if not sentences or empty:
             raise OnboardingError("no sentences to adapt on" + (f" for {', '.join(map(repr, empty))}" if empty else ""))
@@ -175,13 +186,20 @@ class SpeakerAdapter:
             rows, reports = [], {}
             for group in groups:  # the network scores a group's sentences in one pass; then each speaker is fitted
                 for name, chunks in group:
-                    r, _, report = fit_speakers(self.bias, [chunks], self.options, init=[self.mean_speaker],
-                                                prior=[self.mean_speaker],
+                    start, prior = self.start_and_prior(chunks)
+                    r, _, report = fit_speakers(self.bias, [chunks], self.options, init=[start], prior=[prior],
                                                 heldout=[held[name]] if name in held else None)
                     rows.append(r[0])
                     reports[name] = report
         self._put(names, rows)
         return reports
+
+    def start_and_prior(self, chunks: List[Scored]):
+        """Where a new speaker's fit starts and what it is pulled towards: the mean speaker, or under a mixture
+        prior the component that explains the speaker's sentences best, and the mixture."""
+        if self.prior is None:
+            return self.mean_speaker, self.mean_speaker
+        return best_start(self.bias, self.prior, chunks, lambda rows, c: data_nll(self.bias, rows, c)), self.prior
 
     def _score_groups(self, names: List[str]):
         """Speakers' scores, a group of at most ``batch_sentences`` sentences at a time (a generator, so
@@ -230,7 +248,7 @@ class SpeakerAdapter:
             chunks = self._cached(name) + new_chunks
             self.sentences[name] += list(pairs)
             self._remember(name, chunks)
-            prior = [self.mean_speaker]
+            prior = [self.prior if self.prior is not None else self.mean_speaker]
         else:
             chunks, prior = new_chunks, [current]
         rows, _, report = fit_speakers(self.bias, [chunks], self.options, init=[current], prior=prior)
@@ -300,6 +318,9 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--max-unknown-rate", type=float, default=0.1, metavar="SHARE",
                        help="refuse adaptation text with more than this share of words outside the model's "
                        "dictionaries (text not tokenized or BPE-encoded as the training data); 1 accepts any")
+    group.add_argument("--adapt-prior", choices=("checkpoint", "mean"), default="checkpoint",
+                       help="what new speakers are pulled towards: the prior fairseq-speaker-refit saved in the "
+                       "checkpoint (if any; else the mean speaker), or the mean speaker with --adapt-l2")
     group.add_argument("--replace", action="store_true",
                        help="fit speakers the model already has again, from these sentences alone")
     return parser
@@ -314,6 +335,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
 
     parser = build_parser()
     argv = list(argv) if argv is not None else sys.argv[1:]
+    try:  # fairseq's parser imports --user-dir too: a folder that is not there, said here in one line
+        import_user_dir_early(argv)
+    except UserError as e:
+        fail(str(e), "fairseq-speaker-adapt")
     args = options.parse_args_and_arch(parser, input_args=argv)
     if not args.path:
         parser.error("--path CHECKPOINT is required")
@@ -342,7 +367,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
 
         adapter = SpeakerAdapter(checkpoint.model, task,
                                  FitOptions(l2=args.adapt_l2, max_iter=args.adapt_max_iter),
-                                 max_unknown_rate=args.max_unknown_rate)
+                                 max_unknown_rate=args.max_unknown_rate,
+                                 prior=prior_of_checkpoint(checkpoint.state, checkpoint.speaker_bias)
+                                 if args.adapt_prior == "checkpoint" else None)
         sources, targets, labels = read_adaptation_files(args.adapt_prefix, src, tgt, suffix)
         sentences = group_by_speaker(labels, adapter.encode(sources, targets, encode_fn,
                                                             where=f"{args.adapt_prefix}.{{{src},{tgt}}}"))
@@ -361,7 +388,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         seconds = time.perf_counter() - start
         checkpoint.save(args.save)
     except (UserError, FloatingPointError) as e:
-        raise SystemExit(f"fairseq-speaker-adapt: {e}") from None
+        fail(str(e), "fairseq-speaker-adapt")
     print(format_reports(reports, sentences, seconds, checkpoint.speaker_bias.name, args.save))
 
 

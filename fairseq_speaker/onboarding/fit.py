@@ -45,6 +45,7 @@ from torch import Tensor
 from fairseq_speaker.data import NO_SPEAKER
 from fairseq_speaker.errors import UserError
 from fairseq_speaker.modules.speaker_bias import SpeakerBias
+from fairseq_speaker.onboarding.prior import SpeakerPrior
 
 Pair = Tuple[Tensor, Tensor]  # source and target token ids, each ending with </s>
 
@@ -257,6 +258,12 @@ def _nll(bias: SpeakerBias, params: Dict[str, Tensor], scores: Scored) -> Tensor
     return (log_z - scores.target_logit - target_bias).sum()
 
 
+def data_nll(bias: SpeakerBias, rows: Dict[str, Tensor], chunks: Sequence[Scored]) -> Tensor:
+    """Summed negative log-likelihood of a speaker's scored sentences under their ``rows`` (the fit's data term)."""
+    params = {**dict(bias.shared_parameters()), **rows}
+    return sum(_nll(bias, params, c) for c in chunks)
+
+
 def _objective(bias, shared, rows, prior, problems, l2) -> Tensor:
     loss, tokens = 0.0, 0
     for speaker_rows, speaker_prior, chunks in zip(rows, prior, problems):
@@ -264,6 +271,9 @@ def _objective(bias, shared, rows, prior, problems, l2) -> Tensor:
         for scores in chunks:
             loss = loss + _nll(bias, params, scores)
             tokens += scores.num_tokens
+        if isinstance(speaker_prior, SpeakerPrior):  # a mixture over kinds of speakers: its own precision
+            loss = loss + speaker_prior.penalty(speaker_rows)
+            continue
         for name, value in speaker_rows.items():
             loss = loss + l2 * (value - speaker_prior[name]).pow(2).sum()
     return loss / max(tokens, 1)
@@ -277,8 +287,9 @@ def fit_speakers(bias: SpeakerBias, problems: Sequence[Sequence[Scored]], option
     """Fit the rows of ``len(problems)`` speakers together (each problem: one speaker's scored
     sentences, as chunks: :class:`TokenScores` for a variant on the logits, :class:`DecoderBatch` es for one
     acting on the decoder's state), starting from ``init`` (default: the mean speaker), pulled towards
-    ``prior`` (default: the mean speaker). With ``fit_shared``, the variant's shared parameters are
-    fitted too.
+    ``prior`` (default: the mean speaker; per speaker, rows to be pulled towards with ``options.l2``, or a
+    :class:`~fairseq_speaker.onboarding.prior.SpeakerPrior`, a mixture with its own precision). With
+    ``fit_shared``, the variant's shared parameters are fitted too.
 
     Returns the rows (name -> ``[1, ...]``) of each speaker, the shared parameters (fitted or not),
     and a report. Nothing in ``bias`` is changed.
@@ -292,7 +303,7 @@ def fit_speakers(bias: SpeakerBias, problems: Sequence[Sequence[Scored]], option
     shared = {name: p.detach().clone().requires_grad_(fit_shared) for name, p in bias.shared_parameters().items()}
     if prior is None:
         prior = [mean] * len(problems)
-    prior = [{k: v.detach().float() for k, v in p.items()} for p in prior]
+    prior = [p if isinstance(p, SpeakerPrior) else {k: v.detach().float() for k, v in p.items()} for p in prior]
     variables = [v for r in rows for v in r.values()] + (list(shared.values()) if fit_shared else [])
     flat = [c for chunks in problems for c in chunks]
     if not flat or sum(c.num_tokens for c in flat) == 0:

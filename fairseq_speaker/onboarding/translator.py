@@ -15,7 +15,9 @@ Every method is safe to call from several threads at once (and from an asyncio s
 pool): each call holds the translator for its duration, so every sentence is translated as its own speaker
 and a speaker being added or updated is never seen half-written; a call waits at most for the calls
 before it (an onboarding fit, a batch of translations). Throughput comes from batching sentences into a
-call, not from threads.
+call, not from threads. :meth:`SpeakerTranslator.fit_speaker` fits a speaker on a copy of the model that
+shares its weights, holding the translator only while it takes the copy: translations go on meanwhile, and
+the rows enter the model in one call (:meth:`SpeakerTranslator.import_speakers`) when the caller chooses.
 
 Loading, tokenization and BPE (``tokenizer="moses"``, ``bpe="subword_nmt"``, ``bpe_codes=...``) and
 generation are fairseq's own hub interface (:class:`fairseq.hub_utils.GeneratorHubInterface`,
@@ -23,17 +25,21 @@ available as :attr:`SpeakerTranslator.hub`); speakers are added with
 :class:`~fairseq_speaker.onboarding.adapt.SpeakerAdapter`.
 """
 
+import copy
 import functools
 import os
 import threading
-from typing import TYPE_CHECKING, List, Optional, Sequence, Union
+from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple, Union
 
 from fairseq import hub_utils
+from fairseq.tasks.fairseq_task import StatefulContainer
 
 import fairseq_speaker  # noqa: F401  (registers the task and the models)
 from fairseq_speaker.checkpoints import read_checkpoint
 from fairseq_speaker.onboarding.adapt import SpeakerAdapter
-from fairseq_speaker.onboarding.checkpoint import OnboardingError, SpeakerCheckpoint, adaptable_bias
+from fairseq_speaker.onboarding.prior import prior_of_checkpoint
+from fairseq_speaker.user_dir import check_registered
+from fairseq_speaker.onboarding.checkpoint import OnboardingError, SpeakerCheckpoint, adaptable_bias, speaker_bias_of
 from fairseq_speaker.onboarding.fit import FitOptions, FitReport
 
 if TYPE_CHECKING:
@@ -50,6 +56,24 @@ def _as_list(x: Sentences, what: str = "sentences") -> List[str]:
     return list(x)
 
 
+def _per_sentence(speakers: Sentences, n: int) -> List[str]:
+    """One speaker label per sentence of ``n``, from one label for all or one per sentence."""
+    labels = _as_list(speakers, "speakers")
+    if len(labels) == 1:
+        labels = labels * n
+    if len(labels) != n:
+        raise OnboardingError(f"{len(labels)} speakers for {n} sentences: give one speaker for all, or one per "
+                              f"sentence")
+    return labels
+
+
+def _checked_beam(beam) -> int:
+    """``beam`` if it is a whole number of at least 1 (fairseq's search would fail on anything else)."""
+    if isinstance(beam, bool) or not isinstance(beam, int) or beam < 1:
+        raise OnboardingError(f"beam must be a whole number of at least 1, got {beam!r}")
+    return beam
+
+
 def _serialized(method):
     """Run ``method`` holding the translator's lock (see the module's text)."""
     @functools.wraps(method)
@@ -62,6 +86,26 @@ def _serialized(method):
 #: what a translator keeps of its checkpoint to save a new one: all but the weights it holds in memory and
 #: the optimizer state, which a saved model does not keep
 _NOT_KEPT = ("model", "last_optimizer_state")
+
+
+def _fitting_copy(model, keep: Sequence = ()):
+    """A copy of ``model`` to fit a speaker on while the model translates: modules of its own (a fit swaps their
+    parameters: ``torch.func.functional_call``) and speaker rows of its own (a fit writes them); the shared
+    weights, the buffers and the objects of ``keep`` are the model's, not copied."""
+    owned = {id(p) for p in speaker_bias_of(model).speaker_parameters().values()}
+    memo = {id(t): t for t in list(model.parameters()) + list(model.buffers()) if id(t) not in owned}
+    memo.update({id(x): x for x in keep})
+    return copy.deepcopy(model, memo)
+
+
+def _task_copy(task):
+    """A copy of ``task`` with a speaker dictionary of its own (what adding a speaker changes), sharing the rest."""
+    names = task.speaker_dictionary  # noqa: F841  (made now if the task makes it lazily: the copy starts with it)
+    copied = copy.copy(task)
+    copied.state = StatefulContainer()
+    copied.state.merge_state_dict(dict(task.state.state_dict))
+    copied._split_labels = {}  # no loaded split of the copy to map to its speakers again
+    return copied
 
 
 def _file_identity(path: str):
@@ -91,10 +135,11 @@ class SpeakerTranslator:
         if not os.path.isfile(checkpoint):
             raise OnboardingError(f"checkpoint not found: {checkpoint}")
         before = _file_identity(checkpoint)
+        state = read_checkpoint(checkpoint)  # what save() keeps of it: the same file, checked below
+        check_registered(state, checkpoint)  # a variant of another package: say to import it (--user-dir)
         loaded = hub_utils.from_pretrained(os.path.dirname(os.path.abspath(checkpoint)),
                                            checkpoint_file=os.path.basename(checkpoint),
                                            data_name_or_path=os.path.abspath(data), **overrides)
-        state = read_checkpoint(checkpoint)  # what save() keeps of it: the same file, checked below
         if _file_identity(checkpoint) != before:
             raise OnboardingError(f"{checkpoint} was replaced while it was being loaded: load it again")
         return cls._of(loaded["args"], loaded["task"], loaded["models"], checkpoint, fit, state)
@@ -132,22 +177,33 @@ class SpeakerTranslator:
         model does not know get what the task's ``unknown_speaker`` says (the mean speaker by default).
         A single sentence gives a single translation."""
         batch = _as_list(sentences)
-        labels = _as_list(speakers, "speakers")
-        if len(labels) == 1:
-            labels = labels * len(batch)
-        if len(labels) != len(batch):
-            raise OnboardingError(f"{len(labels)} speakers for {len(batch)} sentences: give one speaker for all, "
-                                  f"or one per sentence")
-        self.task.set_inference_speakers(labels)
+        beam = _checked_beam(beam)
+        self.task.set_inference_speakers(_per_sentence(speakers, len(batch)))
         out = self.hub.translate(batch, beam=beam, **kwargs)
         return out[0] if isinstance(sentences, str) else out
+
+    @_serialized
+    def translate_nbest(self, sentences: Sequence[str], speakers: Sentences, beam: int = 5, nbest: int = 1,
+                        **kwargs) -> List[List[Tuple[str, float]]]:
+        """The ``nbest`` best translations of each sentence as its speaker, best first, each with fairseq's score
+        (the mean log-probability of its tokens); the first is what :meth:`translate` gives."""
+        batch = _as_list(sentences)
+        beam = _checked_beam(beam)
+        self.task.set_inference_speakers(_per_sentence(speakers, len(batch)))
+        hypotheses = self.hub.generate([self.hub.encode(sentence) for sentence in batch], beam, **kwargs)
+        return [[(self.hub.decode(h["tokens"]), float(h["score"])) for h in best[:nbest]] for best in hypotheses]
 
     # -- onboarding ---------------------------------------------------------------------------------
     @property
     def adapter(self) -> SpeakerAdapter:
         if self._adapter is None:
-            self._adapter = SpeakerAdapter(self.model, self.task, self._fit)
+            self._adapter = self._new_adapter(self.model, self.task)
         return self._adapter
+
+    def _new_adapter(self, model, task) -> SpeakerAdapter:
+        """The adapter of ``model`` (this translator's, or a copy of it: :meth:`fit_speaker`)."""
+        return SpeakerAdapter(model, task, self._fit,
+                              prior=prior_of_checkpoint(self._state, adaptable_bias(model, task)))
 
     def encode_pairs(self, sources: Sentences, targets: Sentences):
         """Token ids of raw sentence pairs, tokenized and BPE-encoded as the model's inputs are."""
@@ -161,6 +217,26 @@ class SpeakerTranslator:
         and BPE-encoded as the model's inputs are); a known name needs ``replace=True``."""
         heldout = {name: self.encode_pairs(heldout_sources, heldout_targets)} if _as_list(heldout_sources) else None
         return self.adapter.adapt({name: self.encode_pairs(sources, targets)}, heldout, replace=replace)[name]
+
+    def fit_speaker(self, name: str, sources: Sentences, targets: Sentences, heldout_sources: Sentences = (),
+                    heldout_targets: Sentences = ()) -> Tuple["SpeakerVectors", FitReport]:
+        """A speaker fitted on their sentences as :meth:`add_speaker` fits them, without putting them in the
+        model: their rows, for :meth:`import_speakers` (one short locked call), and the fit's report.
+
+        The fit runs on a copy of the model that shares its weights and has its own speaker table and speaker
+        dictionary; the translator is held only while the copy is taken, so translations go on during the fit.
+        A name the model knows is fitted again from its sentences alone (``replace``)."""
+        from fairseq_speaker.onboarding.vectors import speaker_vectors
+
+        with self._lock:  # copies of a table no call is changing
+            self.adapter  # noqa: B018  (the model's own, made once: it encodes the sentences below)
+            task = _task_copy(self.task)
+            model = _fitting_copy(self.model, keep=(task.source_dictionary, task.target_dictionary))
+            adapter = self._new_adapter(model, task)
+        pairs = self.encode_pairs(sources, targets)
+        heldout = {name: self.encode_pairs(heldout_sources, heldout_targets)} if _as_list(heldout_sources) else None
+        report = adapter.adapt({name: pairs}, heldout, replace=name in task.speaker_dictionary)[name]
+        return speaker_vectors(adapter.bias, [name], task.target_dictionary, model_label=self.checkpoint), report
 
     @_serialized
     def update_speaker(self, name: str, sources: Sentences, targets: Sentences) -> FitReport:

@@ -2,29 +2,78 @@
 one message that names the option or file and what to do, with the exit status it should have, and never
 in a Python traceback. Organized by surface: a new command or option gets its rows here when it is written.
 
-Exit status: 2 for a command line its parser refuses (argparse's convention, also ours), 1 for input
-refused once read (a file, a checkpoint, a combination of options fairseq's parser accepts).
+Exit status, one convention for every command (fairseq_speaker/errors.py): 2 for every user error, whether
+the parser refuses the command line or the input is refused once read (a file, a checkpoint, a combination
+of options fairseq's parser accepts); 1 only for an unexpected failure, which keeps its traceback.
+
+The commands run in this process (:data:`MAINS`, fairseq-train and fairseq-generate included); the real
+command line of one case of each is run too (:func:`test_the_real_command_line_ends_likewise`). A row's
+arguments may name files by ``{placeholder}``: :class:`Places` makes each on first use (the toy data, the one
+tiny trained model the fixtures share, broken files in the test's folder).
 """
 
 import os
+import re
+import shutil
+import sys
+from typing import Callable, Dict, List
 
+import numpy as np
 import pytest
+import torch
 
-from fairseq_speaker.analysis import parameter_accounting
+from fairseq_speaker.analysis import parameter_accounting, report
 from fairseq_speaker.benchmarks import training as benchmark
-from fairseq_speaker.onboarding import adapt, evaluate
+from fairseq_speaker.errors import USER_ERROR_STATUS, user_error_in
+from fairseq_speaker.onboarding import adapt, evaluate, refit, speakers, vectors
 from fairseq_speaker.service import app as serve
-from tests.cli import assert_user_error, run, train_args
+from fairseq_speaker import topic_model
+from fairseq_speaker.toy import corpus, demo
+from tests.cli import USER_DIR, assert_user_error, run, train_args
+
+
+def fairseq_train(argv: List[str]) -> None:
+    """``fairseq-train`` in this process, as its console script runs it."""
+    from fairseq import distributed_utils, options
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq_cli import train
+
+    args = options.parse_args_and_arch(options.get_training_parser(), input_args=argv)
+    distributed_utils.call_main(convert_namespace_to_omegaconf(args), train.main)
+
+
+def fairseq_generate(argv: List[str]) -> None:
+    """``fairseq-generate`` in this process, as its console script runs it."""
+    from fairseq import options
+    from fairseq_cli import generate
+
+    generate.main(options.parse_args_and_arch(options.get_generation_parser(), input_args=argv))
+
 
 #: the commands' entry points, run in this process (the real command line of one case each is run below)
-MAINS = {"fairseq-speaker-benchmark": benchmark.main, "fairseq-speaker-params": parameter_accounting.main,
-         "fairseq-speaker-adapt": adapt.main, "fairseq-speaker-onboarding-eval": evaluate.main,
-         "fairseq-speaker-serve": serve.main}
+MAINS: Dict[str, Callable] = {
+    "fairseq-speaker-demo": demo.main, "fairseq-speaker-toy-corpus": corpus.main,
+    "fairseq-speaker-params": parameter_accounting.main, "fairseq-speaker-report": report.main,
+    "fairseq-speaker-topics": topic_model.main, "fairseq-speaker-adapt": adapt.main,
+    "fairseq-speaker-vectors": vectors.main, "fairseq-speaker-onboarding-eval": evaluate.main,
+    "fairseq-speaker-speakers": speakers.main, "fairseq-speaker-refit": refit.main,
+    "fairseq-speaker-benchmark": benchmark.main, "fairseq-speaker-serve": serve.main,
+    "fairseq-train": fairseq_train, "fairseq-generate": fairseq_generate,
+}
 #: the options every adapt / onboarding-eval row starts with (the checks come before any file is opened)
 ADAPT = ["data", "--path", "model.pt", "--adapt-prefix", "new/adapt", "--save", "out.pt"]
 EVAL = ["data", "--path", "model.pt", "--heldout-prefix", "raw/heldout", "--out", "eval"]
+#: the same with real files: the toy data and the shared tiny model
+ADAPT_ON = ["{data}", "--path", "{ckpt}"]
+EVAL_ON = ["{data}", "--path", "{ckpt}", "--max-len-b", "4", "--shots", "0", "1"]
 #: the serve rows are refused before the checkpoint is opened (the HTTP refusals: tests/integration/test_service.py)
 SERVE = ["model.pt", "--data", "data"]
+#: fairseq's commands with our task
+TRAIN = ["{data}", "--user-dir", USER_DIR, "--task", "speaker_translation", "--arch", "lstm_base",
+         "--max-tokens", "1000", "--max-epoch", "1", "--save-dir", "{tmp}/ckpt", "--no-progress-bar"]
+GENERATE = ["--user-dir", USER_DIR, "--task", "speaker_translation", "--beam", "2", "--max-len-b", "4",
+            "--gen-subset", "test"]
+REPORT = ["--out", "{tmp}/report", "--tokenize", "none", "--bootstrap", "10"]
 
 #: surface -> (arguments, exit status, text the last line of standard error contains)
 COMMAND_PROBES = {
@@ -43,17 +92,193 @@ COMMAND_PROBES = {
         (["--fp16"], 2, "--fp16 is timed on a GPU: add --gpu"),
         (["--bf16"], 2, "--bf16 is timed on a GPU: add --gpu"),
         (["--gen-batch", "0", "--generate"], 2, "--gen-batch must be at least 1"),
-        (["--paired", "--plain"], 1, "use one or the other"),
+        (["--paired", "--plain"], 2, "--paired runs every configuration in one process, and --plain needs a "
+                                     "process of its own (FAIRSEQ_SPEAKER_PLAIN=1): use one or the other"),
+        (["--batch", "x"], 2, "argument --batch: invalid int value: 'x'"),
+    ],
+    "fairseq-speaker-demo": [
+        (["--archs", "lstm_nonsense"], 2, "unknown system 'lstm_nonsense': start it with a preset"),
+        (["--archs", "lstm_base:nope"], 2, "system 'lstm_base:nope': unknown --speaker-bias 'nope'"),
+        (["--styles", "-1"], 2, "--styles must be 0 (the default corpus) or more"),
+        (["--deviation", "1.5"], 2, "--deviation 1.5 is not a probability (0 to 1)"),
+        (["--no-such-option"], 2, "unrecognized arguments: --no-such-option"),
+    ],
+    "fairseq-speaker-toy-corpus": [
+        (["--out", "{tmp}/c", "--speakers", "0"], 2, "--speakers must be at least 1, got 0"),
+        (["--out", "{tmp}/c", "--train", "5"], 2, "split train has 5 sentences, fewer than the 24 speakers: give "
+                                                   "larger --train/--valid/--test or fewer --speakers"),
+        (["--out", "{afile}"], 2, "--out {afile} is a file: give a folder for the corpus"),
+        (["--out", "{tmp}/c", "--train", "50", "--sentences-per-speaker", "2"], 2,
+         "give --train or --sentences-per-speaker, not both"),
+        (["--out", "{tmp}/c", "--sentences-per-speaker", "0"], 2, "--sentences-per-speaker must be at least 1"),
+        (["--out", "{tmp}/c", "--styles", "-2"], 2, "--styles must be 0 (no styles) or more"),
+        (["--out", "{tmp}/c", "--deviation", "0.2"], 2, "--deviation is the styles mode's: give --styles K too"),
+        (["--out", "{tmp}/c", "--heldout", "--heldout-speakers", "0"], 2,
+         "--heldout-speakers and --heldout-sentences must be at least 1"),
+    ],
+    "fairseq-speaker-params": [
+        (["--tgt-vocab", "40000", "--speakers", "-5"], 2, "--speakers must not be negative, got -5"),
+        (["--tgt-vocab", "-3", "--speakers", "5"], 2, "--tgt-vocab must be at least 5"),
+        (["--tgt-vocab", "40000", "--src-vocab", "0", "--speakers", "5"], 2, "--src-vocab must be at least 5"),
+        (["--speakers", "5"], 2, "--data, or --tgt-vocab and --speakers"),
+        (["--data", "/nonexistent/data-bin"], 2, "--data /nonexistent/data-bin: no such folder"),
+        (["--data", "{emptydir}"], 2, "could not infer the language pair in {emptydir}: pass "
+                                      "--source-lang and --target-lang"),
+        (["--path", "{tmp}/missing.pt"], 2, "checkpoint not found: {tmp}/missing.pt"),
+        (["--path", "{garbage}"], 2, "{garbage}: not a readable fairseq checkpoint"),
+        (["--path", "{notckpt}"], 2, "--path {notckpt}: not a fairseq-speaker checkpoint (no model or task state)"),
+        (["--path", "{ckpt}", "--arch", "lstm_base"], 2, "--path reads the model's options and sizes from the "
+                                                         "checkpoint: drop --arch"),
+        (["--path", "{ckpt}", "--user-dir", "{tmp}/nowhere"], 2, "--user-dir {tmp}/nowhere: no such folder"),
+    ],
+    "fairseq-speaker-refit": [
+        (["{data}", "--path", "{tmp}/missing.pt", "--save", "{tmp}/o.pt"], 2, "checkpoint not found: {tmp}/missing.pt"),
+        (["{data}", "--save", "{tmp}/o.pt"], 2, "the following arguments are required: --path"),
+        (["{data}", "--path", "{garbage}", "--save", "{tmp}/o.pt"], 2, "{garbage}: not a readable fairseq checkpoint"),
+        (["{data}", "--path", "{ckpt}", "--save", "{ckpt}"], 2, "--save must not be the checkpoint given by --path"),
+        (["{tmp}/nowhere", "--path", "{ckpt}", "--save", "{tmp}/o.pt"], 2, "data directory not found: {tmp}/nowhere"),
+        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--subset", "nosuch"], 2,
+         "no binarized 'nosuch' split; --subset names the split"),
+        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--shared", "fit", "--heldout-subset", "nosuch"], 2,
+         "no binarized 'nosuch' split; --heldout-subset none"),
+        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--iterations", "0"], 2,
+         "--iterations must be at least 1, got 0"),
+        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--components", "0"], 2,
+         "must be 'auto' or a whole number >= 1, got '0'"),
+        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--components", "many"], 2,
+         "must be 'auto' or a whole number >= 1, got 'many'"),
+        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--l2", "-1"], 2, "--l2 must be a number >= 0, got -1.0"),
+        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--l2", "nan"], 2, "--l2 must be a number >= 0, got nan"),
+        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--threads", "0"], 2, "--threads must be at least 1"),
+        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--max-iter", "0"], 2,
+         "--max-iter, --shared-max-iter and --batch-sentences must be at least 1"),
+        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--max-cache-gb", "0"], 2,
+         "--max-cache-gb must be positive, got 0.0"),
+        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--shared", "fit", "--max-cache-gb", "1e-9"], 2,
+         "more than 0.0 GB here; pass --shared keep"),
+    ],
+    "fairseq-speaker-speakers": [
+        (["{tmp}/missing.pt"], 2, "checkpoint not found: {tmp}/missing.pt"),
+        ([], 2, "the following arguments are required: CHECKPOINT"),
+        (["{garbage}"], 2, "{garbage}: not a readable fairseq checkpoint"),
+        (["{notckpt}"], 2, "{notckpt}: not a fairseq-speaker checkpoint (no task state)"),
+        (["{ckpt}", "nobody"], 2, "no speaker of {ckpt} is called 'nobody'"),
+        (["{ckpt}", "--trained", "--onboarded"], 2, "argument --onboarded: not allowed with argument --trained"),
+        (["{ckpt}", "--data", "{tmp}/nowhere"], 2, "--data {tmp}/nowhere: no such folder"),
+        (["{ckpt}", "--user-dir", "{tmp}/nowhere"], 2, "--user-dir {tmp}/nowhere: no such folder"),
+        (["{ckpt}", "--no-such-option"], 2, "unrecognized arguments: --no-such-option"),
+    ],
+    "fairseq-speaker-report": [
+        ([*REPORT, "--references", "{refs}", "--system", "nameless"], 2, "--system takes NAME=PATH, got 'nameless'"),
+        ([*REPORT, "--references", "{refs}", "--system", "a={tmp}/missing.txt"], 2,
+         "--system a: file not found: {tmp}/missing.txt"),
+        ([*REPORT, "--references", "{latin1}.fr", "--system", "a={refs}"], 2,
+         "{latin1}.fr:2: not valid UTF-8 (byte 0xe9 at column 4): text files must be UTF-8; convert this one, e.g. "
+         "from Latin-1: iconv -f latin1 -t utf-8 {latin1}.fr > {latin1}.fr.utf8"),
+        ([*REPORT, "--references", "{refs}", "--system", "a={latin1}.fr"], 2,
+         "{latin1}.fr:2: not valid UTF-8 (byte 0xe9 at column 4)"),
+        ([*REPORT, "--references", "{empty}", "--system", "a={refs}"], 2,
+         "--references {empty} is empty: there is nothing to score against"),
+        ([*REPORT, "--references", "{refs}", "--system", "a={short}.fr"], 2,
+         "--system a={short}.fr: 2 hypotheses for the 3 references of {refs}; give the output of the same test set"),
+        ([*REPORT, "--references", "{refs}", "--system", "a={refs}", "--train-text", "{refs}"], 2,
+         "the speaker classifier needs --train-text, --train-speakers and --test-speakers"),
+        ([*REPORT, "--references", "{refs}", "--system", "a={refs}", "--checkpoint", "m={ckpt}"], 2,
+         "--checkpoint needs --data, the data directory with the target dictionary"),
+        (["--out", "{afile}", "--references", "{refs}", "--system", "a={refs}"], 2,
+         "--out {afile} is a file: give a folder for the report (it is made if missing)"),
+        ([*REPORT, "--references", "{refs}", "--system", "a={refs}", "--baseline", "b"], 2,
+         "--baseline b: not the NAME of a --system"),
+        ([*REPORT, "--references", "{refs}", "--system", "a={refs}", "--bootstrap", "0"], 2,
+         "--bootstrap must be at least 1, got 0"),
+        ([*REPORT, "--references", "{refs}", "--system", "a={refs}", "--checkpoint", "m={ckpt}", "--data", "{other}"],
+         2, "--checkpoint m: {other}/dict.fr.txt has 80 words but {ckpt} was trained with 88"),
+        ([*REPORT, "--references", "{refs}", "--system", "a={refs}", "--train-text", "{refs}", "--train-speakers",
+          "{latin1}.spk", "--test-speakers", "{refs}"], 2, "{latin1}.spk:1: not valid UTF-8"),
+    ],
+    "fairseq-speaker-topics": [
+        (["{tmp}/missing", "--out", "{tmp}/t.npz"], 2, "data directory not found: {tmp}/missing (a folder binarized "
+                                                        "by fairseq-preprocess)"),
+        (["{data}", "--out", "{tmp}/no/t.npz"], 2, "--out {tmp}/no/t.npz: the folder {tmp}/no does not exist"),
+        (["{data}", "--out", "{tmp}"], 2, "--out {tmp} is a directory: give the path of the file to write"),
+        (["{data}", "--out", "{tmp}/t.npz", "--topics", "0"], 2, "--topics must be at least 1, got 0"),
+        (["{data}", "--out", "{tmp}/t.npz", "--max-iter", "0"], 2, "--max-iter must be at least 1, got 0"),
+        (["{emptydir}", "--out", "{tmp}/t.npz"], 2, "could not infer the language pair in {emptydir}: pass "
+                                                     "--source-lang and --target-lang"),
+        (["{data}", "--out", "{tmp}/t.npz", "--source-lang", "de", "--target-lang", "fr"], 2,
+         "source dictionary not found: expected {data}/dict.de.txt (is --source-lang right?)"),
     ],
     "fairseq-speaker-adapt": [
         ([*ADAPT, "--adapt-l2", "nan"], 2, "--adapt-l2 must be a number >= 0 (got nan)"),
         ([*ADAPT, "--adapt-l2", "-1"], 2, "--adapt-l2 must be a number >= 0 (got -1.0)"),
         ([*ADAPT, "--adapt-max-iter", "0"], 2, "--adapt-max-iter >= 1 (got 0)"),
         ([*ADAPT, "--max-unknown-rate", "1.5"], 2, "--max-unknown-rate is a share of words, from 0 to 1"),
+        (["data", "--adapt-prefix", "new/adapt", "--save", "out.pt"], 2, "--path CHECKPOINT is required"),
+        (["data", "--path", "m.pt", "--adapt-prefix", "new/adapt", "--save", "m.pt"], 2,
+         "--save must not be the checkpoint given by --path"),
+        (["{other}", "--path", "{ckpt}", "--adapt-prefix", "{adapt}", "--save", "{tmp}/o.pt"], 2,
+         "{ckpt} was trained with the dictionaries of another data folder than {other}: its source dictionary has "
+         "64 symbols, {other}/dict.en.txt has 56; its target dictionary has 88 symbols, {other}/dict.fr.txt has 80. "
+         "Give the data folder the model was trained on (its dict.*.txt), or binarize this data with the model's "
+         "dictionaries (fairseq-preprocess --srcdict DICT --tgtdict DICT)"),
+        ([*ADAPT_ON, "--adapt-prefix", "{latin1}", "--save", "{tmp}/o.pt"], 2,
+         "{latin1}.en:2: not valid UTF-8 (byte 0xe9 at column 4): text files must be UTF-8; convert this one, e.g. "
+         "from Latin-1: iconv -f latin1 -t utf-8 {latin1}.en > {latin1}.en.utf8 (then use that file)"),
+        ([*ADAPT_ON, "--adapt-prefix", "{tmp}/none", "--save", "{tmp}/o.pt"], 2, "file not found: expected {tmp}/none.en"),
+        ([*ADAPT_ON, "--adapt-prefix", "{short}", "--save", "{tmp}/o.pt"], 2,
+         "{short}.en has 3 lines but {short}.fr has 2: they must hold the same sentences"),
+        ([*ADAPT_ON, "--adapt-prefix", "{nospk}", "--save", "{tmp}/o.pt"], 2,
+         "speaker file not found: expected {nospk}.spk; put the speaker of each line of {nospk}.en on the same line"),
+        ([*ADAPT_ON, "--adapt-prefix", "{adapt}", "--save", "{tmp}"], 2,
+         "{tmp} is a directory: give the path of a file to write"),
+        ([*ADAPT_ON, "--adapt-prefix", "{adapt}", "--save", "{tmp}/no/o.pt"], 2,
+         "cannot write {tmp}/no/o.pt: the folder {tmp}/no does not exist"),
+        (["{data}", "--path", "{tmp}/none.pt", "--adapt-prefix", "{adapt}", "--save", "{tmp}/o.pt"], 2,
+         "checkpoint not found: {tmp}/none.pt"),
+        (["{data}", "--path", "{garbage}", "--adapt-prefix", "{adapt}", "--save", "{tmp}/o.pt"], 2,
+         "{garbage}: not a readable fairseq checkpoint"),
+        ([*ADAPT_ON, "--adapt-prefix", "{adapt}", "--heldout-prefix", "{stranger}", "--save", "{tmp}/o.pt"], 2,
+         "{stranger}.spk: speaker(s) 'stranger' have held-out lines but no adaptation lines in {adapt}.spk"),
+        ([*ADAPT_ON, "--adapt-prefix", "{untokenized}", "--save", "{tmp}/o.pt"], 2,
+         "100% of the words (24 of 24) are not in the model's dictionaries (more than 10%): the text is probably not in "
+         "the form of the training data"),
+    ],
+    "fairseq-speaker-vectors": [
+        (["export", "{other}", "--path", "{ckpt}", "--out", "{tmp}/v.npz"], 2,
+         "{ckpt} was trained with the dictionaries of another data folder than {other}"),
+        (["export", "{data}", "--path", "{ckpt}", "--out", "{tmp}"], 2,
+         "{tmp} is a directory: give the path of a file to write"),
+        (["export", "{data}", "--path", "{ckpt}", "--out", "{tmp}/no/v.npz"], 2,
+         "--out {tmp}/no/v.npz: the folder {tmp}/no does not exist"),
+        (["export", "{data}", "--path", "{tmp}/none.pt", "--out", "{tmp}/v.npz"], 2, "checkpoint not found: {tmp}/none.pt"),
+        (["export", "{data}", "--path", "{ckpt}", "--out", "{tmp}/v.npz", "--speakers", "nobody"], 2,
+         "{ckpt}: no speaker(s) 'nobody' (it has 8 speakers: 'spk000', 'spk001'"),
+        (["import", "{data}", "--path", "{ckpt}", "--vectors", "{tmp}/none.npz", "--save", "{tmp}/o.pt"], 2,
+         "speaker vectors not found: {tmp}/none.npz (fairseq-speaker-vectors export writes them)"),
+        (["import", "{data}", "--path", "{ckpt}", "--vectors", "{garbage}", "--save", "{tmp}/o.pt"], 2,
+         "{garbage}: not a .npz archive, so not a speaker vectors file"),
+        (["import", "{data}", "--path", "{ckpt}", "--vectors", "{topics_nan}", "--save", "{tmp}/o.pt"], 2,
+         "{topics_nan}: not a speaker vectors file (fairseq-speaker-vectors export writes them)"),
+        (["import", "{data}", "--path", "m.pt", "--vectors", "v.npz", "--save", "m.pt"], 2,
+         "--save must not be the checkpoint given by --path: write the new model to another file"),
+        (["export", "{data}"], 2, "the following arguments are required: --path, --out"),
     ],
     "fairseq-speaker-onboarding-eval": [
         ([*EVAL, "--adapt-l2", "nan"], 2, "--adapt-l2 at least 0"),
         ([*EVAL, "--beam", "0"], 2, "--beam, --batch-size and --adapt-max-iter must be at least 1"),
+        ([*EVAL, "--shots", "-1"], 2, "--shots: numbers of sentences must be 0 or more"),
+        ([*EVAL_ON, "--heldout-prefix", "{adapt}", "--out", "{full}"], 2,
+         "--out {full} already holds files (an earlier run?): give another folder, or --force to replace the results "
+         "written there"),
+        ([*EVAL_ON, "--heldout-prefix", "{adapt}", "--out", "{afile}"], 2,
+         "--out {afile} is a file: give a folder for the results"),
+        ([*EVAL_ON, "--heldout-prefix", "{latin1}", "--out", "{tmp}/e"], 2,
+         "{latin1}.en:2: not valid UTF-8 (byte 0xe9 at column 4): text files must be UTF-8"),
+        (["{other}", "--path", "{ckpt}", "--heldout-prefix", "{adapt}", "--out", "{tmp}/e"], 2,
+         "{ckpt} was trained with the dictionaries of another data folder than {other}"),
+        ([*EVAL_ON, "--heldout-prefix", "{tmp}/none", "--out", "{tmp}/e"], 2, "file not found: expected {tmp}/none.en"),
+        ([*EVAL_ON, "--heldout-prefix", "{badtraits}", "--out", "{tmp}/e"], 2,
+         "{badtraits}.traits:1: not valid UTF-8"),
     ],
     "fairseq-speaker-serve": [
         ([*SERVE, "--port", "0"], 2, "--port must be between 1 and 65535, got 0"),
@@ -63,45 +288,289 @@ COMMAND_PROBES = {
         ([*SERVE, "--token-file", "token", "--token-env", "TOKEN", "--store", "s.db"], 2, "not both"),
         ([*SERVE, "--token-env", "TOKEN"], 2, "a token enables onboarding: give --store FILE too"),
         ([*SERVE, "--bpe", "subword_nmt"], 2, "--bpe-codes is required with this --tokenizer/--bpe"),
-        ([*SERVE, "--store", "s.db", "--token-file", "no/such/token"], 1, "--token-file no/such/token: cannot be read"),
-        ([*SERVE, "--store", "s.db", "--token-env", "FAIRSEQ_SPEAKER_UNSET_VARIABLE"], 1,
+        ([*SERVE, "--store", "s.db", "--token-file", "no/such/token"], 2, "--token-file no/such/token: cannot be read"),
+        ([*SERVE, "--store", "s.db", "--token-env", "FAIRSEQ_SPEAKER_UNSET_VARIABLE"], 2,
          "the token is empty (is the variable set?)"),
-        (["model.pt", "--data", "no/such/data"], 1, "data directory not found: no/such/data"),
+        (["model.pt", "--data", "no/such/data"], 2, "data directory not found: no/such/data"),
+        (["{ckpt}", "--data", "{other}"], 2, "{ckpt} was trained with the dictionaries of another data folder than "
+                                             "{other}"),
     ],
-    "fairseq-speaker-params": [
-        (["--tgt-vocab", "40000", "--speakers", "-5"], 2, "--speakers must not be negative, got -5"),
-        (["--tgt-vocab", "-3", "--speakers", "5"], 2, "--tgt-vocab must be at least 5"),
-        (["--tgt-vocab", "40000", "--src-vocab", "0", "--speakers", "5"], 2, "--src-vocab must be at least 5"),
-        (["--speakers", "5"], 2, "give --data, or --tgt-vocab and --speakers"),
-        (["--data", "/nonexistent/data-bin"], 2, "--data /nonexistent/data-bin: no such folder"),
+    "fairseq-train": [
+        ([*TRAIN, "--speaker-bias", "topic", "--topic-model", "{topics_text}"], 2,
+         "{topics_text}: not a topic model written by fairseq-speaker-topics (a pickle or a text file); fit it again "
+         "with fairseq-speaker-topics DATA_DIR --topics K --out FILE"),
+        ([*TRAIN, "--speaker-bias", "topic", "--topic-model", "{topics_empty}"], 2,
+         "{topics_empty}: an empty or cut-short file, not a whole topic model"),
+        ([*TRAIN, "--speaker-bias", "topic", "--topic-model", "{topics_nan}"], 2,
+         "{topics_nan}: exp_topic_word holds values that are not finite, non-negative numbers (NaN, inf or < 0)"),
+        ([*TRAIN, "--speaker-bias", "topic", "--topic-model", "{topics_fields}"], 2,
+         "{topics_fields}: not a topic model written by fairseq-speaker-topics (no exp_topic_word, doc_topic_prior, "
+         "max_doc_update_iter, mean_change_tol, nspecial, dictionary_hash)"),
+        ([*TRAIN, "--speaker-bias", "topic", "--topic-model", "{topics_shape}"], 2,
+         "{topics_shape}: exp_topic_word has shape [64], not [topics, source words]"),
+        ([*TRAIN, "--speaker-bias", "topic", "--topic-model", "{tmp}"], 2,
+         "{tmp} is a directory: give the topic model file fairseq-speaker-topics wrote"),
+        ([a for a in TRAIN if a != "1000" and a != "--max-tokens"], 2,
+         "Must specify batch size either with --max-tokens or --batch-size: give --max-tokens N or --batch-size N"),
+        (["{latin1spk}", *TRAIN[1:]], 2, "{latin1spk}/train.spk:3: not valid UTF-8"),
+        (["{nospkdata}", *TRAIN[1:]], 2, "speaker file not found: expected {nospkdata}/train.spk; put one speaker "
+                                         "label per sentence of the train split there"),
+        ([*TRAIN, "--speaker-bias", "full", "--speaker-l2", "-1"], 2, "--speaker-l2 must be a number >= 0, got -1.0"),
+        ([*TRAIN, "--valid-subset", "nosuch"], 2, "Dataset not found: nosuch ({data}): no binarized split 'nosuch'"),
+    ],
+    "fairseq-generate": [
+        (["{other}", "--path", "{ckpt}", *GENERATE], 2,
+         "{ckpt} was trained with the dictionaries of another data folder than {other}: its source dictionary has "
+         "64 symbols, {other}/dict.en.txt has 56"),
+        (["{data}", "--path", "{garbage}", *GENERATE], 2, "{garbage}: not a readable fairseq checkpoint"),
+        (["{data}", "--path", "{notckpt}", *GENERATE], 2, "{notckpt}: not a fairseq checkpoint"),
+        (["{data}", "--path", "{ckpt}", *GENERATE, "--speaker-file", "{latin1}.spk"], 2,
+         "{latin1}.spk:1: not valid UTF-8"),
+        (["{data}", "--path", "{ckpt}", *GENERATE, "--speaker-file", "{tmp}/none.spk"], 2,
+         "speaker file not found: expected {tmp}/none.spk; put one speaker label per sentence of the test split"),
+        (["{data}", "--path", "{ckpt}", *GENERATE, "--speaker-file", "{adapt}.spk"], 2,
+         "{adapt}.spk: 3 speaker labels but the text has 37 sentences; the speaker file needs exactly one label "
+         "per sentence, in the same order"),
+        (["{data}", "--path", "{ckpt}", *GENERATE, "--speaker-file", "{tmp}"], 2, "{tmp} is a directory, not a file"),
+        (["{data}", "--path", "{ckpt}", *GENERATE, "--gen-subset", "nosuch"], 2,
+         "Dataset not found: nosuch ({data}): no binarized split 'nosuch' there (fairseq-preprocess writes train, "
+         "valid and test); give the split's name (--gen-subset, --valid-subset, --train-subset) or the data folder "
+         "that has it"),
     ],
 }
 
 
+# -- the files the rows name ------------------------------------------------------------------------------
+
+LATIN1 = "caf\xe9".encode("latin-1")
+
+
+class Places:
+    """The ``{name}`` of a row's arguments: a path made on first use (:meth:`make_NAME`), in the test's folder
+    unless it is shared (the toy data, the trained model)."""
+
+    def __init__(self, tmp_path, request):
+        self.tmp, self.request, self.made = str(tmp_path), request, {}
+
+    def __getitem__(self, name: str) -> str:
+        if name not in self.made:
+            self.made[name] = getattr(self, "make_" + name)()
+        return self.made[name]
+
+    def fill(self, text: str) -> str:
+        return re.sub(r"\{(\w+)\}", lambda m: self[m.group(1)], text)
+
+    def path(self, name: str) -> str:
+        return os.path.join(self.tmp, name)
+
+    def write(self, name: str, data) -> str:
+        path = self.path(name)
+        with open(path, "wb") as f:
+            f.write(data if isinstance(data, bytes) else data.encode("utf-8"))
+        return path
+
+    def prefix(self, name: str, en: List[bytes], fr: List[bytes], spk: List[str]) -> str:
+        for ext, lines in (("en", en), ("fr", fr), ("spk", spk and [s.encode() for s in spk])):
+            if lines is not None:
+                self.write(f"{name}.{ext}", b"".join(line + b"\n" for line in lines))
+        return self.path(name)
+
+    # shared
+    def make_tmp(self):
+        return self.tmp
+
+    def make_data(self):
+        return self.request.getfixturevalue("toy")["bin"]
+
+    def make_ckpt(self):
+        return self.request.getfixturevalue("trained")("lstm_fact_bias")
+
+    def make_other(self):
+        """The toy data folder with smaller dictionaries (8 words fewer each side): another data folder."""
+        dest = self.path("other")
+        shutil.copytree(self["data"], dest)
+        for lang in ("en", "fr"):
+            dictionary = os.path.join(dest, f"dict.{lang}.txt")
+            lines = open(dictionary, encoding="utf-8").read().splitlines(keepends=True)
+            open(dictionary, "w", encoding="utf-8").writelines(lines[:-8])
+        return dest
+
+    # text
+    @property
+    def sources(self) -> List[str]:
+        """One sentence of the toy test set, and its translation (:attr:`targets`): words the model knows."""
+        return [self._toy_lines("en", 1)[0].decode("utf-8")]
+
+    @property
+    def targets(self) -> List[str]:
+        return [self._toy_lines("fr", 1)[0].decode("utf-8")]
+
+    def _toy_lines(self, lang: str, n: int) -> List[bytes]:
+        raw = self.request.getfixturevalue("toy")["raw"]
+        return open(os.path.join(raw, f"test.{lang}"), "rb").read().splitlines()[:n]
+
+    def make_adapt(self):
+        return self.prefix("adapt", self._toy_lines("en", 3), self._toy_lines("fr", 3), ["newbie"] * 3)
+
+    def make_latin1(self):
+        """Three sentence pairs whose second line (and every speaker label) is Latin-1, not UTF-8."""
+        en, fr = self._toy_lines("en", 3), self._toy_lines("fr", 3)
+        en[1] = fr[1] = LATIN1 + b" ."
+        prefix = self.prefix("latin1", en, fr, None)
+        self.write("latin1.spk", (LATIN1 + b"\n") * 3)
+        return prefix
+
+    def make_short(self):
+        return self.prefix("short", self._toy_lines("en", 3), self._toy_lines("fr", 2), ["newbie"] * 3)
+
+    def make_nospk(self):
+        return self.prefix("nospk", self._toy_lines("en", 3), self._toy_lines("fr", 3), None)
+
+    def make_stranger(self):
+        return self.prefix("stranger", self._toy_lines("en", 1), self._toy_lines("fr", 1), ["stranger"])
+
+    def make_untokenized(self):
+        words = [b"Zebras Quickly Jumped Over Lazy Dogs!"] * 2
+        return self.prefix("untokenized", words, words, ["newbie"] * 2)
+
+    def make_badtraits(self):
+        prefix = self.prefix("badtraits", self._toy_lines("en", 3), self._toy_lines("fr", 3), ["newbie"] * 3)
+        self.write("badtraits.traits", b'[{"trait": "' + LATIN1 + b'"}]\n' * 3)
+        return prefix
+
+    def make_refs(self):
+        return self.write("refs.txt", b"a b .\nc d .\ne f .\n")
+
+    def make_empty(self):
+        return self.write("empty.txt", b"")
+
+    def make_afile(self):
+        return self.write("afile", b"not a folder\n")
+
+    def make_full(self):
+        os.makedirs(self.path("full"))
+        self.write("full/onboarding.md", "an earlier run\n")
+        return self.path("full")
+
+    def make_emptydir(self):
+        os.makedirs(self.path("emptydir"))
+        return self.path("emptydir")
+
+    # checkpoints, topic models
+    def make_garbage(self):
+        return self.write("garbage.pt", b"this is not a checkpoint\n")
+
+    def make_notckpt(self):
+        torch.save({"weights": torch.zeros(2)}, self.path("weights.pt"))
+        return self.path("weights.pt")
+
+    def make_topics_text(self):
+        return self.write("topics_text.npz", b"topics: 20\n")
+
+    def make_topics_empty(self):
+        return self.write("topics_empty.npz", b"")
+
+    def _topics(self, name, **fields):
+        values = dict(format_version=np.int64(1), exp_topic_word=np.ones((3, 64), np.float32),
+                      doc_topic_prior=np.float64(0.3), max_doc_update_iter=np.int64(100),
+                      mean_change_tol=np.float64(1e-3), nspecial=np.int64(4), dictionary_hash=np.array("a" * 40))
+        values.update(fields)
+        values = {k: v for k, v in values.items() if v is not None}
+        np.savez(self.path(name), **values)
+        return self.path(name)
+
+    def make_topics_nan(self):
+        return self._topics("topics_nan.npz", exp_topic_word=np.full((3, 64), np.nan, np.float32))
+
+    def make_topics_fields(self):
+        return self._topics("topics_fields.npz", exp_topic_word=None, doc_topic_prior=None, max_doc_update_iter=None,
+                            mean_change_tol=None, nspecial=None, dictionary_hash=None)
+
+    def make_topics_shape(self):
+        return self._topics("topics_shape.npz", exp_topic_word=np.ones(64, np.float32))
+
+    # data folders with a broken speaker file
+    def _data_copy(self, name: str) -> str:
+        dest = self.path(name)
+        shutil.copytree(self["data"], dest, ignore=shutil.ignore_patterns("dict.spk.txt"))
+        return dest
+
+    def make_latin1spk(self):
+        dest = self._data_copy("latin1spk")
+        path = os.path.join(dest, "train.spk")
+        lines = open(path, "rb").read().splitlines(keepends=True)
+        lines[2] = LATIN1 + b"\n"
+        open(path, "wb").writelines(lines)
+        return dest
+
+    def make_nospkdata(self):
+        dest = self._data_copy("nospkdata")
+        os.remove(os.path.join(dest, "train.spk"))
+        return dest
+
+
+@pytest.fixture
+def places(tmp_path, request):
+    return Places(tmp_path, request)
+
+
+# -- the command lines ------------------------------------------------------------------------------------
+
+
 def _cases():
-    return [(command, args, status, message) for command, rows in COMMAND_PROBES.items()
-            for args, status, message in rows]
+    cases = []
+    for command, rows in COMMAND_PROBES.items():
+        for row in rows:
+            values, marks = (row.values, row.marks) if hasattr(row, "values") else (row, ())
+            args, status, message = values
+            cases.append(pytest.param(command, args, status, message, marks=marks,
+                                      id=f"{command} {' '.join(args)}"[:150]))
+    return cases
 
 
-@pytest.mark.parametrize("command,args,status,message", _cases(),
-                         ids=lambda x: " ".join(x) if isinstance(x, list) else str(x))
-def test_a_bad_command_line_ends_in_one_message(command, args, status, message, capsys):
-    with pytest.raises(SystemExit) as exit_:  # any other exception would be a traceback
-        MAINS[command](args)
+def run_in_process(main: Callable, argv: List[str], capsys):
+    """``main(argv)`` as its command line would end: (exit status, standard error). A user error escaping it is
+    what the package's exception hook ends with status 2 in a real process; any other exception fails the test
+    (it would be a traceback)."""
+    code = 0
+    try:
+        main(argv)
+    except SystemExit as e:
+        code = e.code
+    except Exception as e:  # noqa: BLE001  (re-raised unless it is a user error)
+        error = user_error_in(e)
+        if error is None:
+            raise
+        print(f"error: {error}", file=sys.stderr)
+        code = USER_ERROR_STATUS
     err = capsys.readouterr().err
-    code = exit_.value.code
     if isinstance(code, str):  # sys.exit("message"): printed by Python, status 1
         err, code = err + code, 1
+    return code, err
+
+
+@pytest.mark.parametrize("command,args,status,message", _cases())
+def test_a_bad_command_line_ends_in_one_message(command, args, status, message, places, capsys, monkeypatch):
+    monkeypatch.chdir(places.tmp)
+    argv = [places.fill(a) for a in args]
+    code, err = run_in_process(MAINS[command], argv, capsys)
     assert code == status, err[-2000:]
-    assert message in err.strip().splitlines()[-1], err[-2000:]
+    assert err.strip(), "no message"
+    assert places.fill(message) in err.strip().splitlines()[-1], err[-2000:]
+
+
+def _first_row(command):
+    row = COMMAND_PROBES[command][0]
+    return row.values if hasattr(row, "values") else row
 
 
 @pytest.mark.parametrize("command", sorted(COMMAND_PROBES))
-def test_the_real_command_line_ends_likewise(command):
-    args, status, message = COMMAND_PROBES[command][0]
-    proc = run(command, args, check=False)
+def test_the_real_command_line_ends_likewise(command, places):
+    args, status, message = _first_row(command)
+    name = command if command.startswith("fairseq-speaker-") else command[len("fairseq-"):]
+    proc = run(name, [places.fill(a) for a in args], check=False, cwd=places.tmp)
     assert proc.returncode == status and "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    assert message in proc.stderr.strip().splitlines()[-1]
+    assert places.fill(message) in proc.stderr.strip().splitlines()[-1]
 
 
 def test_params_counts_speakers_by_arithmetic(capsys):
@@ -110,57 +579,154 @@ def test_params_counts_speakers_by_arithmetic(capsys):
     assert "1,051,768,512 parameters" in capsys.readouterr().out  # 51,768,512 + 10^8 x 10 weights (fact, r = 10)
 
 
+def test_onboarding_eval_with_force_replaces_the_earlier_results(places, capsys):
+    """--force: the earlier run's files are gone, the new ones are there (nothing of two runs mixed)."""
+    out = places["full"]
+    stale = os.path.join(out, "hypotheses.n7.txt")
+    open(stale, "w").write("an earlier run\n")
+    code, err = run_in_process(evaluate.main, [places.fill(a) for a in EVAL_ON] + [
+        "--heldout-prefix", places["adapt"], "--shots", "0", "1", "--out", out, "--force"], capsys)
+    assert code is None or code == 0, err[-2000:]
+    assert not os.path.exists(stale)
+    assert sorted(os.listdir(out)) == ["hypotheses.n0.txt", "hypotheses.n1.txt", "onboarding.json", "onboarding.md",
+                                       "onboarding.png"]
+    assert "an earlier run" not in open(os.path.join(out, "onboarding.md")).read()
+
+
 @pytest.mark.parametrize("value", ["0", "fast"])  # every other refused value: tests/unit/test_speaker_rows.py
 def test_fairseq_train_refuses_a_bad_speaker_lr_scale(toy, tmp_path, value):
     proc = run("train", train_args(toy["bin"], str(tmp_path / "ckpt"), "lstm_fact_bias", "--speaker-lr-scale", value),
                check=False)
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     assert_user_error(proc)
     assert f"--speaker-lr-scale {value!r}: give 'auto'" in proc.stderr
     assert not os.path.exists(tmp_path / "ckpt" / "checkpoint_last.pt")
 
 
-def test_interactive_refuses_speakers_per_line_with_constraints(toy, trained):
+@pytest.mark.parametrize("stdin,extra,message", [
+    ("spk000\ti am tired .\n", ["--speaker-per-line", "--constraints"],
+     "--speaker-per-line and --constraints both read tab-separated fields"),
+    ("i am tired .\n", [], "pass --speaker NAME, or --speaker-per-line"),
+    ("nobody\ti am tired .\n", ["--speaker-per-line", "--unknown-speaker", "fail"],
+     "<input>:1: speaker 'nobody' is not among the 8 speakers"),
+])
+def test_fairseq_interactive_refuses_bad_speakers(toy, trained, stdin, extra, message):
     """Both read the tab-separated fields of a line: fairseq would translate the speaker's label."""
-    proc = run("interactive", [toy["bin"], "--user-dir", os.path.dirname(__import__("fairseq_speaker").__file__),
-                               "--task", "speaker_translation", "--path", trained("lstm_fact_bias"),
-                               "--speaker-per-line", "--constraints"], stdin="spk000\ti am tired .\n", check=False)
-    assert proc.returncode == 1
+    proc = run("interactive", [toy["bin"], "--user-dir", USER_DIR, "--task", "speaker_translation",
+                               "--path", trained("lstm_fact_bias"), *extra], stdin=stdin, check=False)
+    assert proc.returncode == 2
     assert_user_error(proc)
-    assert "--speaker-per-line and --constraints both read tab-separated fields" in proc.stderr
+    assert message in proc.stderr
 
 
 @pytest.mark.parametrize("flag", ["--fp16", "--bf16", "--memory-efficient-fp16"])
-def test_half_precision_without_a_gpu_is_refused(toy, tmp_path, flag):
-    import torch
-
+def test_half_precision_without_a_gpu_is_refused(toy, tmp_path, flag, capsys):
     if torch.cuda.is_available():
         pytest.skip("this machine has a CUDA GPU: half precision is allowed there")
-    proc = run("train", train_args(toy["bin"], str(tmp_path / "ckpt"), "lstm_fact_bias", flag), check=False)
-    assert proc.returncode == 1
-    assert_user_error(proc)
-    assert "fairseq trains in half precision on a CUDA GPU only" in proc.stderr
-
-
-def test_a_torch_file_that_is_no_checkpoint_is_refused_by_fairseqs_commands(toy, tmp_path):
-    import torch
-
-    path = str(tmp_path / "weights.pt")
-    torch.save({"weights": torch.zeros(2)}, path)
-    proc = run("generate", [toy["bin"], "--user-dir", os.path.dirname(__import__("fairseq_speaker").__file__),
-                            "--task", "speaker_translation", "--path", path], check=False)
-    assert proc.returncode == 1
-    assert_user_error(proc)
-    assert "weights.pt: not a fairseq checkpoint" in proc.stderr
+    argv = train_args(toy["bin"], str(tmp_path / "ckpt"), "lstm_fact_bias", flag)
+    code, err = run_in_process(fairseq_train, argv, capsys)
+    assert code == 2
+    assert "fairseq trains in half precision on a CUDA GPU only" in err.strip().splitlines()[-1]
 
 
 def test_resuming_a_save_dir_with_another_arch_says_so(toy, trained, tmp_path):
-    import shutil
-
     save = tmp_path / "ckpt"
     save.mkdir()
     shutil.copy(trained("lstm_full_bias"), save / "checkpoint_last.pt")
     proc = run("train", train_args(toy["bin"], str(save), "lstm_fact_bias", "--max-epoch", "3"), check=False)
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     assert_user_error(proc)
     assert "the checkpoint's parameters do not fit this model" in proc.stderr and "--save-dir" in proc.stderr
+
+
+# -- the Python API ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def translator(toy, trained):
+    from fairseq_speaker.serving import SpeakerTranslator
+
+    return SpeakerTranslator.from_pretrained(trained("lstm_fact_bias"), data=toy["bin"], max_len_b=4)
+
+
+
+#: SpeakerTranslator method calls (``t``: the translator, ``p``: :class:`Places`) -> text of the refusal
+API_PROBES = [
+    ("translate speakers=None", lambda t, p: t.translate("i am tired .", speakers=None),
+     "speakers: give a string or a list of strings, got NoneType None"),
+    ("translate 3 speakers for 2", lambda t, p: t.translate(["a .", "b ."], speakers=["x", "y", "z"]),
+     "3 speakers for 2 sentences: give one speaker for all, or one per sentence"),
+    ("translate a number", lambda t, p: t.translate([3], speakers="spk000"),
+     "sentences: give a string or a list of strings, got list [3]"),
+    ("translate beam=0", lambda t, p: t.translate("i am tired .", speakers="spk000", beam=0),
+     "beam must be a whole number of at least 1, got 0"),
+    ("translate beam=2.5", lambda t, p: t.translate("i am tired .", speakers="spk000", beam=2.5),
+     "beam must be a whole number of at least 1, got 2.5"),
+    ("add_speaker tab", lambda t, p: t.add_speaker("dr\tlee", p.sources, p.targets),
+     "cannot add a speaker: speaker label 'dr\\tlee' contains '\\t'"),
+    ("add_speaker empty", lambda t, p: t.add_speaker("", p.sources, p.targets), "cannot add a speaker: empty speaker label"),
+    ("add_speaker trailing space", lambda t, p: t.add_speaker("lee ", p.sources, p.targets),
+     "cannot add a speaker: speaker label 'lee ' with surrounding whitespace"),
+    ("add_speaker BOM", lambda t, p: t.add_speaker("\ufefflee", p.sources, p.targets),
+     "cannot add a speaker: speaker label '\\ufefflee' contains '\\ufeff'"),
+    ("add_speaker number", lambda t, p: t.add_speaker(7, p.sources, p.targets),
+     "cannot add a speaker: a speaker label must be a string, got int 7"),
+    ("add_speaker no sentences", lambda t, p: t.add_speaker("lee", [], []), "no sentences to adapt on for 'lee'"),
+    ("add_speaker uneven", lambda t, p: t.add_speaker("lee", p.sources * 2, p.targets),
+     "2 source sentences but 1 target sentences"),
+    ("add_speaker known", lambda t, p: t.add_speaker("spk000", p.sources, p.targets),
+     "speaker(s) 'spk000' already in the model: pass --replace (replace=True)"),
+    ("update_speaker no sentences", lambda t, p: t.update_speaker("spk000", [], []),
+     "no sentences to update speaker 'spk000' with"),
+    ("export_speakers to a folder", lambda t, p: t.export_speakers(p.tmp, ["spk000"]),
+     "{tmp} is a directory: give the path of a file to write"),
+    ("export_speakers missing folder", lambda t, p: t.export_speakers(p.path("no/v.npz"), ["spk000"]),
+     "cannot write {tmp}/no/v.npz: the folder {tmp}/no does not exist"),
+    ("import_speakers missing file", lambda t, p: t.import_speakers(p.path("none.npz")),
+     "speaker vectors not found: {tmp}/none.npz (fairseq-speaker-vectors export writes them)"),
+    ("import_speakers not vectors", lambda t, p: t.import_speakers(p["garbage"]),
+     "{garbage}: not a .npz archive, so not a speaker vectors file"),
+    ("save to a folder", lambda t, p: t.save(p.tmp), "{tmp} is a directory: give the path of a file to write"),
+    ("save missing folder", lambda t, p: t.save(p.path("no/m.pt")),
+     "cannot write {tmp}/no/m.pt: the folder {tmp}/no does not exist"),
+]
+
+
+@pytest.mark.parametrize("name,call,message", API_PROBES, ids=[row[0] for row in API_PROBES])
+def test_a_bad_api_call_is_refused_with_one_message(translator, places, name, call, message):
+    from fairseq_speaker.errors import UserError
+
+    before = translator.speakers
+    with pytest.raises(UserError) as refused:
+        call(translator, places)
+    assert places.fill(message) in str(refused.value)
+    assert translator.speakers == before  # nothing half-added
+
+
+@pytest.mark.parametrize("name,data,message", [
+    ("another dictionary", "{other}", "{ckpt} was trained with the dictionaries of another data folder than {other}: "
+     "its source dictionary has 64 symbols, {other}/dict.en.txt has 56; its target dictionary has 88 symbols, "
+     "{other}/dict.fr.txt has 80"),
+    ("no such checkpoint", "{data}", "checkpoint not found: {tmp}/none.pt"),
+], ids=["another dictionary", "no such checkpoint"])
+def test_from_pretrained_refuses_what_it_cannot_load(places, name, data, message):
+    from fairseq_speaker.errors import UserError
+    from fairseq_speaker.serving import SpeakerTranslator
+
+    checkpoint = places["ckpt"] if name == "another dictionary" else places.path("none.pt")
+    with pytest.raises(UserError) as refused:
+        SpeakerTranslator.from_pretrained(checkpoint, data=places.fill(data))
+    assert places.fill(message) in str(refused.value)
+
+
+def test_every_command_has_probes():
+    """A command of the package without rows here is a surface nobody probed."""
+    import tomllib
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(root, "pyproject.toml"), "rb") as f:
+        scripts = set(tomllib.load(f)["project"]["scripts"])
+    assert scripts - set(COMMAND_PROBES) == set(), "commands without probe rows"
+    rows = sum(len(rows) for rows in COMMAND_PROBES.values()) + len(API_PROBES)
+    assert rows >= 100, rows
+

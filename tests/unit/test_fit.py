@@ -3,33 +3,21 @@
 Uses the frozen 0.2.0 checkpoints of every variant with speaker parameters, both families.
 """
 
-import os
-
 import pytest
 import torch
 from fairseq.data import LanguagePairDataset
 
-from fairseq_speaker.data import read_lines
 from fairseq_speaker.onboarding.adapt import SpeakerAdapter
-from fairseq_speaker.onboarding.checkpoint import OnboardingError, SpeakerCheckpoint
+from fairseq_speaker.onboarding.checkpoint import OnboardingError
 from fairseq_speaker.onboarding.fit import FitOptions, _nll, fit_speakers, score_tokens
-from tests.checkpoint_compat import FIXTURES
+from tests.helpers import frozen_pairs, open_frozen
 
-FOLDER = os.path.join(FIXTURES, "0.2.0")
-LANGS = {"source_lang": "en", "target_lang": "fr"}
 SYSTEMS = ["lstm_full_bias", "lstm_fact_bias", "lstm_proj", "lstm_simplex", "transformer_full_bias",
            "transformer_fact_topic"]
 
 
-def _open(system):
-    return SpeakerCheckpoint.load(os.path.join(FOLDER, f"{system}.pt"), data=FOLDER, overrides=LANGS)
-
-
-def _pairs(checkpoint, speaker):
-    task = checkpoint.task
-    rows = zip(*(read_lines(os.path.join(FOLDER, f"test.{x}")) for x in ("en", "fr", "spk")))
-    return [(task.src_dict.encode_line(s, add_if_not_exist=False).long(),
-             task.tgt_dict.encode_line(t, add_if_not_exist=False).long()) for s, t, k in rows if k == speaker]
+_open = open_frozen
+_pairs = frozen_pairs
 
 
 def _model_nll(checkpoint, pairs, speaker_id):

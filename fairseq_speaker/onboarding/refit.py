@@ -1,0 +1,244 @@
+"""``fairseq-speaker-refit``: every trained speaker estimated again under a prior learned from all speakers.
+
+Training learns a speaker's rows with the network, from the updates their few sentences take part in; the
+rows end where the optimizer left them, each pulled towards nothing but its own sentences. Here the network
+is frozen and the estimation is done as it should be for a parameter seen through few sentences (empirical
+Bayes, :mod:`fairseq_speaker.onboarding.prior`):
+
+1. fit a mixture prior (K components, chosen by BIC unless ``--components`` says) to the speakers' rows;
+2. refit every speaker's rows under that prior, on their training sentences (the onboarding solver:
+   L-BFGS on cached logits for an output bias, through the frozen decoder for a variant acting on its state);
+3. repeat ``--iterations`` times; fit the prior a last time to the final rows and save it in the checkpoint.
+
+Speakers onboarded later into the saved checkpoint (``fairseq-speaker-adapt``, ``-onboarding-eval``,
+``SpeakerTranslator.add_speaker``) are fitted under the same prior, so that a new speaker's first
+sentences are read as the trained speakers' were. Shared parameters are not changed.
+
+Usage::
+
+    fairseq-speaker-refit DATA --path checkpoints/checkpoint_best.pt --save refit.pt [--components auto]
+"""
+
+import argparse
+import logging
+import math
+import os
+import sys
+import time
+from typing import Dict, List, Optional, Sequence
+
+import torch
+from torch import Tensor
+
+from fairseq_speaker.errors import UserError, command
+from fairseq_speaker.onboarding.adapt import SpeakerAdapter, _stack
+from fairseq_speaker.onboarding.checkpoint import OnboardingError, SpeakerCheckpoint, replace_speakers
+from fairseq_speaker.onboarding.fit import FitOptions, Pair, TokenScores, data_nll, fit_speakers
+from fairseq_speaker.onboarding.prior import CHECKPOINT_KEY, SpeakerPrior, fit_mixture, refit_report
+
+logger = logging.getLogger(__name__)
+
+
+def training_sentences(task, subset: str) -> Dict[str, List[Pair]]:
+    """The sentence pairs of every known speaker in ``subset`` of the task's data, by speaker name."""
+    task.load_dataset(subset)
+    dataset = task.datasets[subset]
+    names = task.speaker_dictionary.names
+    out: Dict[str, List[Pair]] = {}
+    for i, speaker in enumerate(dataset.speakers.tolist()):
+        if speaker < 0:  # a sentence of no known speaker
+            continue
+        item = dataset[i]
+        out.setdefault(names[speaker], []).append((item["source"], item["target"]))
+    return out
+
+
+def fit_jointly(adapter: SpeakerAdapter, sentences: Dict[str, List[Pair]], rows: Dict[str, Dict[str, Tensor]],
+                l2: float, heldout: Optional[Dict[str, List[Pair]]] = None, max_iter: int = 200,
+                max_cache_bytes: int = 4 << 30, progress=None) -> None:
+    """Fit every speaker's ``rows`` (updated in place) and the variant's shared parameters (copied into the
+    model) together on the frozen network's cached scores: the direct factorization of the speakers'
+    sentences, ridge ``l2`` on the rows, stopped where the loss of the ``heldout`` sentences stops improving."""
+    bias, names = adapter.bias, list(sentences)
+    problems, size = {}, 0
+    for group in adapter._score_groups(names):
+        for name, chunks in group:
+            problems[name] = chunks
+            size += sum(c.nbytes() if isinstance(c, TokenScores) else 0 for c in chunks)
+            if size > max_cache_bytes:
+                raise OnboardingError(
+                    f"fitting the shared parameters keeps every training sentence's scores in memory: more than "
+                    f"{max_cache_bytes / 2 ** 30:.1f} GB here; pass --shared keep (or a larger --max-cache-gb)")
+    held = None
+    if heldout:
+        held = [adapter.chunks(heldout[name]) if heldout.get(name) else [] for name in names]
+    zero = {k: torch.zeros_like(v) for k, v in rows[names[0]].items()}
+    options = FitOptions(l2=l2, max_iter=max_iter)
+    started = time.perf_counter()
+    fitted, shared, report = fit_speakers(bias, [problems[n] for n in names], options, init=[rows[n] for n in names],
+                                          prior=[zero] * len(names), heldout=held, fit_shared=True)
+    with torch.no_grad():
+        for key, value in shared.items():
+            bias.get_parameter(key).copy_(value)
+    for name, r in zip(names, fitted):
+        rows[name] = {k: v.float() for k, v in r.items()}
+    if progress:
+        held_text = (f", held-out {report.heldout_before:.4f} -> {report.heldout_after:.4f}"
+                     if report.heldout_after is not None else "")
+        progress(f"speakers and shared parameters fitted together: training loss per token {report.loss_before:.4f} "
+                 f"-> {report.loss_after:.4f}{held_text}, {report.iterations} iterations "
+                 f"({time.perf_counter() - started:.1f} s)")
+
+
+def refit_speakers(adapter: SpeakerAdapter, sentences: Dict[str, List[Pair]], components="auto",
+                   iterations: int = 1, seed: int = 1, progress=None, shared: bool = False, l2: float = 0.01,
+                   heldout: Optional[Dict[str, List[Pair]]] = None, max_cache_bytes: int = 4 << 30,
+                   shared_max_iter: int = 200) -> SpeakerPrior:
+    """Refit the speakers of ``sentences`` (name -> pairs; all known to the model) in place: with ``shared``,
+    first together with the variant's shared parameters (:func:`fit_jointly`); then alternating the prior's fit
+    and the speakers' (see the module documentation). Returns the prior the speakers were last fitted under."""
+    bias, task = adapter.bias, adapter.task
+    names = list(sentences)
+    index = [task.speaker_dictionary.index(name) for name in names]
+    exported = bias.export_speakers(index)
+    rows = {name: {k: v[i : i + 1].float() for k, v in exported.items()} for i, name in enumerate(names)}
+    adapter.sentences = {name: list(pairs) for name, pairs in sentences.items()}
+    if shared:
+        fit_jointly(adapter, sentences, rows, l2, heldout, max_iter=shared_max_iter,
+                    max_cache_bytes=max_cache_bytes, progress=progress)
+    for iteration in range(iterations):
+        started = time.perf_counter()
+        prior = fit_mixture([rows[n] for n in names], components, seed=seed + iteration, variant=bias.name)
+        before = after = 0.0
+        tokens = 0
+        for group in adapter._score_groups(names):
+            for name, chunks in group:
+                with torch.no_grad():
+                    before += float(data_nll(bias, rows[name], chunks))
+                new, _, report = fit_speakers(bias, [chunks], adapter.options, init=[rows[name]], prior=[prior])
+                rows[name] = {k: v.float() for k, v in new[0].items()}
+                with torch.no_grad():
+                    after += float(data_nll(bias, rows[name], chunks))
+                tokens += report.tokens
+        if progress:
+            progress(f"iteration {iteration + 1}/{iterations}: {refit_report(prior)[0]}; training loss per token "
+                     f"{before / max(tokens, 1):.4f} -> {after / max(tokens, 1):.4f} "
+                     f"({time.perf_counter() - started:.1f} s)")
+    dtype = {name: p.dtype for name, p in bias.speaker_parameters().items()}
+    replace_speakers(adapter.model, task, names, _stack([{k: v.to(dtype[k]) for k, v in rows[n].items()}
+                                                         for n in names]))
+    # the prior the speakers were last fitted under, not one fitted to the refitted rows: those sit closer to
+    # their components than the evidence of a few sentences warrants, and a prior fitted to them would be
+    # ever narrower (the collapse of hard EM)
+    return prior
+
+
+def parse_components(value: str):
+    if value == "auto":
+        return value
+    try:
+        k = int(value)
+    except ValueError:
+        k = 0
+    if k < 1:
+        raise argparse.ArgumentTypeError(f"must be 'auto' or a whole number >= 1, got {value!r}")
+    return k
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fairseq-speaker-refit",
+        description="Estimate every trained speaker again on the frozen network, under a prior learned from all "
+                    "speakers (a mixture over kinds of speakers); the prior is saved for onboarding.")
+    parser.add_argument("data", help="the data directory the model was trained on (dictionaries, binarized "
+                        "training data and its speaker file)")
+    parser.add_argument("--path", required=True, help="the trained checkpoint")
+    parser.add_argument("--save", required=True, help="where to write the refitted checkpoint (a new file)")
+    parser.add_argument("--subset", default="train", help="the split whose sentences the speakers are refitted on")
+    parser.add_argument("--components", type=parse_components, default="auto",
+                        help="components of the mixture prior: a number, or 'auto' (1 to 32, by BIC)")
+    parser.add_argument("--iterations", type=int, default=1, help="rounds of prior fit and speaker refit")
+    parser.add_argument("--shared", choices=("keep", "fit"), default="keep",
+                        help="keep the variant's shared parameters (e.g. fact's r bias vectors) as trained, or first "
+                        "fit them together with every speaker on cached scores (an output bias only; see "
+                        "docs/speaker_learning.md for what it does to each family: check the result on held-out data)")
+    parser.add_argument("--l2", type=float, default=0.01,
+                        help="with --shared fit: the pull of the speakers' rows towards zero, per token")
+    parser.add_argument("--shared-max-iter", type=int, default=200,
+                        help="with --shared fit: L-BFGS iterations of the joint fit at most")
+    parser.add_argument("--heldout-subset", default="none",
+                        help="with --shared fit: a split whose sentences stop the fit where their loss stops "
+                        "improving (default: none; on the styles corpus the per-token loss of held-out sentences "
+                        "stops improving before their speaker words do)")
+    parser.add_argument("--max-cache-gb", type=float, default=4.0,
+                        help="with --shared fit: the memory the cached scores of the training sentences may take")
+    parser.add_argument("--max-iter", type=int, default=100, help="L-BFGS iterations per speaker at most")
+    parser.add_argument("--batch-sentences", type=int, default=256, help="sentences the network scores at once")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: torch's)")
+    parser.add_argument("--user-dir", default=None,
+                        help="a package registering more speaker bias variants or model families")
+    return parser
+
+
+@command("fairseq-speaker-refit", also=(FloatingPointError,))
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    logging.basicConfig(format="%(message)s", level=logging.WARNING, stream=sys.stderr)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.iterations < 1:
+        parser.error(f"--iterations must be at least 1, got {args.iterations}")
+    if args.max_iter < 1 or args.batch_sentences < 1 or args.shared_max_iter < 1:
+        parser.error("--max-iter, --shared-max-iter and --batch-sentences must be at least 1")
+    if not (math.isfinite(args.l2) and args.l2 >= 0):
+        parser.error(f"--l2 must be a number >= 0, got {args.l2}")
+    if not args.max_cache_gb > 0:
+        parser.error(f"--max-cache-gb must be positive, got {args.max_cache_gb}")
+    if args.threads is not None:
+        if args.threads < 1:
+            parser.error(f"--threads must be at least 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
+    if os.path.abspath(args.save) == os.path.abspath(args.path):
+        parser.error("--save must not be the checkpoint given by --path: write the refitted model to a new file")
+    if args.user_dir:
+        from fairseq import utils
+
+        utils.import_user_module(argparse.Namespace(user_dir=args.user_dir))
+    import fairseq_speaker  # noqa: F401  (registers the task and models)
+
+    checkpoint = SpeakerCheckpoint.load(args.path, data=args.data)
+    checkpoint.check_adaptable()
+    try:
+        sentences = training_sentences(checkpoint.task, args.subset)
+    except (FileNotFoundError, UserError):
+        raise OnboardingError(f"{args.data}: no binarized {args.subset!r} split; --subset names the split the "
+                              f"speakers were trained on (default: train)") from None
+    if not sentences:
+        raise OnboardingError(f"{args.data}: the {args.subset!r} split has no sentence of a speaker the model knows")
+    adapter = SpeakerAdapter(checkpoint.model, checkpoint.task, FitOptions(max_iter=args.max_iter),
+                             batch_sentences=args.batch_sentences, max_unknown_rate=1.0)
+    start = time.perf_counter()
+    bias = checkpoint.speaker_bias
+    shared = args.shared == "fit"
+    if shared and bias.acts_on_state:
+        raise OnboardingError(f"--shared fit fits on cached scores, which a variant acting on the decoder's state "
+                              f"({bias.name}) does not have: use --shared keep")
+    if shared:
+        print("warning: --shared fit: the speakers' biases can become far more confident than their sentences "
+              "warrant (docs/speaker_learning.md); compare the refitted model with the trained one on "
+              "held-out data before using it", file=sys.stderr)
+    heldout = None
+    if shared and args.heldout_subset != "none":
+        try:
+            heldout = training_sentences(checkpoint.task, args.heldout_subset)
+        except (FileNotFoundError, UserError):
+            raise OnboardingError(f"{args.data}: no binarized {args.heldout_subset!r} split; --heldout-subset "
+                                  f"none fits without a held-out stop") from None
+    prior = refit_speakers(adapter, sentences, args.components, args.iterations, args.seed,
+                           progress=lambda line: print(f"[refit] {line}", flush=True), shared=shared, l2=args.l2,
+                           heldout=heldout, max_cache_bytes=int(args.max_cache_gb * 2 ** 30),
+                           shared_max_iter=args.shared_max_iter)
+    checkpoint.state[CHECKPOINT_KEY] = prior.state_dict()
+    checkpoint.save(args.save)
+    print(f"{len(sentences)} speakers refitted ({checkpoint.speaker_bias.name} bias) in "
+          f"{time.perf_counter() - start:.1f} s; {refit_report(prior)[0]}; saved to {args.save}")

@@ -1,0 +1,87 @@
+"""fairseq-speaker-refit: trained speakers estimated again under a learned prior, saved for onboarding."""
+
+import os
+
+import pytest
+import torch
+
+from fairseq_speaker.onboarding import refit
+from fairseq_speaker.onboarding.prior import CHECKPOINT_KEY, SpeakerPrior
+from tests.cli import generate_args, run
+
+
+@pytest.fixture(scope="module")
+def refitted(trained, toy, tmp_path_factory):
+    checkpoint = trained("lstm_fact_bias")
+    out = str(tmp_path_factory.mktemp("refit") / "refit.pt")
+    proc = run("fairseq-speaker-refit", [toy["bin"], "--path", checkpoint, "--save", out, "--components", "2",
+                                         "--threads", "1"])
+    return checkpoint, out, proc
+
+
+def test_refit_changes_only_the_speaker_rows_and_saves_the_prior(refitted):
+    checkpoint, out, proc = refitted
+    assert "8 speakers refitted (fact bias)" in proc.stdout and "prior: 2 component(s)" in proc.stdout
+    before, after = torch.load(checkpoint, weights_only=False), torch.load(out, weights_only=False)
+    for key, value in before["model"].items():
+        if not torch.is_tensor(value):
+            assert after["model"][key] == value, key
+        elif key.endswith("speaker_bias.speaker_weights"):
+            assert not torch.equal(after["model"][key], value)
+        else:
+            assert torch.equal(after["model"][key], value), key  # the shared network is not touched
+    prior = SpeakerPrior.from_state_dict(after[CHECKPOINT_KEY])
+    assert prior.components == 2 and prior.variant == "fact"
+    assert set(prior.means) == {"speaker_weights"} and prior.means["speaker_weights"].shape[0] == 2
+    assert after["task_state"]["speaker_dictionary"] == before["task_state"]["speaker_dictionary"]  # same speakers
+
+
+def test_a_refitted_checkpoint_decodes_and_onboards_under_its_prior(refitted, toy, tmp_path):
+    _, out, _ = refitted
+    generated = run("generate", generate_args(toy["bin"], out, "--gen-subset", "test"))
+    assert generated.stdout.count("\nH-") + generated.stdout.startswith("H-") == 37
+    prefix = os.path.join(toy["raw"], "test")
+    rows = {}
+    for prior in ("checkpoint", "mean"):
+        save = str(tmp_path / f"adapted-{prior}.pt")
+        run("fairseq-speaker-adapt", [toy["bin"], "--path", out, "--adapt-prefix", prefix, "--save", save,
+                                      "--replace", "--adapt-prior", prior])
+        rows[prior] = torch.load(save, weights_only=False)["model"]["decoder.speaker_bias.speaker_weights"]
+    assert not torch.allclose(rows["checkpoint"], rows["mean"], atol=1e-4)
+
+
+def test_shared_fit_moves_the_shared_bias_vectors_too(trained, toy, tmp_path, capsys):
+    checkpoint = trained("lstm_fact_bias")
+    out = str(tmp_path / "joint.pt")
+    refit.main([toy["bin"], "--path", checkpoint, "--save", out, "--components", "1", "--shared", "fit",
+                "--shared-max-iter", "20", "--threads", "1"])
+    printed = capsys.readouterr()
+    assert "speakers and shared parameters fitted together" in printed.out
+    assert "compare the refitted model with the trained one on held-out data" in printed.err
+    before, after = torch.load(checkpoint, weights_only=False)["model"], torch.load(out, weights_only=False)["model"]
+    for key, value in before.items():
+        if not torch.is_tensor(value):
+            continue
+        moved = not torch.equal(after[key], value)
+        assert moved == key.endswith(("speaker_bias.speaker_weights", "speaker_bias.shared_biases")), key
+
+
+def test_shared_fit_is_refused_for_a_variant_on_the_decoders_state(trained, toy, tmp_path, capsys):
+    err = _refused([toy["bin"], "--path", trained("lstm_base:lhuc"), "--save", str(tmp_path / "o.pt"),
+                    "--shared", "fit"], capsys)
+    assert "does not have: use --shared keep" in err
+
+
+def _refused(argv, capsys) -> str:
+    with pytest.raises(SystemExit) as exit:
+        refit.main(argv)
+    assert exit.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return err
+
+
+def test_a_model_without_speaker_parameters_is_refused(trained, toy, tmp_path, capsys):
+    out = str(tmp_path / "o.pt")
+    assert "nothing to adapt" in _refused([toy["bin"], "--path", trained("lstm_base"), "--save", out], capsys)
+    assert not os.path.exists(out)
