@@ -2,12 +2,15 @@
 
 import json
 
+import pytest
+
 from tests.cli import run
 
 TINY = ["--sizes", "8", "8", "8", "--vocab", "40", "--sentences", "120", "--warmup", "1", "--updates", "2",
         "--repeats", "1", "--gen-sentences", "8", "--gen-batch", "4", "--gen-len", "4"]
 
 
+@pytest.mark.slow  # trains each configuration for real; the arithmetic and refusals stay in the default run
 def test_benchmark_measures_ours_beside_stock_fairseq_and_skips_what_cannot_fit(tmp_path):
     out = tmp_path / "bench.json"
     proc = run("fairseq-speaker-benchmark", [*TINY, "--configs", "lstm_full_bias", "stock_lstm", "--generate",
@@ -57,6 +60,7 @@ def test_ratios_are_paired_within_rounds_and_rounds_rotate():
     assert rotated(0, 2) == []
 
 
+@pytest.mark.slow  # several rounds of every configuration
 def test_paired_rounds_measure_every_configuration_in_one_process_and_refuse_plain(tmp_path):
     """--paired runs the configurations of a mode in one process per round, taking turns: every row has a
     figure per round, and the ratios to base and stock are filled; --plain cannot share that process."""
