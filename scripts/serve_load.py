@@ -69,8 +69,9 @@ class _Connection:
             self.writer.close()
 
 
-async def _load(port: int, clients: int, requests: int, sentences: List[str], speakers: List[str]):
-    """``requests`` one-sentence requests from ``clients`` concurrent clients: (seconds, latencies, errors)."""
+async def _load(port: int, clients: int, requests: int, sentences: List[str], speakers: List[str], size: int = 1):
+    """``requests`` requests of ``size`` sentences (one speaker each, mixed) from ``clients`` concurrent clients:
+    (seconds, latencies, errors)."""
     latencies: List[float] = []
     errors = 0
     counter = iter(range(requests))
@@ -78,7 +79,9 @@ async def _load(port: int, clients: int, requests: int, sentences: List[str], sp
     async def client(connection: _Connection):
         nonlocal errors
         for i in counter:
-            body = {"sentences": [sentences[i % len(sentences)]], "speaker": speakers[i % len(speakers)]}
+            first = i * size
+            body = {"sentences": [sentences[(first + j) % len(sentences)] for j in range(size)],
+                    "speakers": [speakers[(first + j) % len(speakers)] for j in range(size)]}
             start = time.perf_counter()
             status, _ = await connection.post("/translate", body)
             latencies.append(time.perf_counter() - start)
@@ -93,10 +96,10 @@ async def _load(port: int, clients: int, requests: int, sentences: List[str], sp
     return seconds, latencies, errors
 
 
-def _measure(port: int, clients: int, requests: int, sentences: List[str], speakers: List[str]):
+def _measure(port: int, clients: int, requests: int, sentences: List[str], speakers: List[str], size: int = 1):
     """:func:`_load` after a warm-up round, in the clients' process."""
-    asyncio.run(_load(port, clients, min(requests, 4 * clients), sentences, speakers))
-    return asyncio.run(_load(port, clients, requests, sentences, speakers))
+    asyncio.run(_load(port, clients, min(requests, 4 * clients), sentences, speakers, size))
+    return asyncio.run(_load(port, clients, requests, sentences, speakers, size))
 
 
 def main(argv=None) -> None:
@@ -149,16 +152,23 @@ def main(argv=None) -> None:
           f"{len(speakers)} speakers, beam {args.beam}; torch threads {torch.get_num_threads()}, "
           f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '(unset)')}, {os.cpu_count()} CPUs")
     print(f"direct translator, batches of {args.batch}: {direct:.1f} sentences/s")
-    print(f"{'clients':>8} {'requests':>9} {'sentences/s':>12} {'of direct':>10} {'p50 ms':>8} {'p99 ms':>8} "
-          f"{'mean batch':>11} {'errors':>7}")
     batches = app.state.metrics.batch_sentences
     pool = multiprocessing.get_context("spawn").Pool(1)
+    # the service's own reference: one client sending requests of --batch sentences, one after the other
+    seconds, latencies, _ = pool.apply(_measure, (port, 1, max(1, args.requests // args.batch), sentences, speakers,
+                                                  args.batch))
+    one_client = args.batch * len(latencies) / seconds
+    print(f"one client, requests of {args.batch} sentences: {one_client:.1f} sentences/s "
+          f"({100 * one_client / direct:.0f}% of direct)")
+    print(f"{'clients':>8} {'requests':>9} {'sentences/s':>12} {'of direct':>10} {'of one client':>14} "
+          f"{'p50 ms':>8} {'p99 ms':>8} {'mean batch':>11} {'errors':>7}")
     for clients in [int(c) for c in args.clients.split(",")]:
         count, total = batches.count, batches.sum
         seconds, latencies, errors = pool.apply(_measure, (port, clients, args.requests, sentences, speakers))
         rate = len(latencies) / seconds
         mean_batch = (batches.sum - total) / max(batches.count - count, 1)
         print(f"{clients:>8} {len(latencies):>9} {rate:>12.1f} {100 * rate / direct:>9.0f}% "
+              f"{100 * rate / one_client:>13.0f}% "
               f"{1000 * statistics.median(latencies):>8.1f} {1000 * _percentile(latencies, 0.99):>8.1f} "
               f"{mean_batch:>11.1f} {errors:>7}")
     pool.close()
