@@ -354,10 +354,14 @@ class SpeakerTranslationTask(TranslationTask):
             numbers = list(range(1, len(labels) + 1))
         policy = self.cfg.unknown_speaker
         ids = self.speaker_dictionary.encode(labels, policy, source="<input>", lines=numbers)
+        unknown: Dict[str, List[int]] = {}  # one warning per label, naming its lines
         for number, label, i in zip(numbers, labels, ids.tolist()):
             if i < 0:
-                logger.warning(f"<input>:{number}: speaker {label!r} is not among the model's "
-                               f"{len(self.speaker_dictionary)} speakers: translated with --unknown-speaker {policy}")
+                unknown.setdefault(label, []).append(number)
+        for label, where in unknown.items():
+            shown = ",".join(str(n) for n in where[:3]) + (f" and {len(where) - 3} more lines" if len(where) > 3 else "")
+            logger.warning(f"<input>:{shown}: speaker {label!r} is not among the model's "
+                           f"{len(self.speaker_dictionary)} speakers: translated with --unknown-speaker {policy}")
         return _InferenceSpeakerDataset(dataset, ids, self._pending)
 
     def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):

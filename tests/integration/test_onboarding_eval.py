@@ -37,6 +37,7 @@ def test_a_row_per_n_and_n0_is_the_mean_speaker(toy, trained, heldout, tmp_path)
     assert table[0].startswith("| n | BLEU | speaker words | gender | address | profession |")
     assert [row.split(" | ")[0] for row in table[1:]] == ["| 0", "| 1", "| 5"]
     assert all(row in proc.stdout for row in table)
+    assert "is not among the model's" not in proc.stderr  # n = 0 is the mean speaker by design, not a warning
 
     with open(tmp_path / "onboarding.json", encoding="utf-8") as f:
         result = json.load(f)

@@ -125,3 +125,13 @@ def test_bad_arguments_to_the_api_are_refused_with_a_message(toy, trained):
         with pytest.raises(OnboardingError, match=problem):
             translator.add_speaker(name, sources=["i am tired ."], targets=["je suis fatigué ."])
     assert translator.speakers == SpeakerTranslator.from_pretrained(trained("lstm_full_bias"), data=toy["bin"]).speakers
+
+
+def test_an_unknown_speaker_is_warned_about_once_per_call_with_their_lines(toy, trained, caplog):
+    translator = SpeakerTranslator.from_pretrained(trained("lstm_fact_bias"), data=toy["bin"])
+    sources = [line.strip() for line in open(os.path.join(toy["raw"], "test.en"), encoding="utf-8")][:6]
+    with caplog.at_level("WARNING", logger="fairseq_speaker.tasks.speaker_translation"):
+        translator.translate(sources, ["ghost"] * 5 + [translator.speakers[0]], beam=1, max_len_b=4)
+    warned = [r.getMessage() for r in caplog.records if "is not among the model's" in r.getMessage()]
+    assert warned == ["<input>:1,2,3 and 2 more lines: speaker 'ghost' is not among the model's 8 speakers: "
+                      "translated with --unknown-speaker mean"]
