@@ -266,7 +266,7 @@ def main(argv=None) -> None:
     except (SpeakerDataError, ValueError) as e:
         raise UserError(f"{args.data}: {e}") from None
     model.save(args.out)
-    for k, weights in enumerate(lda.components_):
+    for k, weights in enumerate(lda.components_ if args.top_words else []):  # --top-words 0: no topic lines
         top = np.argsort(-weights)[: args.top_words]
         print(f"topic {k}: " + " ".join(dictionary[int(i)] for i in top))
     print(f"wrote {args.out} ({model.num_topics} topics over {len(dictionary):,} source words)")

@@ -116,7 +116,7 @@ def main(argv=None) -> None:
     if not os.path.isdir(data):
         print(f"[sweep] {args.speakers} speakers x {args.sentences} training sentences in {args.workdir}", flush=True)
         sizes = {"train": args.speakers * args.sentences, "valid": args.test, "test": args.test}
-        data = demo.prepare(args.workdir, sizes, args.speakers, args.threads, topics=2)
+        data = demo.prepare(args.workdir, sizes, args.speakers, args.threads, topics=0)
     raw = os.path.join(args.workdir, "raw")
     references = read_lines(os.path.join(raw, "test.fr"))
     traits = read_traits(os.path.join(raw, "test.traits"))

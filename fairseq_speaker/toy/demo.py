@@ -9,9 +9,9 @@ enough for a few minutes on 2 CPU cores.
 
 A system is a preset (``lstm_fact_bias``, ``transformer_base``, ...), optionally
 with another speaker bias variant (``lstm_base:simplex``, ``transformer_base:fact+topic``)
-or the speaker token (``lstm_base+spk_token``). A topic model of the source side is
-fitted once (``fairseq-speaker-topics``) and given to every system (``--topic-model``):
-variants that read the source use it, the others ignore it.
+or the speaker token (``lstm_base+spk_token``). When a system of the run has the topic variant, a
+topic model of the source side is fitted once (``fairseq-speaker-topics``) and given to every system
+(``--topic-model``): variants that read the source use it, the others ignore it.
 
 With ``--styles K`` the corpus is of the styles mode (K styles of translating ambiguous phrases,
 shared by the speakers, each speaker leaving theirs on a share ``--deviation`` of the phrases; see
@@ -69,10 +69,21 @@ def prepare(workdir: str, sizes: Dict[str, int], speakers: int, threads: int, to
     ], os.path.join(workdir, "preprocess.log"), threads)
     for split in sizes:
         shutil.copy(os.path.join(raw, f"{split}.spk"), data)
-    from fairseq_speaker.topic_model import main as fit_topics
+    if topics:  # only when a system of the run has the topic variant
+        from fairseq_speaker.topic_model import main as fit_topics
 
-    fit_topics([data, "--topics", str(topics), "--out", os.path.join(data, "topics.npz"), "--top-words", "0"])
+        fit_topics([data, "--topics", str(topics), "--out", os.path.join(data, "topics.npz"), "--top-words", "0"])
     return data
+
+
+def uses_topics(systems: Sequence[str]) -> bool:
+    """Whether a system of ``systems`` (``ARCH[:VARIANT][+spk_token]``) has the topic variant, which reads the
+    topic model that :func:`prepare` fits."""
+    for system in systems:
+        args = commands.system_args(system)
+        if "--speaker-bias" in args and "topic" in parse_variant_name(args[args.index("--speaker-bias") + 1]):
+            return True
+    return False
 
 
 def train_and_translate(workdir: str, data: str, system: str, args, extra: Sequence[str] = (),
@@ -80,12 +91,13 @@ def train_and_translate(workdir: str, data: str, system: str, args, extra: Seque
     """Train ``system`` as the demo does (``extra``: more fairseq-train options, which win) and decode the test
     set; its hypotheses, in the test set's order."""
     name = system.replace(":", "-")
+    topics = os.path.join(data, "topics.npz")
     save_dir = os.path.join(workdir, "checkpoints", name)
     if os.path.isdir(save_dir):
         shutil.rmtree(save_dir)
     fairseq("train", commands.train_args(
         data, save_dir, commands.system_args(system), *family_args(family(system)),
-        "--topic-model", os.path.join(data, "topics.npz"), "--lr", str(args.lr[family(system)]),
+        *(["--topic-model", topics] if os.path.exists(topics) else []), "--lr", str(args.lr[family(system)]),
         "--max-tokens", "1000", "--max-epoch", str(args.epochs), "--seed", str(args.seed),
         "--no-epoch-checkpoints", "--no-progress-bar", "--log-interval", "50", *extra,
     ), os.path.join(workdir, f"train.{name}.log"), args.threads, progress=progress)
@@ -176,9 +188,11 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     os.makedirs(args.workdir, exist_ok=True)
     started = time.time()
-    print(f"[demo] writing the toy corpus, binarizing it and fitting a topic model in {args.workdir}", flush=True)
+    topics = args.topics if uses_topics(args.archs) else 0
+    print(f"[demo] writing the toy corpus, binarizing it{' and fitting a topic model' if topics else ''} in "
+          f"{args.workdir}", flush=True)
     data = prepare(args.workdir, {"train": args.train, "valid": args.test, "test": args.test},
-                   args.speakers, args.threads, args.topics, styles=args.styles, deviation=args.deviation)
+                   args.speakers, args.threads, topics, styles=args.styles, deviation=args.deviation)
     references = read_lines(os.path.join(args.workdir, "raw", "test.fr"))
     traits = read_traits(os.path.join(args.workdir, "raw", "test.traits"))
 

@@ -210,3 +210,10 @@ def test_an_unknown_family_is_refused_with_the_registered_ones():
         get_family("gru")
     with pytest.raises(UserError, match="unknown model family 'gru'"):
         commands.model_size_args("gru", 8, 8)
+
+
+def test_the_demo_fits_a_topic_model_only_for_a_run_with_the_topic_variant():
+    assert not demo.uses_topics(["lstm_base", "lstm_fact_bias", "transformer_base:fact+hyper_lhuc",
+                                 "lstm_base+spk_token"])
+    assert demo.uses_topics(["lstm_fact_bias", "transformer_base:fact+topic"])
+    assert demo.uses_topics(["lstm_base:topic+spk_token"])
