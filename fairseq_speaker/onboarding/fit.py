@@ -63,6 +63,8 @@ class TokenScores:
     target: Tensor
     sentence: Tensor
     source: Tensor
+    #: ``[T]`` the mean of ``z_t`` over the vocabulary (what a label-smoothed fit reads)
+    mean_logit: Optional[Tensor] = None
 
     @property
     def num_tokens(self) -> int:
@@ -73,7 +75,7 @@ class TokenScores:
         return int(self.source.size(0))
 
     def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in vars(self).values())
+        return sum(t.numel() * t.element_size() for t in vars(self).values() if t is not None)
 
 
 def _batches(pairs: Sequence[Pair], source_dictionary, target_dictionary, left_pad_source: bool,
@@ -118,14 +120,15 @@ def score_tokens(model, pairs: Sequence[Pair], source_dictionary, target_diction
         z = model.decoder.output_layer(features[keep][order].unsqueeze(0)).squeeze(0).float()
         shift = z.max(dim=1).values
         target_logit = z.gather(1, y.unsqueeze(1)).squeeze(1)
-        parts.append((z.sub_(shift.unsqueeze(1)).exp_(), shift, target_logit, y, rows))
+        mean_logit = z.mean(dim=1)
+        parts.append((z.sub_(shift.unsqueeze(1)).exp_(), shift, target_logit, y, rows, mean_logit))
         for i, s in zip(ids.tolist(), src):
             sources[i] = s[s.ne(pad)]
     def joined(k: int) -> Tensor:  # no copy of the big matrix when there is one part
         return parts[0][k] if len(parts) == 1 else torch.cat([p[k] for p in parts])
 
     source = data_utils.collate_tokens(sources, pad, left_pad=left_pad_source)
-    return TokenScores(*(joined(k) for k in range(5)), source)
+    return TokenScores(*(joined(k) for k in range(5)), source, joined(5))
 
 
 @dataclass
@@ -197,7 +200,8 @@ def split_scores(scores: TokenScores, sizes: Sequence[int]) -> List[TokenScores]
     out, start = [], 0
     for size, a, b in zip(sizes, bounds, bounds[1:]):
         out.append(TokenScores(scores.exp_logits[a:b], scores.shift[a:b], scores.target_logit[a:b],
-                               scores.target[a:b], scores.sentence[a:b] - start, scores.source[start:start + size]))
+                               scores.target[a:b], scores.sentence[a:b] - start, scores.source[start:start + size],
+                               None if scores.mean_logit is None else scores.mean_logit[a:b]))
         start += size
     return out
 
@@ -207,6 +211,7 @@ class FitOptions:
     """How speakers are fitted (the options of ``fairseq-speaker-adapt``)."""
 
     l2: float = 1.0  # weight of the pull towards the mean speaker's rows (in units of one token's loss)
+    label_smoothing: float = 0.0  # e of the label-smoothed loss (training's criterion); 0: the likelihood
     max_iter: int = 100  # L-BFGS iterations at most
     check_every: int = 5  # iterations between two looks at the held-out loss
     patience: int = 2  # looks without improvement before stopping
@@ -235,8 +240,10 @@ class FitReport:
     extra: Dict[str, float] = field(default_factory=dict)
 
 
-def _nll(bias: SpeakerBias, params: Dict[str, Tensor], scores: Scored) -> Tensor:
-    """Summed negative log-likelihood of ``scores``' targets under the bias of rows ``params``."""
+def _nll(bias: SpeakerBias, params: Dict[str, Tensor], scores: Scored, smoothing: float = 0.0) -> Tensor:
+    """Summed negative log-likelihood of ``scores``' targets under the bias of rows ``params``; with
+    ``smoothing`` e, the label-smoothed loss of training, (1 - e) NLL + e * (mean over the vocabulary of
+    -log p), which keeps a bias from pushing words the sentences never show without bound."""
     if isinstance(scores, DecoderBatch):
         return _decoder_nll(bias, params, scores)
     if bias.reads_source:
@@ -255,7 +262,12 @@ def _nll(bias: SpeakerBias, params: Dict[str, Tensor], scores: Scored) -> Tensor
         total = (scores.exp_logits * w.index_select(0, scores.sentence)).sum(1)
         target_bias = b[scores.sentence, scores.target]
     log_z = torch.log(total) + c + scores.shift
-    return (log_z - scores.target_logit - target_bias).sum()
+    nll = (log_z - scores.target_logit - target_bias).sum()
+    if not smoothing:
+        return nll
+    mean_bias = b.mean(1)[0] if b.size(0) == 1 else b.mean(1).index_select(0, scores.sentence)
+    uniform = (log_z - scores.mean_logit - mean_bias).sum()
+    return (1 - smoothing) * nll + smoothing * uniform
 
 
 def data_nll(bias: SpeakerBias, rows: Dict[str, Tensor], chunks: Sequence[Scored]) -> Tensor:
@@ -264,12 +276,12 @@ def data_nll(bias: SpeakerBias, rows: Dict[str, Tensor], chunks: Sequence[Scored
     return sum(_nll(bias, params, c) for c in chunks)
 
 
-def _objective(bias, shared, rows, prior, problems, l2) -> Tensor:
+def _objective(bias, shared, rows, prior, problems, l2, smoothing: float = 0.0) -> Tensor:
     loss, tokens = 0.0, 0
     for speaker_rows, speaker_prior, chunks in zip(rows, prior, problems):
         params = {**shared, **speaker_rows}
         for scores in chunks:
-            loss = loss + _nll(bias, params, scores)
+            loss = loss + _nll(bias, params, scores, smoothing)
             tokens += scores.num_tokens
         if isinstance(speaker_prior, SpeakerPrior):  # a mixture over kinds of speakers: its own precision
             loss = loss + speaker_prior.penalty(speaker_rows)
@@ -321,7 +333,7 @@ def fit_speakers(bias: SpeakerBias, problems: Sequence[Sequence[Scored]], option
         return total / max(tokens, 1)
 
     def objective() -> Tensor:
-        return _objective(bias, shared, rows, prior, problems, options.l2)
+        return _objective(bias, shared, rows, prior, problems, options.l2, options.label_smoothing)
 
     held_before = heldout_loss()
     losses: List[float] = []  # the first is the loss at the start: no pass of its own

@@ -20,8 +20,9 @@ _open = open_frozen
 _pairs = frozen_pairs
 
 
-def _model_nll(checkpoint, pairs, speaker_id):
-    """The summed loss of the target words as the model computes it (logits + bias, log-softmax)."""
+def _model_nll(checkpoint, pairs, speaker_id, smoothing=0.0):
+    """The summed loss of the target words as the model computes it (logits + bias, log-softmax); with
+    ``smoothing`` e, (1 - e) of it plus e times the mean over the vocabulary of -log p at each target position."""
     task = checkpoint.task
     ds = LanguagePairDataset([s for s, _ in pairs], [len(s) for s, _ in pairs], task.src_dict,
                              [t for _, t in pairs], [len(t) for _, t in pairs], task.tgt_dict, shuffle=False)
@@ -33,7 +34,9 @@ def _model_nll(checkpoint, pairs, speaker_id):
     lprobs = torch.log_softmax(logits.float(), dim=-1)
     target = batch["target"]
     keep = target.ne(task.tgt_dict.pad())
-    return float(-lprobs.gather(2, target.unsqueeze(2)).squeeze(2)[keep].sum())
+    nll = -lprobs.gather(2, target.unsqueeze(2)).squeeze(2)[keep].sum()
+    uniform = -lprobs.mean(2)[keep].sum()
+    return float((1 - smoothing) * nll + smoothing * uniform)
 
 
 @pytest.mark.parametrize("system", SYSTEMS)
@@ -118,3 +121,16 @@ def test_speakers_scored_in_one_batch_are_fitted_as_if_alone():
         rows = [c.speaker_bias.export_speakers([c.task.speaker_dictionary.index(f"new-{s}")])["weight"]
                 for c in (together, alone)]
         assert torch.allclose(rows[0], rows[1], atol=1e-5), s
+
+
+@pytest.mark.parametrize("system", ["lstm_fact_bias", "transformer_full_bias", "transformer_fact_topic"])
+def test_the_label_smoothed_fast_loss_is_the_models(system):
+    checkpoint = _open(system)
+    bias = checkpoint.check_adaptable()
+    pairs = _pairs(checkpoint, "spk002")
+    scores = score_tokens(checkpoint.model, pairs, checkpoint.task.src_dict, checkpoint.task.tgt_dict)
+    rows = {k: v.float() for k, v in bias.export_speakers([2]).items()}
+    params = {**dict(bias.shared_parameters()), **rows}
+    for smoothing in (0.0, 0.1, 0.5):
+        assert float(_nll(bias, params, scores, smoothing)) == pytest.approx(
+            _model_nll(checkpoint, pairs, 2, smoothing), rel=1e-5)
