@@ -1,18 +1,21 @@
-"""``fairseq-speaker-refit``: every trained speaker estimated again under a prior learned from all speakers.
+"""``fairseq-speaker-refit``: every trained speaker estimated again on the frozen network.
 
 Training learns a speaker's rows with the network, from the updates their few sentences take part in; the
-rows end where the optimizer left them, each pulled towards nothing but its own sentences. Here the network
-is frozen and the estimation is done as it should be for a parameter seen through few sentences (empirical
-Bayes, :mod:`fairseq_speaker.onboarding.prior`):
+rows end where the optimizer left them, and the variant's shared parameters (``fact``'s r bias vectors)
+where a label-smoothed loss over moving logits left them. Here the network is frozen and:
 
-1. fit a mixture prior (K components, chosen by BIC unless ``--components`` says) to the speakers' rows;
-2. refit every speaker's rows under that prior, on their training sentences (the onboarding solver:
-   L-BFGS on cached logits for an output bias, through the frozen decoder for a variant acting on its state);
-3. repeat ``--iterations`` times; fit the prior a last time to the final rows and save it in the checkpoint.
+1. for a variant on the output (``--shared auto``), its shared parameters are fitted together with every
+   speaker's rows on the cached scores of all training sentences (:func:`fit_jointly`: L-BFGS, the
+   label-smoothed loss with half of training's e, ridge ``--l2`` on the rows);
+2. a mixture prior (K components, chosen by BIC unless ``--components`` says) is fitted to the speakers'
+   rows (empirical Bayes, :mod:`fairseq_speaker.onboarding.prior`);
+3. every speaker's rows are refitted under that prior on their training sentences (the onboarding solver:
+   cached logits for an output bias, the frozen decoder for a variant acting on its state), ``--iterations``
+   times; the prior they were last fitted under is saved in the checkpoint.
 
 Speakers onboarded later into the saved checkpoint (``fairseq-speaker-adapt``, ``-onboarding-eval``,
 ``SpeakerTranslator.add_speaker``) are fitted under the same prior, so that a new speaker's first
-sentences are read as the trained speakers' were. Shared parameters are not changed.
+sentences are read as the trained speakers' were. Measured effects: docs/speaker_learning.md.
 
 Usage::
 
@@ -55,6 +58,7 @@ def training_sentences(task, subset: str) -> Dict[str, List[Pair]]:
 
 def fit_jointly(adapter: SpeakerAdapter, sentences: Dict[str, List[Pair]], rows: Dict[str, Dict[str, Tensor]],
                 l2: float, heldout: Optional[Dict[str, List[Pair]]] = None, max_iter: int = 200,
+                label_smoothing: float = 0.0,
                 max_cache_bytes: int = 4 << 30, progress=None) -> None:
     """Fit every speaker's ``rows`` (updated in place) and the variant's shared parameters (copied into the
     model) together on the frozen network's cached scores: the direct factorization of the speakers'
@@ -73,7 +77,7 @@ def fit_jointly(adapter: SpeakerAdapter, sentences: Dict[str, List[Pair]], rows:
     if heldout:
         held = [adapter.chunks(heldout[name]) if heldout.get(name) else [] for name in names]
     zero = {k: torch.zeros_like(v) for k, v in rows[names[0]].items()}
-    options = FitOptions(l2=l2, max_iter=max_iter)
+    options = FitOptions(l2=l2, max_iter=max_iter, label_smoothing=label_smoothing)
     started = time.perf_counter()
     fitted, shared, report = fit_speakers(bias, [problems[n] for n in names], options, init=[rows[n] for n in names],
                                           prior=[zero] * len(names), heldout=held, fit_shared=True)
@@ -93,7 +97,7 @@ def fit_jointly(adapter: SpeakerAdapter, sentences: Dict[str, List[Pair]], rows:
 def refit_speakers(adapter: SpeakerAdapter, sentences: Dict[str, List[Pair]], components="auto",
                    iterations: int = 1, seed: int = 1, progress=None, shared: bool = False, l2: float = 0.01,
                    heldout: Optional[Dict[str, List[Pair]]] = None, max_cache_bytes: int = 4 << 30,
-                   shared_max_iter: int = 200) -> SpeakerPrior:
+                   shared_max_iter: int = 200, label_smoothing: float = 0.0) -> SpeakerPrior:
     """Refit the speakers of ``sentences`` (name -> pairs; all known to the model) in place: with ``shared``,
     first together with the variant's shared parameters (:func:`fit_jointly`); then alternating the prior's fit
     and the speakers' (see the module documentation). Returns the prior the speakers were last fitted under."""
@@ -104,7 +108,7 @@ def refit_speakers(adapter: SpeakerAdapter, sentences: Dict[str, List[Pair]], co
     rows = {name: {k: v[i : i + 1].float() for k, v in exported.items()} for i, name in enumerate(names)}
     adapter.sentences = {name: list(pairs) for name, pairs in sentences.items()}
     if shared:
-        fit_jointly(adapter, sentences, rows, l2, heldout, max_iter=shared_max_iter,
+        fit_jointly(adapter, sentences, rows, l2, heldout, max_iter=shared_max_iter, label_smoothing=label_smoothing,
                     max_cache_bytes=max_cache_bytes, progress=progress)
     for iteration in range(iterations):
         started = time.perf_counter()
@@ -145,6 +149,25 @@ def parse_components(value: str):
     return k
 
 
+def parse_smoothing(value: str):
+    if value == "auto":
+        return value
+    try:
+        e = float(value)
+    except ValueError:
+        e = -1.0
+    if not 0 <= e < 1:
+        raise argparse.ArgumentTypeError(f"must be 'auto' or a number from 0 to below 1, got {value!r}")
+    return e
+
+
+def training_smoothing(state: dict) -> float:
+    """The label smoothing the checkpoint's model was trained with (0 if its criterion had none)."""
+    criterion = (state.get("cfg") or {}).get("criterion") or {}
+    value = criterion.get("label_smoothing", 0.0) if hasattr(criterion, "get") else 0.0
+    return float(value or 0.0)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fairseq-speaker-refit",
@@ -158,20 +181,23 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--components", type=parse_components, default="auto",
                         help="components of the mixture prior: a number, or 'auto' (1 to 32, by BIC)")
     parser.add_argument("--iterations", type=int, default=1, help="rounds of prior fit and speaker refit")
-    parser.add_argument("--shared", choices=("keep", "fit"), default="keep",
-                        help="keep the variant's shared parameters (e.g. fact's r bias vectors) as trained, or first "
-                        "fit them together with every speaker on cached scores (an output bias only; see "
-                        "docs/speaker_learning.md for what it does to each family: check the result on held-out data)")
+    parser.add_argument("--shared", choices=("auto", "keep", "fit"), default="auto",
+                        help="fit the variant's shared parameters (e.g. fact's r bias vectors) together with every "
+                        "speaker first, on cached scores (fit), or keep them as trained (keep); auto: fit for a "
+                        "variant on the output, keep for one acting on the decoder's state")
     parser.add_argument("--l2", type=float, default=0.01,
-                        help="with --shared fit: the pull of the speakers' rows towards zero, per token")
+                        help="when the shared parameters are fitted: the pull of the speakers' rows towards zero, per token")
+    parser.add_argument("--label-smoothing", type=parse_smoothing, default="auto",
+                        help="when the shared parameters are fitted: e of the label-smoothed loss it fits (0: the likelihood); 'auto': "
+                        "half the label smoothing the model was trained with (docs/speaker_learning.md)")
     parser.add_argument("--shared-max-iter", type=int, default=200,
-                        help="with --shared fit: L-BFGS iterations of the joint fit at most")
+                        help="when the shared parameters are fitted: L-BFGS iterations of the joint fit at most")
     parser.add_argument("--heldout-subset", default="none",
-                        help="with --shared fit: a split whose sentences stop the fit where their loss stops "
+                        help="when the shared parameters are fitted: a split whose sentences stop the fit where their loss stops "
                         "improving (default: none; on the styles corpus the per-token loss of held-out sentences "
                         "stops improving before their speaker words do)")
     parser.add_argument("--max-cache-gb", type=float, default=4.0,
-                        help="with --shared fit: the memory the cached scores of the training sentences may take")
+                        help="when the shared parameters are fitted: the memory the cached scores of the training sentences may take")
     parser.add_argument("--max-iter", type=int, default=100, help="L-BFGS iterations per speaker at most")
     parser.add_argument("--batch-sentences", type=int, default=256, help="sentences the network scores at once")
     parser.add_argument("--seed", type=int, default=1)
@@ -219,14 +245,19 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                              batch_sentences=args.batch_sentences, max_unknown_rate=1.0)
     start = time.perf_counter()
     bias = checkpoint.speaker_bias
-    shared = args.shared == "fit"
+    # a model trained with label smoothing e has logits that never rule a word out; a bias fitted to the
+    # likelihood alone rules out every word a speaker did not say (measured: it breaks the Transformer's beam
+    # search); half of training's e keeps the biases calibrated and keeps the gain
+    smoothing = training_smoothing(checkpoint.state) / 2 if args.label_smoothing == "auto" else args.label_smoothing
+    shared = args.shared == "fit" or (args.shared == "auto" and not bias.acts_on_state)
     if shared and bias.acts_on_state:
         raise OnboardingError(f"--shared fit fits on cached scores, which a variant acting on the decoder's state "
                               f"({bias.name}) does not have: use --shared keep")
-    if shared:
-        print("warning: --shared fit: the speakers' biases can become far more confident than their sentences "
-              "warrant (docs/speaker_learning.md); compare the refitted model with the trained one on "
-              "held-out data before using it", file=sys.stderr)
+    if shared and smoothing < training_smoothing(checkpoint.state) / 2:
+        print(f"warning: fitting the shared parameters with --label-smoothing {smoothing:g}, less than half of training's "
+              f"{training_smoothing(checkpoint.state):g}: the speakers' biases can become far more confident than "
+              f"their sentences warrant (docs/speaker_learning.md); compare the refitted model with the trained "
+              f"one on held-out data before using it", file=sys.stderr)
     heldout = None
     if shared and args.heldout_subset != "none":
         try:
@@ -237,7 +268,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     prior = refit_speakers(adapter, sentences, args.components, args.iterations, args.seed,
                            progress=lambda line: print(f"[refit] {line}", flush=True), shared=shared, l2=args.l2,
                            heldout=heldout, max_cache_bytes=int(args.max_cache_gb * 2 ** 30),
-                           shared_max_iter=args.shared_max_iter)
+                           shared_max_iter=args.shared_max_iter,
+                           label_smoothing=smoothing)
     checkpoint.state[CHECKPOINT_KEY] = prior.state_dict()
     checkpoint.save(args.save)
     print(f"{len(sentences)} speakers refitted ({checkpoint.speaker_bias.name} bias) in "

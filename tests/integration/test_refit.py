@@ -15,11 +15,11 @@ def refitted(trained, toy, tmp_path_factory):
     checkpoint = trained("lstm_fact_bias")
     out = str(tmp_path_factory.mktemp("refit") / "refit.pt")
     proc = run("fairseq-speaker-refit", [toy["bin"], "--path", checkpoint, "--save", out, "--components", "2",
-                                         "--threads", "1"])
+                                         "--shared", "keep", "--threads", "1"])
     return checkpoint, out, proc
 
 
-def test_refit_changes_only_the_speaker_rows_and_saves_the_prior(refitted):
+def test_refit_with_shared_keep_changes_only_the_speaker_rows_and_saves_the_prior(refitted):
     checkpoint, out, proc = refitted
     assert "8 speakers refitted (fact bias)" in proc.stdout and "prior: 2 component(s)" in proc.stdout
     before, after = torch.load(checkpoint, weights_only=False), torch.load(out, weights_only=False)
@@ -53,11 +53,14 @@ def test_a_refitted_checkpoint_decodes_and_onboards_under_its_prior(refitted, to
 def test_shared_fit_moves_the_shared_bias_vectors_too(trained, toy, tmp_path, capsys):
     checkpoint = trained("lstm_fact_bias")
     out = str(tmp_path / "joint.pt")
-    refit.main([toy["bin"], "--path", checkpoint, "--save", out, "--components", "1", "--shared", "fit",
+    refit.main([toy["bin"], "--path", checkpoint, "--save", out, "--components", "1",  # --shared auto: fit
                 "--shared-max-iter", "20", "--threads", "1"])
     printed = capsys.readouterr()
     assert "speakers and shared parameters fitted together" in printed.out
-    assert "compare the refitted model with the trained one on held-out data" in printed.err
+    assert "warning" not in printed.err  # half of training's label smoothing (0.1), by default
+    refit.main([toy["bin"], "--path", checkpoint, "--save", str(tmp_path / "sharp.pt"), "--components", "1",
+                "--shared", "fit", "--shared-max-iter", "2", "--label-smoothing", "0", "--threads", "1"])
+    assert "--label-smoothing 0, less than half of training's 0.1" in capsys.readouterr().err
     before, after = torch.load(checkpoint, weights_only=False)["model"], torch.load(out, weights_only=False)["model"]
     for key, value in before.items():
         if not torch.is_tensor(value):
@@ -85,3 +88,14 @@ def test_a_model_without_speaker_parameters_is_refused(trained, toy, tmp_path, c
     out = str(tmp_path / "o.pt")
     assert "nothing to adapt" in _refused([toy["bin"], "--path", trained("lstm_base"), "--save", out], capsys)
     assert not os.path.exists(out)
+
+
+def test_auto_keeps_the_shared_parameters_of_a_state_variant(trained, toy, tmp_path, capsys):
+    checkpoint = trained("lstm_base:lhuc")
+    out = str(tmp_path / "lhuc.pt")
+    refit.main([toy["bin"], "--path", checkpoint, "--save", out, "--components", "1", "--max-iter", "5",
+                "--threads", "1"])
+    assert "fitted together" not in capsys.readouterr().out
+    before, after = torch.load(checkpoint, weights_only=False)["model"], torch.load(out, weights_only=False)["model"]
+    owned = [k for k in before if torch.is_tensor(before[k]) and not torch.equal(before[k], after[k])]
+    assert owned and all("speaker_bias" in k for k in owned), owned
