@@ -1,6 +1,6 @@
 # Set up a virtual environment and run the demo or the tests.
 #   make demo              toy corpus -> train lstm_base, lstm_fact_bias, transformer_fact_bias -> BLEU / speaker-word table
-#   make test              unit and integration tests (about 10 minutes on 2 cores)
+#   make test              unit and integration tests (10-11 minutes on 2 cores)
 #   make test-slow         the slow tier: trains on the toy corpus and checks that the biases learn
 #   make test-browser      the service's page in a headless Chromium (installed with apt-get when missing and possible)
 # torch is installed first, pinned, so that no CUDA build is pulled on a CPU machine;

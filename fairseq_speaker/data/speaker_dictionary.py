@@ -25,7 +25,8 @@ from typing import Dict, Iterable, List, Optional, Sequence
 import torch
 
 from fairseq_speaker.atomic_write import atomic_path
-from fairseq_speaker.errors import UserError
+
+from .text_files import SpeakerDataError, not_utf8  # noqa: F401  (SpeakerDataError: also this module's name)
 
 #: id given to a speaker outside the dictionary who gets the mean of all speakers' biases
 MEAN_SPEAKER = -1
@@ -35,10 +36,6 @@ NO_SPEAKER = -2
 UNKNOWN_SPEAKER_POLICIES = ("mean", "none", "fail")
 
 logger = logging.getLogger(__name__)
-
-
-class SpeakerDataError(UserError):
-    """Bad speaker input; the message names the file, the line and the fix."""
 
 
 BOM = "\ufeff"
@@ -113,8 +110,6 @@ def _decode_lines(path: str):
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as e:
-                from .text_files import not_utf8
-
                 raise not_utf8(path, lineno, e) from None
             if lineno == 1 and text.startswith(BOM):
                 text = text[1:]

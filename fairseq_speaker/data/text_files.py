@@ -4,7 +4,11 @@ a file in another encoding is refused with its name, the line and how to convert
 import os
 from typing import Iterator, List, Tuple
 
-from .speaker_dictionary import SpeakerDataError
+from fairseq_speaker.errors import UserError
+
+
+class SpeakerDataError(UserError):
+    """Bad speaker input; the message names the file, the line and the fix."""
 
 
 def not_utf8(path: str, lineno: int, error: UnicodeDecodeError) -> SpeakerDataError:
