@@ -199,7 +199,7 @@ class SpeakerAdapter:
         prior the component that explains the speaker's sentences best, and the mixture."""
         if self.prior is None:
             return self.mean_speaker, self.mean_speaker
-        return best_start(self.bias, self.prior, chunks, lambda rows, c: data_nll(self.bias, rows, c)), self.prior
+        return best_start(self.prior, chunks, lambda rows, c: data_nll(self.bias, rows, c)), self.prior
 
     def _score_groups(self, names: List[str]):
         """Speakers' scores, a group of at most ``batch_sentences`` sentences at a time (a generator, so

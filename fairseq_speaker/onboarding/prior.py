@@ -25,13 +25,16 @@ References: Robbins (1956) and Efron & Morris (1973) for empirical Bayes; the mi
 speaker-adaptive cluster models of ASR (Gales, 2000, "Cluster adaptive training of hidden Markov models").
 """
 
+import logging
 import math
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 from torch import Tensor
+
+logger = logging.getLogger(__name__)
 
 #: the checkpoint key the prior is saved under
 CHECKPOINT_KEY = "speaker_prior"
@@ -175,14 +178,12 @@ def prior_of_checkpoint(state: dict, bias) -> Optional[SpeakerPrior]:
     prior = SpeakerPrior.from_state_dict(saved)
     problem = prior.fits(bias)
     if problem is not None:
-        import logging
-
-        logging.getLogger(__name__).warning(f"the checkpoint's speaker prior is not used: {problem}")
+        logger.warning(f"the checkpoint's speaker prior is not used: {problem}")
         return None
     return prior
 
 
-def best_start(bias, prior: SpeakerPrior, chunks, nll) -> Dict[str, Tensor]:
+def best_start(prior: SpeakerPrior, chunks, nll) -> Dict[str, Tensor]:
     """Where to start a speaker's fit under ``prior``: the component mean whose rows explain the speaker's
     sentences best (log weight minus the data's negative log-likelihood), one evaluation per component.
     ``nll(rows, chunks)`` is the data term of the fit."""
@@ -192,7 +193,8 @@ def best_start(bias, prior: SpeakerPrior, chunks, nll) -> Dict[str, Tensor]:
     return prior.component_rows(int(np.argmax(scores)))
 
 
-def refit_report(prior: SpeakerPrior) -> List[str]:
+def describe(prior: SpeakerPrior) -> str:
+    """One line: the components, their weights, the precision."""
     weights = torch.exp(prior.log_weights).tolist()
-    return [f"prior: {prior.components} component(s), weights {', '.join(f'{w:.2f}' for w in weights)}, "
-            f"precision {prior.precision:.3g} (variance {1 / (2 * prior.precision):.3g})"]
+    return (f"prior: {prior.components} component(s), weights {', '.join(f'{w:.2f}' for w in weights)}, "
+            f"precision {prior.precision:.3g} (variance {1 / (2 * prior.precision):.3g})")

@@ -37,9 +37,7 @@ from fairseq_speaker.errors import UserError, command
 from fairseq_speaker.onboarding.adapt import SpeakerAdapter, _stack
 from fairseq_speaker.onboarding.checkpoint import OnboardingError, SpeakerCheckpoint, replace_speakers
 from fairseq_speaker.onboarding.fit import FitOptions, Pair, TokenScores, data_nll, fit_speakers
-from fairseq_speaker.onboarding.prior import CHECKPOINT_KEY, SpeakerPrior, fit_mixture, refit_report
-
-logger = logging.getLogger(__name__)
+from fairseq_speaker.onboarding.prior import CHECKPOINT_KEY, SpeakerPrior, describe, fit_mixture
 
 
 def training_sentences(task, subset: str) -> Dict[str, List[Pair]]:
@@ -125,7 +123,7 @@ def refit_speakers(adapter: SpeakerAdapter, sentences: Dict[str, List[Pair]], co
                     after += float(data_nll(bias, rows[name], chunks))
                 tokens += report.tokens
         if progress:
-            progress(f"iteration {iteration + 1}/{iterations}: {refit_report(prior)[0]}; training loss per token "
+            progress(f"iteration {iteration + 1}/{iterations}: {describe(prior)}; training loss per token "
                      f"{before / max(tokens, 1):.4f} -> {after / max(tokens, 1):.4f} "
                      f"({time.perf_counter() - started:.1f} s)")
     dtype = {name: p.dtype for name, p in bias.speaker_parameters().items()}
@@ -273,4 +271,4 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     checkpoint.state[CHECKPOINT_KEY] = prior.state_dict()
     checkpoint.save(args.save)
     print(f"{len(sentences)} speakers refitted ({checkpoint.speaker_bias.name} bias) in "
-          f"{time.perf_counter() - start:.1f} s; {refit_report(prior)[0]}; saved to {args.save}")
+          f"{time.perf_counter() - start:.1f} s; {describe(prior)}; saved to {args.save}")
