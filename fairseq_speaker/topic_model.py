@@ -18,7 +18,6 @@ Usage::
 """
 
 import argparse
-import logging
 import math
 import os
 import re
@@ -34,8 +33,7 @@ from torch import Tensor
 from fairseq_speaker.atomic_write import atomic_path
 from fairseq_speaker.data import SpeakerDataError, dictionary_hash
 from fairseq_speaker.errors import UserError, command
-
-logger = logging.getLogger(__name__)
+from fairseq_speaker.runtime import add_runtime_arguments, check_threads, configure_output, start_threads
 
 FORMAT_VERSION = 1
 #: the fields of a topic model file
@@ -227,13 +225,15 @@ def main(argv=None) -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", required=True, help="the topic model file to write (.npz)")
     parser.add_argument("--top-words", type=int, default=8, help="words to print per topic")
+    add_runtime_arguments(parser)
     args = parser.parse_args(argv)
+    configure_output(args.verbose)
+    check_threads(parser, args)
     for name in ("topics", "max_iter"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
     if args.top_words < 0:
         parser.error(f"--top-words must be 0 (print none) or more, got {args.top_words}")
-    logging.basicConfig(level=logging.INFO, format="[topics] %(message)s", stream=sys.stderr)
 
     if not os.path.isdir(args.data):
         raise UserError(f"data directory not found: {args.data} (a folder binarized by fairseq-preprocess)")
@@ -260,7 +260,9 @@ def main(argv=None) -> None:
     if dataset is None:
         raise UserError(f"no binarized {args.train_subset} data for {src} in {args.data}")
     sentences = [dataset[i].numpy() for i in range(len(dataset))]
-    logger.info(f"fitting {args.topics} topics on {len(sentences):,} {src} sentences ({len(dictionary):,} words)")
+    start_threads(args.threads)
+    print(f"[topics] fitting {args.topics} topics on {len(sentences):,} {src} sentences ({len(dictionary):,} words)",
+          file=sys.stderr, flush=True)
     try:
         model, lda = fit(sentences, dictionary, args.topics, seed=args.seed, max_iter=args.max_iter)
     except (SpeakerDataError, ValueError) as e:

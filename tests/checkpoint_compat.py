@@ -4,7 +4,7 @@
 release (one per preset), the dictionaries and test sentences they need, and
 ``expected.json``: what that release's code produced with them. The unit test
 ``tests/unit/test_backwards_compatibility.py`` decodes them with today's code and
-compares. ``tests/fixtures/checkpoints/make_fixtures.py`` writes a new release's folder.
+compares. ``scripts/make_fixtures.py`` writes a new release's folder.
 """
 
 import json

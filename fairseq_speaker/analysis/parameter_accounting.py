@@ -31,9 +31,7 @@ Usage::
 """
 
 import argparse
-import logging
 import os
-import sys
 import tempfile
 from dataclasses import dataclass, field, fields
 from types import SimpleNamespace
@@ -57,6 +55,7 @@ from fairseq_speaker.modules.speaker_bias import (
     build_speaker_bias,
     parse_variant_name,
 )
+from fairseq_speaker.runtime import add_runtime_arguments, configure_output
 from fairseq_speaker.user_dir import add_user_dir_argument, check_registered, import_user_dir_early
 
 BYTES_PER_PARAMETER = 4  # float32
@@ -435,6 +434,7 @@ def main(argv=None) -> None:
                              "(with --data or --path, they only add rows)")
     parser.add_argument("--arch", choices=speaker_presets(), help="the preset to count (default: lstm_fact_bias)")
     add_user_dir_argument(parser)
+    add_runtime_arguments(parser, threads=False)
     training = parser.add_argument_group("training memory (fairseq-train's options; the defaults are the paper's "
                                          "recipe, or with --path the checkpoint's)")
     training.add_argument("--optimizer", choices=sorted(OPTIMIZER_STATE), help="default: adam")
@@ -446,7 +446,7 @@ def main(argv=None) -> None:
     training.add_argument("--memory-budget", type=parse_size, metavar="SIZE",
                           help="bytes available for training (80GB, 16GiB): whether it fits, how many speakers would")
     args, model_args = parser.parse_known_args(argv)
-    logging.basicConfig(format="%(message)s", level=logging.WARNING, stream=sys.stderr, force=True)
+    configure_output(args.verbose)
     if args.path:
         sizes = [flag for flag, value in (("--data", args.data), ("--arch", args.arch), ("--src-vocab", args.src_vocab),
                                           ("--tgt-vocab", args.tgt_vocab)) if value is not None]

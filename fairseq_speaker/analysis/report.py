@@ -27,6 +27,7 @@ from fairseq_speaker.analysis.scores import SIGNIFICANCE, SystemScore, detokeniz
 from fairseq_speaker.atomic_write import atomic_path, make_folder, write_json, write_text
 from fairseq_speaker.data import check_utf8, read_lines, read_speaker_file
 from fairseq_speaker.errors import UserError, command
+from fairseq_speaker.runtime import add_runtime_arguments, check_threads, configure_output, start_threads
 from fairseq_speaker.user_dir import add_user_dir_argument, import_user_dir
 
 logger = logging.getLogger("fairseq_speaker.report")
@@ -48,19 +49,41 @@ def _progress(message: str) -> None:
     print(f"[report] {message}", file=sys.stderr, flush=True)
 
 
-def scores_section(scores: List[SystemScore], signatures: Dict[str, str], baseline: str, samples: int) -> List[str]:
-    lines = ["## Translation quality", "",
-             f"Paired bootstrap resampling ({samples} samples) of every system against **{baseline}**; "
-             f"† marks p < {SIGNIFICANCE} (BLEU), as in the paper's Table 3.", "",
-             "| system | BLEU | chrF | p (BLEU) | p (chrF) | BLEU 95% CI |", "|---|---|---|---|---|---|"]
+def significance_legend(baseline: str, samples: int) -> str:
+    """What the † of the scores table means (in report.md and on the console, beside the table)."""
+    return (f"† marks a BLEU that differs from {baseline}'s with p < {SIGNIFICANCE} (paired bootstrap resampling, "
+            f"{samples} samples), as in the paper's Table 3")
+
+
+def scores_table(scores: List[SystemScore]) -> List[str]:
+    """The scores as a markdown table, one row per system, † where BLEU differs from the baseline's."""
+    lines = ["| system | BLEU | chrF | p (BLEU) | p (chrF) | BLEU 95% CI |", "|---|---|---|---|---|---|"]
     for s in scores:
         mark = " †" if s.significant else ""
         p_bleu = "baseline" if s.bleu_p is None else f"{s.bleu_p:.4f}"
         p_chrf = "" if s.chrf_p is None else f"{s.chrf_p:.4f}"
         ci = "" if s.bleu_ci is None else f"± {s.bleu_ci:.2f}"
         lines.append(f"| {s.name} | {s.bleu:.2f}{mark} | {s.chrf:.2f} | {p_bleu} | {p_chrf} | {ci} |")
+    return lines
+
+
+def scores_section(scores: List[SystemScore], signatures: Dict[str, str], baseline: str, samples: int) -> List[str]:
+    lines = ["## Translation quality", "",
+             f"Paired bootstrap resampling ({samples} samples) of every system against **{baseline}**.", ""]
+    lines += scores_table(scores) + ["", significance_legend(baseline, samples) + "."]
     lines += ["", "sacrebleu signatures:", ""] + [f"- {m}: `{sig}`" for m, sig in signatures.items()] + [""]
     return lines
+
+
+def console_summary(scores: List[SystemScore], baseline: str, samples: int,
+                    accuracies: Optional[List[Tuple[str, float]]], out: str) -> str:
+    """What the command prints: the scores table with its legend, the classifier's accuracies, the files."""
+    lines = scores_table(scores) + ([significance_legend(baseline, samples)] if len(scores) > 1 else [])
+    if accuracies:
+        lines += ["", "| text | speaker classifier accuracy |", "|---|---|"]
+        lines += [f"| {name} | {100 * acc:.2f}% |" for name, acc in accuracies]
+    lines += ["", f"(report in {os.path.join(out, 'report.md')}; every figure in {os.path.join(out, 'scores.json')})"]
+    return "\n".join(lines)
 
 
 def classifier_section(accuracies: List[Tuple[str, float]], num_speakers: int, majority: float,
@@ -225,18 +248,19 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--inspect-speakers", type=int, default=3, help="how many speakers, without --speaker")
     group.add_argument("--top-words", type=int, default=10)
     add_user_dir_argument(group)
+    add_runtime_arguments(parser)
     return parser
 
 
 @command("fairseq-speaker-report")
 def main(argv=None) -> None:
-    logging.basicConfig(level=logging.INFO, format="[report] %(message)s", stream=sys.stderr)
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)
     parser = build_parser()
     args = parser.parse_args(argv)
+    configure_output(args.verbose)
     for name in ("bootstrap", "classifier_epochs", "classifier_batch_size", "inspect_speakers", "top_words"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    check_threads(parser, args)
     import_user_dir(args.user_dir)
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         raise UserError(f"--out {args.out} is a file: give a folder for the report (it is made if missing)")
@@ -258,6 +282,7 @@ def main(argv=None) -> None:
         train_speakers = read_speaker_file(args.train_speakers, len(train_text))
         test_speakers = read_speaker_file(args.test_speakers, len(references))
     make_folder(args.out, "--out")
+    start_threads(args.threads)
     baseline = args.baseline or systems[0][0]
     scored = ({n: detokenize(h, args.detok) for n, h in outputs.items()}, detokenize(references, args.detok)) \
         if args.detok else (outputs, references)
@@ -270,6 +295,7 @@ def main(argv=None) -> None:
     report += scores_section(scores, signatures, baseline, args.bootstrap)
     results: Dict = {"scores": [s.__dict__ for s in scores], "signatures": signatures}
 
+    accuracies = None
     if all(classifier_files):
         _progress(f"training the speaker classifier on {len(train_text)} sentences, {args.classifier_epochs} epochs")
         classifier = train_classifier(train_text, train_speakers, epochs=args.classifier_epochs,
@@ -298,7 +324,7 @@ def main(argv=None) -> None:
 
     write_json(os.path.join(args.out, "scores.json"), results)
     write_text(os.path.join(args.out, "report.md"), "\n".join(report) + "\n")  # last: the report is complete
-    _progress(f"wrote {os.path.join(args.out, 'report.md')}")
+    print(console_summary(scores, baseline, args.bootstrap, accuracies, args.out), flush=True)
 
 
 if __name__ == "__main__":

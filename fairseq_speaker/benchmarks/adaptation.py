@@ -27,6 +27,7 @@ import fairseq_speaker  # noqa: F401  (registers the task and the models)
 from fairseq_speaker.benchmarks.synthetic import make_task
 from fairseq_speaker.onboarding.adapt import SpeakerAdapter
 from fairseq_speaker.onboarding.fit import FitOptions
+from fairseq_speaker.runtime import add_runtime_arguments, check_threads, configure_output, start_threads
 
 
 def make_model(task, arch: str, model_args: List[str]):
@@ -87,11 +88,13 @@ def main(argv=None) -> None:
     parser.add_argument("--many", type=int, default=100, help="speakers added at once")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--many-repeats", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", help="also write the figures here")
+    add_runtime_arguments(parser)
     args, args.model_args = parser.parse_known_args(argv)
-    torch.set_num_threads(args.threads)
+    configure_output(args.verbose)
+    check_threads(parser, args)
+    args.threads = start_threads(args.threads).threads
     results = {}
     print(f"V = {args.vocab:,}, {args.speakers:,} trained speakers, {args.sentences} sentences of {args.length} words "
           f"per new speaker, {args.threads} thread(s); seconds, median [min-max] of the repeats")

@@ -45,6 +45,7 @@ from fairseq_speaker.onboarding.checkpoint import OnboardingError, SpeakerCheckp
 from fairseq_speaker.onboarding.fit import FitOptions
 from fairseq_speaker.onboarding.translator import SpeakerTranslator
 from fairseq_speaker.analysis.speaker_words import Trait, read_traits, trait_accuracy
+from fairseq_speaker.runtime import add_runtime_arguments, check_threads, configure_output, start_threads
 from fairseq_speaker.user_dir import add_user_dir_argument, import_user_dir
 
 PROG = "fairseq-speaker-onboarding-eval"
@@ -246,15 +247,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--source-lang", help="if the data directory has more than one language pair")
     parser.add_argument("--target-lang")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
     add_user_dir_argument(parser)
+    add_runtime_arguments(parser)
     return parser
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
-    logging.basicConfig(format="%(message)s", level=logging.WARNING, stream=sys.stderr, force=True)
     parser = build_parser()
     args = parser.parse_args(argv)
+    configure_output(args.verbose)
+    check_threads(parser, args)
     if min(args.shots) < 0:
         parser.error("--shots: numbers of sentences must be 0 or more")
     if args.beam < 1 or args.batch_size < 1 or not args.adapt_l2 >= 0 or args.adapt_l2 == float("inf") \
@@ -266,8 +268,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         parser.error(f"--out {args.out} already holds files (an earlier run?): give another folder, or --force to "
                      f"replace the results written there")
     shots = sorted(set(args.shots))
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    start_threads(args.threads)
     torch.manual_seed(args.seed)
     overrides = {k: getattr(args, k) for k in ("source_lang", "target_lang") if getattr(args, k)}
     try:

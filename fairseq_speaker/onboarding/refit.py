@@ -23,7 +23,6 @@ Usage::
 """
 
 import argparse
-import logging
 import math
 import os
 import sys
@@ -38,6 +37,7 @@ from fairseq_speaker.onboarding.adapt import SpeakerAdapter, _stack
 from fairseq_speaker.onboarding.checkpoint import OnboardingError, SpeakerCheckpoint, replace_speakers
 from fairseq_speaker.onboarding.fit import FitOptions, Pair, TokenScores, data_nll, fit_speakers
 from fairseq_speaker.onboarding.prior import CHECKPOINT_KEY, SpeakerPrior, describe, fit_mixture
+from fairseq_speaker.runtime import add_runtime_arguments, check_threads, configure_output, start_threads
 
 
 def training_sentences(task, subset: str) -> Dict[str, List[Pair]]:
@@ -199,17 +199,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-iter", type=int, default=100, help="L-BFGS iterations per speaker at most")
     parser.add_argument("--batch-sentences", type=int, default=256, help="sentences the network scores at once")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: torch's)")
     parser.add_argument("--user-dir", default=None,
                         help="a package registering more speaker bias variants or model families")
+    add_runtime_arguments(parser)
     return parser
 
 
 @command("fairseq-speaker-refit", also=(FloatingPointError,))
 def main(argv: Optional[Sequence[str]] = None) -> None:
-    logging.basicConfig(format="%(message)s", level=logging.WARNING, stream=sys.stderr)
     parser = build_parser()
     args = parser.parse_args(argv)
+    configure_output(args.verbose)
     if args.iterations < 1:
         parser.error(f"--iterations must be at least 1, got {args.iterations}")
     if args.max_iter < 1 or args.batch_sentences < 1 or args.shared_max_iter < 1:
@@ -218,12 +218,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         parser.error(f"--l2 must be a number >= 0, got {args.l2}")
     if not args.max_cache_gb > 0:
         parser.error(f"--max-cache-gb must be positive, got {args.max_cache_gb}")
-    if args.threads is not None:
-        if args.threads < 1:
-            parser.error(f"--threads must be at least 1, got {args.threads}")
-        torch.set_num_threads(args.threads)
+    check_threads(parser, args)
     if os.path.abspath(args.save) == os.path.abspath(args.path):
         parser.error("--save must not be the checkpoint given by --path: write the refitted model to a new file")
+    start_threads(args.threads)
     if args.user_dir:
         from fairseq import utils
 

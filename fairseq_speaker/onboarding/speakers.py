@@ -18,9 +18,7 @@ Usage::
 import argparse
 import fnmatch
 import json
-import logging
 import os
-import sys
 from dataclasses import asdict, dataclass
 from typing import Dict, List, Optional, Sequence
 
@@ -30,6 +28,7 @@ from fairseq_speaker.checkpoints import read_checkpoint
 from fairseq_speaker.data import SpeakerDictionary
 from fairseq_speaker.errors import command
 from fairseq_speaker.onboarding.checkpoint import OnboardingError, onboarded_speakers, onboarding_complete
+from fairseq_speaker.runtime import add_runtime_arguments, configure_output
 from fairseq_speaker.user_dir import add_user_dir_argument, check_registered, import_user_dir
 
 PROG = "fairseq-speaker-speakers"
@@ -276,14 +275,15 @@ def build_parser() -> argparse.ArgumentParser:
                        "service)")
     parser.add_argument("--json", action="store_true", help="print JSON: the summary's fields and one object a speaker")
     add_user_dir_argument(parser)
+    add_runtime_arguments(parser, threads=False)
     return parser
 
 
 @command(PROG)
 def main(argv: Optional[Sequence[str]] = None) -> None:
-    logging.basicConfig(format="%(message)s", level=logging.WARNING, stream=sys.stderr, force=True)
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
+    configure_output(args.verbose)
     unknown = [a for a in rest if a.startswith("-")]
     if unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")

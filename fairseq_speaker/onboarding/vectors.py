@@ -23,7 +23,6 @@ import io
 import json
 import logging
 import os
-import sys
 from collections import Counter
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -43,6 +42,7 @@ from fairseq_speaker.onboarding.checkpoint import (
     add_speakers,
     replace_speakers,
 )
+from fairseq_speaker.runtime import add_runtime_arguments, configure_output
 from fairseq_speaker.user_dir import add_user_dir_argument, import_user_dir
 
 logger = logging.getLogger(__name__)
@@ -350,6 +350,7 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--source-lang", help="if fairseq cannot infer the language pair from DATA_DIR")
         sub.add_argument("--target-lang")
         add_user_dir_argument(sub)
+        add_runtime_arguments(sub, threads=False)
     export.add_argument("--out", required=True, metavar="FILE", help="the speaker vectors file to write (.npz)")
     export.add_argument("--speakers", nargs="+", metavar="NAME", help="the speakers to export (default: all)")
     imp.add_argument("--vectors", required=True, metavar="FILE", help="a file written by the export command")
@@ -412,10 +413,9 @@ def _load(args) -> SpeakerCheckpoint:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
-    # fairseq's text_to_speech task configures logging at INFO on import: only warnings here
-    logging.basicConfig(format="%(message)s", level=logging.WARNING, stream=sys.stderr, force=True)
     parser = build_parser()
     args = parser.parse_args(argv)
+    configure_output(args.verbose)  # fairseq's text_to_speech task configures logging at INFO on import
     if args.command == "import" and os.path.abspath(args.save) == os.path.abspath(args.path):
         parser.error("--save must not be the checkpoint given by --path: write the new model to another file")
     try:

@@ -87,13 +87,13 @@ def test_user_errors_are_one_line(toy, trained, heldout, tmp_path):
         assert last.startswith("fairseq-speaker-onboarding-eval: ") and all(m in last for m in messages), last
 
 
-def test_the_readme_command_parses():
+def test_the_documented_command_parses():
+    """docs/onboarding.md's evaluation of the demo's model (tests/system/test_onboarding.py runs it)."""
     from fairseq_speaker.onboarding.evaluate import build_parser
+    from tests.documents import command_lines
 
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    text = open(os.path.join(root, "README.md"), encoding="utf-8").read().replace("\\\n", " ")
-    commands = [line.split() for line in text.splitlines()
-                if line.strip().startswith("fairseq-speaker-onboarding-eval")]
+    commands = [command.split() for _, command in command_lines(["fairseq-speaker-onboarding-eval"],
+                                                                 ["docs/onboarding.md"])]
     assert commands
     for argv in commands:
         args = build_parser().parse_args(argv[1:])

@@ -114,3 +114,24 @@ def test_the_classifier_inputs_are_checked_before_anything_is_written(toy, tmp_p
     assert refused.value.code == 2  # a user error: one message (fairseq_speaker/errors.py)
     assert f"{test_speakers}: 36 speaker labels but the text has 37 sentences" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_the_console_shows_the_scores_with_what_the_dagger_means(toy, tmp_path):
+    """The scores table is printed with its legend right under it, and report.md has the same legend: a †
+    is never left unexplained. With one system nothing is marked and no legend is printed."""
+    raw = toy["raw"]
+    shuffled = tmp_path / "reversed.txt"
+    shuffled.write_text("".join(reversed(open(f"{raw}/test.fr").readlines())))
+    options = ["--references", f"{raw}/test.fr", "--tokenize", "none", "--bootstrap", "50"]
+    proc = run("fairseq-speaker-report", ["--out", str(tmp_path / "two"), *options, "--system", f"reversed={shuffled}",
+                                          "--system", f"exact={raw}/test.fr"])
+    lines = proc.stdout.splitlines()
+    exact = [i for i, line in enumerate(lines) if line.startswith("| exact | 100.00 † |")]
+    assert len(exact) == 1, proc.stdout
+    legend = "† marks a BLEU that differs from reversed's with p < 0.05 (paired bootstrap resampling, 50 samples)"
+    assert lines[exact[0] + 1].startswith(legend), proc.stdout
+    assert legend in (tmp_path / "two" / "report.md").read_text()
+    assert f"(report in {tmp_path / 'two' / 'report.md'}" in proc.stdout
+
+    proc = run("fairseq-speaker-report", ["--out", str(tmp_path / "one"), *options, "--system", f"exact={raw}/test.fr"])
+    assert "| exact | 100.00 | 100.00 | baseline |" in proc.stdout and "†" not in proc.stdout
