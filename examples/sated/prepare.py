@@ -11,7 +11,13 @@ then:
    speaker labels (dev and test are kept whole, so that BLEU stays comparable);
 3. binarizes with ``fairseq-preprocess``, keeping the 40k most frequent words
    seen at least twice in training;
-4. writes the speaker files beside the binarized data (``{split}.spk``).
+4. writes the speaker files beside the binarized data (``{split}.spk``);
+5. records that preprocessing (Moses tokenization with escapes, lowercasing: the
+   registered tokenizer ``moses_lowercase``) in ``OUT/bin/preprocessing.json``:
+   models trained on ``OUT/bin`` keep it in their checkpoints and take raw text
+   in ``fairseq-interactive``, ``SpeakerTranslator`` and ``fairseq-speaker-serve``
+   (docs/sated.md, "Raw text in, raw text out"). ``--preprocessing none`` records
+   nothing, for input tokenized some other way.
 
 Output: ``OUT/text/{train,valid,test}.{src,tgt,spk}`` (the text the models see,
 and the references for BLEU), ``OUT/bin/`` (for fairseq) and ``OUT/prepare.json``
@@ -35,6 +41,7 @@ from fairseq.data import Dictionary
 
 from fairseq_speaker.commands import run_fairseq
 from fairseq_speaker.data import SpeakerDataError, read_lines, read_speaker_file
+from fairseq_speaker.data.preprocessing import PREPROCESSING_FILE, MosesLowercase, MosesLowercaseConfig
 
 # input split name -> fairseq split name
 SPLITS = {"train": "train", "dev": "valid", "test": "test"}
@@ -53,11 +60,17 @@ def read_split(directory: str, split: str, src: str, tgt: str, speaker_ext: str)
 
 
 def moses(lines: List[str], lang: str) -> List[str]:
-    """Moses tokenization with escapes (&apos; &quot; ...) and lowercasing, as in the SATED release."""
-    from sacremoses import MosesTokenizer
+    """Moses tokenization with escapes (&apos; &quot; ...) and lowercasing, as in the SATED release: the
+    tokenizer the recorded preprocessing names, which translating applies to raw input."""
+    tokenizer = MosesLowercase(MosesLowercaseConfig(source_lang=lang, target_lang=lang))
+    return [tokenizer.encode(line) for line in lines]
 
-    tokenizer = MosesTokenizer(lang=lang)
-    return [tokenizer.tokenize(line, escape=True, return_str=True).lower() for line in lines]
+
+def preprocessing_record(args) -> Dict:
+    """What ``bin/preprocessing.json`` says: the tokenizer of ``--raw`` and of the SATED release."""
+    if args.preprocessing == "none":
+        return {"tokenizer": None, "bpe": None}
+    return {"tokenizer": {"name": "moses_lowercase", "source_lang": args.src, "target_lang": args.tgt}, "bpe": None}
 
 
 def prepare(args) -> Dict:
@@ -101,6 +114,10 @@ def prepare(args) -> Dict:
     ], os.path.join(args.out, "preprocess.log"))
     for name in data:
         shutil.copy(os.path.join(text_dir, f"{name}.spk"), bin_dir)
+    stats["preprocessing"] = preprocessing_record(args)
+    with open(os.path.join(bin_dir, PREPROCESSING_FILE), "w", encoding="utf-8") as f:
+        json.dump(stats["preprocessing"], f, indent=2)
+        f.write("\n")
     stats["vocabulary"] = {
         lang: len(Dictionary.load(os.path.join(bin_dir, f"dict.{lang}.txt"))) for lang in (args.src, args.tgt)
     }
@@ -118,12 +135,20 @@ def main(argv=None) -> None:
     parser.add_argument("--speaker-ext", default="usr", help="speaker file suffix (SATED: usr)")
     parser.add_argument("--raw", action="store_true",
                         help="the input is raw text: Moses-tokenize and lowercase it (not for the SATED release)")
+    parser.add_argument("--preprocessing", choices=["moses_lowercase", "none"], default="moses_lowercase",
+                        help="what bin/preprocessing.json records, the preprocessing that models trained on this data "
+                        "apply to raw text when translating: moses_lowercase (default), the Moses tokenization with "
+                        "escapes and the lowercasing of --raw and of the SATED release; none, for text tokenized some "
+                        "other way (then write bin/preprocessing.json yourself: docs/sated.md)")
     parser.add_argument("--max-len", type=int, default=60, help="drop training pairs longer than this (words)")
     parser.add_argument("--vocab-size", type=int, default=40000,
                         help="vocabulary size per language, fairseq's 4 special symbols included")
     parser.add_argument("--min-count", type=int, default=2, help="keep words seen at least this often")
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args(argv)
+    if args.raw and args.preprocessing == "none":
+        parser.error("--raw tokenizes the text with moses_lowercase: --preprocessing none would not record it "
+                     "(leave out --preprocessing)")
     try:
         stats = prepare(args)
     except SpeakerDataError as e:
@@ -132,6 +157,9 @@ def main(argv=None) -> None:
     print(f"train: kept {train['kept']} of {train['sentences']} pairs (at most {args.max_len} words); "
           f"{stats['speakers']} speakers, {len(stats['speakers_under_10_sentences'])} with fewer than "
           f"10 training sentences; vocabulary {stats['vocabulary']}; data in {args.out}/bin")
+    if args.preprocessing != "none":
+        print(f"raw text: models trained on {args.out}/bin tokenize it with moses_lowercase (lowercased, Moses "
+              f"tokens with escapes) when translating, recorded in {args.out}/bin/{PREPROCESSING_FILE}")
     if stats["speakers_unseen_in_training"]:
         print(f"note: {len(stats['speakers_unseen_in_training'])} dev/test speakers are not in training "
               f"(they get the mean speaker bias by default)")

@@ -26,10 +26,13 @@ lr 5e-4 after 4,000 warm-up updates then inverse square root, dropout 0.3,
 scored the same way; there is no SGD pass.
 
 Results go to ``OUT/results.md`` (the layout of Table 3, the paper's numbers
-beside ours) and ``OUT/results.json``. ``--toy`` runs the same pipeline with
+beside ours) and ``OUT/results.json``. The models keep the preprocessing that
+prepare.py recorded (``DATA/bin/preprocessing.json``): the command printed
+last translates raw text with one of them (docs/sated.md, "Raw text in, raw
+text out"). ``--toy`` runs the same pipeline with
 tiny dimensions and one epoch a stage (unless ``--max-epoch`` says otherwise),
 to try the pipeline: on SATED's size it still reads the whole corpus each epoch
-(the README gives the measured time).
+(docs/sated.md gives the measured time).
 
 ``OUT/recipe.json`` records the settings of the run and what it finished. Run
 again with the same settings, the recipe resumes: finished stages and scores
@@ -52,10 +55,11 @@ from typing import Dict, List
 
 from sacrebleu.metrics import BLEU
 
-from fairseq_speaker import commands
+from fairseq_speaker import USER_DIR, commands
 from fairseq_speaker.atomic_write import write_json, write_text
 from fairseq_speaker.commands import run_fairseq
 from fairseq_speaker.data import read_lines
+from fairseq_speaker.data.preprocessing import PREPROCESSING_FILE
 from fairseq_speaker.errors import UserError
 from fairseq_speaker.generate_output import read_generate_output
 from fairseq_speaker.models import FAMILY_REGISTRY, PAPER_SYSTEMS, get_family, paper_system_args
@@ -194,6 +198,19 @@ def stage(data: str, system: str, save_dir: str, args, run: Dict, label: str, op
     return True
 
 
+def best_checkpoint(system: str, args) -> str:
+    """The model a system ends with: its SGD stage's best, or its only stage's."""
+    return os.path.join(args.out, system, "sgd" if args.family in SGD_TUNING else "adam", "checkpoint_best.pt")
+
+
+def raw_text_command(system: str, args) -> str:
+    """fairseq-interactive on raw text with ``system``'s model (it applies the preprocessing its data recorded)."""
+    src, tgt = args.pair.split("-")
+    return (f"fairseq-interactive {os.path.join(args.data, 'bin')} --user-dir {USER_DIR} --task speaker_translation "
+            f"--path {best_checkpoint(system, args)} --source-lang {src} --target-lang {tgt} --beam 5 "
+            f"--speaker SPEAKER")
+
+
 def run_system(system: str, args, run: Dict) -> Dict:
     data, out = os.path.join(args.data, "bin"), os.path.join(args.out, system)
     first, sgd = os.path.join(out, "adam"), os.path.join(out, "sgd")
@@ -207,7 +224,7 @@ def run_system(system: str, args, run: Dict) -> Dict:
                    "--reset-meters"]
         trained |= stage(data, system, sgd, args, run, "SGD tuning from the best Adam model", sgd_options, restore,
                          start_again=trained)
-        best = os.path.join(sgd, "checkpoint_best.pt")
+    best = best_checkpoint(system, args)
     hyp_path = os.path.join(out, "test.hyp")
     if not trained and system in run["results"] and os.path.exists(hyp_path):
         row = run["results"][system]
@@ -270,12 +287,20 @@ def main(argv=None) -> None:
         run = open_run(args.out, run_settings(args))
     except RecipeError as e:
         sys.exit(f"recipe.py: error: {e}")
+    recorded = os.path.exists(os.path.join(args.data, "bin", PREPROCESSING_FILE))
+    if not recorded:
+        print(f"note: {args.data}/bin has no {PREPROCESSING_FILE} (prepared before prepare.py recorded its "
+              f"preprocessing, or with --preprocessing none): the models will read only text tokenized and lowercased "
+              f"as the data; run prepare.py again to record it", flush=True)
     rows = [run_system(system, args, run) for system in args.systems]
     text = table(rows, args.pair)
     write_text(os.path.join(args.out, "results.md"), text + "\n")
     write_json(os.path.join(args.out, "results.json"),
                {"pair": args.pair, "family": args.family, "toy": args.toy, "systems": rows})
     print(text)
+    if recorded:
+        print(f"raw text in, raw text out (docs/sated.md): echo \"It's a good idea.\" | "
+              f"{raw_text_command(args.systems[-1], args)}")
 
 
 if __name__ == "__main__":

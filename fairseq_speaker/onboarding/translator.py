@@ -19,9 +19,9 @@ call, not from threads. :meth:`SpeakerTranslator.fit_speaker` fits a speaker on 
 shares its weights, holding the translator only while it takes the copy: translations go on meanwhile, and
 the rows enter the model in one call (:meth:`SpeakerTranslator.import_speakers`) when the caller chooses.
 
-Loading, tokenization and BPE (``tokenizer="moses"``, ``bpe="subword_nmt"``, ``bpe_codes=...``) and
-generation are fairseq's own hub interface (:class:`fairseq.hub_utils.GeneratorHubInterface`,
-available as :attr:`SpeakerTranslator.hub`); speakers are added with
+Loading, tokenization and BPE (the checkpoint's own preprocessing, or ``tokenizer="moses"``,
+``bpe="subword_nmt"``, ``bpe_codes=...``) and generation are fairseq's own hub interface
+(:class:`fairseq.hub_utils.GeneratorHubInterface`, available as :attr:`SpeakerTranslator.hub`); speakers are added with
 :class:`~fairseq_speaker.onboarding.adapt.SpeakerAdapter`.
 """
 
@@ -36,6 +36,7 @@ from fairseq.tasks.fairseq_task import StatefulContainer
 
 import fairseq_speaker  # noqa: F401  (registers the task and the models)
 from fairseq_speaker.checkpoints import read_checkpoint
+from fairseq_speaker.data import preprocessing
 from fairseq_speaker.onboarding.adapt import SpeakerAdapter
 from fairseq_speaker.onboarding.prior import prior_of_checkpoint
 from fairseq_speaker.user_dir import check_registered
@@ -123,6 +124,8 @@ class SpeakerTranslator:
         self._fit = fit
         self._adapter: Optional[SpeakerAdapter] = None
         self._lock = threading.RLock()
+        #: (the hub's tokenizer, the same for target sentences): :meth:`encode_pairs`
+        self._target_tokenizer: Optional[tuple] = None
         #: the checkpoint as it was read, without the weights (:meth:`save` writes the model in memory)
         self._state = {k: v for k, v in (state or {}).items() if k not in _NOT_KEPT}
 
@@ -131,7 +134,9 @@ class SpeakerTranslator:
                         **overrides) -> "SpeakerTranslator":
         """Load ``checkpoint`` with the dictionaries of ``data``; ``overrides`` are fairseq options
         (``beam=5``, ``tokenizer="moses"``, ``bpe="subword_nmt"``, ``bpe_codes=...``, ``source_lang=...``,
-        ``unknown_speaker="fail"``)."""
+        ``unknown_speaker="fail"``, ``preprocessing="none"``). A checkpoint trained on data that records its
+        preprocessing (``examples/sated/prepare.py``) takes raw text and gives detokenized text, unless
+        ``tokenizer=``/``bpe=`` or ``preprocessing="none"`` say otherwise (docs/sated.md)."""
         if not os.path.isfile(checkpoint):
             raise OnboardingError(f"checkpoint not found: {checkpoint}")
         before = _file_identity(checkpoint)
@@ -142,7 +147,12 @@ class SpeakerTranslator:
                                            data_name_or_path=os.path.abspath(data), **overrides)
         if _file_identity(checkpoint) != before:
             raise OnboardingError(f"{checkpoint} was replaced while it was being loaded: load it again")
-        return cls._of(loaded["args"], loaded["task"], loaded["models"], checkpoint, fit, state)
+        translator = cls._of(loaded["args"], loaded["task"], loaded["models"], checkpoint, fit, state)
+        # raw text in, raw text out: the task builds the checkpoint's preprocessing where tokenizer=/bpe= are not
+        # given (fairseq's hub builds only those)
+        hub, cfg = translator.hub, loaded["args"]
+        hub.tokenizer, hub.bpe = hub.task.build_tokenizer(cfg.tokenizer), hub.task.build_bpe(cfg.bpe)
+        return translator
 
     @classmethod
     def from_checkpoint(cls, opened: SpeakerCheckpoint, fit: Optional[FitOptions] = None) -> "SpeakerTranslator":
@@ -206,9 +216,16 @@ class SpeakerTranslator:
                               prior=prior_of_checkpoint(self._state, adaptable_bias(model, task)))
 
     def encode_pairs(self, sources: Sentences, targets: Sentences):
-        """Token ids of raw sentence pairs, tokenized and BPE-encoded as the model's inputs are."""
-        return self.adapter.encode(_as_list(sources, "sources"), _as_list(targets, "targets"),
-                                   encode_fn=lambda x: self.hub.apply_bpe(self.hub.tokenize(x)))
+        """Token ids of raw sentence pairs, tokenized and BPE-encoded as the model's inputs are (the targets with
+        the target language's tokenization rules, where the tokenizer has languages: Moses)."""
+        tokenizer = self.hub.tokenizer
+        if self._target_tokenizer is None or self._target_tokenizer[0] is not tokenizer:
+            self._target_tokenizer = (tokenizer, preprocessing.for_target(tokenizer))
+        target_tokenizer = self._target_tokenizer[1]
+        sources = [self.hub.apply_bpe(self.hub.tokenize(x)) for x in _as_list(sources, "sources")]
+        targets = [self.hub.apply_bpe(target_tokenizer.encode(x) if target_tokenizer is not None else x)
+                   for x in _as_list(targets, "targets")]
+        return self.adapter.encode(sources, targets)
 
     @_serialized
     def add_speaker(self, name: str, sources: Sentences, targets: Sentences, heldout_sources: Sentences = (),

@@ -14,7 +14,8 @@ class _Request(BaseModel):
 
 class TranslateRequest(_Request):
     sentences: List[str] = Field(description="the sentences to translate, as the model reads them (raw text when "
-                                 "the service was started with --tokenizer/--bpe)")
+                                 "the checkpoint keeps its preprocessing or the service was started with "
+                                 "--tokenizer/--bpe)")
     speakers: Optional[List[str]] = Field(None, description="one speaker per sentence")
     speaker: Optional[str] = Field(None, description="one speaker for every sentence (instead of speakers)")
     beam: Optional[int] = Field(None, ge=1, description="the beam size (default: the service's --beam; at most its "
@@ -42,7 +43,8 @@ class Hypothesis(BaseModel):
 
 
 class Translation(BaseModel):
-    text: str = Field(description="the translation (detokenized when the service was started with --tokenizer/--bpe)")
+    text: str = Field(description="the translation (detokenized when the checkpoint keeps its preprocessing or the "
+                      "service was started with --tokenizer/--bpe)")
     speaker: str = Field(description="the speaker it was translated as, as given")
     unknown_speaker_policy_applied: bool = Field(
         description="true if the model does not know the speaker, so that the unknown-speaker policy was applied "

@@ -19,16 +19,20 @@ from fairseq_speaker.data import (
     SpeakerDataError,
     SpeakerDataset,
     SpeakerDictionary,
+    preprocessing,
     read_speaker_file,
 )
 from fairseq_speaker.data.speaker_dictionary import label_problem
 from fairseq_speaker.checkpoints import AS_READ_KEY, check_vocabulary
 from fairseq_speaker.fairseq_patches import epoch_iterator_is_cached
 from fairseq_speaker.optim.speaker_progress import SpeakerProgress
+from fairseq_speaker.runtime import threads_for_fairseq_command
 
 logger = logging.getLogger(__name__)
 
 SPEAKER_DICT_FILE = "dict.spk.txt"
+#: the task state's record of the training data's text preprocessing (:mod:`fairseq_speaker.data.preprocessing`)
+PREPROCESSING_KEY = "preprocessing"
 #: the target-dictionary symbol naming a speaker with --speaker-token
 SPEAKER_TOKEN = "<spk:{}>"
 
@@ -69,6 +73,16 @@ class SpeakerTranslationConfig(TranslationConfig):
             "from the output"
         },
     )
+    preprocessing: ChoiceEnum(["auto", "none"]) = field(  # type: ignore[valid-type]
+        default="auto",
+        metadata={
+            "help": "raw text in, raw text out: 'auto' keeps the training data's preprocessing "
+            "(DATA/preprocessing.json, written by examples/sated/prepare.py) in the checkpoint, and applies the "
+            "checkpoint's to the input and undoes it on the output when translating, unless --tokenizer/--bpe "
+            "are given; 'none' records nothing when training and applies nothing when translating (input "
+            "already in the model's tokens)"
+        },
+    )
 
 
 @register_task("speaker_translation", dataclass=SpeakerTranslationConfig)
@@ -88,6 +102,7 @@ class SpeakerTranslationTask(TranslationTask):
 
     def __init__(self, cfg: SpeakerTranslationConfig, src_dict, tgt_dict):
         super().__init__(cfg, src_dict, tgt_dict)
+        threads_for_fairseq_command()  # fairseq-train/-generate/-interactive: threads that do not oversubscribe
         self.state.add_factory("speaker_dictionary", self._build_speaker_dictionary)
         self._speaker_dictionary: Optional[Tuple[dict, SpeakerDictionary]] = None
         self._speaker_tokens: Optional[Tuple[SpeakerDictionary, torch.Tensor]] = None
@@ -103,6 +118,9 @@ class SpeakerTranslationTask(TranslationTask):
         #: the labels of every loaded split, to map them again if the speaker table changes
         self._split_labels: Dict[str, Tuple[List[str], str]] = {}
         self._progress = SpeakerProgress()
+        #: the checkpoint whose task state was loaded (None: a task being trained), for messages
+        self._checkpoint: Optional[str] = None
+        self._from_checkpoint = False
 
     # -- whether the speakers are learned -------------------------------------------------
     def begin_epoch(self, epoch, model):
@@ -205,7 +223,45 @@ class SpeakerTranslationTask(TranslationTask):
     def load_state_dict(self, state_dict):
         """fairseq's, keeping aside what the checkpoint reader noted for :meth:`build_model` (never saved again)."""
         self._checkpoint_as_read = state_dict.pop(AS_READ_KEY, None) if isinstance(state_dict, dict) else None
+        self._from_checkpoint = True
+        if isinstance(self._checkpoint_as_read, dict):
+            self._checkpoint = self._checkpoint_as_read.get("path")
         super().load_state_dict(state_dict)
+
+    # -- the text preprocessing -----------------------------------------------------------
+    def _record_preprocessing(self, data_path: str) -> None:
+        """Keep ``DATA/preprocessing.json`` in the task state (so in every checkpoint) when training a model: not
+        for a task that loaded a checkpoint's state (which has the record of its own training data, or none)."""
+        if self._from_checkpoint or PREPROCESSING_KEY in self.state.state_dict or self.cfg.preprocessing == "none":
+            return
+        path = os.path.join(data_path, preprocessing.PREPROCESSING_FILE)
+        if not os.path.exists(path):
+            return
+        record = preprocessing.read_record(path, self.cfg.source_lang, self.cfg.target_lang)
+        self.state.merge_state_dict({PREPROCESSING_KEY: record})
+        logger.info(f"text preprocessing of {path}, kept in the checkpoints: {preprocessing.describe(record)}")
+
+    @property
+    def text_preprocessing(self) -> Optional[dict]:
+        """The record of the training data's preprocessing this task applies to raw text (None: none)."""
+        if getattr(self.cfg, "preprocessing", "auto") == "none":
+            return None
+        return self.state.state_dict.get(PREPROCESSING_KEY)
+
+    def build_tokenizer(self, args):
+        """fairseq's ``--tokenizer`` when given, else the checkpoint's (see :attr:`text_preprocessing`)."""
+        return self._encoder("tokenizer", args, super().build_tokenizer)
+
+    def build_bpe(self, args):
+        """fairseq's ``--bpe`` when given, else the checkpoint's (see :attr:`text_preprocessing`)."""
+        return self._encoder("bpe", args, super().build_bpe)
+
+    def _encoder(self, kind: str, args, fairseq_build):
+        record = self.text_preprocessing
+        if record is None or preprocessing.chosen(args, kind):
+            return fairseq_build(args)
+        return preprocessing.build(kind, record, utils.split_paths(self.cfg.data) if self.cfg.data else [],
+                                   checkpoint=self._checkpoint)
 
     # -- datasets -------------------------------------------------------------------------
     def _speaker_path(self, data_path: str, split: str) -> str:
@@ -255,7 +311,9 @@ class SpeakerTranslationTask(TranslationTask):
                                    f"and test); give the split's name (--gen-subset, --valid-subset, "
                                    f"--train-subset) or the data folder that has it") from None
         paths = utils.split_paths(self.cfg.data)
-        if split != self.cfg.train_subset:
+        if split == self.cfg.train_subset:
+            self._record_preprocessing(paths[0])
+        else:
             paths = paths[:1]
         data_path = paths[(epoch - 1) % len(paths)]
 

@@ -1,17 +1,23 @@
-"""SATED preparation on a hand-written fixture, and the per-pair recipes at toy scale through the real CLIs."""
+"""SATED preparation on a hand-written fixture, the per-pair recipes at toy scale through the real CLIs, and raw text
+in and out of a model trained on the prepared data (docs/sated.md)."""
 
+import ast
 import glob
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
 
 import pytest
 import torch
+from sacremoses import MosesDetokenizer
 
 from fairseq_speaker.data import SpeakerDictionary
-from tests.cli import run, train_args
+from tests import documents
+from tests.cli import BIN, USER_DIR, assert_user_error, run, train_args
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SATED = os.path.join(ROOT, "examples", "sated")
@@ -157,11 +163,11 @@ def toy_run(prepared, tmp_path_factory):
     options = ["--data", data, "--pair", "en-fr", "--out", str(out), "--systems", "base", "--toy", "--max-epoch", "2"]
     proc = recipe(*options)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return out, options
+    return out, options, proc.stdout
 
 
 def test_toy_runs_the_epochs_max_epoch_asks_for(toy_run):
-    out, _ = toy_run
+    out, *_ = toy_run
     for stage in ("adam", "sgd"):
         log = (out / "base" / f"{stage}.log").read_text()
         assert "--max-epoch 2" in log.splitlines()[0] and "--max-epoch 1" not in log.splitlines()[0]
@@ -173,7 +179,7 @@ def stamps(folder):
 
 
 def test_a_folder_run_with_other_settings_is_refused_saying_what_differs(toy_run, prepared, tmp_path):
-    out, _ = toy_run
+    out, *_ = toy_run
     before = stamps(out)
     other = tmp_path / "other"
     shutil.copytree(prepared[0], other)
@@ -210,7 +216,7 @@ def test_a_used_folder_without_the_record_of_a_run_is_refused(prepared, tmp_path
 
 
 def test_the_same_settings_resume_the_run(toy_run, tmp_path):
-    out, options = toy_run
+    out, options, _ = toy_run
     copy = tmp_path / "runs"
     shutil.copytree(out, copy)
     options = [str(copy) if o == str(out) else o for o in options]
@@ -303,3 +309,221 @@ def test_transformer_family_runs_the_same_systems_as_transformers(work):
         assert not (runs / system / "sgd").exists()  # one stage
         assert len(lines(runs / system / "test.hyp")) == 4
     assert "--lr-scheduler inverse_sqrt" in (runs / "fact_bias" / "adam.log").read_text().splitlines()[0]
+
+
+# -- raw text in, raw text out (docs/sated.md) ---------------------------------------------------------------
+
+#: the fixture's dev sentences as a user types them: prepare.py's tokenization makes them the lines of dev.en
+RAW_DEV = ["I am happy.", "Thank you.", "It's my idea."]
+DOCS = "docs/sated.md"
+#: the paths docs/sated.md's commands name, and the speaker they translate as
+DOC_DATA, DOC_MODEL, DOC_OLD_MODEL = "data/en-fr/bin", "runs/en-fr/fact_bias/sgd/checkpoint_best.pt", \
+    "old/checkpoint_best.pt"
+SPEAKER = "talk_3"
+
+
+def detokenize(line: str) -> str:
+    return MosesDetokenizer(lang="fr").detokenize(line.split())
+
+
+@pytest.fixture(scope="module")
+def raw_model(prepared, tmp_path_factory):
+    """A tiny model trained through the test helpers on the data prepare.py made, with what it recorded."""
+    data = os.path.join(prepared[0], "bin")
+    save = str(tmp_path_factory.mktemp("raw-model"))
+    run("train", train_args(data, save, "lstm_fact_bias", "--max-epoch", "60", "--lr", "0.02",
+                            "--no-epoch-checkpoints"))
+    return {"data": data, "checkpoint": os.path.join(save, "checkpoint_best.pt"),
+            "text": os.path.join(prepared[0], "text")}
+
+
+@pytest.fixture(scope="module")
+def unrecorded(raw_model, tmp_path_factory):
+    """The same model without the record: as a checkpoint trained before the record existed."""
+    state = torch.load(raw_model["checkpoint"], weights_only=True)
+    del state["task_state"]["preprocessing"]
+    path = str(tmp_path_factory.mktemp("unrecorded") / "checkpoint_best.pt")
+    torch.save(state, path)
+    return path
+
+
+def interactive_lines(model, sentences, *extra, checkpoint=None):
+    """fairseq-interactive's S-, H- and D- texts (the score left out) of ``sentences`` as talk_3."""
+    proc = run("interactive", [model["data"], "--user-dir", USER_DIR, "--task", "speaker_translation", "--path",
+                               checkpoint or model["checkpoint"], "--source-lang", "en", "--target-lang", "fr",
+                               "--beam", "5", "--speaker", SPEAKER, *extra], stdin="".join(s + "\n" for s in sentences))
+    return {kind: [line.split("\t")[-1] for line in proc.stdout.splitlines() if line.startswith(kind + "-")]
+            for kind in "SHD"}
+
+
+def test_prepare_records_its_preprocessing_with_the_data(prepared, tmp_path):
+    out, stdout = prepared
+    expected = {"tokenizer": {"name": "moses_lowercase", "source_lang": "en", "target_lang": "fr"}, "bpe": None}
+    assert json.load(open(os.path.join(out, "bin", "preprocessing.json"))) == expected
+    assert json.load(open(os.path.join(out, "prepare.json")))["preprocessing"] == expected
+    assert f"recorded in {out}/bin/preprocessing.json" in stdout
+    # --preprocessing none: text tokenized some other way, nothing recorded
+    proc = prepare("--input", os.path.join(FIXTURE, "en-fr"), "--src", "en", "--tgt", "fr", "--preprocessing", "none",
+                   "--out", str(tmp_path / "other"))
+    assert proc.returncode == 0, proc.stderr
+    assert json.load(open(tmp_path / "other" / "bin" / "preprocessing.json")) == {"tokenizer": None, "bpe": None}
+    proc = prepare("--input", os.path.join(FIXTURE, "en-fr"), "--src", "en", "--tgt", "fr", "--preprocessing", "none",
+                   "--raw", "--out", str(tmp_path / "raw"))
+    assert proc.returncode == 2 and "--raw tokenizes the text with moses_lowercase" in proc.stderr
+    assert not (tmp_path / "raw").exists()
+
+
+def test_the_checkpoint_keeps_the_preprocessing_of_its_data(raw_model):
+    record = torch.load(raw_model["checkpoint"], weights_only=True)["task_state"]["preprocessing"]
+    assert record["tokenizer"] == {"name": "moses_lowercase", "options": {"source_lang": "en", "target_lang": "fr"},
+                                   "sha256": {}}
+    assert record["bpe"] is None and record["source"] == os.path.join(raw_model["data"], "preprocessing.json")
+
+
+def test_fairseq_interactive_reads_raw_text_as_the_data_was_made_and_detokenizes(raw_model):
+    tokenized = lines(os.path.join(raw_model["text"], "valid.en"))
+    raw = interactive_lines(raw_model, RAW_DEV)
+    assert raw["S"] == tokenized  # the dev sentences' tokens, from their raw form
+    before = interactive_lines(raw_model, tokenized, "--preprocessing", "none")  # the model's tokens, as before
+    assert before["S"] == tokenized and raw["H"] == before["H"] and before["D"] == before["H"]
+    assert raw["D"] == [detokenize(h) for h in raw["H"]]
+    assert not any("&apos;" in d or d.endswith(" .") for d in raw["D"])
+
+
+def test_fairseq_generate_keeps_the_models_tokens_in_h_lines_and_detokenizes_the_others(raw_model):
+    proc = run("generate", [raw_model["data"], "--user-dir", USER_DIR, "--task", "speaker_translation", "--path",
+                            raw_model["checkpoint"], "--gen-subset", "valid", "--beam", "5"])
+
+    def texts(kind):  # sentence id -> the line's text
+        return {int(line.split("\t")[0][2:]): line.split("\t")[-1] for line in proc.stdout.splitlines()
+                if line.startswith(kind + "-")}
+
+    references = lines(os.path.join(raw_model["text"], "valid.fr"))
+    assert texts("T") == {i: detokenize(r) for i, r in enumerate(references)}
+    hypotheses = texts("H")
+    vocabulary = {line.split()[0] for line in lines(os.path.join(raw_model["data"], "dict.fr.txt"))}
+    assert len(hypotheses) == 3 and all(set(h.split()) <= vocabulary for h in hypotheses.values())
+    assert texts("D") == {i: detokenize(h) for i, h in hypotheses.items()}
+
+
+def test_an_explicit_tokenizer_wins_over_the_checkpoints(raw_model):
+    assert interactive_lines(raw_model, ["It's my idea."], "--tokenizer", "space")["S"] == ["<unk> my <unk>"]
+
+
+def test_a_checkpoint_without_a_record_reads_as_before_and_takes_the_tokenizer_by_hand(raw_model, unrecorded):
+    assert interactive_lines(raw_model, ["It's my idea."], checkpoint=unrecorded)["S"] == ["<unk> my <unk>"]
+    named = interactive_lines(raw_model, RAW_DEV, "--tokenizer", "moses_lowercase", checkpoint=unrecorded)
+    assert named == interactive_lines(raw_model, RAW_DEV)
+
+
+def test_speaker_translator_and_the_service_take_raw_text(raw_model):
+    from fastapi.testclient import TestClient
+
+    from fairseq_speaker.service.app import create_app, parse_args
+    from fairseq_speaker.serving import SpeakerTranslator
+
+    tokenized = lines(os.path.join(raw_model["text"], "valid.en"))
+    plain = SpeakerTranslator.from_pretrained(raw_model["checkpoint"], data=raw_model["data"], preprocessing="none")
+    expected = [detokenize(t) for t in plain.translate(tokenized, speakers=SPEAKER)]
+    args, overrides, limits = parse_args([raw_model["checkpoint"], "--data", raw_model["data"]])
+    translator = SpeakerTranslator.from_pretrained(raw_model["checkpoint"], data=raw_model["data"], **overrides)
+    assert translator.translate(RAW_DEV, speakers=SPEAKER) == expected
+    with TestClient(create_app(translator, None, token=None, limits=limits, batching=args.batching)) as client:
+        answer = client.post("/translate", json={"sentences": RAW_DEV, "speaker": SPEAKER})
+    assert answer.status_code == 200, answer.text
+    assert [t["text"] for t in answer.json()["translations"]] == expected
+    assert parse_args([raw_model["checkpoint"], "--data", raw_model["data"], "--preprocessing", "none"])[1][
+        "preprocessing"] == "none"
+    # onboarding pairs are raw too: the translation tokenized with French rules, as prepare.py did
+    source, target = translator.encode_pairs(["It's my idea."], ["C'est mon idée."])[0]
+    task = translator.task
+    assert task.source_dictionary.string(source) == "it &apos;s my idea ."
+    assert task.target_dictionary.string(target) == "c&apos; est mon idée ."
+
+
+def test_the_recipe_ends_with_a_raw_text_command_that_works(toy_run, prepared):
+    *_, stdout = toy_run
+    last = stdout.strip().splitlines()[-1]
+    assert last.startswith("raw text in, raw text out (docs/sated.md): echo \"It's a good idea.\" | "
+                           "fairseq-interactive ")
+    command = last.split(": ", 1)[1].replace("SPEAKER", SPEAKER)
+    proc = subprocess.run(["bash", "-c", command], env=dict(ENV, PATH=BIN + os.pathsep + os.environ["PATH"]),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "S-0\tit &apos;s a good idea ." in proc.stdout.splitlines()
+    assert "D-0\t" in proc.stdout and "&apos;" not in proc.stdout.split("D-0\t")[1].splitlines()[0]
+
+
+def doc_section() -> str:
+    return documents.read(DOCS).split("## Raw text in, raw text out\n", 1)[1].split("\n## ", 1)[0]
+
+
+def doc_commands(section: str):
+    """The command lines of the section's code, whole (with what they pipe in)."""
+    return [line for line in documents.code_lines(section)
+            if line.split(" ")[0] in ("printf", "echo", "fairseq-interactive", "fairseq-speaker-serve")]
+
+
+def doc_shell(command: str, model, checkpoint=None) -> subprocess.CompletedProcess:
+    command = (command.replace(DOC_DATA, model["data"]).replace(DOC_MODEL, model["checkpoint"])
+               .replace(DOC_OLD_MODEL, checkpoint or DOC_OLD_MODEL))
+    return subprocess.run(["bash", "-c", command], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env=dict(ENV, USER_DIR=USER_DIR, PATH=BIN + os.pathsep + os.environ["PATH"]))
+
+
+def test_the_documented_round_trip_runs_as_the_page_shows(raw_model, unrecorded):
+    section = doc_section()
+    commands = doc_commands(section)
+    assert len(commands) == 3, commands
+    first = doc_shell(commands[0], raw_model)
+    assert first.returncode == 0, first.stderr[-3000:]
+    shown = [line for line in documents.code_lines(section) if re.match(r"[SHD]-\d\t", line)]
+    printed = first.stdout.splitlines()
+    assert shown and all(line in printed for line in shown), (shown, printed)
+    assert lines(os.path.join(raw_model["text"], "valid.en")) == [l.split("\t")[1] for l in printed if l[:2] == "S-"]
+
+    old = doc_shell(commands[2], raw_model, checkpoint=unrecorded)  # the older checkpoint, tokenizer named
+    assert old.returncode == 0, old.stderr[-3000:]
+    assert "S-0\tit &apos;s my idea ." in old.stdout.splitlines()
+
+    from fairseq_speaker.service.app import parse_args
+
+    serve = shlex.split(commands[1].replace(DOC_DATA, raw_model["data"]).replace(DOC_MODEL, raw_model["checkpoint"]))
+    assert serve[0] == "fairseq-speaker-serve" and parse_args(serve[1:])[0].data == raw_model["data"]
+
+
+def test_the_documented_python_translates_raw_text(raw_model):
+    code = re.findall(r"```python\n(.*?)```", doc_section(), re.S)
+    assert len(code) == 1
+    code = code[0].replace(DOC_DATA, raw_model["data"]).replace(DOC_MODEL, raw_model["checkpoint"])
+    proc = subprocess.run([sys.executable, "-c", code + "\nprint(repr(translations))\n"], env=ENV, cwd=ROOT,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    translations = ast.literal_eval(proc.stdout.strip().splitlines()[-1])
+    assert len(translations) == 2 and not any("&apos;" in t for t in translations)
+
+
+def test_a_checkpoint_whose_bpe_codes_are_gone_stops_with_one_message(raw_model, tmp_path):
+    """The record names a file the model cannot be used without: interactive stops before reading any input."""
+    data = tmp_path / "bin"
+    shutil.copytree(raw_model["data"], data)
+    (data / "codes.txt").write_text("#version: 0.2\ni t\n")
+    (data / "preprocessing.json").write_text(json.dumps({"bpe": {"name": "subword_nmt", "bpe_codes": "codes.txt"}}))
+    save = tmp_path / "ckpt"
+    run("train", train_args(str(data), str(save), "lstm_base", "--max-epoch", "1"))  # no subword_nmt needed to train
+    os.remove(data / "codes.txt")
+    checkpoint = str(save / "checkpoint_best.pt")
+    proc = run("interactive", [str(data), "--user-dir", USER_DIR, "--task", "speaker_translation", "--path", checkpoint,
+                               "--speaker", SPEAKER], stdin="it &apos;s my idea .\n", check=False)
+    assert proc.returncode == 2
+    assert_user_error(proc)
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"error: {checkpoint}: the text preprocessing saved with the model needs the file codes.txt (--bpe subword_nmt "
+        f"--bpe-codes), which is missing: not at {data}/codes.txt, where it was at training, nor in "
+        f"{data}. Put that file back in one of these places, or give --bpe yourself (it wins over the "
+        f"checkpoint's), or --preprocessing none (preprocessing=\"none\") for input already in the model's tokens")
+    assert "S-0" not in proc.stdout
+    # what it says to do works
+    proc = run("interactive", [str(data), "--user-dir", USER_DIR, "--task", "speaker_translation", "--path", checkpoint,
+                               "--speaker", SPEAKER, "--preprocessing", "none"], stdin="it &apos;s my idea .\n")
+    assert "S-0\tit &apos;s my idea ." in proc.stdout.splitlines()
