@@ -30,12 +30,17 @@ The references run beside ours: the stock fairseq model each family declares
 embeddings, the same sizes), and ``stock_transformer`` (``--family transformer``).
 A family registered by another package is measured with its ``--user-dir``.
 
+A configuration is a preset (``lstm_fact_bias``), a preset with another speaker variant
+(``transformer_base:fact+hyper_lhuc``: ``--speaker-bias fact+hyper_lhuc``, the demo's ``ARCH:VARIANT``;
+its ``vs base`` is the preset's network without speakers, ``transformer_base``), or ``stock_<family>``.
+
 Usage::
 
     fairseq-speaker-benchmark                                   # the paper's sizes, one thread
     fairseq-speaker-benchmark --sizes 256 256 128 --generate
     fairseq-speaker-benchmark --paired --generate               # small ratios: one process, in turns
     fairseq-speaker-benchmark --configs lstm_fact_bias lstm_full_bias --speakers 1000 100000 1000000
+    fairseq-speaker-benchmark --paired --generate --configs lstm_fact_bias lstm_base:fact+hyper_lhuc
     fairseq-speaker-benchmark --gpu --fp16                      # CUDA (bf16: --bf16)
     fairseq-speaker-benchmark --user-dir examples/lightconv_family/speaker_lightconv --family lightconv
 """
@@ -49,16 +54,20 @@ import subprocess
 import sys
 import tempfile
 import time
+from types import SimpleNamespace
 from typing import Dict, List, Optional, Tuple
 
 import torch
 
-from fairseq_speaker.analysis.parameter_accounting import sized_dictionary
+from fairseq.models import ARCH_MODEL_REGISTRY
+
+from fairseq_speaker.analysis.parameter_accounting import build_meta_model, model_options, sized_dictionary
 from fairseq_speaker.data import SpeakerDictionary
 from fairseq_speaker.errors import UserError
-from fairseq_speaker.models import FAMILY_REGISTRY, ModelFamily, ModelSizes, family_of_arch, get_family, preset_variant
+from fairseq_speaker.models import FAMILY_REGISTRY, ModelFamily, ModelSizes, family_of_arch, get_family
 from fairseq_speaker.models.presets import preset_name
-from fairseq_speaker.modules.speaker_bias import build_speaker_bias
+from fairseq_speaker.modules.speaker_bias import SPEAKER_BIAS_REGISTRY, parse_variant_name
+from fairseq_speaker.runtime import ThreadChoice, add_runtime_arguments, configure_output
 from fairseq_speaker.user_dir import add_user_dir_argument, import_user_dir
 
 BYTES = 4  # float32
@@ -69,6 +78,13 @@ def default_configs(family: str) -> List[str]:
     """The family's presets, then its stock reference if it declares one."""
     declared = get_family(family)
     return declared.presets + ([STOCK + family] if declared.stock is not None else [])
+
+
+def split_config(config: str) -> Tuple[str, Optional[str]]:
+    """``ARCH`` or ``ARCH:VARIANT`` (``transformer_base:fact+hyper_lhuc``) -> the arch and the variant (None: the
+    preset's own)."""
+    arch, _, variant = config.partition(":")
+    return arch, variant or None
 
 
 def _stock_family(config: str) -> Optional[ModelFamily]:
@@ -82,11 +98,47 @@ def _stock_family(config: str) -> Optional[ModelFamily]:
 
 
 def _our_family(config: str) -> ModelFamily:
-    declared = family_of_arch(config)
+    declared = family_of_arch(split_config(config)[0])
     if declared is None:
         raise UserError(f"--configs {config}: not an arch of a speaker model family; give a preset "
-                        f"({', '.join(p for f in FAMILY_REGISTRY.values() for p in f.presets)}) or stock_<family>")
+                        f"({', '.join(p for f in FAMILY_REGISTRY.values() for p in f.presets)}), optionally "
+                        f"with :VARIANT (lstm_base:fact+hyper_lhuc), or stock_<family>")
     return declared
+
+
+def check_config(config: str) -> None:
+    """Refuse (:class:`UserError`) a configuration the workers could not build: an unknown arch or stock model,
+    a variant on a stock model, an unknown variant, a variant acting on the decoder's state on a family whose
+    decoder takes none, a variant its default options cannot build (``topic`` needs a topic model's file)."""
+    arch, variant = split_config(config)
+    if config.endswith("+spk_token"):
+        raise UserError(f"--configs {config}: the benchmark times speaker variants (ARCH:VARIANT), not the speaker "
+                        f"token: drop +spk_token")
+    if arch.startswith(STOCK):
+        if variant is not None:
+            raise UserError(f"--configs {config}: a stock fairseq model has no speaker variant; give the variant "
+                            f"to a preset ({get_family(arch[len(STOCK):]).presets[0]}:{variant})")
+        _stock_family(arch)
+        return
+    declared = _our_family(config)
+    if variant is None:
+        return
+    try:
+        parts = parse_variant_name(variant)
+    except UserError as e:
+        raise UserError(f"--configs {config}: {e}") from None
+    on_state = [part for part in parts if SPEAKER_BIAS_REGISTRY[part].acts_on_state]
+    if on_state and not declared.takes_speaker_state:
+        raise UserError(f"--configs {config}: {'+'.join(on_state)} acts on the decoder's state, which the "
+                        f"{declared.name} family's decoder does not take: use a variant on the logits (fact, ...)")
+    flags = model_args(config, [8, 8, 8], 1)
+    task = SimpleNamespace(source_dictionary=sized_dictionary(8), target_dictionary=sized_dictionary(8),
+                           speaker_dictionary=SpeakerDictionary(["s"]))
+    try:  # as a worker builds it, from the options alone (a variant that needs a file has none here)
+        with torch.device("meta"):
+            ARCH_MODEL_REGISTRY[arch].build_model(model_options(arch, flags[2:]), task)
+    except UserError as e:
+        raise UserError(f"--configs {config}: the benchmark gives a variant its default options, and {e}") from None
 
 
 def size_args(config: str, sizes: List[int], layers: int) -> List[str]:
@@ -107,30 +159,37 @@ def task_arch_criterion(config: str) -> Tuple[str, str, str]:
     stock = _stock_family(config)
     if stock is not None:
         return stock.stock.task, stock.stock.arch, stock.stock.criterion
-    return "speaker_translation", config, "speaker_label_smoothed_cross_entropy"
+    return "speaker_translation", split_config(config)[0], "speaker_label_smoothed_cross_entropy"
 
 
-def memory_estimate(config: str, vocab: int, speakers: int) -> int:
+def model_args(config: str, sizes: List[int], layers: int) -> List[str]:
+    """fairseq-train's flags choosing ``config``'s model: its arch, its variant (``--speaker-bias``), its sizes."""
+    _, arch, _ = task_arch_criterion(config)
+    variant = split_config(config)[1]
+    return ["--arch", arch, *(["--speaker-bias", variant] if variant else []), *size_args(config, sizes, layers)]
+
+
+def memory_estimate(config: str, vocab: int, speakers: int, sizes: List[int], layers: int) -> int:
     """Bytes the speaker rows of ``config``'s variant need in training (weights, gradient, Adam's two moments):
-    its parameters per speaker (from the variant contract, at its default options) times the speakers."""
-    variant = preset_variant(config)
-    if variant is None:
+    its parameters per speaker (from the variant contract, at its default options, attached to the decoder of
+    the sizes measured: a state variant's rows are as wide as the decoder's layers) times the speakers."""
+    if config.startswith(STOCK):
         return 0
-    with torch.device("meta"):  # one speaker at the real vocabulary size, nothing allocated
-        bias = build_speaker_bias(variant, argparse.Namespace(), SpeakerDictionary(["s"]), sized_dictionary(vocab))
-    return 4 * BYTES * bias.parameters_per_speaker() * speakers
+    flags = model_args(config, sizes, layers)
+    built = build_meta_model(vocab, vocab, 1, flags[1], flags[2:])  # one speaker, nothing allocated
+    return 4 * BYTES * built.model.decoder.speaker_bias.parameters_per_speaker() * speakers
 
 
 # -- the worker: one configuration in one process ------------------------------------------------
 def _fairseq_args(spec: Dict, data: str, generation: bool = False):
     from fairseq import options
 
-    task, arch, criterion = task_arch_criterion(spec["config"])
+    task, _, criterion = task_arch_criterion(spec["config"])
     argv = [data, *(["--user-dir", spec["user_dir"]] if spec.get("user_dir") else []),
-            "--task", task, "--arch", arch, "--source-lang", "src", "--target-lang", "tgt",
+            "--task", task, *model_args(spec["config"], spec["sizes"], spec["layers"]),
+            "--source-lang", "src", "--target-lang", "tgt",
             "--seed", str(spec["seed"]), "--num-workers", "0", "--batch-size", str(spec["batch"]),
-            "--required-batch-size-multiple", "1", *size_args(spec["config"], spec["sizes"], spec["layers"]),
-            *spec["extra"]]
+            "--required-batch-size-multiple", "1", *spec["extra"]]
     if not spec["gpu"]:
         argv.append("--cpu")
     argv += ["--fp16"] if spec["fp16"] else ["--bf16"] if spec["bf16"] else []
@@ -251,7 +310,8 @@ def paired_train_worker(spec: Dict) -> Dict:
 
 
 def _generation(spec: Dict):
-    """A model, its generator and a function translating one batch (timed), for one configuration."""
+    """A function translating one batch (timed) with a model of one configuration and its generator, the
+    batches, and the model's parameter count."""
     with tempfile.TemporaryDirectory() as folder:
         args, cfg, task, dataset = _setup(spec, folder, generation=True)
         model = task.build_model(cfg.model)
@@ -270,37 +330,38 @@ def _generation(spec: Dict):
             torch.cuda.synchronize()
         return time.perf_counter() - start
 
-    return run, _batches(task, dataset, model, spec["gen_batch"], spec["seed"])
+    parameters = sum(p.numel() for p in model.parameters())
+    return run, _batches(task, dataset, model, spec["gen_batch"], spec["seed"]), parameters
 
 
 def generate_worker(spec: Dict) -> Dict:
-    run, batches = _generation(spec)
+    run, batches, parameters = _generation(spec)
     run(next(batches))  # warm-up
     sentences, elapsed = 0, 0.0
     while sentences < spec["gen_sentences"]:
         sample = next(batches)
         elapsed += run(sample)
         sentences += int(sample["nsentences"])
-    return {"sentences_per_second": sentences / elapsed, "max_rss_bytes": _max_rss()}
+    return {"sentences_per_second": sentences / elapsed, "parameters": parameters, "max_rss_bytes": _max_rss()}
 
 
 def paired_generate_worker(spec: Dict) -> Dict:
     """Generation as :func:`paired_train_worker` trains: the configurations in turns, batch by batch."""
     runs = [_generation(dict(spec, **member)) for member in spec["members"]]
-    for run, batches in runs:
+    for run, batches, _ in runs:
         run(next(batches))  # warm-up
     sentences = [0] * len(runs)
     elapsed = [0.0] * len(runs)
     turn = 0
     while min(sentences) < spec["gen_sentences"]:
         for i in rotated(len(runs), turn):
-            run, batches = runs[i]
+            run, batches, _ = runs[i]
             sample = next(batches)
             elapsed[i] += run(sample)
             sentences[i] += int(sample["nsentences"])
         turn += 1
-    return {"members": [{"sentences_per_second": n / t, "max_rss_bytes": _max_rss()}
-                        for n, t in zip(sentences, elapsed)]}
+    return {"members": [{"sentences_per_second": n / t, "parameters": p, "max_rss_bytes": _max_rss()}
+                        for n, t, (_, _, p) in zip(sentences, elapsed, runs)]}
 
 
 def peak_worker(spec: Dict) -> Dict:
@@ -374,9 +435,10 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="\n\n".join(__doc__.split("\n\n")[1:]))
     parser.add_argument("--family", choices=list(FAMILY_REGISTRY), default="lstm")
-    parser.add_argument("--configs", nargs="+", help="presets (lstm_fact_bias, ...) and stock_<family> (stock_lstm, "
-                        "stock_transformer): the stock fairseq model a family declares (default: the family's "
-                        "presets and stock reference)")
+    parser.add_argument("--configs", nargs="+", metavar="CONFIG",
+                        help="presets (lstm_fact_bias, ...), optionally with another speaker variant as ARCH:VARIANT "
+                        "(transformer_base:fact+hyper_lhuc), and stock_<family> (stock_lstm, stock_transformer): the "
+                        "stock fairseq model a family declares (default: the family's presets and stock reference)")
     add_user_dir_argument(parser)
     parser.add_argument("--sizes", nargs=3, type=int, default=[512, 512, 256], metavar=("EMBED", "HIDDEN", "ATT"),
                         help="embedding, LSTM and attention sizes (the paper's 512 512 256); the Transformer (and a "
@@ -393,7 +455,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--warmup", type=int, default=3, help="untimed updates first")
     parser.add_argument("--updates", type=int, default=20, help="timed updates per run")
     parser.add_argument("--repeats", type=int, default=3, help="runs per configuration (interleaved)")
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=1,
+                        help="threads of each run, one run at a time (default: 1, the setting of the figures quoted)")
+    add_runtime_arguments(parser, threads=False)
     parser.add_argument("--plain", action="store_true",
                         help="also run each of our configurations (as <config>:plain) with PyTorch's own matrix "
                         "products and tanh instead of oneDNN's and sigmoid's, and fairseq's own loss instead of the "
@@ -402,6 +466,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="run the configurations in one process per round, taking turns update by update "
                         "(and batch by batch in generation) on the same batches: ratios of a few percent "
                         "measured without the drifts between processes (max RSS is then the process's)")
+    parser.add_argument("--versus", metavar="CONFIG",
+                        help="also give each row's ratio to CONFIG, one of the configurations measured (e.g. "
+                        "lstm_fact_bias beside lstm_base:fact+hyper_lhuc), at the same number of speakers, paired "
+                        "within rounds as the other ratios")
     parser.add_argument("--generate", action="store_true", help="also time beam-5 generation")
     parser.add_argument("--no-train", action="store_true", help="time generation only")
     parser.add_argument("--gen-sentences", type=int, default=96, help="sentences translated per generation run")
@@ -444,9 +512,13 @@ def check_args(parser: argparse.ArgumentParser, args) -> None:
             parser.error("--gpu: this machine has no CUDA device PyTorch can use")
     for config in args.configs or []:
         try:
-            _stock_family(config) if config.startswith(STOCK) else _our_family(config)
+            check_config(config)
         except (UserError, KeyError) as e:
             parser.error(str(e).strip("'\""))
+    measured = args.configs or default_configs(args.family)
+    if args.versus is not None and args.versus not in measured:
+        parser.error(f"--versus {args.versus} is not one of the configurations measured ({', '.join(measured)}): "
+                     f"add it to --configs")
 
 
 def make_specs(args) -> List[Dict]:
@@ -469,9 +541,13 @@ def make_specs(args) -> List[Dict]:
     return specs
 
 
+#: the end of a --plain run's name in the tables
+PLAIN = ":plain"
+
+
 def _label(spec: Dict) -> str:
     """The configuration's name in the tables: ``<config>:plain`` for a --plain run."""
-    return spec["config"] + (":plain" if spec.get("plain") else "")
+    return spec["config"] + (PLAIN if spec.get("plain") else "")
 
 
 def _median(values: List[float]) -> float:
@@ -488,12 +564,14 @@ def paired_ratio(values: List[Optional[float]], reference: List[Optional[float]]
 
 def reference_of(config: str) -> Optional[str]:
     """The speaker-agnostic configuration of the same network a row is compared with (``lstm_base`` for
-    ``lstm_fact_bias``, ``lstm_base:plain`` for ``lstm_fact_bias:plain``); None for the stock ones."""
-    name, _, plain = config.partition(":")
-    declared = family_of_arch(name)
+    ``lstm_fact_bias`` and ``lstm_base:fact+hyper_lhuc``, ``lstm_base:plain`` for ``lstm_fact_bias:plain``);
+    None for the stock ones."""
+    plain = config.endswith(PLAIN)
+    arch, _ = split_config(config[:-len(PLAIN)] if plain else config)
+    declared = family_of_arch(arch)
     if declared is None:
         return None
-    return preset_name(declared.name, "base") + (":" + plain if plain else "")
+    return preset_name(declared.name, "base") + (PLAIN if plain else "")
 
 
 def summarize(specs: List[Dict], results: List[List[Dict]], peak: List[float], args) -> List[Dict]:
@@ -519,6 +597,10 @@ def summarize(specs: List[Dict], results: List[List[Dict]], peak: List[float], a
         base = by_name.get((row["mode"], reference_of(row["config"]), row["speakers"]))
         row["vs_stock"] = paired_ratio(row["by_round"], stock["by_round"]) if stock else None
         row["vs_base"] = paired_ratio(row["by_round"], base["by_round"]) if base else None
+        if getattr(args, "versus", None):  # the same speakers, or the one run of a stock model
+            versus = by_name.get((row["mode"], args.versus, row["speakers"])) or next(
+                (r for r in rows if r["mode"] == row["mode"] and r["config"] == args.versus), None)
+            row["vs_versus"] = paired_ratio(row["by_round"], versus["by_round"]) if versus else None
     return rows
 
 
@@ -539,18 +621,24 @@ def format_tables(rows: List[Dict], peak: List[float], args) -> str:
         lines.append("")
         lines.append("training, target tokens/s (words + </s>)" if mode == "train" else
                      f"generation, beam 5, {args.gen_len}-word hypotheses, sentences/s")
-        header = f"  {'config':<24}{'speakers':>10}{unit:>13}{'spread':>20}{'vs stock':>10}{'vs base':>9}"
+        width = max([24] + [len(r["config"]) + 2 for r in part])  # transformer_base:fact+hyper_lhuc fits
+        header = f"  {'config':<{width}}{'speakers':>10}{unit:>13}{'spread':>20}{'vs stock':>10}{'vs base':>9}"
+        versus = f"vs {args.versus}" if getattr(args, "versus", None) else ""
+        header += f"{versus:>{len(versus) + 2}}" if versus else ""
         if mode == "train":
             header += f"{'ms/update':>11}{'MFLOP/tok':>11}{'of peak':>9}"
         lines.append(header + f"{'max RSS':>10}")
         for r in part:
             if r["errors"] and not r["runs"]:
-                lines.append(f"  {r['config']:<24}{r['speakers']:>10,}  {r['errors'][0]}")
+                lines.append(f"  {r['config']:<{width}}{r['speakers']:>10,}  {r['errors'][0]}")
                 continue
             ratios = [f"{r[key]:.2f}x" if r[key] is not None else "-" for key in ("vs_stock", "vs_base")]
-            line = (f"  {r['config']:<24}{r['speakers']:>10,}{r['median']:>13,.1f}"
+            line = (f"  {r['config']:<{width}}{r['speakers']:>10,}{r['median']:>13,.1f}"
                     f"{'[' + format(r['low'], ',.1f') + '-' + format(r['high'], ',.1f') + ']':>20}"
                     f"{ratios[0]:>10}{ratios[1]:>9}")
+            if versus:
+                ratio = f"{r['vs_versus']:.2f}x" if r["vs_versus"] is not None else "-"
+                line += f"{ratio:>{len(versus) + 2}}"
             if mode == "train":
                 frac = f"{100 * r['peak_fraction']:.0f}%" if r.get("peak_fraction") else "-"
                 line += f"{1000 * r['update_seconds']:>11.1f}{r['flop_per_token'] / 1e6:>11.1f}{frac:>9}"
@@ -599,7 +687,10 @@ def main(argv=None) -> None:
     import_user_dir(known.user_dir)  # its families are --family choices
     parser = build_parser()
     args = parser.parse_args(argv)
+    configure_output(args.verbose)
     check_args(parser, args)
+    if not args.gpu:
+        print(ThreadChoice(args.threads, "each run's; --threads N to change").line(), file=sys.stderr, flush=True)
     if args.paired and args.plain:
         parser.error("--paired runs every configuration in one process, and --plain needs a process of its own "
                      "(FAIRSEQ_SPEAKER_PLAIN=1): use one or the other")
@@ -607,7 +698,7 @@ def main(argv=None) -> None:
     free = available_memory()
     skipped = {}
     for i, spec in enumerate(specs):
-        need = memory_estimate(spec["config"], spec["vocab"], spec["speakers"])
+        need = memory_estimate(spec["config"], spec["vocab"], spec["speakers"], spec["sizes"], spec["layers"])
         if free is not None and need > 0.8 * free:
             skipped[i] = (f"skipped: its speaker table needs {need / 2 ** 30:.1f} GB in training "
                           f"(weights, gradient, two Adam moments), {free / 2 ** 30:.1f} GB are available")

@@ -7,6 +7,9 @@ the share of speaker-dependent words each system got right; then writes the
 evaluation report (``fairseq-speaker-report``) to ``WORKDIR/report``. Small
 enough for a few minutes on 2 CPU cores.
 
+``--beams 1 5`` decodes each trained system with every beam size given: a row per system and beam
+(does beam search recover what greedy decoding with an output bias misses?).
+
 A system is a preset (``lstm_fact_bias``, ``transformer_base``, ...), optionally
 with another speaker bias variant (``lstm_base:simplex``, ``transformer_base:fact+topic``)
 or the speaker token (``lstm_base+spk_token``). When a system of the run has the topic variant, a
@@ -24,6 +27,7 @@ Usage::
     fairseq-speaker-demo --workdir demo-work
     fairseq-speaker-demo --archs lstm_base lstm_fact_bias transformer_base transformer_fact_bias
     fairseq-speaker-demo --styles 6 --deviation 0.1 --speakers 96
+    fairseq-speaker-demo --archs lstm_fact_bias transformer_base:fact+hyper_lhuc --beams 1 5
 """
 
 import argparse
@@ -47,6 +51,8 @@ from fairseq_speaker.toy.corpus import DEFAULT_DEVIATION, TRAITS, read_styles, w
 from fairseq_speaker.toy.oracle import BAYES, bayes_accuracy, oracle_accuracy, oracle_rows
 
 DEFAULT_SYSTEMS = ["lstm_base", "lstm_fact_bias", "transformer_fact_bias"]
+#: the beam of the paper's decoding, the demo's unless --beams says otherwise
+DEFAULT_BEAM = 5
 
 
 def family_args(name: str) -> List[str]:
@@ -86,11 +92,10 @@ def uses_topics(systems: Sequence[str]) -> bool:
     return False
 
 
-def train_and_translate(workdir: str, data: str, system: str, args, extra: Sequence[str] = (),
-                        progress: Optional[Callable[[str], None]] = print) -> List[str]:
-    """Train ``system`` as the demo does (``extra``: more fairseq-train options, which win) and decode the test
-    set; its hypotheses, in the test set's order."""
-    name = system.replace(":", "-")
+def train(workdir: str, data: str, system: str, args, extra: Sequence[str] = (),
+          progress: Optional[Callable[[str], None]] = print) -> str:
+    """Train ``system`` as the demo does (``extra``: more fairseq-train options, which win); its best checkpoint."""
+    name = system_name(system)
     topics = os.path.join(data, "topics.npz")
     save_dir = os.path.join(workdir, "checkpoints", name)
     if os.path.isdir(save_dir):
@@ -101,14 +106,48 @@ def train_and_translate(workdir: str, data: str, system: str, args, extra: Seque
         "--max-tokens", "1000", "--max-epoch", str(args.epochs), "--seed", str(args.seed),
         "--no-epoch-checkpoints", "--no-progress-bar", "--log-interval", "50", *extra,
     ), os.path.join(workdir, f"train.{name}.log"), args.threads, progress=progress)
+    return os.path.join(save_dir, "checkpoint_best.pt")
+
+
+def system_name(system: str) -> str:
+    """The name of a system's files (``transformer_base:fact+topic`` -> ``transformer_base-fact+topic``)."""
+    return system.replace(":", "-")
+
+
+def output_path(workdir: str, system: str, beam: int = DEFAULT_BEAM) -> str:
+    """Where the test set's translations by ``system`` with ``beam`` are kept: ``generate.NAME.txt`` for the
+    demo's beam, ``generate.NAME.beamB.txt`` for another."""
+    suffix = "" if beam == DEFAULT_BEAM else f".beam{beam}"
+    return os.path.join(workdir, f"generate.{system_name(system)}{suffix}.txt")
+
+
+def translate(workdir: str, data: str, system: str, checkpoint: str, threads: int,
+              beam: int = DEFAULT_BEAM) -> List[str]:
+    """Decode the test set with ``system``'s ``checkpoint`` and ``beam`` (1: greedy); its hypotheses, in the test
+    set's order, also kept in :func:`output_path`."""
+    path = output_path(workdir, system, beam)
     out = fairseq("generate", commands.generate_args(
-        data, os.path.join(save_dir, "checkpoint_best.pt"), "--beam", "5", "--batch-size", "64",
+        data, checkpoint, "--beam", str(beam), "--batch-size", "64",
         "--gen-subset", "test", "--speaker-file", os.path.join(workdir, "raw", "test.spk"),
-    ), os.path.join(workdir, f"generate.{name}.log"), args.threads)
-    path = os.path.join(workdir, f"generate.{name}.txt")
+    ), path[:-len(".txt")] + ".log", threads)
     with open(path, "w", encoding="utf-8") as f:
         f.write(out)
     return read_generate_output(out, source=path)
+
+
+def train_and_translate(workdir: str, data: str, system: str, args, extra: Sequence[str] = (),
+                        progress: Optional[Callable[[str], None]] = print) -> List[str]:
+    """Train ``system`` as the demo does (``extra``: more fairseq-train options, which win) and decode the test
+    set with beam 5; its hypotheses, in the test set's order."""
+    checkpoint = train(workdir, data, system, args, extra, progress)
+    return translate(workdir, data, system, checkpoint, args.threads)
+
+
+def time_left(done: int, total: int, seconds: float) -> str:
+    """The progress line before system ``done + 1`` of ``total``, the time left estimated from the ``done`` systems
+    that took ``seconds`` in all: ``system 2 of 16, about 25 min left``."""
+    left = seconds / done * (total - done)
+    return f"system {done + 1} of {total}, about {max(1, round(left / 60))} min left"
 
 
 def ceilings(raw: str) -> Dict[str, Dict[str, float]]:
@@ -122,13 +161,15 @@ def ceilings(raw: str) -> Dict[str, Dict[str, float]]:
     return found
 
 
-def format_table(rows: List[Dict]) -> str:
-    """The results table: a column for each of the corpus's traits that a row scores."""
+def format_table(rows: List[Dict], beams: bool = False) -> str:
+    """The results table: a column for each of the corpus's traits that a row scores; with ``beams``, a ``beam``
+    column after the system (each row's ``beam``; ``-`` for the oracles)."""
     traits = [t for t in TRAITS if any(t in r["traits"] for r in rows)]
-    header = ["system", "BLEU", "speaker words", *traits, "seconds"]
+    header = ["system", *(["beam"] if beams else []), "BLEU", "speaker words", *traits, "seconds"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in rows:
-        cells = [r["system"], "-" if r["bleu"] is None else f"{r['bleu']:.2f}", f"{100 * r['traits']['all']:.1f}%"]
+        cells = [r["system"], *([str(r.get("beam") or "-")] if beams else []),
+                 "-" if r["bleu"] is None else f"{r['bleu']:.2f}", f"{100 * r['traits']['all']:.1f}%"]
         cells += [f"{100 * r['traits'].get(t, float('nan')):.1f}%" for t in traits]
         cells.append("-" if r["seconds"] is None else f"{r['seconds']:.0f}")
         lines.append("| " + " | ".join(cells) + " |")
@@ -142,6 +183,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="systems to train: a preset (" + ", ".join(speaker_presets()) + "), "
                         "optionally :VARIANT (any registered speaker bias, e.g. lstm_base:simplex) "
                         "and/or +spk_token")
+    parser.add_argument("--beams", type=int, nargs="+", default=[DEFAULT_BEAM], metavar="B",
+                        help=f"decode each system with each of these beam sizes (1: greedy), a row each "
+                        f"(default: {DEFAULT_BEAM}); the report reads the beam-{DEFAULT_BEAM} translations, or the "
+                        f"last beam's when {DEFAULT_BEAM} is not given")
     parser.add_argument("--epochs", type=int, default=15)
     parser.add_argument("--lr", type=float, help="learning rate (default: " + ", ".join(
         f"{f.demo_lr} for {name}" for name, f in FAMILY_REGISTRY.items()) + ")")
@@ -176,6 +221,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                 parse_variant_name(choice[choice.index("--speaker-bias") + 1])
             except ValueError as e:
                 parser.error(f"system {system!r}: {e}")
+    if min(args.beams) < 1:
+        parser.error(f"--beams must be at least 1 (1: greedy), got {min(args.beams)}")
+    if len(set(args.beams)) < len(args.beams):
+        parser.error(f"--beams {' '.join(map(str, args.beams))} names a beam size twice")
     if args.styles < 0:
         parser.error("--styles must be 0 (the default corpus) or more")
     if not 0.0 <= args.deviation <= 1.0:
@@ -197,17 +246,27 @@ def main(argv=None) -> None:
     traits = read_traits(os.path.join(args.workdir, "raw", "test.traits"))
 
     rows = []
-    for system in args.archs:
+    several = args.beams != [DEFAULT_BEAM]  # then a row per system and beam, and the beam in the table
+    beams = ", ".join(map(str, args.beams))
+    systems_started = time.time()
+    for done, system in enumerate(args.archs):
+        if done:
+            print(f"[demo] {time_left(done, len(args.archs), time.time() - systems_started)}", flush=True)
         t0 = time.time()
-        print(f"[demo] training {system} for {args.epochs} epochs and decoding the test set (beam 5)", flush=True)
-        hypotheses = train_and_translate(args.workdir, data, system, args)
-        bleu = sacrebleu.corpus_bleu(hypotheses, [references], tokenize="none", force=True)
-        rows.append({"system": system, "bleu": bleu.score, "traits": trait_accuracy(hypotheses, traits),
-                     "seconds": round(time.time() - t0, 1)})
-        print(f"[demo] {system}: BLEU {bleu.score:.2f}, speaker words right "
-              f"{100 * rows[-1]['traits']['all']:.1f}% ({rows[-1]['seconds']} s)", flush=True)
+        print(f"[demo] training {system} for {args.epochs} epochs and decoding the test set "
+              f"(beam{'s' if len(args.beams) > 1 else ''} {beams})", flush=True)
+        checkpoint = train(args.workdir, data, system, args)
+        trained = time.time() - t0
+        for beam in args.beams:
+            t1 = time.time()
+            hypotheses = translate(args.workdir, data, system, checkpoint, args.threads, beam)
+            bleu = sacrebleu.corpus_bleu(hypotheses, [references], tokenize="none", force=True)
+            rows.append({"system": system, "beam": beam, "bleu": bleu.score,
+                         "traits": trait_accuracy(hypotheses, traits), "seconds": round(trained + time.time() - t1, 1)})
+            print(f"[demo] {system}{f', beam {beam}' if several else ''}: BLEU {bleu.score:.2f}, speaker words "
+                  f"right {100 * rows[-1]['traits']['all']:.1f}% ({rows[-1]['seconds']} s)", flush=True)
 
-    table = format_table(rows + oracle_rows(ceilings(os.path.join(args.workdir, "raw"))))
+    table = format_table(rows + oracle_rows(ceilings(os.path.join(args.workdir, "raw"))), beams=several)
     with open(os.path.join(args.workdir, "results.md"), "w", encoding="utf-8") as f:
         f.write(table + "\n")
     with open(os.path.join(args.workdir, "results.json"), "w", encoding="utf-8") as f:
@@ -218,7 +277,8 @@ def main(argv=None) -> None:
              "training sentences, the best any learner of them can do in expectation." if args.styles else "")
     print(f"Test set: {args.test} sentences of {args.speakers} speakers; BLEU is sacrebleu on the "
           f"tokenized text; 'speaker words' is the share of gender / address / {shared} words that "
-          f"match the speaker; seconds: training and decoding on {args.threads} threads. The oracles get every "
+          f"match the speaker; seconds: training and decoding{' with that beam' if several else ''} on "
+          f"{args.threads} thread{'s' if args.threads > 1 else ''}. The oracles get every "
           f"speaker word right that training makes knowable: any word of a trait the speaker's training "
           f"sentences show ('traits revealed'), or only the words the speaker said there ('words seen').{bayes}")
     print(table)
@@ -233,14 +293,16 @@ def write_report(args) -> None:
     from fairseq_speaker.analysis.inspect_bias import has_something_to_inspect
 
     raw, out = os.path.join(args.workdir, "raw"), os.path.join(args.workdir, "report")
-    names = {system: system.replace(":", "-") for system in args.archs}
+    names = {system: system_name(system) for system in args.archs}
     checkpoints = {system: os.path.join(args.workdir, "checkpoints", name, "checkpoint_best.pt")
                    for system, name in names.items()}
     inspected = [system for system in args.archs if has_something_to_inspect(checkpoints[system])]
-    print(f"\n[demo] writing the evaluation report to {out}/report.md", flush=True)
+    beam = DEFAULT_BEAM if DEFAULT_BEAM in args.beams else args.beams[-1]
+    print(f"\n[demo] writing the evaluation report to {out}/report.md"
+          + (f" (the beam-{beam} translations)" if args.beams != [DEFAULT_BEAM] else ""), flush=True)
     report.main([
         "--out", out, "--references", f"{raw}/test.fr", "--tokenize", "none",
-        *[a for s in args.archs for a in ("--system", f"{names[s]}={args.workdir}/generate.{names[s]}.txt")],
+        *[a for s in args.archs for a in ("--system", f"{names[s]}={output_path(args.workdir, s, beam)}")],
         "--train-text", f"{raw}/train.fr", "--train-speakers", f"{raw}/train.spk",
         "--test-speakers", f"{raw}/test.spk", "--classifier-epochs", str(args.classifier_epochs),
         *[a for s in inspected for a in ("--checkpoint", f"{names[s]}={checkpoints[s]}")],

@@ -1,6 +1,7 @@
 """fairseq-speaker-benchmark at toy sizes: every configuration measured, the JSON complete, the impossible skipped."""
 
 import json
+import re
 
 import pytest
 
@@ -82,3 +83,56 @@ def test_paired_rounds_measure_every_configuration_in_one_process_and_refuse_pla
 
     refused = run("fairseq-speaker-benchmark", [*TINY, "--paired", "--plain"], check=False)
     assert refused.returncode != 0 and "--paired" in refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_a_preset_with_another_variant_is_measured_paired_beside_the_preset(tmp_path):
+    """ARCH:VARIANT (the demo's systems) reaches the model in both families: the preset's network with the
+    variant's parameters, r (S + H + D) more for hyper_lhuc (r = 10 numbers per speaker, W of H x r and U of
+    D x r), compared with the network without speakers and with --versus; the table is wide enough for its name."""
+    out = tmp_path / "bench.json"
+    configs = ["lstm_fact_bias", "lstm_base:fact", "lstm_base:fact+hyper_lhuc",
+               "transformer_fact_bias", "transformer_base:fact+hyper_lhuc"]
+    proc = run("fairseq-speaker-benchmark", [*TINY, "--layers", "2", "--speakers", "4", "--paired", "--generate",
+                                             "--configs", *configs, "--versus", "lstm_fact_bias", "--json", str(out)])
+    rows = {(r["mode"], r["config"]): r for r in json.loads(out.read_text())["rows"]}
+    assert set(rows) == {(m, c) for m in ("train", "generate") for c in configs}
+    assert all(not r["errors"] and r["median"] > 0 for r in rows.values())
+    parameters = {c: rows[("train", c)]["runs"][0]["parameters"] for c in configs}
+    assert parameters == {c: rows[("generate", c)]["runs"][0]["parameters"] for c in configs}  # the same models
+    assert parameters["lstm_base:fact"] == parameters["lstm_fact_bias"]
+    r, speakers, embed, hidden, layers = 10, 4, 8, 8, 2
+    assert parameters["lstm_base:fact+hyper_lhuc"] - parameters["lstm_fact_bias"] == r * (speakers + hidden + embed)
+    assert (parameters["transformer_base:fact+hyper_lhuc"] - parameters["transformer_fact_bias"]
+            == r * (speakers + layers * embed + embed))
+    # no lstm_base or transformer_base in the run: nothing to compare with, in either mode
+    assert rows[("train", "lstm_base:fact+hyper_lhuc")]["vs_base"] is None
+    for mode in ("train", "generate"):
+        assert rows[(mode, "lstm_fact_bias")]["vs_versus"] == 1.0
+        ratios = [rows[(mode, c)]["vs_versus"] for c in configs]
+        assert all(r > 0 for r in ratios) and len(set(ratios)) > 1  # each row's own ratio
+    assert proc.stdout.count(" vs lstm_fact_bias ") == 2  # a column in both tables
+    assert "  lstm_base:fact+hyper_lhuc " in proc.stdout and "  transformer_base:fact+hyper_lhuc " in proc.stdout
+
+
+def test_the_reference_of_a_variant_is_the_network_without_speakers_and_bad_configs_are_refused():
+    from fairseq_speaker.benchmarks.training import check_config, memory_estimate, reference_of, split_config
+    from fairseq_speaker.errors import UserError
+
+    assert split_config("transformer_base:fact+hyper_lhuc") == ("transformer_base", "fact+hyper_lhuc")
+    assert split_config("lstm_fact_bias") == ("lstm_fact_bias", None)
+    assert reference_of("transformer_base:fact+hyper_lhuc") == "transformer_base"
+    assert reference_of("lstm_fact_bias:fact+hyper_lhuc:plain") == "lstm_base:plain"
+    check_config("lstm_base:fact+hyper_lhuc")
+    # the speaker rows in training (weights, gradient, Adam's two moments: 4 x 4 bytes a number) of the variant
+    # given, a state variant's as wide as the decoder measured: lhuc, one amplitude per unit of the LSTM's h_t
+    assert memory_estimate("lstm_base:lhuc", 40, 1000, [8, 16, 8], 1) == 16 * 16 * 1000
+    assert memory_estimate("lstm_base:fact+hyper_lhuc", 40, 1000, [8, 16, 8], 1) == 16 * (10 + 10) * 1000
+    assert memory_estimate("lstm_fact_bias", 40, 1000, [8, 16, 8], 1) == 16 * 10 * 1000
+    assert memory_estimate("stock_lstm", 40, 1000, [8, 16, 8], 1) == 0
+    check_config("stock_transformer")
+    for config, message in [("lstm_base:nope", "unknown --speaker-bias 'nope'"),
+                            ("stock_lstm:fact", "a stock fairseq model has no speaker variant"),
+                            ("transformer_base:topic", "--speaker-bias topic needs --topic-model FILE"),
+                            ("lstm_base+spk_token", "drop +spk_token")]:
+        with pytest.raises(UserError, match=re.escape(f"--configs {config}: ") + ".*" + re.escape(message)):
+            check_config(config)
