@@ -40,6 +40,7 @@ from fairseq_speaker.onboarding.checkpoint import (
     replace_speakers,
 )
 from fairseq_speaker.onboarding.fit import (
+    Curvature,
     FitOptions,
     FitReport,
     Pair,
@@ -52,6 +53,7 @@ from fairseq_speaker.onboarding.fit import (
     split_scores,
 )
 from fairseq_speaker.onboarding.prior import SpeakerPrior, best_start, prior_of_checkpoint
+from fairseq_speaker.runtime import add_runtime_arguments, check_threads, configure_output, start_threads
 from fairseq_speaker.user_dir import import_user_dir_early
 
 logger = logging.getLogger(__name__)
@@ -63,6 +65,9 @@ class SpeakerAdapter:
     The network runs once over each speaker's sentences; the scores are kept for the
     ``cache_speakers`` most recent speakers, so that one more sentence for one of them
     (:meth:`update`) costs one forward pass of that sentence and a warm-started fit.
+    Through the decoder, an update of a speaker fitted here fits the new sentences only, the earlier ones
+    standing in as the quadratic model their fit left (:class:`~fairseq_speaker.onboarding.fit.Curvature`);
+    ``exact_updates=True`` refits on all of them instead.
 
     New speakers start from, and are pulled towards, the mean speaker of the model as it was
     when the adapter was made, so that a speaker's fit does not depend on who was added before.
@@ -73,7 +78,8 @@ class SpeakerAdapter:
     """
 
     def __init__(self, model, task, options: Optional[FitOptions] = None, cache_speakers: int = 16,
-                 batch_sentences: int = 64, max_unknown_rate: float = 0.1, prior: Optional[SpeakerPrior] = None):
+                 batch_sentences: int = 64, max_unknown_rate: float = 0.1, prior: Optional[SpeakerPrior] = None,
+                 exact_updates: bool = False):
         self.model, self.task = model, task
         #: the largest share of words outside the model's dictionaries that :meth:`encode` accepts
         self.max_unknown_rate = max_unknown_rate
@@ -86,6 +92,9 @@ class SpeakerAdapter:
         #: the sentences each speaker was adapted on here
         self.sentences: Dict[str, List[Pair]] = {}
         self._scores: "OrderedDict[str, List[Scored]]" = OrderedDict()
+        #: through the decoder: the quadratic model of each speaker's last fit, for their incremental updates
+        self._curvatures: Dict[str, Curvature] = {}
+        self.exact_updates = exact_updates
         self.mean_speaker = self.bias.new_speaker_rows(1, "mean")
         #: the prior new speakers are fitted under (:mod:`fairseq_speaker.onboarding.prior`, saved in the
         #: checkpoint by fairseq-speaker-refit); None: pulled towards the mean speaker with ``options.l2``
@@ -170,6 +179,7 @@ class SpeakerAdapter:
         for name in names:
             self.sentences[name] = list(sentences[name])
             self._scores.pop(name, None)
+            self._curvatures.pop(name, None)
         groups = self._score_groups(names) if not fit_shared else None
         held = {name: self.chunks(heldout[name]) for name in names if heldout.get(name)}
         if fit_shared:
@@ -187,8 +197,12 @@ class SpeakerAdapter:
             for group in groups:  # the network scores a group's sentences in one pass; then each speaker is fitted
                 for name, chunks in group:
                     start, prior = self.start_and_prior(chunks)
+                    curvature: List[Optional[Curvature]] = []
                     r, _, report = fit_speakers(self.bias, [chunks], self.options, init=[start], prior=[prior],
-                                                heldout=[held[name]] if name in held else None)
+                                                heldout=[held[name]] if name in held else None,
+                                                curvature_out=curvature if self.through_decoder else None)
+                    if curvature and curvature[0] is not None:
+                        self._curvatures[name] = curvature[0]
                     rows.append(r[0])
                     reports[name] = report
         self._put(names, rows)
@@ -244,6 +258,20 @@ class SpeakerAdapter:
             return self.adapt({name: list(pairs)})[name]
         current = self.bias.export_speakers([index])
         new_chunks = self.chunks(pairs)
+        curvature = self._curvatures.get(name) if not self.exact_updates else None
+        if curvature is not None and name in self.sentences:  # the earlier sentences as their fit left them
+            self.sentences[name] += list(pairs)
+            if name in self._scores:
+                self._remember(name, self._scores[name] + new_chunks)
+            prior = [self.prior if self.prior is not None else self.mean_speaker]
+            out: List[Optional[Curvature]] = []
+            rows, _, report = fit_speakers(self.bias, [new_chunks], self.options, init=[current], prior=prior,
+                                           curvatures=[curvature], curvature_out=out)
+            self._curvatures.pop(name)
+            if out[0] is not None:
+                self._curvatures[name] = out[0]
+            replace_speakers(self.model, self.task, [name], rows[0])
+            return report
         if name in self.sentences:
             chunks = self._cached(name) + new_chunks
             self.sentences[name] += list(pairs)
@@ -251,7 +279,11 @@ class SpeakerAdapter:
             prior = [self.prior if self.prior is not None else self.mean_speaker]
         else:
             chunks, prior = new_chunks, [current]
-        rows, _, report = fit_speakers(self.bias, [chunks], self.options, init=[current], prior=prior)
+        out: List[Optional[Curvature]] = []
+        rows, _, report = fit_speakers(self.bias, [chunks], self.options, init=[current], prior=prior,
+                                       curvature_out=out if self.through_decoder and name in self.sentences else None)
+        if out and out[0] is not None:
+            self._curvatures[name] = out[0]
         replace_speakers(self.model, self.task, [name], rows[0])
         return report
 
@@ -323,18 +355,19 @@ def build_parser() -> argparse.ArgumentParser:
                        "checkpoint (if any; else the mean speaker), or the mean speaker with --adapt-l2")
     group.add_argument("--replace", action="store_true",
                        help="fit speakers the model already has again, from these sentences alone")
+    add_runtime_arguments(group)
     return parser
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
-    logging.basicConfig(format="%(message)s", level=logging.WARNING, stream=sys.stderr)
+    argv = list(argv) if argv is not None else sys.argv[1:]
+    configure_output(verbose="--verbose" in argv)  # before fairseq's parser, which imports --user-dir
     from fairseq import options
     from fairseq.data import encoders
 
     import fairseq_speaker  # noqa: F401  (registers the task and models)
 
     parser = build_parser()
-    argv = list(argv) if argv is not None else sys.argv[1:]
     try:  # fairseq's parser imports --user-dir too: a folder that is not there, said here in one line
         import_user_dir_early(argv)
     except UserError as e:
@@ -349,6 +382,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     if not math.isfinite(args.adapt_l2) or args.adapt_l2 < 0 or args.adapt_max_iter < 1:
         parser.error(f"--adapt-l2 must be a number >= 0 (got {args.adapt_l2}) and --adapt-max-iter >= 1 "
                      f"(got {args.adapt_max_iter})")
+    check_threads(parser, args)
+    start_threads(args.threads)
     torch.manual_seed(args.seed)
     overrides = {k: getattr(args, k) for k in ("source_lang", "target_lang") if getattr(args, k, None)}
     try:

@@ -30,6 +30,14 @@ speaker's sentences and its output is kept; each evaluation of the objective run
 decoder teacher-forced over them, the speaker's rows put in the variant with
 ``torch.func.functional_call``, and L-BFGS follows the gradient through the decoder to the rows.
 Same objective, same options; only the cost of an iteration differs (a decoder pass and its backward).
+
+An incremental update of such a speaker (one more sentence) need not run the decoder over the
+sentences fitted before: the fit keeps a quadratic model of its objective around where it ended
+(:class:`Curvature`: the BFGS matrix L-BFGS built from its last steps, the Hessian along the
+directions the fit explored), and the update minimizes that model of the old sentences (and of the
+prior) plus the new sentences' exact loss: the online Laplace approximation, the way a posterior is
+carried from one batch of evidence to the next (MacKay, 1992; Kirkpatrick et al., 2017 keep a diagonal
+one). Its cost is the new sentences'.
 """
 
 import itertools
@@ -276,13 +284,53 @@ def data_nll(bias: SpeakerBias, rows: Dict[str, Tensor], chunks: Sequence[Scored
     return sum(_nll(bias, params, c) for c in chunks)
 
 
-def _objective(bias, shared, rows, prior, problems, l2, smoothing: float = 0.0) -> Tensor:
+@dataclass
+class Curvature:
+    """A quadratic model of a speaker's fitted objective (the per-token loss of their sentences and the prior)
+    around the rows the fit ended at, ``center``: ``tokens * (loss + 1/2 d^T H d)``, d the rows' change.
+    ``hessian``: the BFGS matrix of the fit's L-BFGS steps, over the rows flattened in ``center``'s order."""
+
+    center: Dict[str, Tensor]
+    hessian: Tensor  # P x P, float64
+    tokens: int
+    loss: float
+
+    def penalty(self, rows: Dict[str, Tensor]) -> Tensor:
+        """The summed (not per-token) model of the old objective at ``rows``."""
+        d = torch.cat([(rows[k].double() - v.double()).reshape(-1) for k, v in self.center.items()])
+        return self.tokens * (self.loss + 0.5 * d @ (self.hessian @ d))
+
+    @staticmethod
+    def from_lbfgs(state: dict, center: Dict[str, Tensor], tokens: int, loss: float) -> Optional["Curvature"]:
+        """The BFGS matrix of L-BFGS's kept steps ``s`` and gradient changes ``y`` (torch's ``old_stps``,
+        ``old_dirs``), from its scaling ``H_diag`` (B_0 = I / H_diag); None if the fit took no step."""
+        steps, changes = state.get("old_stps") or [], state.get("old_dirs") or []
+        if not steps:
+            return None
+        size = steps[0].numel()
+        hessian = torch.eye(size, dtype=torch.float64) / float(state["H_diag"])
+        for s, y in zip(steps, changes):
+            s, y = s.double(), y.double()
+            bs = hessian @ s
+            hessian = hessian - torch.outer(bs, bs) / (s @ bs) + torch.outer(y, y) / (y @ s)
+        if not bool(torch.isfinite(hessian).all()):
+            return None
+        return Curvature({k: v.detach().double().clone() for k, v in center.items()}, hessian, tokens, loss)
+
+
+def _objective(bias, shared, rows, prior, problems, l2, smoothing: float = 0.0,
+               curvatures: Optional[Sequence[Optional[Curvature]]] = None) -> Tensor:
     loss, tokens = 0.0, 0
-    for speaker_rows, speaker_prior, chunks in zip(rows, prior, problems):
+    for i, (speaker_rows, speaker_prior, chunks) in enumerate(zip(rows, prior, problems)):
         params = {**shared, **speaker_rows}
         for scores in chunks:
             loss = loss + _nll(bias, params, scores, smoothing)
             tokens += scores.num_tokens
+        curvature = curvatures[i] if curvatures is not None else None
+        if curvature is not None:  # the sentences fitted before and the prior, as the last fit left them
+            loss = loss + curvature.penalty(speaker_rows).to(loss.dtype)
+            tokens += curvature.tokens
+            continue
         if isinstance(speaker_prior, SpeakerPrior):  # a mixture over kinds of speakers: its own precision
             loss = loss + speaker_prior.penalty(speaker_rows)
             continue
@@ -295,6 +343,8 @@ def fit_speakers(bias: SpeakerBias, problems: Sequence[Sequence[Scored]], option
                  init: Optional[Sequence[Dict[str, Tensor]]] = None,
                  heldout: Optional[Sequence[Sequence[Scored]]] = None,
                  fit_shared: bool = False, prior: Optional[Sequence[Dict[str, Tensor]]] = None,
+                 curvatures: Optional[Sequence[Optional[Curvature]]] = None,
+                 curvature_out: Optional[List[Optional[Curvature]]] = None,
                  ) -> Tuple[List[Dict[str, Tensor]], Dict[str, Tensor], FitReport]:
     """Fit the rows of ``len(problems)`` speakers together (each problem: one speaker's scored
     sentences, as chunks: :class:`TokenScores` for a variant on the logits, :class:`DecoderBatch` es for one
@@ -333,7 +383,7 @@ def fit_speakers(bias: SpeakerBias, problems: Sequence[Sequence[Scored]], option
         return total / max(tokens, 1)
 
     def objective() -> Tensor:
-        return _objective(bias, shared, rows, prior, problems, options.l2, options.label_smoothing)
+        return _objective(bias, shared, rows, prior, problems, options.l2, options.label_smoothing, curvatures)
 
     held_before = heldout_loss()
     losses: List[float] = []  # the first is the loss at the start: no pass of its own
@@ -378,6 +428,11 @@ def fit_speakers(bias: SpeakerBias, problems: Sequence[Sequence[Scored]], option
     report = FitReport(sum(c.num_tokens for c in flat), losses[0], after, iterations, time.perf_counter() - start,
                        held_before, heldout_loss() if held is not None else None,
                        sum(s.num_tokens for h in (held or []) for s in h))
+    if curvature_out is not None:
+        single = len(rows) == 1 and held is None and not fit_shared
+        tokens = sum(c.num_tokens for c in flat) + sum(c.tokens for c in curvatures or () if c is not None)
+        curvature_out.append(Curvature.from_lbfgs(optimizer.state[optimizer.param_groups[0]["params"][0]],
+                                                  rows[0], tokens, after) if single else None)
     dtype = {name: p.dtype for name, p in bias.speaker_parameters().items()}
     out_rows = [{k: v.detach().to(dtype[k]) for k, v in r.items()} for r in rows]
     out_shared = {k: v.detach().to(bias.get_parameter(k).dtype) for k, v in shared.items()}

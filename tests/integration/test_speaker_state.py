@@ -99,3 +99,44 @@ def test_a_new_speaker_of_a_state_variant_is_fitted_through_the_frozen_decoder(t
     proc = run("generate", generate_args(toy["bin"], adapted, "--speaker-file", str(folder / "adapt.spk"),
                                          "--unknown-speaker", "fail"))
     assert len(read_generate_output(proc.stdout)) == SIZES["test"]
+
+
+def test_an_incremental_update_through_the_decoder_fits_the_new_sentences_against_the_old_fits_curvature(
+        toy, trained, monkeypatch):
+    """The fast update runs the decoder over the new sentences only, and lands where refitting on all of them
+    does: of what the exact refit gains on the objective of all the sentences, the fast one loses under a tenth
+    (fitting the new sentences alone, from where the speaker was, ends above the start here)."""
+    from fairseq import checkpoint_utils
+
+    from fairseq_speaker.onboarding import fit
+    from fairseq_speaker.onboarding.adapt import SpeakerAdapter
+
+    checkpoint = trained("lstm_base:fact+hyper_lhuc")
+    sources = read_lines(os.path.join(toy["raw"], "test.en"))[:8]
+    targets = read_lines(os.path.join(toy["raw"], "test.fr"))[:8]
+    seen = []
+    plain = fit._decoder_nll
+    monkeypatch.setattr(fit, "_decoder_nll", lambda bias, params, batch: seen.append(batch.num_sentences)
+                        or plain(bias, params, batch))
+    results = {}
+    for exact in (False, True):
+        models, _, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint], arg_overrides={"data": toy["bin"]})
+        adapter = SpeakerAdapter(models[0].eval(), task, exact_updates=exact)
+        pairs = adapter.encode(sources, targets)
+        adapter.adapt({"newcomer": pairs[:6]})
+        index = task.speaker_dictionary.index("newcomer")
+        fitted = {k: v.float() for k, v in adapter.bias.export_speakers([index]).items()}
+        seen.clear()
+        adapter.update("newcomer", pairs[6:])
+        calls = list(seen)
+        rows = {k: v.float() for k, v in adapter.bias.export_speakers([index]).items()}
+        objective = lambda r: float(fit._objective(  # noqa: E731  (on all eight sentences, exactly)
+            adapter.bias, dict(adapter.bias.shared_parameters()), [r], [adapter.mean_speaker],
+            [adapter.chunks(pairs)], adapter.options.l2).detach())
+        results[exact] = (calls, objective(rows), objective(fitted))
+    fast_calls, fast, start = results[False]
+    exact_calls, best, _ = results[True]
+    assert fast_calls and set(fast_calls) == {2}  # the two new sentences, never the six fitted before
+    assert 6 in exact_calls  # the exact refit runs over the six again
+    assert best < start
+    assert fast - best <= 0.1 * (start - best), (fast, best, start)

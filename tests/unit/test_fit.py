@@ -134,3 +134,38 @@ def test_the_label_smoothed_fast_loss_is_the_models(system):
     for smoothing in (0.0, 0.1, 0.5):
         assert float(_nll(bias, params, scores, smoothing)) == pytest.approx(
             _model_nll(checkpoint, pairs, 2, smoothing), rel=1e-5)
+
+
+def test_the_curvature_of_a_fit_is_the_bfgs_matrix_of_its_steps():
+    """On a quadratic 1/2 x^T A x - b^T x, the BFGS matrix of L-BFGS's steps meets the secant condition of its
+    last step (B s = y) and is near A (not equal: the line search is inexact); the model it gives predicts the
+    objective at another point."""
+    from fairseq_speaker.onboarding.fit import Curvature
+
+    torch.manual_seed(0)
+    m = torch.randn(4, 4, dtype=torch.float64)
+    a = m @ m.t() + 4 * torch.eye(4, dtype=torch.float64)
+    b = torch.randn(4, dtype=torch.float64)
+    x = torch.zeros(4, dtype=torch.float64, requires_grad=True)
+    optimizer = torch.optim.LBFGS([x], max_iter=50, tolerance_grad=1e-12, tolerance_change=1e-14,
+                                  line_search_fn="strong_wolfe")
+
+    def f(v):
+        return 0.5 * v @ (a @ v) - b @ v
+
+    def closure():
+        optimizer.zero_grad()
+        loss = f(x)
+        loss.backward()
+        return loss
+
+    optimizer.step(closure)
+    state = optimizer.state[x]
+    curvature = Curvature.from_lbfgs(state, {"x": x.detach()}, tokens=1, loss=float(f(x.detach())))
+    s, y = state["old_stps"][-1].double(), state["old_dirs"][-1].double()
+    assert torch.allclose(curvature.hessian @ s, y, atol=1e-8)
+    assert float((curvature.hessian - a).norm() / a.norm()) < 0.1
+    assert float((torch.eye(4, dtype=torch.float64) - a).norm() / a.norm()) > 0.5  # what no curvature would be
+    other = x.detach() + torch.tensor([0.3, -0.2, 0.1, 0.5], dtype=torch.float64)
+    assert float(curvature.penalty({"x": other})) == pytest.approx(float(f(other)), rel=0.05)
+    assert Curvature.from_lbfgs({}, {"x": x.detach()}, tokens=1, loss=0.0) is None  # no step taken: no model
