@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from fairseq_speaker.errors import UserError
+from fairseq_speaker.optim.speaker_rows import dense_scale_applies, parse_lr_scale
 
 #: bytes of a speaker table row's step count kept by row-sparse Adam (``row_step``, a long)
 ROW_STEP_BYTES = 8
@@ -90,6 +91,7 @@ class TrainingSetup:
     flatten: bool  # FP16Optimizer's master copy is one flat tensor
     row_sparse: Optional[str]  # how speaker tables are updated row by row ("adam", "sgd"), None: dense
     save_optimizer_state: bool
+    dense_kind: str = "adam"  # the optimizer's family for a dense step's scale (speaker_rows.dense_kind)
 
     @property
     def master(self) -> bool:
@@ -103,7 +105,7 @@ class TrainingSetup:
         from fairseq.optim.lr_scheduler import LR_SCHEDULER_REGISTRY
 
         from fairseq_speaker.lr_schedulers.restart_from_best import RestartFromBestSchedule
-        from fairseq_speaker.optim.speaker_rows import dense_reason, optimizer_kind
+        from fairseq_speaker.optim.speaker_rows import dense_kind, dense_reason, optimizer_kind
 
         name = args.optimizer
         if name not in OPTIMIZER_STATE:
@@ -135,6 +137,7 @@ class TrainingSetup:
             flatten=flatten,
             row_sparse=kind if sparse else None,
             save_optimizer_state=not args.no_save_optimizer_state,
+            dense_kind=dense_kind(probe.optimizer),
         )
 
 
@@ -176,10 +179,11 @@ class TrainingMemory:
         return self.device + self.snapshot
 
 
-def _speaker_tables(bias) -> Dict[int, bool]:
+def _speaker_tables(bias) -> Dict[int, Tuple[bool, object]]:
     """id of every speaker parameter ``[S, ...]`` of a speaker bias -> whether its optimizer may update it row
-    by row (the variant's ``row_sparse_parameter_names``, unless ``--speaker-dense-updates``)."""
-    return {id(variant.get_parameter(name)): name in variant.row_sparse_parameter_names and variant._sparse_updates()
+    by row (the variant's ``row_sparse_parameter_names``, unless ``--speaker-dense-updates``), and its variant."""
+    return {id(variant.get_parameter(name)): (name in variant.row_sparse_parameter_names and variant._sparse_updates(),
+                                              variant)
             for _, variant in bias.named_variants() for name in variant.speaker_parameter_names}
 
 
@@ -203,7 +207,7 @@ def training_memory(model: nn.Module, args) -> TrainingMemory:
     state = 4 * len(setup.state)
     snapshot = (4 if setup.half is None or setup.master else 2) if setup.snapshot else 0
 
-    frozen, trained, per_speaker, row_sparse, tensors = 0, 0, 0, 0, 0
+    frozen, trained, per_speaker, row_sparse, dense_scaled, tensors = 0, 0, 0, 0, 0, 0
     largest = ("", 0)
     for name, p in model.named_parameters():  # a tied parameter once
         largest = max(largest, (name, p.numel()), key=lambda x: x[1])
@@ -213,7 +217,12 @@ def training_memory(model: nn.Module, args) -> TrainingMemory:
         tensors += 1
         if id(p) in tables:
             per_speaker += torch.Size(p.shape[1:]).numel()
-            row_sparse += setup.row_sparse is not None and tables[id(p)]
+            may_be_sparse, variant = tables[id(p)]
+            sparse = setup.row_sparse is not None and may_be_sparse
+            row_sparse += sparse
+            # a dense step scaled by --speaker-lr-scale counts each row's updates too (not on --fp16/--bf16's copies)
+            scale = parse_lr_scale(getattr(variant.cfg, "speaker_lr_scale", None)) or "auto"
+            dense_scaled += (not sparse and setup.half is None and dense_scale_applies(setup.dense_kind, scale))
         else:
             trained += p.numel()
     buffers = persistent = 0
@@ -223,7 +232,7 @@ def training_memory(model: nn.Module, args) -> TrainingMemory:
         persistent += size if saved else 0
     step_tensors = (1 if setup.master and setup.flatten else tensors) if setup.step_tensor and setup.state else 0
 
-    row_steps = row_sparse if setup.row_sparse == "adam" else 0
+    row_steps = (row_sparse if setup.row_sparse == "adam" else 0) + dense_scaled
     optimizer_state = Cost(state * trained + STEP_TENSOR_BYTES * step_tensors,
                            state * per_speaker + ROW_STEP_BYTES * row_steps)
     copy = Cost(snapshot * trained, snapshot * per_speaker)

@@ -23,9 +23,11 @@ scaling scales them (:func:`multiply_grads`), both installed in fairseq by
 ``--memory-efficient-bf16`` the rows are updated in fp32 as fairseq's Adam does. Several
 processes average their gradients densely: the lookups then give dense gradients, and the rows
 that have one are updated row by row all the same.
-Where a step cannot be row-sparse (``--fp16``/``--bf16``, whose optimizer works on fp32 copies of
-the parameters; another optimizer; amsgrad), the table is trained as a dense parameter and the log
-says so once.
+Where a step cannot be row-sparse (``--speaker-dense-updates``; another optimizer; amsgrad), the table is
+trained as a dense parameter by the optimizer's own step and the log says so once; the learning-rate scale
+(``--speaker-lr-scale``) still applies there: each row's change in the step is multiplied by its scale (a step
+post-hook), which for Adam and SGD is exactly a learning rate multiplied by it. ``--fp16``/``--bf16`` train
+fp32 copies of the parameters, flattened into one: the scale does not reach them, and the log says so.
 
 Everything happens in a step pre-hook of the torch optimizers that fairseq's optimizers
 drive (:func:`update_speaker_rows`; other optimizers, such as onboarding's L-BFGS, never
@@ -68,8 +70,10 @@ def optimizer_kind(optimizer: torch.optim.Optimizer) -> Optional[str]:
     return None
 
 
-def dense_reason(optimizer, group) -> Optional[str]:
+def dense_reason(optimizer, group, variant=None) -> Optional[str]:
     """Why the speaker tables of ``group`` must be updated densely by ``optimizer``; None if they can go row by row."""
+    if variant is not None and getattr(variant.cfg, "speaker_dense_updates", False):
+        return "--speaker-dense-updates"
     kind = optimizer_kind(optimizer)
     if kind is None:
         return f"the optimizer {type(optimizer).__name__} has no row-sparse update here"
@@ -247,13 +251,16 @@ def _step_pre_hook(optimizer, args, kwargs) -> None:
             variant = owner() if owner is not None else None
             if variant is None or param.grad is None:
                 continue
-            reason = dense_reason(optimizer, group)
+            reason = dense_reason(optimizer, group, variant)
             if reason is not None:
                 variant.row_sparse_ready(False)
                 if param.grad.is_sparse:
                     param.grad = param.grad.to_dense()
-                _say(f"speaker table {tuple(param.shape)}: dense updates ({reason}); its rows take the shared "
-                     f"learning rate (--speaker-lr-scale applies to row-by-row updates)")
+                scaled = _scale_dense_step(optimizer, param, parse_lr_scale(getattr(variant.cfg, "speaker_lr_scale",
+                                                                                    None)))
+                _say(f"speaker table {tuple(param.shape)}: dense updates ({reason}); "
+                     + ("each row's step scaled by --speaker-lr-scale" if scaled else "its rows take the shared "
+                        "learning rate (the scale is 1 here)"))
                 continue
             # several processes average the gradients densely: the lookups keep dense gradients there, and the
             # rows with a gradient (the same in every process after averaging) are updated as here
@@ -267,6 +274,72 @@ def _step_pre_hook(optimizer, args, kwargs) -> None:
             _say(f"speaker table {tuple(param.shape)}: row-sparse {optimizer_kind(optimizer)} updates "
                  f"(only the rows of each batch's speakers"
                  + ("; several processes: from their averaged dense gradients)" if distributed else ")"))
+
+
+#: the attribute of a torch optimizer holding, between its pre- and post-hook, the dense tables to scale
+_PENDING = "_speaker_rows_pending"
+
+
+def dense_kind(optimizer) -> str:
+    """``adam`` for the Adam family (a parameter moves by about the learning rate at each update), ``sgd`` for
+    SGD, ``other`` for the rest (where ``auto`` is 1)."""
+    from fairseq.optim.adam import Adam as FairseqAdamImpl
+
+    if isinstance(optimizer, (FairseqAdamImpl, torch.optim.Adam, torch.optim.AdamW)):
+        return "adam"
+    return "sgd" if isinstance(optimizer, torch.optim.SGD) else "other"
+
+
+def dense_scale_applies(kind: str, mode: str) -> bool:
+    """Whether a dense step of an optimizer of ``kind`` (:func:`dense_kind`) scales the rows' changes under the
+    scale ``mode`` (``"auto"`` or a number as a string): not for 1, nor for ``auto`` outside the Adam family."""
+    return not (float(mode) == 1.0 if mode != "auto" else kind != "adam")
+
+
+def _scale_dense_step(optimizer, param: Tensor, setting: Optional[str]) -> bool:
+    """Before a dense step of a speaker table: keep the table and its rows with a gradient, for the post-hook
+    to scale each row's change (:func:`_dense_step_post_hook`). False where the scale is 1 for every row."""
+    state = optimizer.state[param]  # read only: the optimizer's first step must find it empty
+    if setting is not None:
+        mode = setting
+    elif "lr_scale" in state:
+        mode = "auto" if float(state["lr_scale"]) == AUTO else repr(float(state["lr_scale"]))
+    else:  # a fresh table (no optimizer state yet): auto; a state of a run without the scale (0.4.0): 1
+        mode = "auto" if len(state) == 0 else "1.0"
+    if not dense_scale_applies(dense_kind(optimizer), mode):
+        return False
+    grad = param.grad
+    touched = grad.reshape(grad.size(0), -1).ne(0).any(dim=1)
+    if param.dtype not in (torch.float32, torch.float64):  # fp32 copies of the parameters: not reachable here
+        return False
+    pending = getattr(optimizer, _PENDING, None)
+    if pending is None:
+        pending = {}
+        setattr(optimizer, _PENDING, pending)
+        optimizer.register_step_post_hook(_dense_step_post_hook)
+    pending[param] = (param.detach().clone(), touched, mode)
+    return True
+
+
+def _dense_step_post_hook(optimizer, args, kwargs) -> None:
+    """After a dense step: each row's change multiplied by its scale (the optimizer state records the scale, the
+    table's updates ``table_step`` and each row's ``row_step``, as the row-by-row updates do)."""
+    pending = getattr(optimizer, _PENDING, {})
+    with torch.no_grad():
+        for param, (before, touched, mode) in list(pending.items()):
+            state = optimizer.state[param]
+            state["lr_scale"] = AUTO if mode == "auto" else float(mode)
+            state["table_step"] = int(state.get("table_step", 0)) + 1
+            if "row_step" not in state:
+                state["row_step"] = torch.zeros(param.size(0), dtype=torch.long, device=param.device)
+            elif state["row_step"].dtype != torch.long:
+                state["row_step"] = state["row_step"].round().long()
+            state["row_step"] += touched.long()
+            scales = row_lr_scales(mode, "adam", state["table_step"], state["row_step"].clamp(min=1))
+            if scales is not None:
+                shape = (-1,) + (1,) * (param.dim() - 1)
+                param.data.copy_(before + (param.data - before) * scales.to(param.dtype).view(shape))
+    pending.clear()
 
 
 def _say(message: str) -> None:

@@ -345,3 +345,65 @@ def test_only_optimizers_that_fairseq_steps_update_rows_and_a_plain_torch_optimi
         hooked.loss(speakers, targets).backward()
         fairseq_optimizer.step()
     assert hooked.bias.row_sparse
+
+
+@pytest.mark.parametrize("optimizer_name", ["fairseq_adam", "adagrad"])
+def test_dense_updates_scale_each_rows_step_as_a_learning_rate_of_their_own(optimizer_name):
+    """--speaker-dense-updates (or an optimizer with no row-sparse update): a number scales the table's
+    learning rate exactly (the run equals one with a param group of its own at that rate), and the shared
+    weights take the steps they took before."""
+    data = batches(5, lambda i: [[0, 1], [2], [0, 3], [5], [1, 2]][i])
+
+    def build(scale):
+        model = Toy(sparse=False, lr_scale=scale)
+        return model
+
+    def make(params, lr):
+        if optimizer_name == "fairseq_adam":
+            return FairseqAdam(params, lr=lr, betas=(0.9, 0.98), eps=1e-8, weight_decay=0.01)
+        return torch.optim.Adagrad(params, lr=lr)
+
+    scaled = build("2.5")
+    train(scaled, make(scaled.parameters(), 0.1), data)
+    reference = build("1")
+    groups = [{"params": [p for n, p in reference.named_parameters() if n != "bias.weight"], "lr": 0.1},
+              {"params": [reference.bias.weight], "lr": 0.25}]
+    train(reference, make(groups, 0.1), data)
+    assert torch.allclose(scaled.bias.weight, reference.bias.weight, atol=1e-6)
+    assert torch.allclose(scaled.shared, reference.shared, atol=1e-6)
+    unscaled = build("1")
+    train(unscaled, make(unscaled.parameters(), 0.1), data)
+    assert not torch.allclose(unscaled.bias.weight, scaled.bias.weight)
+
+
+def test_dense_adam_with_auto_gives_each_row_the_rate_of_its_share_of_updates():
+    """auto on the dense path: a row's change in each update is multiplied by the table's updates over the
+    row's own (counted in the optimizer state), so a row seen in every update takes the shared rate; a
+    state without a scale (a 0.4.0 run) keeps 1."""
+    data = batches(4, lambda i: [[0, 1], [0], [0, 2], [0]][i])
+    model = Toy(sparse=False)  # auto, the default of a new run
+    model.shared.requires_grad_(False)
+    optimizer = adam(model)
+    plain = Toy(sparse=False, lr_scale="1")
+    plain.shared.requires_grad_(False)
+    train(plain, adam(plain), data)
+    before = model.bias.weight.detach().clone()
+    train(model, optimizer, data)
+    state = optimizer.state[model.bias.weight]
+    assert state["table_step"] == 4 and state["row_step"].tolist() == [4, 1, 1, 0, 0, 0]
+    assert torch.allclose(model.bias.weight[0], plain.bias.weight[0], atol=1e-6)  # in every update: scale 1
+    assert not torch.allclose(model.bias.weight[1], plain.bias.weight[1])  # in one of four: larger steps
+    moved, plain_moved = (model.bias.weight[1] - before[1]).norm(), (plain.bias.weight[1] - before[1]).norm()
+    assert moved > 1.5 * plain_moved
+    old = Toy(sparse=False)
+    old_optimizer = adam(old)
+    train(old, old_optimizer, data[:1])
+    for key in ("lr_scale", "table_step", "row_step"):
+        del old_optimizer.state[old.bias.weight][key]
+    snapshot = old.bias.weight.detach().clone()
+    reference = copy.deepcopy(old)
+    reference_optimizer = adam(reference)
+    reference_optimizer.load_state_dict(old_optimizer.state_dict())
+    train(old, old_optimizer, data[1:])
+    assert "lr_scale" not in old_optimizer.state[old.bias.weight]  # resumed with 1: nothing recorded, nothing scaled
+    assert not torch.equal(old.bias.weight, snapshot)

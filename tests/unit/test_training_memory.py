@@ -177,12 +177,12 @@ def test_sizes():
     assert [human_bytes(n) for n in (999, 160_000, 1_300_000_000)] == ["999 B", "160.0 kB", "1.3 GB"]
 
 
-def test_the_readmes_example_is_what_the_command_prints(capsys):
-    readme = open(os.path.join(os.path.dirname(__file__), "..", "..", "README.md"), encoding="utf-8").read()
-    command = re.search(r"\n    fairseq-speaker-params (--tgt-vocab 40000 [^\n]*--memory-budget[^\n]*)\n", readme)
+def test_the_documented_example_is_what_the_command_prints(capsys):
+    page = open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "benchmarks.md"), encoding="utf-8").read()
+    command = re.search(r"\n    fairseq-speaker-params (--tgt-vocab 40000 [^\n]*--memory-budget[^\n]*)\n", page)
     main(shlex.split(command[1]))
     printed = capsys.readouterr().out
-    shown = readme[command.end():].split("prints, after the parameter tables:\n\n", 1)[1]
+    shown = page[command.end():].split("prints, after the parameter tables:\n\n", 1)[1]
     block = re.match(r"(?:(?:    .*)?\n)+", shown)[0]  # the indented lines and the empty ones among them
     lines = [line[4:] for line in block.rstrip("\n").split("\n")]
     assert printed[printed.index("training memory"):].rstrip("\n").split("\n") == lines

@@ -105,7 +105,7 @@ class RowSparseConfig(SpeakerBiasConfig):
                   "that a speaker of a few sentences moves as far over training as a shared weight; a number "
                   "multiplies it (1: the shared rate, as before 0.5.0). A resumed run keeps the scale it started "
                   "with (its optimizer state records it; runs of 0.4.0 and earlier: 1) unless this is given. "
-                  "Applies where the rows are updated row by row (see --speaker-dense-updates)"},
+                  "Applies to row-by-row and dense updates, not to --fp16/--bf16's fp32 copies"},
     )
 
 
@@ -487,11 +487,11 @@ class SpeakerBias(nn.Module):
         """The rows ``speakers`` of the speaker parameter ``name`` (one of :attr:`row_sparse_parameter_names`):
         in training, once the optimizer has said it updates row by row, with a row-sparse gradient."""
         param = getattr(self, name)  # a plain tensor under torch.func.functional_call
-        sparse = (self.training and torch.is_grad_enabled() and isinstance(param, nn.Parameter)
-                  and param.requires_grad and self._sparse_updates())
-        if sparse:
+        trained = (self.training and torch.is_grad_enabled() and isinstance(param, nn.Parameter)
+                   and param.requires_grad)
+        if trained:  # the optimizer's step finds the table (and updates it row by row, or densely, scaled)
             mark_row_sparse(param, self)
-        if sparse and self.row_sparse:
+        if trained and self._sparse_updates() and self.row_sparse:
             return F.embedding(speakers, param, sparse=True)
         return param.index_select(0, speakers)
 
