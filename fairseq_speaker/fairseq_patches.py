@@ -4,7 +4,7 @@ A fairseq plugin should change fairseq only through its extension points (regist
 Where that is not enough, the change is made here, and nowhere else:
 
 - :data:`CHANGES` lists every one: what it touches, what it does, why, where the code it installs lives,
-  and the fairseq version it was written against. The README's "Compatibility" section lists the same
+  and the fairseq version it was written against. docs/extending.md's "Compatibility" section lists the same
   (a test keeps the two in step).
 - :func:`apply` makes the changes; it is called once when the package is imported (``--user-dir``) and
   does nothing when called again. Every wrapped function keeps the original's behaviour for everything

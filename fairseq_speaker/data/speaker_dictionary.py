@@ -6,7 +6,7 @@ The file is UTF-8 (a byte-order mark at its start is ignored); lines end with
 ``\n`` or ``\r\n``. A label is the whole line, surrounding whitespace removed;
 it may contain inner spaces, but not be empty nor contain a tab or another
 control character (a lone ``\r``, for instance): such a line is an error that
-names the file and the line. README.md ("File formats") states the rules in full.
+names the file and the line. docs/usage.md ("File formats") states the rules in full.
 
 The speaker dictionary maps labels to the rows of the model's speaker
 parameters. It is built from the training labels, saved as ``dict.spk.txt``

@@ -15,7 +15,7 @@ ENV = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
 
 @pytest.mark.slow
 def test_twenty_sentences_teach_a_new_speaker_their_words(tmp_path):
-    """The README's commands: the demo's lstm_fact_bias, held-out speakers beside its corpus, the evaluation."""
+    """docs/onboarding.md's commands: the demo's lstm_fact_bias, held-out speakers beside its corpus, the evaluation."""
     work = str(tmp_path / "demo-work")
     subprocess.run([sys.executable, "-m", "fairseq_speaker.toy.demo", "--workdir", work, "--archs", "lstm_fact_bias",
                     "--no-report", "--threads", "1"], check=True, env=ENV)

@@ -1,24 +1,17 @@
-"""The variants written out in the README and in docs/bias_variants.md work as the text says."""
+"""The variants written out in the README and the pages of docs/ work as the text says."""
 
 import os
-import re
 import subprocess
 import sys
 import textwrap
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DOCUMENTS = ["README.md", os.path.join("docs", "bias_variants.md")]
+from tests.documents import ROOT, documents, python_blocks
 
-
-def python_blocks(path):
-    text = open(os.path.join(ROOT, path), encoding="utf-8").read()
-    return re.findall(r"```python\n(.*?)```", text, re.DOTALL)
-
-
-#: the blocks that write out a variant (the README's others are exercised by the tests of their features)
-BLOCKS = [(path, i, code) for path in DOCUMENTS for i, code in enumerate(python_blocks(path))
+#: the blocks that write out a variant (the others are run by the tests of their features: the README's
+#: SpeakerTranslator example by tests/integration/test_serving.py)
+BLOCKS = [(path, i, code) for path in documents() for i, code in enumerate(python_blocks(path))
           if "register_speaker_bias" in code]
 
 CHECK = textwrap.dedent("""
@@ -42,8 +35,8 @@ CHECK = textwrap.dedent("""
 """)
 
 
-def test_both_documents_write_out_a_variant():
-    assert [path for path, _, _ in BLOCKS] == DOCUMENTS
+def test_the_variant_guide_writes_out_a_variant():
+    assert "docs/bias_variants.md" in [path for path, _, _ in BLOCKS]
 
 
 @pytest.mark.parametrize("path,index,code", BLOCKS, ids=[f"{p}:{i}" for p, i, _ in BLOCKS])

@@ -14,7 +14,8 @@ from fairseq.optim import FairseqOptimizer
 from fairseq_speaker import fairseq_patches
 from fairseq_speaker.fairseq_patches import CHANGES, UnsupportedFairseq, apply, check_fairseq_version
 
-README = os.path.join(os.path.dirname(__file__), "..", "..", "README.md")
+#: the page whose "Compatibility" section lists every change
+COMPATIBILITY = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "extending.md")
 
 
 def _installed():
@@ -31,9 +32,9 @@ def test_apply_has_made_its_changes_once_and_a_second_call_changes_nothing():
     assert not any(getattr(fn, "_fairseq_speaker_patch", False) for fn in fairseq_patches.ORIGINALS.values())
 
 
-def test_every_change_names_code_that_exists_and_the_readme_lists_it():
-    readme = open(README, encoding="utf-8").read()
-    section = readme[readme.index("## Compatibility"):]
+def test_every_change_names_code_that_exists_and_the_docs_list_it():
+    page = open(COMPATIBILITY, encoding="utf-8").read()
+    section = page[page.index("## Compatibility"):]
     for change in CHANGES:
         assert f"`{change.target}`" in section, change.target
         first, *others = [name.strip() for name in change.where.split(",")]  # "module.name[, name ...]"

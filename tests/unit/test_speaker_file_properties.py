@@ -1,8 +1,8 @@
 """Speaker files and ``dict.spk.txt`` of generated content (bytes, text, BOMs, line ends, control
-characters, invalid UTF-8, long lines): read as README's "File formats" says, or refused with a
+characters, invalid UTF-8, long lines): read as docs/usage.md's "File formats" says, or refused with a
 :class:`UserError` naming the file, the line and the problem; a dictionary is saved whole or not at all.
 
-The oracle below is README's rules written again, not the code under test.
+The oracle below is docs/usage.md's rules written again, not the code under test.
 """
 
 import errno
@@ -20,7 +20,7 @@ from fairseq_speaker.errors import UserError
 from fairseq_speaker.tasks.speaker_translation import SpeakerTranslationConfig, SpeakerTranslationTask
 from tests.helpers import make_dictionary
 
-# -- README "File formats", as a reference reader --------------------------------------------------
+# -- docs/usage.md "File formats", as a reference reader ------------------------------------------
 
 UTF8_BOM = b"\xef\xbb\xbf"
 DIGITS = "0123456789"
