@@ -1,19 +1,24 @@
-"""Load figures of ``fairseq-speaker-serve``: sentences/s and latency under concurrent clients, beside one direct
-batch call of the same translator.
+"""Load figures of ``fairseq-speaker-serve``: sentences/s and latency under concurrent clients, against one client
+sending requests of 32 sentences, in several rounds.
 
     OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 python scripts/serve_load.py CHECKPOINT --data DATA_DIR \\
-        --input SENTENCES.txt [--clients 1,8,32] [--requests 400] [--max-len-b 6]
+        --input SENTENCES.txt [--clients 1,8,32] [--requests 800] [--rounds 5] [--max-len-b 6]
 
-The service runs in this process (uvicorn on a free port of 127.0.0.1, its own thread); the clients run in
-a second process, as clients of a service do (they would otherwise take the service's interpreter lock):
-each is an asyncio task with its own connection, sending one sentence a request and the next once answered,
-each with the next of the model's speakers in turn. The reference is the same translator called directly with batches
-of 32 sentences (one speaker each, mixed), as one client sending batches of 32 would get at best. A figure,
-not a test: nothing is asserted, and nothing leaves 127.0.0.1.
+The service runs in this process (uvicorn with httptools and uvloop on a free port of 127.0.0.1, its own
+thread), with the batching options of ``fairseq-speaker-serve`` (its defaults unless given here); the clients
+run in a second process, as clients of a service do (they would otherwise take the service's interpreter
+lock): each is an asyncio task with its own connection, sending one sentence a request and the next once
+answered, each with the next of the model's speakers in turn. Each round measures first the reference, one
+client sending requests of ``--batch`` sentences (mixed speakers) one after the other, then each number of
+clients; the share of the reference is taken within a round (the machine's load drifts between rounds), and
+the summary gives the median of the rounds. The translator called directly with batches of ``--batch``
+sentences is measured once, first. A figure, not a test: nothing is asserted, and nothing leaves 127.0.0.1.
 """
 
 import argparse
 import asyncio
+import dataclasses
+import gc
 import json
 import logging
 import multiprocessing
@@ -23,7 +28,7 @@ import statistics
 import sys
 import threading
 import time
-from typing import List
+from typing import Dict, List
 
 import uvicorn
 
@@ -102,24 +107,49 @@ def _measure(port: int, clients: int, requests: int, sentences: List[str], speak
     return asyncio.run(_load(port, clients, requests, sentences, speakers, size))
 
 
+class _Collections:
+    """The cyclic garbage collector's passes over the oldest generation in this process: count and seconds."""
+
+    def __init__(self):
+        self.count, self.seconds, self._start = 0, 0.0, 0.0
+        gc.callbacks.append(self._observe)
+
+    def _observe(self, phase: str, info: dict) -> None:
+        if info["generation"] == 2:
+            if phase == "start":
+                self._start = time.perf_counter()
+            else:
+                self.count, self.seconds = self.count + 1, self.seconds + time.perf_counter() - self._start
+
+
 def main(argv=None) -> None:
+    from fairseq_speaker.service.app import _BATCHING_HELP
+    from fairseq_speaker.service.batcher import BatchOptions
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("checkpoint")
     parser.add_argument("--data", required=True, help="the model's data directory (its dict.*.txt)")
     parser.add_argument("--input", required=True, help="sentences to translate, one a line (as the model reads them)")
     parser.add_argument("--clients", default="1,8,32", help="comma-separated numbers of concurrent clients")
-    parser.add_argument("--requests", type=int, default=400, help="one-sentence requests per measurement")
-    parser.add_argument("--batch", type=int, default=32, help="sentences of one direct call (the reference)")
+    parser.add_argument("--requests", type=int, default=800, help="sentences per measurement (with fewer than 16 "
+                        "clients, 50 requests a client)")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds of the reference and every number of clients")
+    parser.add_argument("--batch", type=int, default=32, help="sentences of one request of the reference")
     parser.add_argument("--beam", type=int, default=5)
     parser.add_argument("--max-len-b", type=int, default=None)
-    parser.add_argument("--max-batch-sentences", type=int, default=32)
-    parser.add_argument("--max-wait-ms", type=float, default=5.0)
+    parser.add_argument("--no-freeze", action="store_true", help="leave the loaded objects to the garbage collector "
+                        "(fairseq-speaker-serve freezes them once the model is loaded)")
+    batching = parser.add_argument_group("batching (fairseq-speaker-serve's options and defaults)")
+    options = ("max_batch_sentences", "max_batch_tokens", "max_gap_ms", "max_wait_ms")
+    for field in dataclasses.fields(BatchOptions):
+        if field.name in options:
+            batching.add_argument("--" + field.name.replace("_", "-"), default=field.default,
+                                  type=float if field.type in (float, "float") else int, help=_BATCHING_HELP[field.name])
     args = parser.parse_args(argv)
 
     import torch
 
-    from fairseq_speaker.service.app import create_app
-    from fairseq_speaker.service.batcher import BatchOptions
+    from fairseq_speaker.service.app import create_app, freeze_loaded_objects
     from fairseq_speaker.serving import SpeakerTranslator
 
     logging.disable(logging.WARNING)  # fairseq's per-batch lines and the unknown-speaker warnings
@@ -129,7 +159,7 @@ def main(argv=None) -> None:
     translator = SpeakerTranslator.from_pretrained(args.checkpoint, data=args.data, **generate)
     speakers = translator.speakers
 
-    # the reference: direct calls of batches of 32 sentences, mixed speakers (after one call to warm up)
+    # the translator called directly: batches of --batch sentences, mixed speakers (after one call to warm up)
     batches = [(sentences[i:i + args.batch] * args.batch)[:args.batch] for i in range(0, len(sentences), args.batch)]
     labels = [speakers[i % len(speakers)] for i in range(args.batch)]
     translator.translate(batches[0], labels, beam=args.beam, **generate)
@@ -139,8 +169,11 @@ def main(argv=None) -> None:
         done += args.batch
     direct = done / (time.perf_counter() - start)
 
-    app = create_app(translator, beam=args.beam, generate=generate,
-                     batching=BatchOptions(max_batch_sentences=args.max_batch_sentences, max_wait_ms=args.max_wait_ms))
+    batching = BatchOptions(**{name: getattr(args, name) for name in options})
+    app = create_app(translator, beam=args.beam, generate=generate, batching=batching)
+    if not args.no_freeze:
+        freeze_loaded_objects()  # as fairseq-speaker-serve does before it serves
+    collections = _Collections()
     port = _free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
     thread = threading.Thread(target=server.run, daemon=True)
@@ -151,29 +184,44 @@ def main(argv=None) -> None:
     print(f"{args.checkpoint}: {sum(p.numel() for p in translator.model.parameters())} parameters, "
           f"{len(speakers)} speakers, beam {args.beam}; torch threads {torch.get_num_threads()}, "
           f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '(unset)')}, {os.cpu_count()} CPUs")
+    print(f"batching: {', '.join(f'--{n.replace(chr(95), chr(45))} {getattr(batching, n)}' for n in options)}")
     print(f"direct translator, batches of {args.batch}: {direct:.1f} sentences/s")
-    batches = app.state.metrics.batch_sentences
+    print(f"{'round':>5} {'clients':>8} {'sentences':>9} {'sentences/s':>12} {'of ref.':>8} {'p50 ms':>8} "
+          f"{'p99 ms':>8} {'mean batch':>11} {'errors':>7}")
+    searched = app.state.metrics.batch_sentences
+    clients = [int(c) for c in args.clients.split(",")]
+    rows: Dict[str, List[tuple]] = {}  # "ref" or a number of clients -> (sentences/s, share, latencies) per round
     pool = multiprocessing.get_context("spawn").Pool(1)
-    # the service's own reference: one client sending requests of --batch sentences, one after the other
-    seconds, latencies, _ = pool.apply(_measure, (port, 1, max(1, args.requests // args.batch), sentences, speakers,
-                                                  args.batch))
-    one_client = args.batch * len(latencies) / seconds
-    print(f"one client, requests of {args.batch} sentences: {one_client:.1f} sentences/s "
-          f"({100 * one_client / direct:.0f}% of direct)")
-    print(f"{'clients':>8} {'requests':>9} {'sentences/s':>12} {'of direct':>10} {'of one client':>14} "
-          f"{'p50 ms':>8} {'p99 ms':>8} {'mean batch':>11} {'errors':>7}")
-    for clients in [int(c) for c in args.clients.split(",")]:
-        count, total = batches.count, batches.sum
-        seconds, latencies, errors = pool.apply(_measure, (port, clients, args.requests, sentences, speakers))
-        rate = len(latencies) / seconds
-        mean_batch = (batches.sum - total) / max(batches.count - count, 1)
-        print(f"{clients:>8} {len(latencies):>9} {rate:>12.1f} {100 * rate / direct:>9.0f}% "
-              f"{100 * rate / one_client:>13.0f}% "
-              f"{1000 * statistics.median(latencies):>8.1f} {1000 * _percentile(latencies, 0.99):>8.1f} "
-              f"{mean_batch:>11.1f} {errors:>7}")
+    for round_ in range(1, args.rounds + 1):
+        reference = None
+        # the most clients right after the reference: the share that matters is taken over the shortest drift
+        for name, count, size in [("ref", 1, args.batch)] + [(str(c), c, 1) for c in sorted(clients, reverse=True)]:
+            requests = max(1, args.requests // size) if size > 1 else min(args.requests, 50 * count)
+            searches, searched_sentences = searched.count, searched.sum
+            seconds, latencies, errors = pool.apply(_measure, (port, count, requests, sentences, speakers, size))
+            rate = size * len(latencies) / seconds
+            reference = reference or rate
+            rows.setdefault(name, []).append((rate, rate / reference, latencies))
+            mean_batch = (searched.sum - searched_sentences) / max(searched.count - searches, 1)
+            label = f"1 x {size}" if name == "ref" else name
+            print(f"{round_:>5} {label:>8} {size * len(latencies):>9} {rate:>12.1f} {100 * rate / reference:>7.0f}% "
+                  f"{1000 * statistics.median(latencies):>8.1f} {1000 * _percentile(latencies, 0.99):>8.1f} "
+                  f"{mean_batch:>11.1f} {errors:>7}", flush=True)
     pool.close()
     server.should_exit = True
     thread.join(timeout=30)
+
+    print(f"the garbage collector's passes over its oldest generation while serving: {collections.count}, "
+          f"{collections.seconds:.2f} s in all ({gc.get_freeze_count()} objects frozen)")
+    print(f"median of {args.rounds} rounds (of ref.: the share of the same round's reference, one client sending "
+          f"{args.batch} sentences a request; latencies: all rounds' requests)")
+    print(f"{'clients':>8} {'sentences/s':>12} {'of ref.':>8} {'p50 ms':>8} {'p99 ms':>8}")
+    for name, measured in sorted(rows.items(), key=lambda row: -1 if row[0] == "ref" else int(row[0])):
+        latencies = [latency for _, _, round_latencies in measured for latency in round_latencies]
+        label = f"1 x {args.batch}" if name == "ref" else name
+        print(f"{label:>8} {statistics.median(r for r, _, _ in measured):>12.1f} "
+              f"{100 * statistics.median(s for _, s, _ in measured):>7.0f}% {1000 * statistics.median(latencies):>8.1f} "
+              f"{1000 * _percentile(latencies, 0.99):>8.1f}")
 
 
 if __name__ == "__main__":

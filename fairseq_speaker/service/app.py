@@ -15,8 +15,10 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import gc
 import hmac
 import importlib.resources
+import json
 import logging
 import os
 import sys
@@ -29,6 +31,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPBearer
+from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
@@ -203,6 +206,79 @@ async def _within(awaitable, deadline: float, timeout: float, what: str):
         return await asyncio.wait_for(awaitable, max(deadline - time.monotonic(), 0.0))
     except asyncio.TimeoutError:
         raise timed_out(what, timeout) from None
+
+
+async def _translation(app: FastAPI, body: schema.TranslateRequest) -> Response:
+    """The answer to a valid /translate request. Waits without holding a thread: the sentences are translated with
+    other requests' (see batcher.py)."""
+    service: SpeakerService = app.state.service
+    timeout = service.batching.request_timeout
+    deadline = time.monotonic() + timeout
+    prepared = service.prepare_translation(body, wait=False)  # at once, unless it would wait
+    if prepared is None:
+        prepared = await _within(run_in_threadpool(service.prepare_translation, body), deadline, timeout,
+                                 "reading the speaker store")
+    future = service.submit(prepared)
+    try:
+        results = await _within(asyncio.wrap_future(future), deadline, timeout, "the translation")
+    except UserError as e:
+        raise ServiceError(422, "invalid_request", str(e)) from None
+    answer = service.answer(prepared, results)
+    app.state.metrics.translated(len(answer.translations))
+    # the answer as its model built and checked it (FastAPI would check it against the model again)
+    return Response(answer.model_dump_json(exclude_none=True), media_type="application/json")
+
+
+def _json_body(scope) -> bool:
+    """Whether the request says its body is JSON (``application/json``, with parameters or not)."""
+    for name, value in scope["headers"]:
+        if name == b"content-type":
+            return value.split(b";")[0].strip().lower() == b"application/json"
+    return False
+
+
+class _TranslateDirectly:
+    """ASGI middleware: answers ``POST /translate`` (and ``/v1/translate``) with a JSON body itself, as the route
+    FastAPI declares for it does (the same code: :func:`_translation`; the same refusals, through the same
+    handlers), without FastAPI's routing, exception middleware, dependency solving and response handling: for a
+    one-sentence request those cost the service more than all the rest of it together, and under load every
+    sentence pays them (docs/serving.md has the figures). Other requests, and bodies not sent as
+    ``application/json``, go on to FastAPI. ``app.state.translate_directly = False`` turns it off (the tests
+    compare both ways)."""
+
+    PATHS = ("/translate", "/v1/translate")
+
+    def __init__(self, app, route: APIRoute):
+        self.app, self.route = app, route
+
+    async def __call__(self, scope, receive, send):
+        if (scope["type"] != "http" or scope["method"] != "POST" or scope["path"] not in self.PATHS
+                or not scope["app"].state.translate_directly or not _json_body(scope)):
+            await self.app(scope, receive, send)
+            return
+        scope["route"] = self.route  # as routing would set it (the metrics name the endpoint by it)
+        request = Request(scope, receive)
+        try:
+            data = await request.body()
+            try:  # the errors FastAPI would give (json.loads, then the model as FastAPI validates a body)
+                body = schema.TranslateRequest.model_validate(json.loads(data) if data else None, from_attributes=True)
+            except json.JSONDecodeError as e:
+                raise RequestValidationError([{"type": "json_invalid", "loc": ("body", e.pos), "msg": "JSON decode "
+                                               "error", "input": {}, "ctx": {"error": e.msg}}]) from None
+            except ValidationError as e:
+                raise RequestValidationError(e.errors(include_url=False) if data else
+                                             [{"type": "missing", "loc": ("body",), "msg": "Field required",
+                                               "input": None}]) from None
+            response = await _translation(scope["app"], body)
+        except ServiceError as e:
+            response = await _service_error(request, e)
+        except RequestValidationError as e:
+            response = await _invalid_request(request, e)
+        except HTTPException as e:
+            response = await _http_error(request, e)
+        await response(scope, receive, send)
+
+
 _bearer = HTTPBearer(auto_error=False)  # the check is _WriteRoute's; this shows the scheme at /docs
 
 
@@ -211,22 +287,9 @@ def _reads() -> APIRouter:
 
     @router.post("/translate", response_model=schema.TranslateResponse, response_model_exclude_none=True,
                  summary="Translate each sentence as its speaker")
-    async def translate(body: schema.TranslateRequest, request: Request, service: SpeakerService = Depends(_service)):
-        # waits without holding a thread: the sentences are translated with other requests' (see batcher.py)
-        timeout = service.batching.request_timeout
-        deadline = time.monotonic() + timeout
-        prepared = service.prepare_translation(body, wait=False)  # at once, unless it would wait
-        if prepared is None:
-            prepared = await _within(run_in_threadpool(service.prepare_translation, body), deadline, timeout,
-                                     "reading the speaker store")
-        future = service.submit(prepared)
-        try:
-            results = await _within(asyncio.wrap_future(future), deadline, timeout, "the translation")
-        except UserError as e:
-            raise ServiceError(422, "invalid_request", str(e)) from None
-        answer = service.answer(prepared, results)
-        request.app.state.metrics.translated(len(answer.translations))
-        return answer
+    async def translate(body: schema.TranslateRequest, request: Request):
+        # JSON bodies are answered by _TranslateDirectly, with the same code; this route describes the endpoint
+        return await _translation(request.app, body)
 
     @router.get("/speakers", response_model=schema.SpeakerList, summary="The speakers, trained and onboarded")
     def speakers(service: SpeakerService = Depends(_service)):
@@ -302,14 +365,18 @@ def create_app(translator, store: Optional[SpeakerStore] = None, token: Optional
                   description="Personalized translation: each sentence is translated as its speaker; speakers are "
                   "onboarded from a few sentence pairs. Write endpoints need 'Authorization: Bearer <token>'.")
     app.state.service, app.state.token, app.state.metrics = service, token, metrics
+    app.state.translate_directly = True
+    routers = {prefix: (_reads(), _writes()) for prefix in ("", "/v1")}
+    translate = next(route for route in routers[""][0].routes if route.path == "/translate")
+    app.add_middleware(_TranslateDirectly, route=translate)  # inside _Observed: limits and metrics apply
     app.add_middleware(_Observed, metrics=app.state.metrics, max_body_bytes=limits.max_body_bytes)
     app.add_exception_handler(ServiceError, _service_error)
     app.add_exception_handler(RequestValidationError, _invalid_request)
     app.add_exception_handler(HTTPException, _http_error)
     app.add_exception_handler(Exception, _internal_error)
-    for prefix, documented in (("", True), ("/v1", False)):
-        app.include_router(_reads(), prefix=prefix, include_in_schema=documented)
-        app.include_router(_writes(), prefix=prefix, include_in_schema=documented)
+    for prefix, (reads, writes) in routers.items():
+        app.include_router(reads, prefix=prefix, include_in_schema=not prefix)
+        app.include_router(writes, prefix=prefix, include_in_schema=not prefix)
     app.add_api_route("/", lambda: page, methods=["GET"], response_class=HTMLResponse, include_in_schema=False)
     return app
 
@@ -338,8 +405,14 @@ _LIMITS_HELP = {
 
 #: the help of each option of :class:`BatchOptions`
 _BATCHING_HELP = {
-    "max_batch_sentences": "sentences in one shared beam search at most (a request with more is translated alone)",
-    "max_wait_ms": "milliseconds the oldest waiting request waits for others to share its beam search",
+    "max_batch_sentences": "sentences in one shared beam search at most (a request with more is split over several, "
+                           "in order)",
+    "max_batch_tokens": "source tokens in one shared beam search at most, padding included, as fairseq's --max-tokens "
+                        "counts them (a request with more is split over several, in order; a longer sentence goes "
+                        "alone)",
+    "max_gap_ms": "milliseconds a batch that is not full waits for the next request (after the latest one, and after "
+                  "the last batch ended)",
+    "max_wait_ms": "milliseconds the oldest waiting request waits for others to share its beam search, at most",
     "max_queue": "sentences waiting to be translated at most; a request that would pass it gets 503",
     "request_timeout": "seconds a request may take, waiting and translating, before it gets 504",
 }
@@ -381,10 +454,17 @@ def build_parser(tokenizer: Optional[str] = None, bpe: Optional[str] = None) -> 
     model.add_argument("--source-lang", help="if fairseq cannot infer the language pair from DATA_DIR")
     model.add_argument("--target-lang")
     model.add_argument("--tokenizer", choices=sorted(REGISTRIES["tokenizer"]["registry"]),
-                       help="tokenize raw input as the training data was (fairseq's, e.g. moses)")
+                       help="tokenize raw input as the training data was (fairseq's, e.g. moses; default: the "
+                       "checkpoint's preprocessing, if its data recorded one)")
     model.add_argument("--bpe", choices=sorted(REGISTRIES["bpe"]["registry"]),
-                       help="apply the training data's BPE (fairseq's, e.g. subword_nmt with --bpe-codes)")
-    model.add_argument("--threads", type=int, help="torch threads (default: torch's)")
+                       help="apply the training data's BPE (fairseq's, e.g. subword_nmt with --bpe-codes; default: "
+                       "the checkpoint's)")
+    model.add_argument("--preprocessing", choices=["auto", "none"],
+                       help="auto (default): apply the preprocessing kept in the checkpoint to raw input and undo it "
+                       "on the translations, where --tokenizer/--bpe are not given; none: the requests' sentences "
+                       "are already in the model's tokens (docs/sated.md)")
+    model.add_argument("--threads", type=int, help="torch threads (default: the cores this process may use, or "
+                       "OMP_NUM_THREADS if set)")
     add_user_dir_argument(model)
     limits = parser.add_argument_group("limits of one request")
     for field in dataclasses.fields(Limits):
@@ -392,10 +472,11 @@ def build_parser(tokenizer: Optional[str] = None, bpe: Optional[str] = None) -> 
                             help=_LIMITS_HELP[field.name] + " (default: %(default)s)")
     batching = parser.add_argument_group("batching of concurrent translations, queue, timeout")
     for field in dataclasses.fields(BatchOptions):
-        kind = int if field.type in (int, "int") else float
+        kind = float if field.type in (float, "float") else int
+        default = "none" if field.default is None else "%(default)s"
         batching.add_argument("--" + field.name.replace("_", "-"), type=kind, default=field.default,
                               metavar="N" if kind is int else "X",
-                              help=_BATCHING_HELP[field.name] + " (default: %(default)s)")
+                              help=f"{_BATCHING_HELP[field.name]} (default: {default})")
     return parser
 
 
@@ -427,7 +508,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> Tuple[argparse.Namespace
     if (args.token_file or args.token_env) and not args.store:
         parser.error("a token enables onboarding: give --store FILE too, to keep the onboarded speakers")
     overrides = {"beam": args.beam}
-    for key in ("unknown_speaker", "source_lang", "target_lang", "max_len_a", "max_len_b", "tokenizer", "bpe"):
+    for key in ("unknown_speaker", "source_lang", "target_lang", "max_len_a", "max_len_b", "tokenizer", "bpe",
+                "preprocessing"):
         if getattr(args, key) is not None:
             overrides[key] = getattr(args, key)
     for dataclass in _encoders(args.tokenizer, args.bpe):
@@ -464,6 +546,16 @@ def read_token(args: argparse.Namespace) -> Optional[str]:
     return token
 
 
+def freeze_loaded_objects() -> None:
+    """Take the objects alive now (once the model is loaded: torch's, fairseq's and the model's, some 300,000) out
+    of the cyclic garbage collector's sight (:func:`gc.freeze`). Every request leaves a few objects to the oldest
+    generation, which is then collected whole again and again, each time stopping the service (its event loop and
+    its beam searches alike) for longer than a beam search: docs/serving.md has the figures. Frozen objects are
+    never freed; they are those a served model keeps to the end anyway."""
+    gc.collect()
+    gc.freeze()
+
+
 def main(argv: Optional[Sequence[str]] = None) -> None:
     args, overrides, limits = parse_args(argv)
     store = None
@@ -477,11 +569,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                             stream=sys.stderr, force=True)
         logging.getLogger("fairseq").setLevel(logging.WARNING)  # its per-batch lines, on every request
         warnings.filterwarnings("ignore", message=".*'pin_memory' argument is set as true")  # torch's, on a CPU
-        if args.threads:
-            import torch
-
-            torch.set_num_threads(args.threads)
         from fairseq_speaker.onboarding.translator import SpeakerTranslator
+        from fairseq_speaker.runtime import start_threads
+
+        start_threads(args.threads)  # one line as the service starts: threads: N (why)
 
         translator = SpeakerTranslator.from_pretrained(args.checkpoint, data=args.data, **overrides)
         store = SpeakerStore(args.store or ":memory:")
@@ -495,6 +586,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     service = app.state.service
     logger.info(f"{args.checkpoint}: {len(service.trained)} trained and {len(service.onboarded)} onboarded speakers; "
                 f"writes {'enabled' if token else 'disabled (no token)'}; store {args.store or '(none: in memory)'}")
+    freeze_loaded_objects()
     try:  # uvicorn stops on SIGTERM or SIGINT after the requests under way (the store is closed at its shutdown)
         uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="info")).run()
     finally:

@@ -89,6 +89,7 @@ class PreparedTranslation:
     known: Set[str]
     beam: int
     nbest: int
+    tokens: Optional[List[int]] = None  # each sentence's source tokens, with a batch token cap
 
 
 def _retired(name: str) -> str:
@@ -248,9 +249,10 @@ class SpeakerService:
         if not self._lock.acquire(blocking=wait):
             return None
         try:
-            if not wait and self._store_call(self.store.generation) != self._seen_generation:
-                return None
-            self.sync()
+            if wait:
+                self.sync()
+            elif self._store_call(self.store.generation) != self._seen_generation:
+                return None  # (where it has not moved, sync() has nothing to do: one read of the store, not two)
             for label in dict.fromkeys(labels):
                 self._check_label(label, what="speaker")
             known = self._trained | set(self._loaded)
@@ -263,13 +265,16 @@ class SpeakerService:
             as_labels = [label if label in known or label not in in_model else _retired(label) for label in labels]
         finally:
             self._lock.release()
+        # the tokens as the translator will read the sentences (the model's tokenizer and BPE, its end of sentence)
+        tokens = [len(self.translator.hub.encode(s)) for s in sentences] if self.batching.max_batch_tokens else None
         return PreparedTranslation(sentences, labels, as_labels, {label for label in labels if label in known}, beam,
-                                   request.nbest)
+                                   request.nbest, tokens)
 
     def submit(self, prepared: PreparedTranslation) -> "Future[Hypotheses]":
         """Queue a prepared request for a shared beam search (503 when the queue is full)."""
         try:
-            return self.batcher.submit(prepared.sentences, prepared.as_labels, prepared.beam, prepared.nbest)
+            return self.batcher.submit(prepared.sentences, prepared.as_labels, prepared.beam, prepared.nbest,
+                                       prepared.tokens)
         except QueueFull as e:
             raise ServiceError(503, "overloaded", f"{e}: retry later", headers={"Retry-After": "1"}) from None
 

@@ -170,9 +170,10 @@ class SpeakerStore:
 
     # -- reading ----------------------------------------------------------------------------------------
     def generation(self) -> int:
-        """A number that grows with every committed write, by any process."""
-        with self._transaction(write=False) as db:
-            return int(db.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()[0])
+        """A number that grows with every committed write, by any process. (One statement, read in a transaction
+        of its own: every translation request asks, and a BEGIN and a COMMIT around it would treble the cost.)"""
+        with self._lock:
+            return int(self._db.execute("SELECT value FROM meta WHERE key = 'generation'").fetchall()[0][0])
 
     def versions(self) -> Tuple[int, Dict[str, int]]:
         """The generation and each speaker's version, of one snapshot."""

@@ -15,6 +15,7 @@ import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
+import fastapi.routing
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
@@ -107,7 +108,8 @@ def test_concurrent_clients_with_mixed_speakers_share_beam_searches_and_get_the_
     """16 clients at once, each with its own mix of speakers (two whose bias favours a word, others, an unknown
     one, one onboarded): the batches are shared, and every sentence is answered as its own speaker alone would be."""
     translator = _translator(doctored, toy)
-    with _client(translator, batching=BatchOptions(max_wait_ms=300, max_batch_sentences=64)) as client:
+    batching = BatchOptions(max_gap_ms=300, max_wait_ms=300, max_batch_sentences=64)
+    with _client(translator, batching=batching) as client:
         assert client.put("/speakers/dr-lee", json=PAIRS, headers=AUTH).status_code == 201
         names = ["spk000", "spk001", "spk002", "dr-lee", "nobody"]
         requests = [{"sentences": [SENTENCES[(i + j) % 4] for j in range(1 + i % 3)],
@@ -135,6 +137,40 @@ def test_concurrent_clients_with_mixed_speakers_share_beam_searches_and_get_the_
     assert _metric(metrics, "batch_requests_count") < len(requests) / 2  # gathered, not one search per request
     assert _metric(metrics, 'batch_sentences_bucket{le="1"}') < len(requests)
     assert _metric(metrics, "queued_sentences") == 0
+
+
+def test_with_a_token_cap_no_batch_passes_it_and_every_sentence_is_answered_as_its_speaker_in_order(toy, doctored,
+                                                                                                     monkeypatch):
+    """--max-batch-tokens: requests queue up behind a held translator, then no batch it gets passes the cap (counted as
+    fairseq counts a batch, with the model's own encoding), a request over the cap is split over batches, a sentence
+    over it goes alone, and every sentence is answered as its own speaker alone would be, in its request's order."""
+    translator = _translator(doctored, toy)
+    names = ["spk000", "spk001", "spk002", "nobody"]
+    long = " ".join(SENTENCES * 2)  # over the cap by itself
+    requests = [{"sentences": [SENTENCES[(i + j) % 4] for j in range(1 + i % 5)],
+                 "speakers": [names[(i + 2 * j) % 4] for j in range(1 + i % 5)]} for i in range(10)]
+    requests.append({"sentences": [SENTENCES[0], long, SENTENCES[1]], "speakers": ["spk001", "spk000", "spk001"]})
+    expected = [[translator.translate(sentence, speaker) for sentence, speaker in zip(r["sentences"], r["speakers"])]
+                for r in requests]
+    tokens = {s: len(translator.hub.encode(s)) for r in requests for s in r["sentences"]}
+    cap = 24
+    assert tokens[long] > cap and sum(tokens[s] for s in requests[4]["sentences"]) > cap
+    release, entered, calls = _blocking(translator, monkeypatch)
+    app = create_app(translator, batching=BatchOptions(max_batch_tokens=cap, max_batch_sentences=8, max_wait_ms=0))
+    with TestClient(app) as client, ThreadPoolExecutor(max_workers=len(requests) + 1) as pool:
+        first = pool.submit(client.post, "/translate", json={"sentences": ["i ."], "speaker": "spk000"})
+        assert entered.wait(timeout=30)
+        answers = [pool.submit(client.post, "/translate", json=r) for r in requests]
+        _until(lambda: app.state.service.batcher.queued == sum(len(r["sentences"]) for r in requests))
+        release.set()
+        assert first.result().status_code == 200
+        answers = [a.result() for a in answers]
+    assert [_texts(a) for a in answers] == expected
+    batches = calls[1:]
+    assert [long] in batches
+    assert all(len(b) * max(tokens[s] for s in b) <= cap for b in batches if b != [long]), batches
+    assert sorted(s for b in batches for s in b) == sorted(s for r in requests for s in r["sentences"])
+    assert len(batches) < sum(len(r["sentences"]) for r in requests) / 2  # shared, within the cap
 
 
 def test_n_best_translations_come_best_first_and_the_first_is_the_translation(toy, trained):
@@ -434,6 +470,48 @@ def test_a_chunked_body_over_the_limit_is_refused_as_it_arrives(guarded):
     chunks = iter([b'{"sentences": ["'] + [b"x" * 8192] * 20 + [b'"], "speaker": "spk000"}'])
     response = guarded.post("/translate", content=chunks, headers={"Content-Type": "application/json"})
     assert response.status_code == 413 and response.json()["error"]["code"] == "too_large"
+
+
+#: /translate bodies (sent as JSON unless bytes with their headers): the refusals' and some answered ones
+TRANSLATE_BODIES = [(body, headers) for method, path, body, headers, *_ in REFUSALS if path == "/translate"
+                    and method == "post"] + [
+    ({"sentences": SENTENCES[:3], "speakers": ["spk000", "dr-lee", "nobody"]}, {}),
+    ({"sentences": SENTENCES[:2], "speaker": "spk001", "beam": 3, "nbest": 2}, {}),
+    (b"", {"Content-Type": "application/json"}),
+    (b"[1, 2]", {"Content-Type": "application/json; charset=utf-8"}),
+    (b'{"sentences": ["i ."], "speaker": "spk000"}', {"Content-Type": "text/plain"}),
+    (b'{"sentences": ["i ."], "speaker": "spk000"}', {}),
+]
+
+
+@pytest.mark.parametrize("path", ["/translate", "/v1/translate"])
+def test_translate_answers_alike_directly_and_through_fastapis_route(guarded, path, monkeypatch):
+    """POST /translate is answered without FastAPI's request handling (its cost, under load, is the service's):
+    every answer and refusal is the one FastAPI's route gives, and the metrics count it under the endpoint."""
+    solved = []
+    real = fastapi.routing.solve_dependencies
+
+    async def counted(*args, **kwargs):
+        solved.append(1)
+        return await real(*args, **kwargs)
+
+    before = guarded.get("/metrics").text
+    monkeypatch.setattr(fastapi.routing, "solve_dependencies", counted)
+    answers = {}
+    for directly in (True, False):
+        guarded.app.state.translate_directly = directly
+        try:
+            answers[directly] = [_send(guarded, "post", path, body, headers) for body, headers in TRANSLATE_BODIES]
+        finally:
+            guarded.app.state.translate_directly = True
+        if directly:  # only the two bodies not sent as JSON went on to FastAPI
+            assert len(solved) == 2, "a JSON body went through FastAPI's route"
+    for direct, routed, (body, _) in zip(answers[True], answers[False], TRANSLATE_BODIES):
+        assert (direct.status_code, direct.json()) == (routed.status_code, routed.json()), body
+    assert {a.status_code for a in answers[True]} >= {200, 413, 422}
+    answered = [re.search(r'_requests_total\{endpoint="/translate",method="POST",status="200"\} (\d+)', text)
+                for text in (before, guarded.get("/metrics").text)]
+    assert int(answered[1].group(1)) - (int(answered[0].group(1)) if answered[0] else 0) == 2 * 2
 
 
 def test_the_refusals_changed_nothing(guarded):
