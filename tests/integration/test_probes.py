@@ -27,7 +27,7 @@ from fairseq_speaker.benchmarks import training as benchmark
 from fairseq_speaker.errors import USER_ERROR_STATUS, user_error_in
 from fairseq_speaker.onboarding import adapt, evaluate, refit, speakers, vectors
 from fairseq_speaker.service import app as serve
-from fairseq_speaker import topic_model
+from fairseq_speaker import doctor, topic_model
 from fairseq_speaker.toy import corpus, demo
 from tests.cli import USER_DIR, assert_user_error, run, train_args
 
@@ -58,6 +58,7 @@ MAINS: Dict[str, Callable] = {
     "fairseq-speaker-vectors": vectors.main, "fairseq-speaker-onboarding-eval": evaluate.main,
     "fairseq-speaker-speakers": speakers.main, "fairseq-speaker-refit": refit.main,
     "fairseq-speaker-benchmark": benchmark.main, "fairseq-speaker-serve": serve.main,
+    "fairseq-speaker-doctor": doctor.main,
     "fairseq-train": fairseq_train, "fairseq-generate": fairseq_generate,
 }
 #: the options every adapt / onboarding-eval row starts with (the checks come before any file is opened)
@@ -95,6 +96,20 @@ COMMAND_PROBES = {
         (["--paired", "--plain"], 2, "--paired runs every configuration in one process, and --plain needs a "
                                      "process of its own (FAIRSEQ_SPEAKER_PLAIN=1): use one or the other"),
         (["--batch", "x"], 2, "argument --batch: invalid int value: 'x'"),
+        (["--configs", "lstm_base:nope"], 2, "--configs lstm_base:nope: unknown --speaker-bias 'nope'; registered "
+                                             "variants: "),
+        (["--configs", "transformer_base:fact+fact"], 2, "--configs transformer_base:fact+fact: --speaker-bias "
+                                                         "'fact+fact' names a variant twice"),
+        (["--configs", "lstm_base", "--versus", "lstm_fact_bias"], 2, "--versus lstm_fact_bias is not one of the "
+                                                                      "configurations measured (lstm_base): add it "
+                                                                      "to --configs"),
+        (["--configs", "lstm_nonsense:fact"], 2, "--configs lstm_nonsense:fact: not an arch of a speaker model family"),
+        (["--configs", "stock_lstm:fact"], 2, "--configs stock_lstm:fact: a stock fairseq model has no speaker "
+                                              "variant; give the variant to a preset (lstm_base:fact)"),
+        (["--configs", "lstm_base:topic"], 2, "--configs lstm_base:topic: the benchmark gives a variant its default "
+                                              "options, and --speaker-bias topic needs --topic-model FILE"),
+        (["--configs", "lstm_base+spk_token"], 2, "--configs lstm_base+spk_token: the benchmark times speaker "
+                                                  "variants (ARCH:VARIANT), not the speaker token: drop +spk_token"),
     ],
     "fairseq-speaker-demo": [
         (["--archs", "lstm_nonsense"], 2, "unknown system 'lstm_nonsense': start it with a preset"),
@@ -102,6 +117,9 @@ COMMAND_PROBES = {
         (["--styles", "-1"], 2, "--styles must be 0 (the default corpus) or more"),
         (["--deviation", "1.5"], 2, "--deviation 1.5 is not a probability (0 to 1)"),
         (["--no-such-option"], 2, "unrecognized arguments: --no-such-option"),
+        (["--beams", "0", "5"], 2, "--beams must be at least 1 (1: greedy), got 0"),
+        (["--beams", "5", "1", "5"], 2, "--beams 5 1 5 names a beam size twice"),
+        (["--beams", "greedy"], 2, "argument --beams: invalid int value: 'greedy'"),
     ],
     "fairseq-speaker-toy-corpus": [
         (["--out", "{tmp}/c", "--speakers", "0"], 2, "--speakers must be at least 1, got 0"),
@@ -199,6 +217,8 @@ COMMAND_PROBES = {
          2, "--checkpoint m: {other}/dict.fr.txt has 80 words but {ckpt} was trained with 88"),
         ([*REPORT, "--references", "{refs}", "--system", "a={refs}", "--train-text", "{refs}", "--train-speakers",
           "{latin1}.spk", "--test-speakers", "{refs}"], 2, "{latin1}.spk:1: not valid UTF-8"),
+        ([*REPORT, "--references", "{refs}", "--system", "a={refs}", "--threads", "0"], 2,
+         "--threads must be at least 1, got 0"),
     ],
     "fairseq-speaker-topics": [
         (["{tmp}/missing", "--out", "{tmp}/t.npz"], 2, "data directory not found: {tmp}/missing (a folder binarized "
@@ -211,6 +231,7 @@ COMMAND_PROBES = {
                                                      "--source-lang and --target-lang"),
         (["{data}", "--out", "{tmp}/t.npz", "--source-lang", "de", "--target-lang", "fr"], 2,
          "source dictionary not found: expected {data}/dict.de.txt (is --source-lang right?)"),
+        (["{data}", "--out", "{tmp}/t.npz", "--threads", "0"], 2, "--threads must be at least 1, got 0"),
     ],
     "fairseq-speaker-adapt": [
         ([*ADAPT, "--adapt-l2", "nan"], 2, "--adapt-l2 must be a number >= 0 (got nan)"),
@@ -246,6 +267,7 @@ COMMAND_PROBES = {
         ([*ADAPT_ON, "--adapt-prefix", "{untokenized}", "--save", "{tmp}/o.pt"], 2,
          "100% of the words (24 of 24) are not in the model's dictionaries (more than 10%): the text is probably not in "
          "the form of the training data"),
+        ([*ADAPT, "--threads", "0"], 2, "--threads must be at least 1, got 0"),
     ],
     "fairseq-speaker-vectors": [
         (["export", "{other}", "--path", "{ckpt}", "--out", "{tmp}/v.npz"], 2,
@@ -283,11 +305,22 @@ COMMAND_PROBES = {
         ([*EVAL_ON, "--heldout-prefix", "{tmp}/none", "--out", "{tmp}/e"], 2, "file not found: expected {tmp}/none.en"),
         ([*EVAL_ON, "--heldout-prefix", "{badtraits}", "--out", "{tmp}/e"], 2,
          "{badtraits}.traits:1: not valid UTF-8"),
+        ([*EVAL, "--threads", "0"], 2, "--threads must be at least 1, got 0"),
+        ([*EVAL, "--threads", "many"], 2, "argument --threads: invalid int value: 'many'"),
+    ],
+    "fairseq-speaker-doctor": [
+        (["--user-dir", "{tmp}/nowhere"], 2, "--user-dir {tmp}/nowhere: no such folder"),
+        (["--no-such-option"], 2, "unrecognized arguments: --no-such-option"),
     ],
     "fairseq-speaker-serve": [
         ([*SERVE, "--port", "0"], 2, "--port must be between 1 and 65535, got 0"),
         ([*SERVE, "--max-sentences", "0"], 2, "--max-sentences must be at least 1, got 0"),
         ([*SERVE, "--max-speaker-pairs", "-2"], 2, "--max-speaker-pairs must be at least 1, got -2"),
+        ([*SERVE, "--max-batch-tokens", "0"], 2, "--max-batch-tokens must be at least 1 (or not given: no cap), got 0"),
+        ([*SERVE, "--max-batch-tokens", "-64"], 2, "--max-batch-tokens must be at least 1 (or not given: no cap), "
+                                                   "got -64"),
+        ([*SERVE, "--max-batch-tokens", "many"], 2, "--max-batch-tokens: invalid int value: 'many'"),
+        ([*SERVE, "--max-gap-ms", "-1"], 2, "--max-gap-ms must be between 0 and 1000, got -1.0"),
         ([*SERVE, "--beam", "0"], 2, "--beam must be at least 1, got 0"),
         ([*SERVE, "--token-file", "token", "--token-env", "TOKEN", "--store", "s.db"], 2, "not both"),
         ([*SERVE, "--token-env", "TOKEN"], 2, "a token enables onboarding: give --store FILE too"),
@@ -298,6 +331,9 @@ COMMAND_PROBES = {
         (["model.pt", "--data", "no/such/data"], 2, "data directory not found: no/such/data"),
         (["{ckpt}", "--data", "{other}"], 2, "{ckpt} was trained with the dictionaries of another data folder than "
                                              "{other}"),
+        (["{lostbpe}", "--data", "{data}"], 2, "{lostbpe}: the text preprocessing saved with the model needs the file "
+                                               "codes.txt (--bpe subword_nmt --bpe-codes), which is missing"),
+        ([*SERVE, "--preprocessing", "raw"], 2, "argument --preprocessing: invalid choice: 'raw'"),
     ],
     "fairseq-train": [
         ([*TRAIN, "--speaker-bias", "topic", "--topic-model", "{topics_text}"], 2,
@@ -321,6 +357,14 @@ COMMAND_PROBES = {
                                          "label per sentence of the train split there"),
         ([*TRAIN, "--speaker-bias", "full", "--speaker-l2", "-1"], 2, "--speaker-l2 must be a number >= 0, got -1.0"),
         ([*TRAIN, "--valid-subset", "nosuch"], 2, "Dataset not found: nosuch ({data}): no binarized split 'nosuch'"),
+        (["{prepnotjson}", *TRAIN[1:]], 2, "{prepnotjson}/preprocessing.json:1: not JSON (Expecting value); correct it "
+                                           "(docs/sated.md describes preprocessing.json) or remove it to record no "
+                                           "preprocessing"),
+        (["{prepunknown}", *TRAIN[1:]], 2, "{prepunknown}/preprocessing.json: no tokenizer called 'mosses' (the "
+                                           "choices of --tokenizer: "),
+        (["{prepnofile}", *TRAIN[1:]], 2, "{prepnofile}/preprocessing.json: bpe subword_nmt: bpe_codes 'codes.txt': "
+                                          "no such file {prepnofile}/codes.txt"),
+        ([*TRAIN, "--preprocessing", "moses"], 2, "argument --preprocessing: invalid choice: 'moses'"),
     ],
     "fairseq-generate": [
         (["{other}", "--path", "{ckpt}", *GENERATE], 2,
@@ -340,6 +384,14 @@ COMMAND_PROBES = {
          "Dataset not found: nosuch ({data}): no binarized split 'nosuch' there (fairseq-preprocess writes train, "
          "valid and test); give the split's name (--gen-subset, --valid-subset, --train-subset) or the data folder "
          "that has it"),
+        (["{data}", "--path", "{lostbpe}", *GENERATE], 2,
+         "{lostbpe}: the text preprocessing saved with the model needs the file codes.txt (--bpe subword_nmt "
+         "--bpe-codes), which is missing: not at {tmp}/gone/codes.txt, where it was at training, nor in {data}. Put "
+         "that file back in one of these places, or give --bpe yourself (it wins over the checkpoint's), or "
+         "--preprocessing none (preprocessing=\"none\") for input already in the model's tokens"),
+        (["{data}", "--path", "{alienprep}", *GENERATE], 2,
+         "{alienprep}: the text preprocessing saved with the model needs a tokenizer this installation does not "
+         "have: no tokenizer called 'someone_elses' (the choices of --tokenizer: "),
     ],
 }
 
@@ -511,6 +563,39 @@ class Places:
         dest = self._data_copy("nospkdata")
         os.remove(os.path.join(dest, "train.spk"))
         return dest
+
+    # data folders with a preprocessing.json fairseq-train refuses, checkpoints whose record cannot be rebuilt
+    def _prep_data(self, name: str, content: str) -> str:
+        dest = self._data_copy(name)
+        with open(os.path.join(dest, "preprocessing.json"), "w", encoding="utf-8") as f:
+            f.write(content)
+        return dest
+
+    def make_prepnotjson(self):
+        return self._prep_data("prepnotjson", "tokenizer: moses_lowercase\n")
+
+    def make_prepunknown(self):
+        return self._prep_data("prepunknown", '{"tokenizer": {"name": "mosses"}}')
+
+    def make_prepnofile(self):
+        return self._prep_data("prepnofile", '{"bpe": {"name": "subword_nmt", "bpe_codes": "codes.txt"}}')
+
+    def _recorded(self, name: str, record: dict) -> str:
+        state = torch.load(self["ckpt"], weights_only=True)
+        state["task_state"]["preprocessing"] = record
+        torch.save(state, self.path(name))
+        return self.path(name)
+
+    def make_lostbpe(self):
+        """The shared model, as if trained on data whose BPE codes file is gone since."""
+        return self._recorded("lostbpe.pt", {"source": self.path("gone/preprocessing.json"), "tokenizer": None, "bpe": {
+            "name": "subword_nmt", "options": {"bpe_codes": self.path("gone/codes.txt"), "bpe_separator": "@@"},
+            "sha256": {"bpe_codes": "0" * 64}}})
+
+    def make_alienprep(self):
+        """The shared model, as if its data were tokenized by a tokenizer of a package not installed here."""
+        return self._recorded("alienprep.pt", {"source": "preprocessing.json", "bpe": None, "tokenizer": {
+            "name": "someone_elses", "options": {}, "sha256": {}}})
 
 
 @pytest.fixture
@@ -721,6 +806,20 @@ def test_from_pretrained_refuses_what_it_cannot_load(places, name, data, message
     with pytest.raises(UserError) as refused:
         SpeakerTranslator.from_pretrained(checkpoint, data=places.fill(data))
     assert places.fill(message) in str(refused.value)
+
+
+def test_from_pretrained_refuses_a_preprocessing_it_cannot_rebuild(places):
+    from fairseq_speaker.errors import UserError
+    from fairseq_speaker.serving import SpeakerTranslator
+
+    with pytest.raises(UserError) as refused:
+        SpeakerTranslator.from_pretrained(places["lostbpe"], data=places["data"])
+    assert places.fill("{lostbpe}: the text preprocessing saved with the model needs the file codes.txt (--bpe "
+                       "subword_nmt --bpe-codes), which is missing") in str(refused.value)
+    # what the message says to do: input already in the model's tokens
+    translator = SpeakerTranslator.from_pretrained(places["lostbpe"], data=places["data"], preprocessing="none",
+                                                   max_len_b=4)
+    assert translator.hub.bpe is None and isinstance(translator.translate(places.sources[0], "spk000"), str)
 
 
 def test_every_command_has_probes():
