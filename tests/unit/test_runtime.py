@@ -110,12 +110,19 @@ def command_process():
     put back afterwards."""
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level
+    # a command run earlier in this process may have set a level of its own (the service quiets "fairseq")
+    loggers = {name: logging.getLogger(name) for name in ("fairseq", "fairseq_cli", "fairseq_speaker")}
+    levels = {name: logger.level for name, logger in loggers.items()}
+    for logger in loggers.values():
+        logger.setLevel(logging.NOTSET)
     with warnings.catch_warnings():
         warnings.showwarning = lambda message, category, filename, lineno, file=None, line=None: sys.stderr.write(
             warnings.formatwarning(message, category, filename, lineno, line))
         yield
     root.handlers[:] = handlers
     root.setLevel(level)
+    for name, logger in loggers.items():
+        logger.setLevel(levels[name])
 
 
 def emit_everything():
