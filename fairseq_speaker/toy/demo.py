@@ -49,6 +49,7 @@ from fairseq_speaker.modules.speaker_bias import parse_variant_name
 from fairseq_speaker.analysis.speaker_words import read_traits, trait_accuracy
 from fairseq_speaker.toy.corpus import DEFAULT_DEVIATION, TRAITS, read_styles, write_corpus
 from fairseq_speaker.toy.oracle import BAYES, bayes_accuracy, oracle_accuracy, oracle_rows
+from fairseq_speaker.runtime import add_runtime_arguments, check_threads, configure_output, start_threads
 
 DEFAULT_SYSTEMS = ["lstm_base", "lstm_fact_bias", "transformer_fact_bias"]
 #: the beam of the paper's decoding, the demo's unless --beams says otherwise
@@ -200,7 +201,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="with --styles: the probability that a speaker leaves their style on a phrase")
     parser.add_argument("--topics", type=int, default=8, help="topics of the source-side topic model")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--threads", type=int, default=2, help="CPU threads for training and decoding")
+    add_runtime_arguments(parser, threads_help="CPU threads of each training and decoding (one at a time; "
+                          "default: the cores this process may use, or OMP_NUM_THREADS if set)")
     parser.add_argument("--no-report", action="store_true",
                         help="skip the evaluation report (significance, speaker classifier, bias inspection)")
     parser.add_argument("--classifier-epochs", type=int, default=20, help="epochs of the report's speaker classifier")
@@ -221,6 +223,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                 parse_variant_name(choice[choice.index("--speaker-bias") + 1])
             except ValueError as e:
                 parser.error(f"system {system!r}: {e}")
+    check_threads(parser, args)
     if min(args.beams) < 1:
         parser.error(f"--beams must be at least 1 (1: greedy), got {min(args.beams)}")
     if len(set(args.beams)) < len(args.beams):
@@ -235,6 +238,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
+    configure_output(args.verbose)
+    args.threads = start_threads(args.threads).threads
     os.makedirs(args.workdir, exist_ok=True)
     started = time.time()
     topics = args.topics if uses_topics(args.archs) else 0

@@ -120,6 +120,7 @@ COMMAND_PROBES = {
         (["--beams", "0", "5"], 2, "--beams must be at least 1 (1: greedy), got 0"),
         (["--beams", "5", "1", "5"], 2, "--beams 5 1 5 names a beam size twice"),
         (["--beams", "greedy"], 2, "argument --beams: invalid int value: 'greedy'"),
+        (["--threads", "0"], 2, "--threads must be at least 1, got 0"),
     ],
     "fairseq-speaker-toy-corpus": [
         (["--out", "{tmp}/c", "--speakers", "0"], 2, "--speakers must be at least 1, got 0"),
