@@ -4,15 +4,17 @@ sending requests of 32 sentences, in several rounds.
     OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 python scripts/serve_load.py CHECKPOINT --data DATA_DIR \\
         --input SENTENCES.txt [--clients 1,8,32] [--requests 800] [--rounds 5] [--max-len-b 6]
 
-The service runs in this process (uvicorn with httptools and uvloop on a free port of 127.0.0.1, its own
-thread), with the batching options of ``fairseq-speaker-serve`` (its defaults unless given here); the clients
-run in a second process, as clients of a service do (they would otherwise take the service's interpreter
-lock): each is an asyncio task with its own connection, sending one sentence a request and the next once
-answered, each with the next of the model's speakers in turn. Each round measures first the reference, one
-client sending requests of ``--batch`` sentences (mixed speakers) one after the other, then each number of
-clients; the share of the reference is taken within a round (the machine's load drifts between rounds), and
-the summary gives the median of the rounds. The translator called directly with batches of ``--batch``
-sentences is measured once, first. A figure, not a test: nothing is asserted, and nothing leaves 127.0.0.1.
+The service runs in this process as ``fairseq-speaker-serve`` runs it (uvicorn with httptools and uvloop on a
+free port of 127.0.0.1, its own thread; the loaded objects frozen for the garbage collector; its batching options,
+its defaults unless given here); the clients run in a second process, as clients of a service do (they would
+otherwise take the service's interpreter lock): each is an asyncio task with its own connection, sending one
+sentence a request and the next once answered, each with the next of the model's speakers in turn. Each round
+measures first the reference, one client sending requests of ``--batch`` sentences (mixed speakers) one after
+the other, then each number of clients, the most first; the share of the reference is taken within a round (the
+load of a shared machine drifts between rounds), and the summary gives the median of the rounds. The translator
+called directly with batches of ``--batch`` sentences is measured once, first. ``--no-freeze`` and
+``--through-fastapi`` undo two of the service's choices, to see what each is worth. A figure, not a test:
+nothing is asserted, and nothing leaves 127.0.0.1.
 """
 
 import argparse
@@ -123,7 +125,6 @@ class _Collections:
 
 
 def main(argv=None) -> None:
-    from fairseq_speaker.service.app import _BATCHING_HELP
     from fairseq_speaker.service.batcher import BatchOptions
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -131,20 +132,23 @@ def main(argv=None) -> None:
     parser.add_argument("--data", required=True, help="the model's data directory (its dict.*.txt)")
     parser.add_argument("--input", required=True, help="sentences to translate, one a line (as the model reads them)")
     parser.add_argument("--clients", default="1,8,32", help="comma-separated numbers of concurrent clients")
-    parser.add_argument("--requests", type=int, default=800, help="sentences per measurement (with fewer than 16 "
-                        "clients, 50 requests a client)")
+    parser.add_argument("--requests", type=int, default=800, help="sentences per measurement (one-sentence "
+                        "requests: at most 50 a client)")
     parser.add_argument("--rounds", type=int, default=5, help="rounds of the reference and every number of clients")
     parser.add_argument("--batch", type=int, default=32, help="sentences of one request of the reference")
     parser.add_argument("--beam", type=int, default=5)
     parser.add_argument("--max-len-b", type=int, default=None)
     parser.add_argument("--no-freeze", action="store_true", help="leave the loaded objects to the garbage collector "
                         "(fairseq-speaker-serve freezes them once the model is loaded)")
-    batching = parser.add_argument_group("batching (fairseq-speaker-serve's options and defaults)")
+    parser.add_argument("--through-fastapi", action="store_true", help="answer /translate through FastAPI's route "
+                        "(the service answers it directly)")
+    batching = parser.add_argument_group("batching: fairseq-speaker-serve's options, with its defaults")
     options = ("max_batch_sentences", "max_batch_tokens", "max_gap_ms", "max_wait_ms")
     for field in dataclasses.fields(BatchOptions):
         if field.name in options:
-            batching.add_argument("--" + field.name.replace("_", "-"), default=field.default,
-                                  type=float if field.type in (float, "float") else int, help=_BATCHING_HELP[field.name])
+            kind = float if field.type in (float, "float") else int
+            batching.add_argument("--" + field.name.replace("_", "-"), default=field.default, type=kind,
+                                  metavar="N" if kind is int else "X", help="(default: %(default)s)")
     args = parser.parse_args(argv)
 
     import torch
@@ -171,6 +175,7 @@ def main(argv=None) -> None:
 
     batching = BatchOptions(**{name: getattr(args, name) for name in options})
     app = create_app(translator, beam=args.beam, generate=generate, batching=batching)
+    app.state.translate_directly = not args.through_fastapi
     if not args.no_freeze:
         freeze_loaded_objects()  # as fairseq-speaker-serve does before it serves
     collections = _Collections()
@@ -184,7 +189,9 @@ def main(argv=None) -> None:
     print(f"{args.checkpoint}: {sum(p.numel() for p in translator.model.parameters())} parameters, "
           f"{len(speakers)} speakers, beam {args.beam}; torch threads {torch.get_num_threads()}, "
           f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '(unset)')}, {os.cpu_count()} CPUs")
-    print(f"batching: {', '.join(f'--{n.replace(chr(95), chr(45))} {getattr(batching, n)}' for n in options)}")
+    print(f"batching: {', '.join(f'--{n.replace(chr(95), chr(45))} {getattr(batching, n)}' for n in options)}; "
+          f"/translate {'through FastAPI' if args.through_fastapi else 'directly'}; loaded objects "
+          f"{'left to the collector' if args.no_freeze else 'frozen'}")
     print(f"direct translator, batches of {args.batch}: {direct:.1f} sentences/s")
     print(f"{'round':>5} {'clients':>8} {'sentences':>9} {'sentences/s':>12} {'of ref.':>8} {'p50 ms':>8} "
           f"{'p99 ms':>8} {'mean batch':>11} {'errors':>7}")
@@ -220,8 +227,8 @@ def main(argv=None) -> None:
         latencies = [latency for _, _, round_latencies in measured for latency in round_latencies]
         label = f"1 x {args.batch}" if name == "ref" else name
         print(f"{label:>8} {statistics.median(r for r, _, _ in measured):>12.1f} "
-              f"{100 * statistics.median(s for _, s, _ in measured):>7.0f}% {1000 * statistics.median(latencies):>8.1f} "
-              f"{1000 * _percentile(latencies, 0.99):>8.1f}")
+              f"{100 * statistics.median(s for _, s, _ in measured):>7.0f}% "
+              f"{1000 * statistics.median(latencies):>8.1f} {1000 * _percentile(latencies, 0.99):>8.1f}")
 
 
 if __name__ == "__main__":

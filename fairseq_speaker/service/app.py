@@ -240,11 +240,10 @@ def _json_body(scope) -> bool:
 class _TranslateDirectly:
     """ASGI middleware: answers ``POST /translate`` (and ``/v1/translate``) with a JSON body itself, as the route
     FastAPI declares for it does (the same code: :func:`_translation`; the same refusals, through the same
-    handlers), without FastAPI's routing, exception middleware, dependency solving and response handling: for a
-    one-sentence request those cost the service more than all the rest of it together, and under load every
-    sentence pays them (docs/serving.md has the figures). Other requests, and bodies not sent as
-    ``application/json``, go on to FastAPI. ``app.state.translate_directly = False`` turns it off (the tests
-    compare both ways)."""
+    handlers), without FastAPI's routing, exception middleware, dependency solving and response handling. Under
+    load every one-sentence request would pay for those, in the interpreter that runs the beam searches
+    (docs/serving.md: what it is worth). Other requests, and bodies not sent as ``application/json``, go on to
+    FastAPI. ``app.state.translate_directly = False`` turns it off (the tests compare both ways)."""
 
     PATHS = ("/translate", "/v1/translate")
 
@@ -410,8 +409,8 @@ _BATCHING_HELP = {
     "max_batch_tokens": "source tokens in one shared beam search at most, padding included, as fairseq's --max-tokens "
                         "counts them (a request with more is split over several, in order; a longer sentence goes "
                         "alone)",
-    "max_gap_ms": "milliseconds a batch that is not full waits for the next request (after the latest one, and after "
-                  "the last batch ended)",
+    "max_gap_ms": "milliseconds a batch that is not full waits for the next request, after the latest one and after "
+                  "the last batch ended (it goes at once when as many requests have come as the last batch answered)",
     "max_wait_ms": "milliseconds the oldest waiting request waits for others to share its beam search, at most",
     "max_queue": "sentences waiting to be translated at most; a request that would pass it gets 503",
     "request_timeout": "seconds a request may take, waiting and translating, before it gets 504",

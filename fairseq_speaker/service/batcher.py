@@ -11,6 +11,8 @@ When a batch goes:
 - at once when it is full: ``max_batch_sentences`` sentences, or the next sentence would take it over
   ``max_batch_tokens`` (counted as fairseq's ``--max-tokens`` counts a batch: the sentences times the longest
   one's tokens, padding included);
+- at once when as many requests have arrived since the last batch ended as that batch answered: clients that
+  send their next request once answered are all back (a lone client waits for nothing);
 - otherwise once no request has arrived for ``max_gap_ms``, or the oldest has waited ``max_wait_ms``. Both
   count from the end of the last batch at the earliest: under load, the clients answered by the last batch
   come back within the gap, and their requests join the next batch instead of splitting the clients into two
@@ -125,6 +127,8 @@ class Batcher:
         self._worker: Optional[threading.Thread] = None
         self._free_since = 0.0  # when the worker finished its last batch (time.monotonic)
         self._last_arrival = 0.0  # when the latest request arrived (time.monotonic)
+        self._answered = 0  # requests the last batch answered
+        self._back = 0  # requests that arrived since the last batch ended
 
     @property
     def queued(self) -> int:
@@ -155,9 +159,11 @@ class Batcher:
             self._queued += len(job.sentences)
             self._queued_tokens += sum(job.tokens or ())
             self._last_arrival = job.arrived
+            self._back += 1
             # the worker waits out the gaps on its own: it is woken only to start waiting, or to go at once
             cap = self.options.max_batch_tokens
-            if idle or self._queued >= self.options.max_batch_sentences or (cap and self._queued_tokens >= cap):
+            if (idle or self._queued >= self.options.max_batch_sentences or (cap and self._queued_tokens >= cap)
+                    or self._back == self._answered):
                 self._cond.notify_all()
         job.future.add_done_callback(lambda future: self._withdraw(job) if future.cancelled() else None)
         return job.future
@@ -188,8 +194,9 @@ class Batcher:
             pieces = self._take()
             if pieces is None:
                 return
-            self._serve(pieces)
-            self._free_since = time.monotonic()
+            answered = self._serve(pieces)
+            with self._cond:
+                self._free_since, self._answered, self._back = time.monotonic(), answered, 0
 
     def _plan(self, decoding: Tuple[int, int]) -> Tuple[List[Piece], bool]:
         """The batch that could go now: the waiting sentences of ``decoding``, in the queue's order, that fit
@@ -231,7 +238,8 @@ class Batcher:
                     free = self._free_since
                     deadline = min(max(first.arrived, free) + wait, max(self._last_arrival, free) + gap)
                     left = deadline - time.monotonic()
-                    if full or left <= 0 or self._closed or not self._queue or self._queue[0] is not first:
+                    back = 0 < self._answered <= self._back
+                    if full or back or left <= 0 or self._closed or not self._queue or self._queue[0] is not first:
                         break
                     self._cond.wait(left)
                 if not self._queue or self._queue[0] is not first:  # withdrawn meanwhile: look again
@@ -250,7 +258,8 @@ class Batcher:
                 if batch:
                     return batch
 
-    def _serve(self, pieces: List[Piece]) -> None:
+    def _serve(self, pieces: List[Piece]) -> int:
+        """Translate a batch, answer the requests it completes; returns how many it answered (or failed)."""
         sentences = [s for job, start, end in pieces for s in job.sentences[start:end]]
         labels = [label for job, start, end in pieces for label in job.labels[start:end]]
         beam, nbest = pieces[0][0].decoding
@@ -258,19 +267,19 @@ class Batcher:
             results = self.translate(sentences, labels, beam, nbest)
         except BaseException as e:  # noqa: B036  (handed to the requests; the worker must go on)
             if len(pieces) > 1:  # one request's failure is that request's alone
-                for piece in pieces:
-                    self._serve([piece])
-            else:
-                self._fail(pieces[0][0], e)
-            return
+                return sum(self._serve([piece]) for piece in pieces)
+            self._fail(pieces[0][0], e)
+            return 1
         if self.on_batch is not None:
             self.on_batch(len(sentences), len(pieces))
-        at = 0
+        at, answered = 0, 0
         for job, start, end in pieces:
             job.results.extend(results[at:at + end - start])
             at += end - start
             if len(job.results) == len(job.sentences) and not job.future.done():
                 job.future.set_result(job.results)
+                answered += 1
+        return answered
 
     def _fail(self, job: Job, error: BaseException) -> None:
         """``job`` gets ``error``; its sentences still waiting are not translated."""

@@ -116,6 +116,23 @@ def test_a_full_batch_goes_at_once_and_a_lone_request_waits_only_the_gap():
     assert 0.045 <= waited < 0.9, waited  # the gap, not the longest wait
 
 
+def test_once_the_clients_the_last_batch_answered_are_back_the_next_batch_goes_without_waiting_the_gap():
+    translate = Recorder()
+    batcher = Batcher(translate, BatchOptions(max_gap_ms=400, max_wait_ms=1000))
+    start = time.monotonic()
+    wait([batcher.submit([f"a{i}"], ["x"], 5, 1) for i in range(3)], timeout=30)
+    first = time.monotonic() - start
+    start = time.monotonic()
+    futures = [batcher.submit([f"b{i}"], ["x"], 5, 1) for i in range(3)]  # the three clients, back
+    wait(futures, timeout=30)
+    second = time.monotonic() - start
+    alone = batcher.submit(["c"], ["x"], 5, 1)  # one of three: waits for the others, then the gap
+    alone.result(timeout=30)
+    batcher.close(timeout=30)
+    assert first >= 0.38 and second < 0.3, (first, second)
+    assert translate.batches == [["a0", "a1", "a2"], ["b0", "b1", "b2"], ["c"]]
+
+
 def test_requests_arriving_within_the_gap_share_a_batch_and_different_decodings_do_not():
     translate = Recorder()
     batcher = Batcher(translate, BatchOptions(max_gap_ms=400, max_wait_ms=1000))
