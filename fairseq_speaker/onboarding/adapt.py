@@ -258,29 +258,23 @@ class SpeakerAdapter:
             return self.adapt({name: list(pairs)})[name]
         current = self.bias.export_speakers([index])
         new_chunks = self.chunks(pairs)
-        curvature = self._curvatures.get(name) if not self.exact_updates else None
-        if curvature is not None and name in self.sentences:  # the earlier sentences as their fit left them
-            self.sentences[name] += list(pairs)
-            if name in self._scores:
-                self._remember(name, self._scores[name] + new_chunks)
-            prior = [self.prior if self.prior is not None else self.mean_speaker]
-            out: List[Optional[Curvature]] = []
-            rows, _, report = fit_speakers(self.bias, [new_chunks], self.options, init=[current], prior=prior,
-                                           curvatures=[curvature], curvature_out=out)
-            self._curvatures.pop(name)
-            if out[0] is not None:
-                self._curvatures[name] = out[0]
-            replace_speakers(self.model, self.task, [name], rows[0])
-            return report
+        # the earlier sentences of a speaker fitted here through the decoder: as their fit left them, unless exact
+        curvature = self._curvatures.pop(name, None) if not self.exact_updates else None
         if name in self.sentences:
-            chunks = self._cached(name) + new_chunks
+            if curvature is None:
+                chunks = self._cached(name) + new_chunks
+                self._remember(name, chunks)
+            else:
+                chunks = new_chunks
+                if name in self._scores:
+                    self._remember(name, self._scores[name] + new_chunks)
             self.sentences[name] += list(pairs)
-            self._remember(name, chunks)
             prior = [self.prior if self.prior is not None else self.mean_speaker]
         else:
             chunks, prior = new_chunks, [current]
         out: List[Optional[Curvature]] = []
         rows, _, report = fit_speakers(self.bias, [chunks], self.options, init=[current], prior=prior,
+                                       curvatures=[curvature],
                                        curvature_out=out if self.through_decoder and name in self.sentences else None)
         if out and out[0] is not None:
             self._curvatures[name] = out[0]
