@@ -18,6 +18,7 @@ Where that is not enough, the change is made here, and nowhere else:
 
 import functools
 import importlib.util
+import inspect
 import logging
 import os
 import re
@@ -64,6 +65,12 @@ CHANGES: List[Change] = [
            "the rows of speakers absent from a batch must keep their values and their Adam state (the authors' "
            "lazy updates), and a grown table's optimizer state must gain rows; a global torch hook would also "
            "fire for every other optimizer of the process", "fairseq_speaker.optim.speaker_rows.update_speaker_rows"),
+    Change("fairseq.optim.fp16_optimizer.FP16Optimizer.build_fp32_params", "wrapped",
+           "records on the fp32 copies of the parameters that --fp16/--bf16's optimizer steps on where each "
+           "parameter lies in them (by default all in one flat copy)",
+           "the speaker tables are trained as slices of those copies, which the step hook would not know as "
+           "tables: --speaker-lr-scale would not reach their rows, which would take the shared learning rate",
+           "fairseq_speaker.optim.speaker_rows.record_fp32_copies"),
     Change("fairseq.checkpoint_utils.load_checkpoint_to_cpu", "wrapped",
            "names the file in every loading error and upgrades checkpoints of earlier releases as they are read",
            "fairseq's errors do not name the file (a KeyError or an unpickling error), and checkpoints older than "
@@ -138,13 +145,16 @@ _MARK = "_fairseq_speaker_patch"
 
 
 def _replace(owner, name: str, target: str, make: Callable[[Callable], Callable]) -> None:
-    """Set ``owner.name`` to ``make(original)`` unless this module did already (idempotent)."""
+    """Set ``owner.name`` to ``make(original)`` unless this module did already (idempotent); a classmethod
+    stays one (``make`` then returns a function taking the class first)."""
     current = getattr(owner, name)
     if getattr(current, _MARK, False):
         return
     ORIGINALS[target] = current
     patched = make(current)
     setattr(patched, _MARK, True)
+    if isinstance(inspect.getattr_static(owner, name), classmethod):
+        patched = classmethod(patched)
     setattr(owner, name, patched)
 
 
@@ -184,6 +194,21 @@ def apply() -> None:
         return step
 
     _replace(FairseqOptimizer, "step", "fairseq.optim.FairseqOptimizer.step", step)
+
+    from fairseq.optim.fp16_optimizer import FP16Optimizer
+
+    def build_fp32_params(original):
+        @functools.wraps(original)
+        def build_fp32_params(cls, args, params, flatten=True):
+            fp32_params = original.__func__(cls, args, params, flatten=flatten)
+            pipeline = getattr(args, "pipeline_model_parallel", False) and getattr(args, "distributed_no_spawn",
+                                                                                    False)  # as fairseq reads it
+            speaker_rows.record_fp32_copies(params, fp32_params, pipeline=bool(pipeline))
+            return fp32_params
+        return build_fp32_params
+
+    _replace(FP16Optimizer, "build_fp32_params", "fairseq.optim.fp16_optimizer.FP16Optimizer.build_fp32_params",
+             build_fp32_params)
 
     def load_checkpoint_to_cpu(original):
         @functools.wraps(original)
@@ -272,8 +297,7 @@ def uses_default_log_softmax(model) -> bool:
 
 def _check_private_parts() -> None:
     """Each private part of fairseq that :data:`CHANGES` reads or overrides must exist in the installed one."""
-    import inspect
-
+    from fairseq.optim.fp16_optimizer import FP16Optimizer
     from fairseq.tasks import FairseqTask
     from fairseq.tasks.translation import TranslationTask
 
@@ -282,6 +306,10 @@ def _check_private_parts() -> None:
         missing.append("fairseq.tasks.translation.TranslationTask._inference_with_bleu")
     if not re.search(r"self\.dataset_to_epoch_iter\b", inspect.getsource(FairseqTask)):
         missing.append("fairseq.tasks.FairseqTask.dataset_to_epoch_iter")
+    build = getattr(FP16Optimizer, "build_fp32_params", None)
+    if build is None or list(inspect.signature(build, follow_wrapped=False).parameters)[:3] != [
+            "args", "params", "flatten"]:
+        missing.append("fairseq.optim.fp16_optimizer.FP16Optimizer.build_fp32_params(args, params, flatten)")
     if missing:
         raise UnsupportedFairseq(
             f"the installed fairseq {getattr(fairseq, '__version__', '?')} lacks {', '.join(missing)}, which "

@@ -220,9 +220,11 @@ def training_memory(model: nn.Module, args) -> TrainingMemory:
             may_be_sparse, variant = tables[id(p)]
             sparse = setup.row_sparse is not None and may_be_sparse
             row_sparse += sparse
-            # a dense step scaled by --speaker-lr-scale counts each row's updates too (not on --fp16/--bf16's copies)
+            # a dense step scaled by --speaker-lr-scale counts each row's updates too: on fp32 weights or on
+            # --fp16/--bf16's fp32 copies, not on --memory-efficient-fp16's half-precision weights
             scale = parse_lr_scale(getattr(variant.cfg, "speaker_lr_scale", None)) or "auto"
-            dense_scaled += (not sparse and setup.half is None and dense_scale_applies(setup.dense_kind, scale))
+            dense_scaled += (not sparse and (setup.half is None or setup.master)
+                             and dense_scale_applies(setup.dense_kind, scale))
         else:
             trained += p.numel()
     buffers = persistent = 0

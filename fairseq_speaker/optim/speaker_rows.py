@@ -27,7 +27,14 @@ Where a step cannot be row-sparse (``--speaker-dense-updates``; another optimize
 trained as a dense parameter by the optimizer's own step and the log says so once; the learning-rate scale
 (``--speaker-lr-scale``) still applies there: each row's change in the step is multiplied by its scale (a step
 post-hook), which for Adam and SGD is exactly a learning rate multiplied by it. ``--fp16``/``--bf16`` train
-fp32 copies of the parameters, flattened into one: the scale does not reach them, and the log says so.
+fp32 copies of the parameters (``--fp16``: one flat copy of them all, unless ``--fp16-no-flatten-grads``;
+``--bf16``: one per parameter): their gradients are copied densely from the model's, so the tables in them are
+trained as dense ones, the log says so, and the scale reaches their rows all the same: as fairseq's
+``FP16Optimizer.build_fp32_params`` makes the copies, :func:`record_fp32_copies` (installed there by
+:mod:`fairseq_speaker.fairseq_patches`) records where each parameter lies in them; each speaker table's slice of
+a copy is scaled as a dense table, its counters kept in the copy's optimizer state, table by table
+(``state["speaker_tables"][offset]``), saved and resumed with it. The shared weights' part of a copy takes the
+optimizer's step untouched.
 
 Everything happens in a step pre-hook of the torch optimizers that fairseq's optimizers
 drive (:func:`update_speaker_rows`; other optimizers, such as onboarding's L-BFGS, never
@@ -247,6 +254,11 @@ def _step_pre_hook(optimizer, args, kwargs) -> None:
     pad_grown_state(optimizer)  # a table grown on load: its state gets the new rows first
     for group in optimizer.param_groups:
         for param in group["params"]:
+            layout = getattr(param, COPIED, None)
+            if layout is not None:  # an fp32 copy of --fp16/--bf16: its speaker tables are stepped densely
+                if param.grad is not None:
+                    _scale_copied_tables(optimizer, param, layout)
+                continue
             owner = getattr(param, OWNER, None)
             variant = owner() if owner is not None else None
             if variant is None or param.grad is None:
@@ -296,28 +308,35 @@ def dense_scale_applies(kind: str, mode: str) -> bool:
     return not (float(mode) == 1.0 if mode != "auto" else kind != "adam")
 
 
-def _scale_dense_step(optimizer, param: Tensor, setting: Optional[str]) -> bool:
+def _scale_dense_step(optimizer, param: Tensor, setting: Optional[str], offset: Optional[int] = None,
+                      shape: Optional[Sequence[int]] = None) -> bool:
     """Before a dense step of a speaker table: keep the table and its rows with a gradient, for the post-hook
-    to scale each row's change (:func:`_dense_step_post_hook`). False where the scale is 1 for every row."""
+    to scale each row's change (:func:`_dense_step_post_hook`). False where the scale is 1 for every row.
+
+    The table is ``param``, or with ``offset`` the slice of ``param`` (an fp32 copy of --fp16/--bf16) of
+    ``shape`` starting there; its counters are then ``optimizer.state[param]["speaker_tables"][offset]``."""
     state = optimizer.state[param]  # read only: the optimizer's first step must find it empty
+    table, grad, recorded = param.data, param.grad, state
+    if offset is not None:
+        table, grad = _within(param.data, offset, shape), _within(param.grad.reshape(-1), offset, shape)
+        recorded = state.get(COPIED_TABLES, {}).get(offset, {})
     if setting is not None:
         mode = setting
-    elif "lr_scale" in state:
-        mode = "auto" if float(state["lr_scale"]) == AUTO else repr(float(state["lr_scale"]))
-    else:  # a fresh table (no optimizer state yet): auto; a state of a run without the scale (0.4.0): 1
-        mode = "auto" if len(state) == 0 else "1.0"
+    elif "lr_scale" in recorded:
+        mode = "auto" if float(recorded["lr_scale"]) == AUTO else repr(float(recorded["lr_scale"]))
+    else:  # a fresh table (no optimizer state yet): auto; a state of a run without the scale (0.4.0; 0.5.0's
+        mode = "auto" if len(state) == 0 else "1.0"  # --fp16/--bf16 copies): 1
     if not dense_scale_applies(dense_kind(optimizer), mode):
         return False
-    grad = param.grad
     touched = grad.reshape(grad.size(0), -1).ne(0).any(dim=1)
-    if param.dtype not in (torch.float32, torch.float64):  # fp32 copies of the parameters: not reachable here
+    if table.dtype not in (torch.float32, torch.float64):  # half precision (--memory-efficient-fp16): not scaled
         return False
     pending = getattr(optimizer, _PENDING, None)
     if pending is None:
         pending = {}
         setattr(optimizer, _PENDING, pending)
         optimizer.register_step_post_hook(_dense_step_post_hook)
-    pending[param] = (param.detach().clone(), touched, mode)
+    pending[id(param), offset] = (param, offset, table.clone(), touched, mode)
     return True
 
 
@@ -326,20 +345,83 @@ def _dense_step_post_hook(optimizer, args, kwargs) -> None:
     table's updates ``table_step`` and each row's ``row_step``, as the row-by-row updates do)."""
     pending = getattr(optimizer, _PENDING, {})
     with torch.no_grad():
-        for param, (before, touched, mode) in list(pending.items()):
-            state = optimizer.state[param]
-            state["lr_scale"] = AUTO if mode == "auto" else float(mode)
-            state["table_step"] = int(state.get("table_step", 0)) + 1
-            if "row_step" not in state:
-                state["row_step"] = torch.zeros(param.size(0), dtype=torch.long, device=param.device)
-            elif state["row_step"].dtype != torch.long:
-                state["row_step"] = state["row_step"].round().long()
-            state["row_step"] += touched.long()
-            scales = row_lr_scales(mode, "adam", state["table_step"], state["row_step"].clamp(min=1))
-            if scales is not None:
-                shape = (-1,) + (1,) * (param.dim() - 1)
-                param.data.copy_(before + (param.data - before) * scales.to(param.dtype).view(shape))
+        for param, offset, before, touched, mode in pending.values():
+            state, table = optimizer.state[param], param.data
+            if offset is not None:  # a table within an fp32 copy: its counters are its own, by offset
+                state = state.setdefault(COPIED_TABLES, {}).setdefault(offset, {})
+                table = _within(param.data, offset, before.shape)
+            _scale_rows_change(table, before, touched, mode, state)
     pending.clear()
+
+
+def _scale_rows_change(table: Tensor, before: Tensor, touched: Tensor, mode: str, state: dict) -> None:
+    """Multiply each row's change in ``table`` since ``before`` by its scale, counting the update in ``state``."""
+    state["lr_scale"] = AUTO if mode == "auto" else float(mode)
+    state["table_step"] = int(state.get("table_step", 0)) + 1
+    if "row_step" not in state:
+        state["row_step"] = torch.zeros(table.size(0), dtype=torch.long, device=table.device)
+    elif state["row_step"].dtype != torch.long:  # torch's load_state_dict casts state to the parameter's dtype
+        state["row_step"] = state["row_step"].round().long()
+    state["row_step"] += touched.long()
+    scales = row_lr_scales(mode, "adam", state["table_step"], state["row_step"].clamp(min=1))
+    if scales is not None:
+        shape = (-1,) + (1,) * (table.dim() - 1)
+        table.copy_(before + (table - before) * scales.to(table.dtype).view(shape))
+
+
+#: the attribute of an fp32 copy of the parameters (fairseq's --fp16/--bf16) listing the parameters in it:
+#: ``(offset, shape, weakref to the parameter)`` each (a parameter's own copy: one, at offset 0)
+COPIED = "_speaker_rows_copied"
+#: the key of a copy's optimizer state holding the counters of the speaker tables in it, by offset
+COPIED_TABLES = "speaker_tables"
+
+
+def record_fp32_copies(params: Sequence[Tensor], fp32_params, pipeline: bool = False) -> None:
+    """Record on the fp32 copies that fairseq's ``FP16Optimizer.build_fp32_params`` made of ``params`` where
+    each parameter lies in them: a dict of flat copies (one per device, ``pipeline``: of that device's
+    parameters, else of all), the parameters back to back in their order; or a list, one copy per parameter.
+
+    The tables are found at the step, not here: a variant marks its tables (:func:`mark_row_sparse`) at its
+    first lookup in training, and fairseq's trainer builds its optimizer before the first batch. The copies'
+    gradients are copied densely from the model's: neither they nor the model's tables are marked row-sparse."""
+    params = list(params)
+    if isinstance(fp32_params, dict):
+        for device, flat in fp32_params.items():
+            layout, offset = [], 0
+            for param in ([p for p in params if p.device.index == device] if pipeline else params):
+                layout.append((offset, tuple(param.shape), weakref.ref(param)))
+                offset += param.numel()
+            if offset != flat.numel() or flat.dim() != 1:
+                logger.warning("the fp32 copy of the parameters is not laid out as fairseq 0.12 lays it: "
+                               "--speaker-lr-scale does not reach the speaker tables in it")
+                continue
+            setattr(flat, COPIED, layout)
+    else:
+        for param, copy in zip(params, fp32_params):
+            if tuple(copy.shape) == tuple(param.shape) and copy.is_contiguous():
+                setattr(copy, COPIED, [(0, tuple(param.shape), weakref.ref(param))])
+
+
+def _within(flat: Tensor, offset: int, shape: Sequence[int]) -> Tensor:
+    """The view of ``flat``'s elements from ``offset`` on, shaped ``shape`` (a table within an fp32 copy)."""
+    return flat.view(-1).narrow(0, offset, torch.Size(shape).numel()).view(shape)
+
+
+def _scale_copied_tables(optimizer, copy: Tensor, layout) -> None:
+    """Before a step on an fp32 copy of the parameters: each speaker table in it (a parameter its variant has
+    marked, :func:`mark_row_sparse`) is kept for the post-hook to scale, as a dense table is."""
+    for offset, shape, ref in layout:
+        param = ref()
+        owner = getattr(param, OWNER, None) if param is not None else None
+        variant = owner() if owner is not None else None
+        if variant is None:
+            continue
+        variant.row_sparse_ready(False)  # the copy's gradient is copied densely from the model's
+        scaled = _scale_dense_step(optimizer, copy, parse_lr_scale(getattr(variant.cfg, "speaker_lr_scale", None)),
+                                   offset=offset, shape=shape)
+        _say(f"speaker table {tuple(shape)}: dense updates (--fp16/--bf16 step on an fp32 copy of the parameters); "
+             + ("each row's step scaled by --speaker-lr-scale" if scaled else "its rows take the shared learning "
+                "rate (the scale is 1 here)"))
 
 
 def _say(message: str) -> None:

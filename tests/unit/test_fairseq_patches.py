@@ -10,6 +10,7 @@ import torch
 from fairseq import checkpoint_utils
 from fairseq import utils as fairseq_utils
 from fairseq.optim import FairseqOptimizer
+from fairseq.optim.fp16_optimizer import FP16Optimizer
 
 from fairseq_speaker import fairseq_patches
 from fairseq_speaker.fairseq_patches import CHANGES, UnsupportedFairseq, apply, check_fairseq_version
@@ -20,7 +21,7 @@ COMPATIBILITY = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "ext
 
 def _installed():
     return (FairseqOptimizer.multiply_grads, FairseqOptimizer.step, fairseq_utils.clip_grad_norm_,
-            checkpoint_utils.load_checkpoint_to_cpu)
+            checkpoint_utils.load_checkpoint_to_cpu, FP16Optimizer.build_fp32_params)
 
 
 def test_apply_has_made_its_changes_once_and_a_second_call_changes_nothing():

@@ -1,6 +1,8 @@
 """Row-sparse updates of speaker tables: what fairseq's optimizers would do, row by row."""
 
+import argparse
 import copy
+import io
 import logging
 
 import pytest
@@ -407,3 +409,239 @@ def test_dense_adam_with_auto_gives_each_row_the_rate_of_its_share_of_updates():
     train(old, old_optimizer, data[1:])
     assert "lr_scale" not in old_optimizer.state[old.bias.weight]  # resumed with 1: nothing recorded, nothing scaled
     assert not torch.equal(old.bias.weight, snapshot)
+
+
+# -- --fp16 / --bf16: the optimizer steps on fp32 copies of the parameters ------------------------------------
+
+
+class WithLinear(torch.nn.Module):
+    """A shared Linear layer before the ``fact`` speaker bias: the speaker table lies between shared weights
+    in the parameters' order (and in fairseq's flat fp32 copy of them)."""
+
+    def __init__(self, lr_scale=None, dense=False):
+        super().__init__()
+        torch.manual_seed(0)
+        task = make_task(num_speakers=S, num_words=V - 4 - 3)
+        self.linear = torch.nn.Linear(4, V)
+        self.bias = build_bias("fact", task, speaker_dense_updates=dense, speaker_lr_scale=lr_scale)
+        self.register_buffer("features", torch.randn(8, 4))
+
+    def loss(self, speakers, targets):
+        logits = self.linear(self.features[: len(speakers)].to(self.linear.weight.dtype)) + self.bias(speakers)
+        return F.cross_entropy(logits.float(), targets, reduction="sum")
+
+
+SOME = lambda i: [[0, 1], [2], [0, 3], [5], [1, 2], [0]][i]  # noqa: E731
+
+
+def fp32_copies(params, flatten, monkeypatch):
+    """fairseq's own fp32 copies of ``params`` (FP16Optimizer.build_fp32_params, as the package patches it): a
+    list, or a flat copy per device, here the CPU (fairseq keys it by ``torch.cuda.current_device()`` and
+    matches it with each parameter's ``device.index``, None on the CPU)."""
+    from fairseq.optim.fp16_optimizer import FP16Optimizer
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: None)
+    return FP16Optimizer.build_fp32_params(argparse.Namespace(), params, flatten=flatten)
+
+
+def copied_parts(copies, shapes):
+    """The views of each parameter in fp32 ``copies`` (flat: back to back in the parameters' order)."""
+    if isinstance(copies, list):
+        return list(copies)
+    (flat,) = copies.values()
+    sizes = [int(torch.Size(shape).numel()) for shape in shapes]
+    return [part.view(shape) for part, shape in zip(flat.detach().split(sizes), shapes)]
+
+
+def copy_list(copies):
+    return list(copies.values()) if isinstance(copies, dict) else list(copies)
+
+
+def adam_of(params):
+    return FairseqAdam(params, lr=0.1, betas=(0.9, 0.98), eps=1e-8, weight_decay=0.0)
+
+
+def set_copied_grads(copies, grads):
+    """Give the copies ``grads`` (one per parameter), as FP16Optimizer copies the model's gradients."""
+    if isinstance(copies, dict):
+        (flat,) = copies.values()
+        flat.grad.copy_(torch.cat([g.reshape(-1) for g in grads]))
+    else:
+        for copy, grad in zip(copies, grads):
+            copy.grad = grad.detach().float().clone()
+
+
+def dense_run(lr_scale, data):
+    """The plain dense path (an fp32 model, --speaker-dense-updates): the model, its optimizer and each update's
+    gradients."""
+    model = WithLinear(lr_scale, dense=True)
+    optimizer = adam(model)
+    update_speaker_rows(optimizer)
+    grads = []
+    for speakers, targets in data:
+        optimizer.zero_grad()
+        model.loss(speakers, targets).backward()
+        grads.append([p.grad.detach().clone() for p in model.parameters()])
+        optimizer.step()
+    return model, optimizer, grads
+
+
+def step_copies(half, copies, optimizer, data, grads):
+    """Updates of fp32 ``copies`` of ``half``'s parameters with ``grads``; ``half`` looks its speakers up in
+    training first, as the model's forward does (a variant marks its tables there, after fairseq has built the
+    copies)."""
+    for (speakers, targets), update in zip(data, grads):
+        half.loss(speakers, targets)
+        set_copied_grads(copies, update)
+        optimizer.step()
+
+
+@pytest.mark.parametrize("flatten", [True, False], ids=["flat", "one_copy_per_parameter"])
+@pytest.mark.parametrize("lr_scale", ["auto", "2.5"])
+def test_fp16s_fp32_copies_scale_each_speaker_row_as_the_dense_path_and_leave_the_shared_weights_alone(
+        flatten, lr_scale, monkeypatch):
+    """--fp16/--bf16 (fairseq's FP16Optimizer): the optimizer steps on fp32 copies of the parameters, the speaker
+    table a slice of one. Each speaker row changes as in the dense path of an fp32 model with the same gradients
+    (its scale applied); the shared weights take exactly the steps they take without the scale's hook."""
+    data = batches(6, SOME)
+    reference, reference_optimizer, grads = dense_run(lr_scale, data)
+    names = [name for name, _ in reference.named_parameters()]
+    shapes = [p.shape for p in reference.parameters()]
+    table = names.index("bias.speaker_weights")
+    assert 0 < table < len(names) - 1  # between shared weights
+
+    # a model of its own for each run: fairseq's copy of an fp32 parameter is the parameter itself (.float())
+    half, plain_half = WithLinear(lr_scale), WithLinear(lr_scale)
+    hooked, plain = (fp32_copies(list(m.parameters()), flatten, monkeypatch) for m in (half, plain_half))
+    hooked_optimizer, plain_optimizer = adam_of(copy_list(hooked)), adam_of(copy_list(plain))
+    update_speaker_rows(hooked_optimizer)  # as fairseq's optimizers do at their steps; the plain one: no hook
+    step_copies(half, hooked, hooked_optimizer, data, grads)
+    step_copies(plain_half, plain, plain_optimizer, data, grads)
+
+    scaled, unscaled = copied_parts(hooked, shapes), copied_parts(plain, shapes)
+    assert torch.allclose(scaled[table], reference.bias.speaker_weights, rtol=1e-6, atol=1e-7)
+    assert not torch.allclose(scaled[table], unscaled[table], atol=1e-3)  # the scale reached the rows
+    for index, name in enumerate(names):
+        if index != table:
+            assert torch.equal(scaled[index], unscaled[index]), name
+            assert torch.allclose(scaled[index], reference.get_parameter(name), rtol=1e-6, atol=1e-7), name
+    assert not half.bias.row_sparse  # the copies' gradients are dense: the lookups stay dense
+
+    (state,) = [s for s in hooked_optimizer.state.values() if "speaker_tables" in s]
+    (counters,) = state["speaker_tables"].values()
+    expected = reference_optimizer.state[reference.bias.speaker_weights]
+    assert counters["lr_scale"] == expected["lr_scale"] == (0.0 if lr_scale == "auto" else 2.5)
+    assert counters["table_step"] == expected["table_step"] == 6
+    assert counters["row_step"].tolist() == expected["row_step"].tolist() == [3, 2, 2, 1, 0, 1]
+
+
+@pytest.mark.parametrize("flatten", [True, False], ids=["flat", "one_copy_per_parameter"])
+def test_the_counters_of_the_tables_in_fp32_copies_survive_a_checkpoint(flatten, monkeypatch):
+    """The copy's optimizer state keeps each table's scale and counters (by its offset in the copy): saved,
+    loaded by torch's load_state_dict into a new optimizer over new copies, the run goes on as one that was
+    never stopped."""
+    data = batches(6, SOME)
+    _, _, grads = dense_run("auto", data)
+    shapes = [p.shape for p in WithLinear().parameters()]
+
+    straight_half = WithLinear("auto")
+    straight = fp32_copies(list(straight_half.parameters()), flatten, monkeypatch)
+    straight_optimizer = update_speaker_rows(adam_of(copy_list(straight)))
+    step_copies(straight_half, straight, straight_optimizer, data, grads)
+
+    first_half = WithLinear("auto")
+    first = fp32_copies(list(first_half.parameters()), flatten, monkeypatch)
+    first_optimizer = update_speaker_rows(adam_of(copy_list(first)))
+    step_copies(first_half, first, first_optimizer, data[:3], grads[:3])
+    buffer = io.BytesIO()
+    torch.save(first_optimizer.state_dict(), buffer)
+
+    resumed_half = WithLinear("auto")  # the checkpoint's weights, new copies of them, a new optimizer
+    with torch.no_grad():
+        for param, saved in zip(resumed_half.parameters(), copied_parts(first, shapes)):
+            param.copy_(saved)
+    resumed = fp32_copies(list(resumed_half.parameters()), flatten, monkeypatch)
+    resumed_optimizer = update_speaker_rows(adam_of(copy_list(resumed)))
+    buffer.seek(0)
+    resumed_optimizer.load_state_dict(torch.load(buffer))
+    (loaded,) = [s["speaker_tables"] for s in resumed_optimizer.state.values() if "speaker_tables" in s]
+    (counters,) = loaded.values()
+    assert counters["lr_scale"] == 0.0 and counters["table_step"] == 3
+    assert counters["row_step"].tolist() == [2, 1, 1, 1, 0, 0]
+    step_copies(resumed_half, resumed, resumed_optimizer, data[3:], grads[3:])
+
+    for got, expected in zip(copied_parts(resumed, shapes), copied_parts(straight, shapes)):
+        assert torch.equal(got, expected)
+    (counters,) = [s["speaker_tables"] for s in resumed_optimizer.state.values() if "speaker_tables" in s]
+    (straight_counters,) = [s["speaker_tables"] for s in straight_optimizer.state.values() if "speaker_tables" in s]
+    assert counters.keys() == straight_counters.keys()
+    for offset in counters:
+        assert counters[offset]["table_step"] == straight_counters[offset]["table_step"] == 6
+        assert counters[offset]["row_step"].tolist() == straight_counters[offset]["row_step"].tolist()
+
+
+@pytest.mark.parametrize("dtype, flatten", [("float16", True), ("bfloat16", False)])
+def test_fairseqs_fp16_optimizer_steps_the_speaker_rows_at_their_scale_on_cpu(dtype, flatten, monkeypatch):
+    """fairseq's FP16Optimizer itself, on half-precision parameters on the CPU (--fp16 with its flat copy and loss
+    scaling; --bf16, one copy per parameter): at the first update, a speaker row's change in the fp32 copy is
+    the scale times the change at scale 1, and the shared weights take the same step."""
+    from fairseq.optim.fp16_optimizer import FP16Optimizer
+    from omegaconf import OmegaConf
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: None)  # the flat copy's device: the CPU's index
+    bf16 = dtype == "bfloat16"
+    cfg = OmegaConf.create({
+        "common": {"bf16": bf16, "fp16_no_flatten_grads": not flatten, "fp16_scale_window": None,
+                   "fp16_init_scale": 128, "fp16_scale_tolerance": 0.0, "threshold_loss_scale": None,
+                   "min_loss_scale": 1e-4, "model_parallel_size": 1},
+        "optimization": {"update_freq": [1]}, "distributed_training": {"distributed_world_size": 1},
+        "optimizer": {"_name": "adam", "adam_betas": "(0.9, 0.98)", "adam_eps": 1e-8, "weight_decay": 0.0,
+                      "use_old_adam": False, "fp16_adam_stats": False, "tpu": False, "lr": [0.1]}})
+    speakers, targets = batches(1, lambda i: [0, 2, 2])[0]
+    table = [name for name, _ in WithLinear().named_parameters()].index("bias.speaker_weights")
+    moves = {}
+    for scale in ("1", "2.5"):
+        model = WithLinear(scale).to(getattr(torch, dtype))
+        optimizer = FP16Optimizer.build_optimizer(cfg, list(model.parameters()))
+        assert isinstance(optimizer.fp32_params, dict if flatten else list)
+        shapes = [p.shape for p in model.parameters()]
+        before = [part.clone() for part in copied_parts(optimizer.fp32_params, shapes)]
+        optimizer.zero_grad()
+        optimizer.backward(model.loss(speakers, targets))
+        optimizer.clip_grad_norm(0.0)
+        optimizer.step()
+        after = copied_parts(optimizer.fp32_params, shapes)
+        moves[scale] = [a - b for a, b in zip(after, before)]
+        assert torch.equal(model.bias.speaker_weights, after[table].to(model.bias.speaker_weights.dtype))
+    assert moves["1"][table][[0, 2]].abs().min() > 0 and torch.equal(moves["1"][table][[1, 3, 4, 5]],
+                                                                       torch.zeros(4, 3))
+    assert torch.allclose(moves["2.5"][table], 2.5 * moves["1"][table], rtol=1e-5, atol=1e-5)
+    for index in range(len(moves["1"])):
+        if index != table:
+            assert torch.equal(moves["2.5"][index], moves["1"][index])
+    (state,) = [s for s in optimizer.optimizer.state.values() if "speaker_tables" in s]
+    assert [c["lr_scale"] for c in state["speaker_tables"].values()] == [2.5]
+
+
+def test_an_fp32_copys_state_without_counters_resumes_at_the_shared_rate_unless_a_scale_is_given(monkeypatch):
+    """A --fp16 run of 0.5.0, whose scale did not reach the copies, resumes with its rows at the shared rate, as
+    it started (nothing recorded, nothing scaled); --speaker-lr-scale given wins."""
+    data = batches(6, SOME)
+    _, _, grads = dense_run("auto", data)
+    plain_half = WithLinear()
+    plain = fp32_copies(list(plain_half.parameters()), True, monkeypatch)
+    step_copies(plain_half, plain, adam_of(copy_list(plain)), data, grads)  # never hooked
+    for setting in (None, "2.5"):
+        half = WithLinear(setting)
+        copies = fp32_copies(list(half.parameters()), True, monkeypatch)
+        optimizer = adam_of(copy_list(copies))
+        step_copies(half, copies, optimizer, data[:3], grads[:3])  # no hook: the steps of 0.5.0
+        update_speaker_rows(optimizer)
+        step_copies(half, copies, optimizer, data[3:], grads[3:])
+        (state,) = optimizer.state.values()
+        (flat,), (plain_flat,) = copies.values(), plain.values()
+        if setting is None:
+            assert "speaker_tables" not in state and torch.equal(flat, plain_flat)
+        else:
+            assert [c["lr_scale"] for c in state["speaker_tables"].values()] == [2.5]
+            assert not torch.equal(flat, plain_flat)

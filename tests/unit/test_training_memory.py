@@ -48,6 +48,16 @@ def fairseq_config(arch, flags):
         return args, convert_namespace_to_omegaconf(args)
 
 
+def tensors_in(state):
+    """The tensors of an optimizer state, nested ones included (the counters of the speaker tables in an fp32
+    copy of --fp16/--bf16, by offset)."""
+    for value in state.values():
+        if torch.is_tensor(value):
+            yield value
+        elif isinstance(value, dict):
+            yield from tensors_in(value)
+
+
 def real_update(arch, args, cfg, num_speakers):
     """A real model on the CPU after one update by fairseq's optimizer (wrapped as fairseq-train wraps it) and one
     validation of the lr scheduler: the bytes of each part, summed from the tensors that exist."""
@@ -74,7 +84,7 @@ def real_update(arch, args, cfg, num_speakers):
         "master": sum(nbytes([p, p.grad]) for p in optimizer.fp32_params) if hasattr(optimizer, "fp32_params") else 0,
     }
     optimizer.step()
-    state = [v for s in optimizer.optimizer.state.values() for v in s.values() if torch.is_tensor(v)]
+    state = [v for s in optimizer.optimizer.state.values() for v in tensors_in(s)]
     measured["optimizer_state"] = nbytes(state)
     scheduler = build_lr_scheduler(cfg.lr_scheduler, optimizer)
     scheduler.step(1, 1.0)  # a first validation: restart_from_best takes its copy

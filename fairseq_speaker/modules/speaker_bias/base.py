@@ -105,7 +105,7 @@ class RowSparseConfig(SpeakerBiasConfig):
                   "that a speaker of a few sentences moves as far over training as a shared weight; a number "
                   "multiplies it (1: the shared rate, as before 0.5.0). A resumed run keeps the scale it started "
                   "with (its optimizer state records it; runs of 0.4.0 and earlier: 1) unless this is given. "
-                  "Applies to row-by-row and dense updates, not to --fp16/--bf16's fp32 copies"},
+                  "Applies to row-by-row and dense updates, --fp16/--bf16's fp32 copies included"},
     )
 
 
