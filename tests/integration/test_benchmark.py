@@ -32,6 +32,7 @@ def test_benchmark_measures_ours_beside_stock_fairseq_and_skips_what_cannot_fit(
     assert "vs stock" in proc.stdout and "skipped: its speaker table needs" in proc.stdout
 
 
+@pytest.mark.slow  # times plain and fast runs (20 s); test_fast_paths checks their outputs agree in the default run
 def test_plain_runs_count_the_same_arithmetic_as_the_fast_ones(tmp_path):
     """--plain runs our configurations again with PyTorch's own products and fairseq's own loss: the same
     FLOP per token must be counted on both paths (oneDNN's products are counted by their own formula)."""
@@ -85,6 +86,7 @@ def test_paired_rounds_measure_every_configuration_in_one_process_and_refuse_pla
     assert refused.returncode != 0 and "--paired" in refused.stderr and "Traceback" not in refused.stderr
 
 
+@pytest.mark.slow  # a paired benchmark of two configurations (20 s)
 def test_a_preset_with_another_variant_is_measured_paired_beside_the_preset(tmp_path):
     """ARCH:VARIANT (the demo's systems) reaches the model in both families: the preset's network with the
     variant's parameters, r (S + H + D) more for hyper_lhuc (r = 10 numbers per speaker, W of H x r and U of

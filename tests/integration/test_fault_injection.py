@@ -5,6 +5,7 @@ The kill is deterministic: ``FAIRSEQ_SPEAKER_KILL_DURING_WRITE=NAME`` makes the 
 its temporary file to half and kill itself before the rename (the test hook of fairseq_speaker/atomic_write.py).
 """
 
+import pytest
 import hashlib
 import os
 import signal
@@ -37,6 +38,7 @@ def assert_killed(proc: subprocess.CompletedProcess) -> None:
     assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stderr[-3000:])
 
 
+@pytest.mark.slow  # trains until a save is killed (half a minute); the other writers' kills stay in the default run
 def test_a_checkpoint_save_killed_leaves_the_previous_checkpoint(toy, tmp_path):
     save = str(tmp_path / "ckpt")
     run("train", train_args(toy["bin"], save, "lstm_fact_bias", "--max-epoch", "1"))

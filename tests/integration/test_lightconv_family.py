@@ -1,6 +1,7 @@
 """The third model family (examples/lightconv_family): a family registered from a second --user-dir, trained
 with a speaker bias and decoded through the stock fairseq command lines."""
 
+import pytest
 import torch
 
 from fairseq_speaker.generate_output import read_generate_output
@@ -8,6 +9,7 @@ from tests.cli import SIZES, TINY_VARIANTS, run
 from tests.helpers import LIGHTCONV_FAMILY, lightconv_family
 
 
+@pytest.mark.slow  # a third family trained and decoded (17 s); test_families registers it in the default run
 def test_a_family_from_another_package_trains_and_decodes_through_the_stock_clis(toy, tmp_path):
     family = lightconv_family()  # its declared tiny sizes
     save_dir = str(tmp_path / "ckpt")

@@ -15,6 +15,7 @@ from tests.cli import generate_args, run
 REPORT = os.path.join(os.path.dirname(sys.executable), "fairseq-speaker-report")
 
 
+@pytest.mark.slow  # the whole report with its classifier (20 s); each section's file is checked in the default run
 def test_report_has_every_section(toy, trained, tmp_path):
     outputs = {}
     for name, system in (("base", "lstm_base"), ("full", "lstm_full_bias"), ("fact", "lstm_fact_bias")):

@@ -262,6 +262,7 @@ def work(tmp_path):
     return {"sated": sated, "out": tmp_path / "work"}
 
 
+@pytest.mark.slow  # four systems trained through the recipe (a minute); the recipe's other tests stay in the default run
 def test_en_fr_recipe_runs_the_four_systems(work):
     proc = run_recipe("en-fr", work)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -59,6 +59,7 @@ def test_a_trained_checkpoint_lists_every_speaker_with_its_training_sentences(tr
     assert [line.split()[0] for line in lines[3:5]] == ["spk001", "spk002"] and "(2 of 8 speakers listed)" in text
 
 
+@pytest.mark.slow  # onboards and re-lists through several commands (half a minute)
 def test_onboarded_speakers_are_listed_with_the_sentence_pairs_they_were_fitted_on(trained, toy, tmp_path):
     checkpoint = trained("lstm_fact_bias")
     prefix = _adaptation_files(toy, str(tmp_path / "adapt"), {"dr-lee": 3, "dr-kim": 5})
