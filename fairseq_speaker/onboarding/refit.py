@@ -36,7 +36,8 @@ from fairseq_speaker.errors import UserError, command
 from fairseq_speaker.onboarding.adapt import SpeakerAdapter, _stack
 from fairseq_speaker.onboarding.checkpoint import OnboardingError, SpeakerCheckpoint, replace_speakers
 from fairseq_speaker.onboarding.fit import FitOptions, Pair, TokenScores, data_nll, fit_speakers
-from fairseq_speaker.onboarding.prior import CHECKPOINT_KEY, SpeakerPrior, describe, fit_mixture
+from fairseq_speaker.onboarding.prior import CHECKPOINT_KEY, SpeakerPrior, best_start, describe, fit_mixture
+from fairseq_speaker.onboarding.styles import candidate_counts, choose_styles, fit_styles
 from fairseq_speaker.runtime import add_runtime_arguments, check_threads, configure_output, start_threads
 
 
@@ -95,10 +96,14 @@ def fit_jointly(adapter: SpeakerAdapter, sentences: Dict[str, List[Pair]], rows:
 def refit_speakers(adapter: SpeakerAdapter, sentences: Dict[str, List[Pair]], components="auto",
                    iterations: int = 1, seed: int = 1, progress=None, shared: bool = False, l2: float = 0.01,
                    heldout: Optional[Dict[str, List[Pair]]] = None, max_cache_bytes: int = 4 << 30,
-                   shared_max_iter: int = 200, label_smoothing: float = 0.0) -> SpeakerPrior:
+                   shared_max_iter: int = 200, label_smoothing: float = 0.0, styles=None,
+                   style_precision="fit") -> SpeakerPrior:
     """Refit the speakers of ``sentences`` (name -> pairs; all known to the model) in place: with ``shared``,
     first together with the variant's shared parameters (:func:`fit_jointly`); then alternating the prior's fit
-    and the speakers' (see the module documentation). Returns the prior the speakers were last fitted under."""
+    and the speakers' (see the module documentation). With ``styles`` (a number of styles, or ``"auto"``), the
+    first prior is a mixture over styles learned from the speakers' sentences by EM
+    (:mod:`fairseq_speaker.onboarding.styles`, pull ``style_precision``) instead of one fitted to their rows.
+    Returns the prior the speakers were last fitted under."""
     bias, task = adapter.bias, adapter.task
     names = list(sentences)
     index = [task.speaker_dictionary.index(name) for name in names]
@@ -110,14 +115,21 @@ def refit_speakers(adapter: SpeakerAdapter, sentences: Dict[str, List[Pair]], co
                     max_cache_bytes=max_cache_bytes, progress=progress)
     for iteration in range(iterations):
         started = time.perf_counter()
-        prior = fit_mixture([rows[n] for n in names], components, seed=seed + iteration, variant=bias.name)
+        if styles is not None and iteration == 0:
+            prior = _styles_prior(adapter, names, rows, styles, style_precision, seed, label_smoothing, progress)
+        else:
+            prior = fit_mixture([rows[n] for n in names], components, seed=seed + iteration, variant=bias.name)
         before = after = 0.0
         tokens = 0
         for group in adapter._score_groups(names):
             for name, chunks in group:
                 with torch.no_grad():
                     before += float(data_nll(bias, rows[name], chunks))
-                new, _, report = fit_speakers(bias, [chunks], adapter.options, init=[rows[name]], prior=[prior])
+                # under styles learned from the sentences, a speaker starts at the style their sentences make most
+                # probable (as a new speaker does), not at the style nearest to their rows
+                start = (best_start(prior, chunks, lambda r, c: data_nll(bias, r, c))
+                         if styles is not None and iteration == 0 else rows[name])
+                new, _, report = fit_speakers(bias, [chunks], adapter.options, init=[start], prior=[prior])
                 rows[name] = {k: v.float() for k, v in new[0].items()}
                 with torch.no_grad():
                     after += float(data_nll(bias, rows[name], chunks))
@@ -135,6 +147,21 @@ def refit_speakers(adapter: SpeakerAdapter, sentences: Dict[str, List[Pair]], co
     return prior
 
 
+def _styles_prior(adapter: SpeakerAdapter, names: List[str], rows: Dict[str, Dict[str, Tensor]], styles,
+                  precision, seed: int, label_smoothing: float, progress=None) -> SpeakerPrior:
+    """The mixture over ``styles`` (a number, or ``"auto"``: by BIC) learned from the speakers' sentences."""
+    problems = {}
+    for group in adapter._score_groups(names):
+        for name, chunks in group:
+            problems[name] = chunks
+    options = FitOptions(l2=0.01, max_iter=50, label_smoothing=label_smoothing)
+    args = ([problems[n] for n in names], [rows[n] for n in names])
+    if styles == "auto":
+        return choose_styles(adapter.bias, *args, options, candidate_counts(len(names)), seed=seed,
+                             precision=precision, progress=progress)
+    return fit_styles(adapter.bias, *args, styles, options, seed=seed, precision=precision, progress=progress)[0]
+
+
 def parse_components(value: str):
     if value == "auto":
         return value
@@ -145,6 +172,22 @@ def parse_components(value: str):
     if k < 1:
         raise argparse.ArgumentTypeError(f"must be 'auto' or a whole number >= 1, got {value!r}")
     return k
+
+
+def parse_styles(value: str):
+    return parse_components(value)
+
+
+def parse_precision(value: str):
+    if value == "fit":
+        return value
+    try:
+        tau = float(value)
+    except ValueError:
+        tau = -1.0
+    if not (math.isfinite(tau) and tau > 0):
+        raise argparse.ArgumentTypeError(f"must be 'fit' or a positive number, got {value!r}")
+    return tau
 
 
 def parse_smoothing(value: str):
@@ -178,6 +221,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--subset", default="train", help="the split whose sentences the speakers are refitted on")
     parser.add_argument("--components", type=parse_components, default="auto",
                         help="components of the mixture prior: a number, or 'auto' (1 to 32, by BIC)")
+    parser.add_argument("--styles", type=parse_styles, default=None, metavar="K",
+                        help="learn the prior as K styles of speakers from the speakers' sentences by EM (a number, or "
+                        "'auto': by BIC) instead of fitting it to their rows; default: the rows' mixture "
+                        "(--components)")
+    parser.add_argument("--style-precision", type=parse_precision, default="fit",
+                        help="with --styles: how hard a speaker is pulled to their style, in nats per squared unit "
+                        "of their rows ('fit': from the spread of the speakers' rows around their styles)")
     parser.add_argument("--iterations", type=int, default=1, help="rounds of prior fit and speaker refit")
     parser.add_argument("--shared", choices=("auto", "keep", "fit"), default="auto",
                         help="fit the variant's shared parameters (e.g. fact's r bias vectors) together with every "
@@ -265,7 +315,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                            progress=lambda line: print(f"[refit] {line}", flush=True), shared=shared, l2=args.l2,
                            heldout=heldout, max_cache_bytes=int(args.max_cache_gb * 2 ** 30),
                            shared_max_iter=args.shared_max_iter,
-                           label_smoothing=smoothing)
+                           label_smoothing=smoothing, styles=args.styles, style_precision=args.style_precision)
     checkpoint.state[CHECKPOINT_KEY] = prior.state_dict()
     checkpoint.save(args.save)
     print(f"{len(sentences)} speakers refitted ({checkpoint.speaker_bias.name} bias) in "

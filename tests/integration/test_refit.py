@@ -99,3 +99,34 @@ def test_auto_keeps_the_shared_parameters_of_a_state_variant(trained, toy, tmp_p
     before, after = torch.load(checkpoint, weights_only=False)["model"], torch.load(out, weights_only=False)["model"]
     owned = [k for k in before if torch.is_tensor(before[k]) and not torch.equal(before[k], after[k])]
     assert owned and all("speaker_bias" in k for k in owned), owned
+
+
+def test_styles_learned_from_the_sentences_become_the_prior_every_speaker_starts_from(trained, toy, tmp_path):
+    """--styles K: the prior's components are styles fitted on the speakers' pooled sentences (EM), saved for
+    onboarding; every speaker is refitted from the style their sentences make most probable, and with a very
+    large --style-precision stays on it."""
+    from fairseq_speaker.onboarding.checkpoint import SpeakerCheckpoint
+    from fairseq_speaker.onboarding.styles import style_log_likelihoods
+
+    checkpoint = trained("lstm_fact_bias")
+    out = str(tmp_path / "styles.pt")
+    proc = run("fairseq-speaker-refit", [toy["bin"], "--path", checkpoint, "--save", out, "--styles", "2",
+                                         "--style-precision", "1e6", "--shared", "keep", "--threads", "1"])
+    assert "styles: iteration 1" in proc.stdout and "prior: 2 component(s)" in proc.stdout
+    saved = torch.load(out, weights_only=False)
+    prior = SpeakerPrior.from_state_dict(saved[CHECKPOINT_KEY])
+    assert prior.components == 2 and prior.precision == 1e6
+    # each speaker's rows are their style's: the one whose rows explain their sentences best
+    opened = SpeakerCheckpoint.load(out, data=toy["bin"])
+    bias = opened.check_adaptable()
+    sentences = refit.training_sentences(opened.task, "train")
+    adapter = refit.SpeakerAdapter(opened.model, opened.task, max_unknown_rate=1.0)
+    adapter.sentences = {name: list(pairs) for name, pairs in sentences.items()}
+    names = list(sentences)
+    problems = {name: chunks for group in adapter._score_groups(names) for name, chunks in group}
+    styles = [prior.component_rows(k) for k in range(2)]
+    best = (style_log_likelihoods(bias, styles, [problems[n] for n in names])
+            + prior.log_weights.double()[None]).argmax(1).tolist()
+    rows = bias.export_speakers([opened.task.speaker_dictionary.index(n) for n in names])["speaker_weights"]
+    for i, k in enumerate(best):
+        assert torch.allclose(rows[i].float(), styles[k]["speaker_weights"][0], atol=1e-3), names[i]
