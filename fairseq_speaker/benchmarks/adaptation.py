@@ -9,9 +9,13 @@ warm-up, with median and spread over repeats:
 - one incremental update: one more sentence for a speaker adapted before.
 
 Model loading is not timed. Sentences are random word ids of ``--length`` words (the cost does not
-depend on which words). Usage::
+depend on which words). A random model's fit stops after a few L-BFGS iterations, where a trained
+model's takes more (about 16 for ``fact+hyper_lhuc`` on the toy corpus): ``--iterations N`` makes every
+fit run N iterations, for figures a trained model would give. Usage::
 
     python -m fairseq_speaker.benchmarks.adaptation --archs lstm_fact_bias lstm_full_bias --threads 2
+    python -m fairseq_speaker.benchmarks.adaptation --archs lstm_base transformer_base \
+        --speaker-bias fact+hyper_lhuc --iterations 16 --many 10 --many-repeats 1 --threads 2
 """
 
 import argparse
@@ -57,7 +61,9 @@ def bench_arch(arch: str, args) -> Dict[str, List[float]]:
     with tempfile.TemporaryDirectory() as folder:
         task = make_task(folder, args.vocab, args.speakers)
         model = make_model(task, arch, args.model_args)
-    adapter = SpeakerAdapter(model, task, FitOptions())
+    # --iterations N: no early stop (tolerance 0), N iterations at most
+    options = FitOptions(max_iter=args.iterations, tolerance=0.0) if args.iterations else FitOptions()
+    adapter = SpeakerAdapter(model, task, options)
     counter = iter(range(10 ** 9))
     name = lambda: f"new{next(counter)}"  # noqa: E731
 
@@ -88,16 +94,26 @@ def main(argv=None) -> None:
     parser.add_argument("--many", type=int, default=100, help="speakers added at once")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--many-repeats", type=int, default=2)
+    parser.add_argument("--iterations", type=int, default=0,
+                        help="every fit runs this many L-BFGS iterations (a random model's fit stops after a few; "
+                        "a trained model's takes about 16); default: the fit's own stopping rule")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", help="also write the figures here")
     add_runtime_arguments(parser)
     args, args.model_args = parser.parse_known_args(argv)
     configure_output(args.verbose)
     check_threads(parser, args)
+    if args.iterations < 0:
+        parser.error(f"--iterations must be 0 (the fit's own stopping rule) or more, got {args.iterations}")
+    if args.many_repeats < 1 or args.repeats < 1:
+        parser.error("--repeats and --many-repeats must be at least 1")
     args.threads = start_threads(args.threads).threads
     results = {}
+    fits = f"{args.iterations} L-BFGS iterations per fit" if args.iterations else "fits stopped by their own rule"
+    variant = " ".join(args.model_args) or "the presets' variants"
     print(f"V = {args.vocab:,}, {args.speakers:,} trained speakers, {args.sentences} sentences of {args.length} words "
-          f"per new speaker, {args.threads} thread(s); seconds, median [min-max] of the repeats")
+          f"per new speaker, {fits}, {variant}, {args.threads} thread(s); "
+          f"seconds, median [min-max] of the repeats")
     print(f"  {'arch':<20}{'measure':<22}{'median':>10}{'spread':>22}")
     for arch in args.archs:
         times = bench_arch(arch, args)

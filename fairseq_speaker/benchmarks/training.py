@@ -32,7 +32,9 @@ A family registered by another package is measured with its ``--user-dir``.
 
 A configuration is a preset (``lstm_fact_bias``), a preset with another speaker variant
 (``transformer_base:fact+hyper_lhuc``: ``--speaker-bias fact+hyper_lhuc``, the demo's ``ARCH:VARIANT``;
-its ``vs base`` is the preset's network without speakers, ``transformer_base``), or ``stock_<family>``.
+its ``vs base`` is the preset's network without speakers, ``transformer_base``), or ``stock_<family>``. A
+configuration ending in ``@lr-scale=X`` trains its speaker rows with ``--speaker-lr-scale X``
+(``lstm_fact_bias@lr-scale=1``, beside ``lstm_fact_bias`` at the default ``auto``).
 
 Usage::
 
@@ -41,6 +43,7 @@ Usage::
     fairseq-speaker-benchmark --paired --generate               # small ratios: one process, in turns
     fairseq-speaker-benchmark --configs lstm_fact_bias lstm_full_bias --speakers 1000 100000 1000000
     fairseq-speaker-benchmark --paired --generate --configs lstm_fact_bias lstm_base:fact+hyper_lhuc
+    fairseq-speaker-benchmark --paired --configs lstm_fact_bias lstm_fact_bias@lr-scale=1 --versus lstm_fact_bias@lr-scale=1
     fairseq-speaker-benchmark --gpu --fp16                      # CUDA (bf16: --bf16)
     fairseq-speaker-benchmark --user-dir examples/lightconv_family/speaker_lightconv --family lightconv
 """
@@ -67,6 +70,7 @@ from fairseq_speaker.errors import UserError
 from fairseq_speaker.models import FAMILY_REGISTRY, ModelFamily, ModelSizes, family_of_arch, get_family
 from fairseq_speaker.models.presets import preset_name
 from fairseq_speaker.modules.speaker_bias import SPEAKER_BIAS_REGISTRY, parse_variant_name
+from fairseq_speaker.optim.speaker_rows import parse_lr_scale
 from fairseq_speaker.runtime import ThreadChoice, add_runtime_arguments, configure_output
 from fairseq_speaker.user_dir import add_user_dir_argument, import_user_dir
 
@@ -80,10 +84,20 @@ def default_configs(family: str) -> List[str]:
     return declared.presets + ([STOCK + family] if declared.stock is not None else [])
 
 
+#: what ends a configuration run at another learning-rate scale of its speaker rows: ``lstm_fact_bias@lr-scale=1``
+LR_SCALE = "@lr-scale="
+
+
+def lr_scale_of(config: str) -> Tuple[str, Optional[str]]:
+    """``CONFIG@lr-scale=X`` -> the configuration and ``X`` (``--speaker-lr-scale``); None: the default."""
+    config, found, scale = config.partition(LR_SCALE)
+    return config, (scale if found else None)
+
+
 def split_config(config: str) -> Tuple[str, Optional[str]]:
-    """``ARCH`` or ``ARCH:VARIANT`` (``transformer_base:fact+hyper_lhuc``) -> the arch and the variant (None: the
-    preset's own)."""
-    arch, _, variant = config.partition(":")
+    """``ARCH`` or ``ARCH:VARIANT`` (``transformer_base:fact+hyper_lhuc``), optionally ``@lr-scale=X`` -> the arch
+    and the variant (None: the preset's own)."""
+    arch, _, variant = lr_scale_of(config)[0].partition(":")
     return arch, variant or None
 
 
@@ -111,7 +125,15 @@ def check_config(config: str) -> None:
     a variant on a stock model, an unknown variant, a variant acting on the decoder's state on a family whose
     decoder takes none, a variant its default options cannot build (``topic`` needs a topic model's file)."""
     arch, variant = split_config(config)
-    if config.endswith("+spk_token"):
+    scale = lr_scale_of(config)[1]
+    if scale is not None:
+        if arch.startswith(STOCK):
+            raise UserError(f"--configs {config}: a stock fairseq model has no speaker rows to scale")
+        try:
+            parse_lr_scale(scale)
+        except UserError as e:
+            raise UserError(f"--configs {config}: {e}") from None
+    if lr_scale_of(config)[0].endswith("+spk_token"):
         raise UserError(f"--configs {config}: the benchmark times speaker variants (ARCH:VARIANT), not the speaker "
                         f"token: drop +spk_token")
     if arch.startswith(STOCK):
@@ -165,8 +187,9 @@ def task_arch_criterion(config: str) -> Tuple[str, str, str]:
 def model_args(config: str, sizes: List[int], layers: int) -> List[str]:
     """fairseq-train's flags choosing ``config``'s model: its arch, its variant (``--speaker-bias``), its sizes."""
     _, arch, _ = task_arch_criterion(config)
-    variant = split_config(config)[1]
-    return ["--arch", arch, *(["--speaker-bias", variant] if variant else []), *size_args(config, sizes, layers)]
+    variant, scale = split_config(config)[1], lr_scale_of(config)[1]
+    return ["--arch", arch, *(["--speaker-bias", variant] if variant else []),
+            *(["--speaker-lr-scale", scale] if scale is not None else []), *size_args(config, sizes, layers)]
 
 
 def memory_estimate(config: str, vocab: int, speakers: int, sizes: List[int], layers: int) -> int:
@@ -437,7 +460,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--family", choices=list(FAMILY_REGISTRY), default="lstm")
     parser.add_argument("--configs", nargs="+", metavar="CONFIG",
                         help="presets (lstm_fact_bias, ...), optionally with another speaker variant as ARCH:VARIANT "
-                        "(transformer_base:fact+hyper_lhuc), and stock_<family> (stock_lstm, stock_transformer): the "
+                        "(transformer_base:fact+hyper_lhuc) and another --speaker-lr-scale as @lr-scale=X "
+                        "(lstm_fact_bias@lr-scale=1), and stock_<family> (stock_lstm, stock_transformer): the "
                         "stock fairseq model a family declares (default: the family's presets and stock reference)")
     add_user_dir_argument(parser)
     parser.add_argument("--sizes", nargs=3, type=int, default=[512, 512, 256], metavar=("EMBED", "HIDDEN", "ATT"),

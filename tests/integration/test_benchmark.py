@@ -138,3 +138,23 @@ def test_the_reference_of_a_variant_is_the_network_without_speakers_and_bad_conf
                             ("lstm_base+spk_token", "drop +spk_token")]:
         with pytest.raises(UserError, match=re.escape(f"--configs {config}: ") + ".*" + re.escape(message)):
             check_config(config)
+
+
+def test_a_configuration_at_another_speaker_lr_scale_is_trained_with_it_and_measured_beside_the_default(tmp_path):
+    """``CONFIG@lr-scale=X``: the same model trained with ``--speaker-lr-scale X``, paired with the default (the
+    cost of ``auto`` against the shared rate, #25's figure)."""
+    from fairseq_speaker.benchmarks.training import model_args, reference_of, split_config
+
+    assert split_config("lstm_base:fact@lr-scale=1") == ("lstm_base", "fact")
+    assert reference_of("lstm_fact_bias@lr-scale=1") == "lstm_base"
+    flags = model_args("lstm_fact_bias@lr-scale=1", [8, 8, 8], 1)
+    assert flags[flags.index("--speaker-lr-scale") + 1] == "1" and "--speaker-lr-scale" not in model_args(
+        "lstm_fact_bias", [8, 8, 8], 1)
+    out = tmp_path / "bench.json"
+    configs = ["lstm_fact_bias", "lstm_fact_bias@lr-scale=1"]
+    proc = run("fairseq-speaker-benchmark", [*TINY, "--speakers", "4", "--paired", "--configs", *configs,
+                                             "--versus", "lstm_fact_bias@lr-scale=1", "--json", str(out)])
+    rows = {r["config"]: r for r in json.loads(out.read_text())["rows"]}
+    assert set(rows) == set(configs) and all(not r["errors"] and r["median"] > 0 for r in rows.values())
+    assert rows["lstm_fact_bias@lr-scale=1"]["vs_versus"] == 1.0 and rows["lstm_fact_bias"]["vs_versus"] > 0
+    assert " lstm_fact_bias@lr-scale=1 " in proc.stdout

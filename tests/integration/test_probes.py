@@ -110,6 +110,12 @@ COMMAND_PROBES = {
                                               "options, and --speaker-bias topic needs --topic-model FILE"),
         (["--configs", "lstm_base+spk_token"], 2, "--configs lstm_base+spk_token: the benchmark times speaker "
                                                   "variants (ARCH:VARIANT), not the speaker token: drop +spk_token"),
+        (["--configs", "lstm_fact_bias@lr-scale=0"], 2, "--configs lstm_fact_bias@lr-scale=0: --speaker-lr-scale '0': "
+                                                        "give 'auto' (the default) or a positive number"),
+        (["--configs", "lstm_fact_bias@lr-scale=fast"], 2, "--configs lstm_fact_bias@lr-scale=fast: "
+                                                           "--speaker-lr-scale 'fast': give 'auto'"),
+        (["--configs", "stock_lstm@lr-scale=2"], 2, "--configs stock_lstm@lr-scale=2: a stock fairseq model has no "
+                                                    "speaker rows to scale"),
     ],
     "fairseq-speaker-demo": [
         (["--archs", "lstm_nonsense"], 2, "unknown system 'lstm_nonsense': start it with a preset"),
@@ -166,6 +172,14 @@ COMMAND_PROBES = {
          "must be 'auto' or a whole number >= 1, got '0'"),
         (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--components", "many"], 2,
          "must be 'auto' or a whole number >= 1, got 'many'"),
+        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--styles", "0"], 2,
+         "argument --styles: must be 'auto' or a whole number >= 1, got '0'"),
+        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--styles", "some"], 2,
+         "argument --styles: must be 'auto' or a whole number >= 1, got 'some'"),
+        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--styles", "2", "--style-precision", "-1"], 2,
+         "argument --style-precision: must be 'fit' or a positive number, got '-1'"),
+        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--styles", "2", "--style-precision", "inf"], 2,
+         "argument --style-precision: must be 'fit' or a positive number, got 'inf'"),
         (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--l2", "-1"], 2, "--l2 must be a number >= 0, got -1.0"),
         (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--l2", "nan"], 2, "--l2 must be a number >= 0, got nan"),
         (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--label-smoothing", "1"], 2,
