@@ -44,7 +44,7 @@ from fairseq.models import (
 )
 
 from fairseq_speaker.errors import UserError
-from fairseq_speaker.models.presets import PRESET_VARIANTS, preset_architecture, preset_name
+from fairseq_speaker.models.presets import PRESET_VARIANTS, RECOMMENDED, preset_architecture, preset_name
 from fairseq_speaker.modules.speaker_plumbing import SpeakerDecoderMixin, SpeakerEncoderMixin, SpeakerModelMixin
 
 
@@ -120,9 +120,20 @@ class ModelFamily:
                    if cls is not SpeakerDecoderMixin)
 
     @property
+    def recommended_variant(self) -> str:
+        """The variant of its recommended preset (``{name}_speaker``): ``fact+hyper_lhuc`` where the decoder takes a
+        speaker state (measured best on the toy corpora for both built-in families, docs/bias_variants.md), the
+        paper's ``fact`` otherwise."""
+        return "fact+hyper_lhuc" if self.takes_speaker_state else "fact"
+
+    def preset_variants(self) -> Dict[str, str]:
+        """Preset suffix -> the variant it chooses: the paper's presets, then the recommended one."""
+        return {**PRESET_VARIANTS, RECOMMENDED: self.recommended_variant}
+
+    @property
     def presets(self) -> List[str]:
-        """``{name}_{suffix}`` for every preset suffix (``lstm_base``, ``lstm_full_bias``, ...)."""
-        return [preset_name(self.name, suffix) for suffix in PRESET_VARIANTS]
+        """``{name}_{suffix}`` for every preset suffix (``lstm_base``, ``lstm_full_bias``, ..., ``lstm_speaker``)."""
+        return [preset_name(self.name, suffix) for suffix in self.preset_variants()]
 
     def scale_args(self, scale: str) -> List[str]:
         """The size flags of one of the named sizes (:data:`SCALES`)."""
@@ -184,12 +195,12 @@ def register_family(name: str, model: str, architecture: Callable, *, encoder: t
     missing = [scale for scale in SCALES if scale not in scales]
     if missing:
         raise ValueError(f"model family {name!r}: give the sizes {', '.join(missing)} in scales= ({SCALES})")
-    taken = [arch for arch in (preset_name(name, suffix) for suffix in PRESET_VARIANTS) if arch in ARCH_MODEL_REGISTRY]
-    if taken:
-        raise ValueError(f"model family {name!r}: fairseq already has an arch {taken[0]!r}; choose another name")
     family = ModelFamily(name, model, architecture, encoder, decoder, size_args, dict(scales), stock,
                          tuple(tie_output), tuple(demo_options), demo_lr, dict(component_labels or {}))
-    for suffix, variant in PRESET_VARIANTS.items():
+    taken = [arch for arch in family.presets if arch in ARCH_MODEL_REGISTRY]
+    if taken:
+        raise ValueError(f"model family {name!r}: fairseq already has an arch {taken[0]!r}; choose another name")
+    for suffix, variant in family.preset_variants().items():
         register_model_architecture(model, preset_name(name, suffix))(preset_architecture(variant, architecture))
     FAMILY_REGISTRY[name] = family
     _BY_MODEL[model] = name
@@ -227,7 +238,7 @@ def preset_variant(arch: str) -> Optional[str]:
     family = family_of_arch(arch)
     if family is None or not arch.startswith(family.name + "_"):
         return None
-    return PRESET_VARIANTS.get(arch[len(family.name) + 1:])
+    return family.preset_variants().get(arch[len(family.name) + 1:])
 
 
 def speaker_presets() -> List[str]:

@@ -5,6 +5,11 @@ registered from another package) has one preset per entry of :data:`PRESET_VARIA
 (no speaker bias), ``lstm_full_bias``, ``lstm_fact_bias``, ``transformer_base``, ...
 ``--speaker-bias NAME`` puts any registered variant on any preset. The paper's four systems are
 presets, one of them with ``--speaker-token`` (:data:`PAPER_SYSTEMS`).
+
+Beside the paper's presets, each family has a recommended one, ``{family}_speaker`` (:data:`RECOMMENDED`):
+the best combination measured so far of where the speaker acts (``fact+hyper_lhuc`` on a decoder that takes a
+speaker state, ``fact`` otherwise: ``ModelFamily.recommended_variant``). The paper's presets stay exactly the
+paper's.
 """
 
 from typing import Callable, Dict, List, Tuple
@@ -15,6 +20,10 @@ from fairseq_speaker.errors import UserError
 
 #: preset suffix -> the speaker bias variant it chooses
 PRESET_VARIANTS: Dict[str, str] = {"base": "none", "full_bias": "full", "fact_bias": "fact"}
+
+#: the suffix of each family's recommended preset (``lstm_speaker``, ``transformer_speaker``), whose variant the
+#: family chooses (``ModelFamily.recommended_variant``)
+RECOMMENDED = "speaker"
 
 #: the systems of the paper's Table 3: name -> (preset suffix, whether targets start with a speaker token)
 PAPER_SYSTEMS: Dict[str, Tuple[str, bool]] = {
@@ -38,8 +47,8 @@ def preset_architecture(variant: str, base_architecture: Callable) -> Callable:
 
 
 def preset_name(family: str, suffix: str) -> str:
-    if suffix not in PRESET_VARIANTS:
-        raise UserError(f"unknown preset {suffix!r}; presets: {', '.join(PRESET_VARIANTS)}")
+    if suffix not in PRESET_VARIANTS and suffix != RECOMMENDED:
+        raise UserError(f"unknown preset {suffix!r}; presets: {', '.join([*PRESET_VARIANTS, RECOMMENDED])}")
     return f"{family}_{suffix}"
 
 

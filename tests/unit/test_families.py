@@ -57,9 +57,9 @@ def tiny_tf():
 
 
 def test_a_registered_family_has_every_preset_and_drives_the_helpers(tiny_tf):
-    presets = ["tiny_tf_base", "tiny_tf_full_bias", "tiny_tf_fact_bias"]
+    presets = ["tiny_tf_base", "tiny_tf_full_bias", "tiny_tf_fact_bias", "tiny_tf_speaker"]
     assert [p for p in speaker_presets() if p.startswith("tiny_tf")] == presets == tiny_tf.presets
-    assert [preset_variant(p) for p in presets] == list(PRESET_VARIANTS.values())
+    assert [preset_variant(p) for p in presets] == [*PRESET_VARIANTS.values(), tiny_tf.recommended_variant]
     assert all(ARCH_MODEL_NAME_REGISTRY[p] == TEST_MODEL for p in presets)
     assert commands.family("tiny_tf_fact_bias:fact+topic+spk_token") == "tiny_tf"
     assert commands.model_size_args("tiny_tf", 8, 16, layers=3) == transformer_size_args(ModelSizes(8, 16, layers=3))

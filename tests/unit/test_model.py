@@ -487,3 +487,25 @@ def test_the_fast_lstm_training_path_gives_the_plain_losses_and_gradients(dropou
                if not key.endswith("_extra_state"))  # the state's parameters get gradients on both paths
     for name in fast:
         assert torch.allclose(fast[name], plain[name], atol=1e-5, rtol=1e-4), name
+
+
+def test_each_family_has_a_recommended_preset_beside_the_papers():
+    """``{family}_speaker``: fact+hyper_lhuc on a decoder that takes a speaker state (the LSTM, the Transformer),
+    the paper's fact otherwise; the paper's presets keep the paper's variants."""
+    from fairseq_speaker.models.presets import RECOMMENDED
+
+    for family in FAMILY_REGISTRY.values():
+        arch = f"{family.name}_{RECOMMENDED}"
+        assert arch in family.presets and arch in speaker_presets()
+        assert ARCH_MODEL_NAME_REGISTRY[arch] == family.model
+        expected = "fact+hyper_lhuc" if family.takes_speaker_state else "fact"
+        assert preset_variant(arch) == family.recommended_variant == expected
+        args = argparse.Namespace()
+        ARCH_CONFIG_REGISTRY[arch](args)
+        assert args.speaker_bias == expected
+        given = argparse.Namespace(speaker_bias="fact")  # --speaker-bias still wins
+        ARCH_CONFIG_REGISTRY[arch](given)
+        assert given.speaker_bias == "fact"
+    assert FAMILY_REGISTRY["lstm"].recommended_variant == FAMILY_REGISTRY["transformer"].recommended_variant == (
+        "fact+hyper_lhuc")
+    assert RECOMMENDED not in PRESET_VARIANTS  # not one of the paper's
