@@ -37,6 +37,10 @@ def test_every_system_is_decoded_with_every_beam_beside_the_oracles(tmp_path):
     # progress between the systems, on standard output as the demo's other lines
     assert re.search(r"^\[demo\] system 2 of 2, about \d+ min left$", proc.stdout, re.M), proc.stdout
     assert "system 1 of 2" not in proc.stdout
+    # quiet by default: no warning a user cannot act on (fairseq's, hydra's, the libraries'), no configuration dump
+    said = (proc.stdout + proc.stderr).splitlines()
+    assert [line for line in said if re.search(r"warn", line, re.I)] == []
+    assert not any("'_name':" in line or "wav2vec" in line for line in said)
 
 
 def test_the_time_left_is_the_mean_time_of_the_systems_done_times_those_left():
