@@ -4,7 +4,7 @@
 #   make doctor            what was installed and whether it works: versions, CUDA and GPUs, threads, fairseq's
 #                          extensions, the plugin's registration (fairseq-speaker-doctor)
 #   make demo              toy corpus -> train lstm_base, lstm_fact_bias, transformer_fact_bias -> BLEU / speaker-word table
-#   make test              unit and integration tests (about 14 minutes on 2 cores)
+#   make test              unit and integration tests (about 9 minutes on 2 cores)
 #   make test-slow         the slow tier: trains on the toy corpus and checks that the biases learn
 #   make test-browser      the service's page in a headless Chromium (installed with apt-get when missing and possible)
 #   make clean             remove .venv and what the demo and the build wrote
