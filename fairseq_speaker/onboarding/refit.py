@@ -162,44 +162,32 @@ def _styles_prior(adapter: SpeakerAdapter, names: List[str], rows: Dict[str, Dic
     return fit_styles(adapter.bias, *args, styles, options, seed=seed, precision=precision, progress=progress)[0]
 
 
-def parse_components(value: str):
-    if value == "auto":
+def _word_or_number(value: str, word: str, convert, valid, expected: str):
+    """``word`` itself, or ``value`` converted by ``convert`` if ``valid`` holds for it; argparse's error otherwise."""
+    if value == word:
         return value
     try:
-        k = int(value)
+        number = convert(value)
     except ValueError:
-        k = 0
-    if k < 1:
-        raise argparse.ArgumentTypeError(f"must be 'auto' or a whole number >= 1, got {value!r}")
-    return k
+        number = None
+    if number is None or not valid(number):
+        raise argparse.ArgumentTypeError(f"must be {word!r} or {expected}, got {value!r}")
+    return number
 
 
-def parse_styles(value: str):
-    return parse_components(value)
+def parse_components(value: str):
+    """``--components``, ``--styles``: 'auto' or a whole number >= 1."""
+    return _word_or_number(value, "auto", int, lambda k: k >= 1, "a whole number >= 1")
 
 
 def parse_precision(value: str):
-    if value == "fit":
-        return value
-    try:
-        tau = float(value)
-    except ValueError:
-        tau = -1.0
-    if not (math.isfinite(tau) and tau > 0):
-        raise argparse.ArgumentTypeError(f"must be 'fit' or a positive number, got {value!r}")
-    return tau
+    """``--style-precision``: 'fit' or a positive (finite) number."""
+    return _word_or_number(value, "fit", float, lambda tau: math.isfinite(tau) and tau > 0, "a positive number")
 
 
 def parse_smoothing(value: str):
-    if value == "auto":
-        return value
-    try:
-        e = float(value)
-    except ValueError:
-        e = -1.0
-    if not 0 <= e < 1:
-        raise argparse.ArgumentTypeError(f"must be 'auto' or a number from 0 to below 1, got {value!r}")
-    return e
+    """``--label-smoothing``: 'auto' or a number e, 0 <= e < 1."""
+    return _word_or_number(value, "auto", float, lambda e: 0 <= e < 1, "a number from 0 to below 1")
 
 
 def training_smoothing(state: dict) -> float:
@@ -221,7 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--subset", default="train", help="the split whose sentences the speakers are refitted on")
     parser.add_argument("--components", type=parse_components, default="auto",
                         help="components of the mixture prior: a number, or 'auto' (1 to 32, by BIC)")
-    parser.add_argument("--styles", type=parse_styles, default=None, metavar="K",
+    parser.add_argument("--styles", type=parse_components, default=None, metavar="K",
                         help="learn the prior as K styles of speakers from the speakers' sentences by EM (a number, or "
                         "'auto': by BIC) instead of fitting it to their rows; default: the rows' mixture "
                         "(--components)")
