@@ -113,15 +113,20 @@ def refit_speakers(adapter: SpeakerAdapter, sentences: Dict[str, List[Pair]], co
     if shared:
         fit_jointly(adapter, sentences, rows, l2, heldout, max_iter=shared_max_iter, label_smoothing=label_smoothing,
                     max_cache_bytes=max_cache_bytes, progress=progress)
+    scored = None  # with styles, every speaker's scored sentences, kept for the style fit and the first round
     for iteration in range(iterations):
         started = time.perf_counter()
         if styles is not None and iteration == 0:
-            prior = _styles_prior(adapter, names, rows, styles, style_precision, seed, label_smoothing, progress)
+            scored = {name: chunks for group in adapter._score_groups(names) for name, chunks in group}
+            prior = _styles_prior(adapter.bias, names, scored, rows, styles, style_precision, seed, label_smoothing,
+                                  progress)
         else:
             prior = fit_mixture([rows[n] for n in names], components, seed=seed + iteration, variant=bias.name)
         before = after = 0.0
         tokens = 0
-        for group in adapter._score_groups(names):
+        groups = [[(name, scored[name]) for name in names]] if scored is not None else adapter._score_groups(names)
+        scored = None  # later rounds score again, a group at a time
+        for group in groups:
             for name, chunks in group:
                 with torch.no_grad():
                     before += float(data_nll(bias, rows[name], chunks))
@@ -147,19 +152,16 @@ def refit_speakers(adapter: SpeakerAdapter, sentences: Dict[str, List[Pair]], co
     return prior
 
 
-def _styles_prior(adapter: SpeakerAdapter, names: List[str], rows: Dict[str, Dict[str, Tensor]], styles,
+def _styles_prior(bias, names: List[str], scored: Dict[str, list], rows: Dict[str, Dict[str, Tensor]], styles,
                   precision, seed: int, label_smoothing: float, progress=None) -> SpeakerPrior:
-    """The mixture over ``styles`` (a number, or ``"auto"``: by BIC) learned from the speakers' sentences."""
-    problems = {}
-    for group in adapter._score_groups(names):
-        for name, chunks in group:
-            problems[name] = chunks
+    """The mixture over ``styles`` (a number, or ``"auto"``: by BIC) learned from the speakers' ``scored``
+    sentences, each style's rows fitted with the label smoothing the shared fit uses."""
     options = FitOptions(l2=0.01, max_iter=50, label_smoothing=label_smoothing)
-    args = ([problems[n] for n in names], [rows[n] for n in names])
+    args = ([scored[n] for n in names], [rows[n] for n in names])
     if styles == "auto":
-        return choose_styles(adapter.bias, *args, options, candidate_counts(len(names)), seed=seed,
-                             precision=precision, progress=progress)
-    return fit_styles(adapter.bias, *args, styles, options, seed=seed, precision=precision, progress=progress)[0]
+        return choose_styles(bias, *args, options, candidate_counts(len(names)), seed=seed, precision=precision,
+                             progress=progress)
+    return fit_styles(bias, *args, styles, options, seed=seed, precision=precision, progress=progress)[0]
 
 
 def _word_or_number(value: str, word: str, convert, valid, expected: str):
