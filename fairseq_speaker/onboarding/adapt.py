@@ -7,7 +7,8 @@ Usage::
 
 ``new/adapt.{src}``, ``new/adapt.{tgt}`` and ``new/adapt.spk`` (``--speaker-suffix``) hold the new
 speakers' sentences, one a line, in the form the model was trained on (or raw text with the
-model's ``--tokenizer``/``--bpe`` flags, as for fairseq-interactive). Only what the variant marks
+model's ``--tokenizer``/``--bpe`` flags, as for fairseq-interactive; or raw text with ``--raw-text``, read
+with the preprocessing the checkpoint recorded, as fairseq-interactive reads it). Only what the variant marks
 as the speakers' own parameters is learned (the V-vector of ``full``, the r weights of ``fact``,
 the embedding of ``proj``, ...); the network is frozen, and every speaker the model already had
 translates exactly as before. A variant acting on the decoder's state (``hyper_lhuc``, ...) is
@@ -29,7 +30,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from fairseq_speaker.data import read_lines, read_speaker_file
+from fairseq_speaker.data import preprocessing, read_lines, read_speaker_file
 from fairseq_speaker.data.speaker_dictionary import new_label_problem
 from fairseq_speaker.errors import UserError, fail
 from fairseq_speaker.onboarding.checkpoint import (
@@ -104,14 +105,18 @@ class SpeakerAdapter:
     # -- input -----------------------------------------------------------------------------------
     def encode(self, sources: Sequence[str], targets: Sequence[str],
                encode_fn: Optional[Callable[[str], str]] = None,
-               where: str = "the adaptation sentences") -> List[Pair]:
-        """Token ids of sentence pairs (``encode_fn``: the model's tokenizer/BPE, if the text is raw)."""
+               where: str = "the adaptation sentences",
+               encode_target_fn: Optional[Callable[[str], str]] = None) -> List[Pair]:
+        """Token ids of sentence pairs (``encode_fn``: the model's tokenizer/BPE, if the text is raw;
+        ``encode_target_fn``: the same for the targets, in the target language, by default ``encode_fn``)."""
         if len(sources) != len(targets):
             raise OnboardingError(f"{len(sources)} source sentences but {len(targets)} target sentences")
         encode_fn = encode_fn or (lambda x: x)
+        encode_target_fn = encode_target_fn or encode_fn
         src, tgt = self.task.source_dictionary, self.task.target_dictionary
         pairs = [(src.encode_line(encode_fn(s), add_if_not_exist=False).long(),
-                  tgt.encode_line(encode_fn(t), add_if_not_exist=False).long()) for s, t in zip(sources, targets)]
+                  tgt.encode_line(encode_target_fn(t), add_if_not_exist=False).long())
+                 for s, t in zip(sources, targets)]
         self.check_unknown_words(pairs, where)
         return pairs
 
@@ -349,6 +354,11 @@ def build_parser() -> argparse.ArgumentParser:
                        "checkpoint (if any; else the mean speaker), or the mean speaker with --adapt-l2")
     group.add_argument("--replace", action="store_true",
                        help="fit speakers the model already has again, from these sentences alone")
+    group.add_argument("--raw-text", action="store_true",
+                       help="the adaptation and held-out files are raw text: tokenize them as the training data was, "
+                       "with the preprocessing the checkpoint recorded (examples/sated/prepare.py's, as "
+                       "fairseq-interactive does) unless --tokenizer/--bpe say otherwise; by default the files are "
+                       "read as the model's tokens")
     add_runtime_arguments(group)
     return parser
 
@@ -387,12 +397,26 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         src, tgt = task.cfg.source_lang, task.cfg.target_lang
         # the checkpoint's speaker suffix (SATED's usr) unless given here
         suffix = args.speaker_suffix if any(a.startswith("--speaker-suffix") for a in argv) else task.cfg.speaker_suffix
-        tokenizer, bpe = encoders.build_tokenizer(args), encoders.build_bpe(args)
+        if args.raw_text:  # the checkpoint's recorded preprocessing, unless --tokenizer/--bpe are given
+            tokenizer, bpe = task.build_tokenizer(args), task.build_bpe(args)
+            if tokenizer is None and bpe is None:
+                raise OnboardingError(
+                    f"{args.path}: --raw-text, but the checkpoint records no preprocessing of its training data; give "
+                    f"the model's --tokenizer / --bpe options instead, or tokenize the files as the training data was "
+                    f"and leave out --raw-text")
+        else:
+            tokenizer, bpe = encoders.build_tokenizer(args), encoders.build_bpe(args)
+        # the targets are in the target language: a tokenizer with languages (Moses) takes that language's rules
+        target_tokenizer = preprocessing.for_target(tokenizer)
 
-        def encode_fn(x: str) -> str:
-            if tokenizer is not None:
-                x = tokenizer.encode(x)
-            return bpe.encode(x) if bpe is not None else x
+        def encoder(tok):
+            def encode_fn(x: str) -> str:
+                if tok is not None:
+                    x = tok.encode(x)
+                return bpe.encode(x) if bpe is not None else x
+            return encode_fn
+
+        encode_fn, encode_target_fn = encoder(tokenizer), encoder(target_tokenizer)
 
         adapter = SpeakerAdapter(checkpoint.model, task,
                                  FitOptions(l2=args.adapt_l2, max_iter=args.adapt_max_iter),
@@ -401,12 +425,14 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                                  if args.adapt_prior == "checkpoint" else None)
         sources, targets, labels = read_adaptation_files(args.adapt_prefix, src, tgt, suffix)
         sentences = group_by_speaker(labels, adapter.encode(sources, targets, encode_fn,
-                                                            where=f"{args.adapt_prefix}.{{{src},{tgt}}}"))
+                                                            where=f"{args.adapt_prefix}.{{{src},{tgt}}}",
+                                                            encode_target_fn=encode_target_fn))
         heldout = None
         if args.heldout_prefix:
             h_src, h_tgt, h_labels = read_adaptation_files(args.heldout_prefix, src, tgt, suffix)
             heldout = group_by_speaker(h_labels, adapter.encode(h_src, h_tgt, encode_fn,
-                                                                where=f"{args.heldout_prefix}.{{{src},{tgt}}}"))
+                                                                where=f"{args.heldout_prefix}.{{{src},{tgt}}}",
+                                                                encode_target_fn=encode_target_fn))
             strangers = sorted(set(heldout) - set(sentences))
             if strangers:
                 raise OnboardingError(

@@ -271,6 +271,9 @@ COMMAND_PROBES = {
          "speaker file not found: expected {nospk}.spk; put the speaker of each line of {nospk}.en on the same line"),
         ([*ADAPT_ON, "--adapt-prefix", "{adapt}", "--save", "{tmp}"], 2,
          "{tmp} is a directory: give the path of a file to write"),
+        ([*ADAPT_ON, "--adapt-prefix", "{adapt}", "--save", "{tmp}/o.pt", "--raw-text"], 2,
+         "{ckpt}: --raw-text, but the checkpoint records no preprocessing of its training data; give the model's "
+         "--tokenizer / --bpe options instead"),
         ([*ADAPT_ON, "--adapt-prefix", "{adapt}", "--save", "{tmp}/no/o.pt"], 2,
          "cannot write {tmp}/no/o.pt: the folder {tmp}/no does not exist"),
         (["{data}", "--path", "{tmp}/none.pt", "--adapt-prefix", "{adapt}", "--save", "{tmp}/o.pt"], 2,

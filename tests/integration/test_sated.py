@@ -528,3 +528,34 @@ def test_a_checkpoint_whose_bpe_codes_are_gone_stops_with_one_message(raw_model,
     proc = run("interactive", [str(data), "--user-dir", USER_DIR, "--task", "speaker_translation", "--path", checkpoint,
                                "--speaker", SPEAKER, "--preprocessing", "none"], stdin="it &apos;s my idea .\n")
     assert "S-0\tit &apos;s my idea ." in proc.stdout.splitlines()
+
+
+def test_adapt_reads_raw_text_with_the_checkpoints_preprocessing(raw_model, unrecorded, tmp_path):
+    """--raw-text: raw adaptation files are tokenized as the training data was (Moses with its escapes, then
+    lowercasing, done here by sacremoses itself), so the speaker fitted is the one fitted on the model's tokens;
+    a checkpoint without the record refuses it, saying what to give instead."""
+    from sacremoses import MosesTokenizer
+
+    raw = {"en": ["It's my idea.", "I am happy.", "Is it yours?"], "fr": ["C'est mon idée.", "Je suis heureuse.",
+                                                                          "Est-ce le tien ?"]}
+    tokens = {lang: [MosesTokenizer(lang=lang).tokenize(s, return_str=True, escape=True).lower() for s in text]
+              for lang, text in raw.items()}
+    assert tokens["en"][0] == "it &apos;s my idea ."
+    rows = {}
+    for kind, text, extra in (("raw", raw, ["--raw-text"]), ("tokens", tokens, [])):
+        prefix = tmp_path / kind
+        for lang, sentences in text.items():
+            (tmp_path / f"{kind}.{lang}").write_text("".join(s + "\n" for s in sentences), encoding="utf-8")
+        (tmp_path / f"{kind}.spk").write_text("new_talk\n" * 3)
+        save = str(tmp_path / f"{kind}.pt")
+        run("fairseq-speaker-adapt", [raw_model["data"], "--path", raw_model["checkpoint"], "--adapt-prefix",
+                                      str(prefix), "--save", save, "--source-lang", "en", "--target-lang", "fr",
+                                      "--max-unknown-rate", "1", *extra])
+        rows[kind] = torch.load(save, weights_only=False)["model"]["decoder.speaker_bias.speaker_weights"]
+    assert torch.equal(rows["raw"], rows["tokens"])
+    refused = run("fairseq-speaker-adapt", [raw_model["data"], "--path", unrecorded, "--adapt-prefix",
+                                            str(tmp_path / "raw"), "--save", str(tmp_path / "x.pt"), "--source-lang",
+                                            "en", "--target-lang", "fr", "--raw-text"], check=False)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert "--raw-text, but the checkpoint records no preprocessing" in refused.stderr.strip().splitlines()[-1]
+    assert not os.path.exists(tmp_path / "x.pt")
