@@ -85,7 +85,7 @@ def fit_styles(bias: SpeakerBias, problems: Sequence[Sequence[Scored]], rows: Se
         if progress:
             progress(f"styles: iteration {iteration + 1}, log-likelihood {loglik:.1f}, {moved} speaker(s) changed "
                      f"style, sizes {np.bincount(assign, minlength=k).tolist()} ({time.perf_counter() - started:.1f} s)")
-        if moved == 0:
+        if moved == 0 or iteration == max(1, iterations) - 1:  # the styles, weights and assignments returned agree
             break
         for j in range(k):  # M-step: each style from its speakers' sentences, pooled
             members = [c for s in np.flatnonzero(assign == j) for c in problems[s]]
