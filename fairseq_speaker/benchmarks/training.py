@@ -125,7 +125,7 @@ def check_config(config: str) -> None:
     a variant on a stock model, an unknown variant, a variant acting on the decoder's state on a family whose
     decoder takes none, a variant its default options cannot build (``topic`` needs a topic model's file)."""
     arch, variant = split_config(config)
-    scale = lr_scale_of(config)[1]
+    unscaled, scale = lr_scale_of(config)
     if scale is not None:
         if arch.startswith(STOCK):
             raise UserError(f"--configs {config}: a stock fairseq model has no speaker rows to scale")
@@ -133,7 +133,7 @@ def check_config(config: str) -> None:
             parse_lr_scale(scale)
         except UserError as e:
             raise UserError(f"--configs {config}: {e}") from None
-    if lr_scale_of(config)[0].endswith("+spk_token"):
+    if unscaled.endswith("+spk_token"):
         raise UserError(f"--configs {config}: the benchmark times speaker variants (ARCH:VARIANT), not the speaker "
                         f"token: drop +spk_token")
     if arch.startswith(STOCK):
