@@ -10,8 +10,13 @@ warm-up, with median and spread over repeats:
 
 Model loading is not timed. Sentences are random word ids of ``--length`` words (the cost does not
 depend on which words). A random model's fit stops after a few L-BFGS iterations, where a trained
-model's takes more (about 16 for ``fact+hyper_lhuc`` on the toy corpus): ``--iterations N`` makes every
-fit run N iterations, for figures a trained model would give. Usage::
+model's takes more (a median of 15 iterations, 16 evaluations of the objective, for ``fact+hyper_lhuc``
+on the styles corpus at n = 10): ``--iterations N`` makes every fit run N iterations, for figures a trained
+model would give. A random network's objective is nearly flat in the speaker's parameters, where L-BFGS stops
+whatever its budget, so with ``--iterations`` the speaker variant's own parameters are drawn at random too
+(normal, standard deviation 0.3): the network's cost does not change, the fit then has a slope to follow. The
+table gives the objective's evaluations per fit beside the times (the line search may take more than one
+per iteration). Usage::
 
     python -m fairseq_speaker.benchmarks.adaptation --archs lstm_fact_bias lstm_full_bias --threads 2
     python -m fairseq_speaker.benchmarks.adaptation --archs lstm_base transformer_base \
@@ -50,19 +55,18 @@ def random_pairs(n: int, length: int, vocab: int, generator: torch.Generator):
     return [(sentence(), sentence()) for _ in range(n)]
 
 
-def _timed(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
-
-
 def bench_arch(arch: str, args) -> Dict[str, List[float]]:
     g = torch.Generator().manual_seed(args.seed)
     with tempfile.TemporaryDirectory() as folder:
         task = make_task(folder, args.vocab, args.speakers)
         model = make_model(task, arch, args.model_args)
-    # --iterations N: no early stop (tolerance 0), N iterations at most
-    options = FitOptions(max_iter=args.iterations, tolerance=0.0) if args.iterations else FitOptions()
+    if args.iterations:  # a slope for the fit to follow (see the module's documentation)
+        with torch.no_grad():
+            for parameter in model.speaker_bias.parameters():
+                parameter.normal_(0.0, 0.3, generator=g)
+    # --iterations N: no early stop (no tolerance on the loss's change nor on the gradient), N iterations
+    options = (FitOptions(max_iter=args.iterations, tolerance=0.0, gradient_tolerance=0.0) if args.iterations
+               else FitOptions())
     adapter = SpeakerAdapter(model, task, options)
     counter = iter(range(10 ** 9))
     name = lambda: f"new{next(counter)}"  # noqa: E731
@@ -72,16 +76,24 @@ def bench_arch(arch: str, args) -> Dict[str, List[float]]:
     adapter.adapt({warm: random_pairs(args.sentences, args.length, args.vocab, g)})
     adapter.update(warm, random_pairs(1, args.length, args.vocab, g))
     times: Dict[str, List[float]] = {"one speaker": [], f"{args.many} speakers": [], "incremental update": []}
+    evaluations: Dict[str, List[int]] = {measure: [] for measure in times}
+
+    def run(measure: str, fn) -> None:
+        start = time.perf_counter()
+        reports = fn()
+        times[measure].append(time.perf_counter() - start)
+        evaluations[measure].append(statistics.median(r.evaluations for r in reports.values()))
+
     for _ in range(args.repeats):  # interleaved, so that machine noise hits every measure alike
         one = name()
         pairs = random_pairs(args.sentences, args.length, args.vocab, g)
-        times["one speaker"].append(_timed(lambda: adapter.adapt({one: pairs})))
+        run("one speaker", lambda: adapter.adapt({one: pairs}))
         extra = random_pairs(1, args.length, args.vocab, g)
-        times["incremental update"].append(_timed(lambda: adapter.update(one, extra)))
+        run("incremental update", lambda: {one: adapter.update(one, extra)})
         if len(times[f"{args.many} speakers"]) < args.many_repeats:
             many = {name(): random_pairs(args.sentences, args.length, args.vocab, g) for _ in range(args.many)}
-            times[f"{args.many} speakers"].append(_timed(lambda: adapter.adapt(many)))
-    return times
+            run(f"{args.many} speakers", lambda: adapter.adapt(many))
+    return times, evaluations
 
 
 def main(argv=None) -> None:
@@ -114,16 +126,19 @@ def main(argv=None) -> None:
     print(f"V = {args.vocab:,}, {args.speakers:,} trained speakers, {args.sentences} sentences of {args.length} words "
           f"per new speaker, {fits}, {variant}, {args.threads} thread(s); "
           f"seconds, median [min-max] of the repeats")
-    print(f"  {'arch':<20}{'measure':<22}{'median':>10}{'spread':>22}")
+    print(f"  {'arch':<20}{'measure':<22}{'median':>10}{'spread':>22}{'evaluations per fit':>22}")
+    evaluation_counts = {}
     for arch in args.archs:
-        times = bench_arch(arch, args)
-        results[arch] = times
+        times, evaluations = bench_arch(arch, args)
+        results[arch], evaluation_counts[arch] = times, evaluations
         for measure, values in times.items():
             spread = f"[{min(values):.3f}-{max(values):.3f}]"
-            print(f"  {arch:<20}{measure:<22}{statistics.median(values):>10.3f}{spread:>22}")
+            print(f"  {arch:<20}{measure:<22}{statistics.median(values):>10.3f}{spread:>22}"
+                  f"{statistics.median(evaluations[measure]):>22g}")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"args": {k: v for k, v in vars(args).items() if k != "json"}, "seconds": results}, f, indent=1)
+            json.dump({"args": {k: v for k, v in vars(args).items() if k != "json"}, "seconds": results,
+                       "evaluations": evaluation_counts}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -50,6 +50,8 @@ import torch
 from fairseq.data import LanguagePairDataset, data_utils
 from torch import Tensor
 
+from fairseq_speaker import fast_paths
+from fairseq_speaker.criterions.speaker_label_smoothed_cross_entropy import label_smoothed_nll_loss_from_logits
 from fairseq_speaker.data import NO_SPEAKER
 from fairseq_speaker.errors import UserError
 from fairseq_speaker.modules.speaker_bias import SpeakerBias
@@ -152,6 +154,9 @@ class DecoderBatch:
     target: Tensor
     pad: int
     frozen: Dict[str, Tensor]
+    #: the names in ``frozen`` of the output layer's weight and bias (``x W^T + b``), where the decoder says what
+    #: its output layer is (``output_weight_and_bias``): the loss is then made from the real target positions only
+    output_names: Optional[Tuple[str, Optional[str]]] = None
 
     @property
     def num_tokens(self) -> int:
@@ -177,6 +182,7 @@ def decoder_batches(model, pairs: Sequence[Pair], source_dictionary, target_dict
     device = next(model.parameters()).device
     decoder = model.decoder
     frozen = {name: p.detach() for name, p in decoder.named_parameters() if not name.startswith("speaker_bias.")}
+    output_names = _output_layer_names(decoder)
     out = []
     for start, batch in _batches(pairs, source_dictionary, target_dictionary, left_pad_source, left_pad_target,
                                  batch_size):
@@ -185,14 +191,50 @@ def decoder_batches(model, pairs: Sequence[Pair], source_dictionary, target_dict
         speakers = torch.zeros(src.size(0), dtype=torch.long, device=device)
         encoder_out = model.encoder(src, src_lengths=net["src_lengths"].to(device), speakers=speakers)
         out.append(DecoderBatch(decoder, encoder_out, net["prev_output_tokens"].to(device),
-                                batch["target"].to(device), target_dictionary.pad(), frozen))
+                                batch["target"].to(device), target_dictionary.pad(), frozen, output_names))
     return out
+
+
+def _output_layer_names(decoder) -> Optional[Tuple[str, Optional[str]]]:
+    """The names among ``decoder``'s parameters of its output layer's weight and bias, or None where the decoder
+    does not say that its output layer is ``x W^T + b``."""
+    layer = decoder.output_weight_and_bias() if hasattr(decoder, "output_weight_and_bias") else None
+    if layer is None:
+        return None
+    names = {id(p): name for name, p in decoder.named_parameters()}
+    weight, out_bias = layer
+    if id(weight) not in names or (out_bias is not None and id(out_bias) not in names):
+        return None
+    return names[id(weight)], (names[id(out_bias)] if out_bias is not None else None)
 
 
 def _decoder_nll(bias: SpeakerBias, params: Dict[str, Tensor], batch: DecoderBatch) -> Tensor:
     """Summed negative log-likelihood of ``batch``'s targets, the decoder run with the variant's parameters
-    ``params`` (the speaker's rows: row 0)."""
+    ``params`` (the speaker's rows: row 0).
+
+    With the fast paths on and a decoder that says what its output layer is, the output layer runs on the real
+    target positions only (not on padding) and the loss is made from the logits with one vocabulary-sized buffer
+    (:func:`~fairseq_speaker.criterions.speaker_label_smoothed_cross_entropy.label_smoothed_nll_loss_from_logits`):
+    the output layer is most of an evaluation's cost at a real vocabulary. The same loss and gradient as the
+    plain path (a unit test compares them)."""
     weights = {**batch.frozen, **{"speaker_bias." + name: value for name, value in params.items()}}
+    if batch.output_names is not None and fast_paths.enabled():
+        features, extra = torch.func.functional_call(batch.decoder, weights, (batch.prev_output_tokens,),
+                                                     {"encoder_out": batch.encoder_out, "features_only": True})
+        keep = batch.target.ne(batch.pad)
+        weight_name, bias_name = batch.output_names
+        weight = weights[weight_name]
+        out_bias = weights[bias_name] if bias_name is not None else None
+        speaker_bias = extra.get("speaker_bias")  # [N, V] or None
+        if speaker_bias is not None and not bias.reads_source:  # every sentence is speaker 0's: one row for all
+            row = speaker_bias[0].to(weight)
+            out_bias, speaker_bias = (row if out_bias is None else out_bias + row), None
+        logits = torch.nn.functional.linear(features[keep], weight, out_bias)
+        if speaker_bias is not None:  # a bias that reads the source: each position gets its sentence's row
+            sentence = torch.arange(keep.size(0), device=keep.device).unsqueeze(1).expand_as(keep)[keep]
+            logits = logits + speaker_bias.index_select(0, sentence).to(logits)
+        loss, _ = label_smoothed_nll_loss_from_logits(logits, batch.target[keep], 0.0, batch.pad)
+        return loss
     logits, _ = torch.func.functional_call(batch.decoder, weights, (batch.prev_output_tokens,),
                                            {"encoder_out": batch.encoder_out})
     lprobs = torch.log_softmax(logits.float(), dim=-1)
@@ -224,6 +266,7 @@ class FitOptions:
     check_every: int = 5  # iterations between two looks at the held-out loss
     patience: int = 2  # looks without improvement before stopping
     tolerance: float = 1e-6  # stop when the per-token loss changes less than this
+    gradient_tolerance: float = 1e-7  # stop when no gradient entry is larger than this
 
     def __post_init__(self):
         if not (math.isfinite(self.l2) and self.l2 >= 0):
@@ -246,6 +289,8 @@ class FitReport:
     heldout_after: Optional[float] = None
     heldout_tokens: int = 0
     extra: Dict[str, float] = field(default_factory=dict)
+    #: evaluations of the objective (and its gradient): what a fit through the decoder costs, one decoder pass each
+    evaluations: int = 0
 
 
 def _nll(bias: SpeakerBias, params: Dict[str, Tensor], scores: Scored, smoothing: float = 0.0) -> Tensor:
@@ -388,7 +433,7 @@ def fit_speakers(bias: SpeakerBias, problems: Sequence[Sequence[Scored]], option
     held_before = heldout_loss()
     losses: List[float] = []  # the first is the loss at the start: no pass of its own
     optimizer = torch.optim.LBFGS(variables, lr=1.0, max_iter=options.max_iter if held is None else options.check_every,
-                                  tolerance_grad=1e-7, tolerance_change=options.tolerance, history_size=10,
+                                  tolerance_grad=options.gradient_tolerance, tolerance_change=options.tolerance, history_size=10,
                                   line_search_fn="strong_wolfe")
 
     def closure():
@@ -427,7 +472,7 @@ def fit_speakers(bias: SpeakerBias, problems: Sequence[Sequence[Scored]], option
         after = float(objective())
     report = FitReport(sum(c.num_tokens for c in flat), losses[0], after, iterations, time.perf_counter() - start,
                        held_before, heldout_loss() if held is not None else None,
-                       sum(s.num_tokens for h in (held or []) for s in h))
+                       sum(s.num_tokens for h in (held or []) for s in h), evaluations=len(losses))
     if curvature_out is not None:
         single = len(rows) == 1 and held is None and not fit_shared
         tokens = sum(c.num_tokens for c in flat) + sum(c.tokens for c in curvatures or () if c is not None)

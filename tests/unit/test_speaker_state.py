@@ -7,6 +7,7 @@ beam reordering, and the Transformer's hooks leaving the encoder alone.
 """
 
 import argparse
+import contextlib
 import copy
 
 import pytest
@@ -319,6 +320,42 @@ def test_the_loss_through_the_decoder_with_a_speakers_rows_is_the_models_loss(fa
         with torch.no_grad():
             got = sum(float(_nll(bias, params, b)) for b in batches)
         assert got == pytest.approx(_model_nll(model, task, pairs, speaker), rel=1e-5)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("name", ["lhuc", "fact+hyper_lhuc", "proj+input"])
+def test_the_fast_loss_through_the_decoder_gives_the_plain_paths_loss_and_gradient(family, name):
+    """The fit's fast path (the output layer on the real target positions only, the speaker's output bias folded
+    into the output layer's, the loss from the logits in one buffer) against the plain one (the decoder's logits
+    for every position, log_softmax, gather): the same loss and the same gradient for the speaker's rows, on
+    sentences of different lengths (padding) in two batches; and switching the fast paths off does take the plain
+    path (the plain path's padded logits are seen)."""
+    from fairseq_speaker import fast_paths
+    from fairseq_speaker.onboarding.fit import _decoder_nll, decoder_batches
+
+    task = make_task(num_speakers=4)
+    model = make_model(name, task=task, family=family)
+    bias = model.speaker_bias
+    batches = decoder_batches(model, _pairs(task), task.source_dictionary, task.target_dictionary, batch_size=4)
+    assert all(b.output_names is not None for b in batches)
+    assert any(b.target.eq(b.pad).any() for b in batches)  # there is padding to leave out
+
+    def loss_and_grads(fast: bool):
+        rows = {k: v.detach().clone().requires_grad_(True) for k, v in bias.export_speakers([2]).items()}
+        params = {**{k: v.detach() for k, v in bias.shared_parameters().items()}, **rows}
+        with (contextlib.nullcontext() if fast else fast_paths.plain()):
+            loss = sum(_decoder_nll(bias, params, b) for b in batches)
+        loss.backward()
+        return float(loss), {k: v.grad.clone() for k, v in rows.items()}
+
+    fast_loss, fast_grads = loss_and_grads(True)
+    plain_loss, plain_grads = loss_and_grads(False)
+    assert fast_loss == pytest.approx(plain_loss, rel=1e-5)
+    assert fast_loss == pytest.approx(_model_nll(model, task, _pairs(task), 2), rel=1e-5)
+    for key, grad in plain_grads.items():
+        assert grad.abs().max() > 0
+        assert torch.allclose(fast_grads[key], grad, rtol=1e-4, atol=1e-6), key
+    assert all(p.grad is None for p in model.parameters())  # the network got no gradient on either path
 
 
 @pytest.mark.parametrize("family", FAMILIES)
