@@ -1,0 +1,233 @@
+"""Two estimators of speakers measured on the styles corpus and not kept: the figures of docs/speaker_learning.md
+("Measured and not kept"). Each runs a stock fairseq command with one change made in this process only.
+
+``cluster-pull``: ``fairseq-train`` where, from epoch ``--start-epoch`` on, every speaker's parameter rows are
+pulled towards the centre of their cluster: at the start of each epoch the rows of all speakers (every speaker
+parameter of the variant, flattened and concatenated) are clustered by k-means (k-means++ starts, the best of
+three), and the loss of a batch gets ``weight * mean over its sentences of ||theta_s - c_{z_s}||^2`` (added as the
+variant's own regularizers are: times the sample size). An empirical-Bayes prior learned during training rather
+than after it; with ``--raw`` (a styles-mode corpus) it prints how pure the clusters are (the share of speakers
+whose cluster's most common true kind, or style, is theirs)::
+
+    python scripts/speaker_estimators.py cluster-pull --clusters 24 --weight 0.03 --start-epoch 10 --raw st/raw \\
+        -- st/bin --user-dir fairseq_speaker --arch transformer_speaker ... (the demo's options) --max-epoch 30
+
+``knn-store`` and ``knn-generate``: a per-speaker memory of what the speaker said, as nearest-neighbour machine
+translation (Khandelwal et al., 2021) with one datastore per speaker: the keys are the decoder's last features,
+teacher-forced with the speaker's own parameters, at every target position of the speaker's training sentences,
+the values the words said there; at each generation step the hypothesis's features find their k nearest keys
+among its speaker's, and the next word's distribution becomes ``(1 - lam) p_model + lam p_knn``, ``p_knn`` the
+neighbours' words weighted by ``softmax(-distance^2 / temperature)``. No parameter per speaker: their ~300
+positions (30 sentences) are the memory::
+
+    python scripts/speaker_estimators.py knn-store st/bin --path CHECKPOINT --out store.pt
+    python scripts/speaker_estimators.py knn-generate --store store.pt --lam 0.3 --temperature 3 --k 8 \\
+        -- st/bin --user-dir fairseq_speaker --task speaker_translation --path CHECKPOINT --beam 5 \\
+           --batch-size 64 --gen-subset test --speaker-file st/raw/test.spk > knn.out
+
+Score the output as the demo does (``fairseq_speaker.toy.demo.read_generate_output``, ``trait_accuracy``). Run
+alone on the machine: they train or decode.
+"""
+
+import argparse
+import collections
+import json
+import os
+import sys
+from typing import Dict, List, Optional
+
+import torch
+
+
+def _rows(bias, speakers: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Every speaker parameter of the variant, flattened and concatenated: ``[S or B, P]`` (of ``speakers`` with
+    their gradient, as training reads them, or of all speakers, detached)."""
+    parts = []
+    for _, variant in bias.named_variants():
+        for name in variant.speaker_parameter_names:
+            table = variant.get_parameter(name).detach() if speakers is None else variant.row_lookup(name, speakers)
+            parts.append(table.reshape(table.size(0), -1).float())
+    return torch.cat(parts, 1)
+
+
+def kmeans(x: torch.Tensor, k: int, seed: int, iterations: int = 50):
+    """Lloyd's k-means from k-means++ starts: ``(centres [k, P], assignments [N])``."""
+    generator = torch.Generator().manual_seed(seed)
+    centres = [x[torch.randint(len(x), (1,), generator=generator)].squeeze(0)]
+    for _ in range(1, k):
+        nearest = torch.cdist(x, torch.stack(centres)).min(1).values.pow(2)
+        centres.append(x[torch.multinomial(nearest / nearest.sum(), 1, generator=generator)].squeeze(0))
+    c = torch.stack(centres)
+    for _ in range(iterations):
+        z = torch.cdist(x, c).argmin(1)
+        new = torch.stack([x[z == j].mean(0) if (z == j).any() else c[j] for j in range(k)])
+        if torch.equal(new, c):
+            break
+        c = new
+    return c, torch.cdist(x, c).argmin(1)
+
+
+def purity(assignments: List[int], names: List[str], truth: Dict[str, dict]) -> Dict[str, float]:
+    """The share of speakers whose cluster's most common true kind (and style) is theirs."""
+    keys = {"kind": lambda t: f"{t['gender']}-{t['address']}-s{t['style']}", "style": lambda t: t["style"]}
+    out = {}
+    for label, key in keys.items():
+        groups = collections.defaultdict(collections.Counter)
+        for speaker, cluster in zip(names, assignments):
+            if speaker in truth:
+                groups[cluster][key(truth[speaker])] += 1
+        out[label] = sum(g.most_common(1)[0][1] for g in groups.values()) / max(len(names), 1)
+    return out
+
+
+def cluster_pull(args, fairseq_args: List[str]) -> None:
+    from fairseq_cli.train import cli_main
+
+    from fairseq_speaker.modules import speaker_plumbing
+    from fairseq_speaker.tasks.speaker_translation import SpeakerTranslationTask
+
+    truth = None
+    if args.raw:
+        with open(os.path.join(args.raw, "speakers.json"), encoding="utf-8") as f:
+            truth = json.load(f)["speakers"]
+    begin_epoch = SpeakerTranslationTask.begin_epoch
+    sentence_effects = speaker_plumbing.SpeakerDecoderMixin.sentence_effects
+
+    def patched_begin_epoch(self, epoch, model):
+        begin_epoch(self, epoch, model)
+        bias = model.speaker_bias
+        if epoch < args.start_epoch:
+            return
+        x = _rows(bias)
+        fits = [kmeans(x, args.clusters, seed) for seed in range(3)]
+        centres, z = min(fits, key=lambda cz: float((x - cz[0][cz[1]]).pow(2).sum()))
+        bias._pull_centres, bias._pull_clusters = centres, z
+        sizes = sorted(torch.bincount(z, minlength=args.clusters).tolist(), reverse=True)
+        line = f"cluster-pull: epoch {epoch}, {args.clusters} clusters of {sizes}"
+        if truth is not None:
+            names = self.speaker_dictionary.names[:len(z)]
+            line += ", purity " + ", ".join(f"{k} {v:.3f}" for k, v in purity(z.tolist(), names, truth).items())
+        print(line, flush=True)
+
+    def patched_sentence_effects(self, encoder_out, incremental_state=None):
+        bias, state, losses = sentence_effects(self, encoder_out, incremental_state)
+        variant = self.speaker_bias
+        speakers = speaker_plumbing.encoder_speakers(encoder_out)
+        centres = getattr(variant, "_pull_centres", None)
+        if incremental_state is None and variant.training and centres is not None and speakers is not None:
+            known = speakers[speakers >= 0]
+            if known.numel():
+                rows = _rows(variant, known)
+                target = centres[variant._pull_clusters[known]].to(rows)
+                losses = dict(losses, cluster_pull=args.weight * (rows - target).pow(2).sum() / speakers.numel())
+        return bias, state, losses
+
+    SpeakerTranslationTask.begin_epoch = patched_begin_epoch
+    speaker_plumbing.SpeakerDecoderMixin.sentence_effects = patched_sentence_effects
+    sys.argv = ["fairseq-train"] + fairseq_args
+    cli_main()
+
+
+@torch.no_grad()
+def knn_store(args) -> None:
+    from fairseq import checkpoint_utils
+
+    import fairseq_speaker  # noqa: F401  (registers the task and models)
+
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task([args.path], arg_overrides={"data": args.data})
+    model = models[0].eval()
+    task.load_dataset(args.subset)
+    batches = task.get_batch_iterator(task.dataset(args.subset), max_tokens=4000).next_epoch_itr(shuffle=False)
+    keys, values, speakers = [], [], []
+    for batch in batches:
+        net = batch["net_input"]
+        features, _ = model(**net, features_only=True)
+        keep = batch["target"].ne(task.target_dictionary.pad())
+        keys.append(features[keep].float())
+        values.append(batch["target"][keep])
+        speakers.append(net["speakers"].unsqueeze(1).expand_as(keep)[keep])
+    keys, values, speakers = torch.cat(keys), torch.cat(values), torch.cat(speakers)
+    order = torch.argsort(speakers, stable=True)
+    torch.save({"keys": keys[order], "values": values[order], "speakers": speakers[order]}, args.out)
+    print(f"{args.out}: {keys.size(0)} positions of {int(speakers.max()) + 1} speakers, keys of {keys.size(1)}")
+
+
+def knn_generate(args, fairseq_args: List[str]) -> None:
+    from fairseq_cli.generate import cli_main
+
+    from fairseq_speaker.modules import speaker_plumbing
+
+    store = torch.load(args.store)
+    keys, values, owners = store["keys"], store["values"], store["speakers"]
+    count = int(owners.max()) + 1
+    bounds = torch.searchsorted(owners, torch.arange(count + 1))
+    log_model, log_memory = torch.log(torch.tensor(1 - args.lam)), torch.log(torch.tensor(args.lam))
+    forward = speaker_plumbing.SpeakerDecoderMixin.forward
+
+    def patched_forward(self, prev_output_tokens, encoder_out=None, incremental_state=None, features_only=False,
+                        **kwargs):
+        if incremental_state is None or features_only:
+            return forward(self, prev_output_tokens, encoder_out, incremental_state, features_only, **kwargs)
+        features, extra = forward(self, prev_output_tokens, encoder_out, incremental_state, True, **kwargs)
+        lprobs = torch.log_softmax(self._step_logits(features, self._step_bias(encoder_out, incremental_state))
+                                   [:, -1].float(), dim=-1)
+        speakers = speaker_plumbing.encoder_speakers(encoder_out)  # one per hypothesis (the beam reorders them)
+        memory = torch.zeros_like(lprobs)
+        remembered = torch.zeros(lprobs.size(0), dtype=torch.bool)
+        query = features[:, -1].float()
+        for speaker in speakers.unique().tolist():
+            start, end = (int(bounds[speaker]), int(bounds[speaker + 1])) if 0 <= speaker < count else (0, 0)
+            if end == start:
+                continue
+            rows = (speakers == speaker).nonzero().squeeze(1)
+            distance, nearest = torch.cdist(query[rows], keys[start:end]).pow(2).topk(min(args.k, end - start),
+                                                                                        largest=False)
+            weights = torch.softmax(-distance / args.temperature, dim=-1)
+            memory[rows] = memory[rows].scatter_add(1, values[start:end][nearest], weights)
+            remembered[rows] = True
+        mixed = torch.logaddexp(lprobs + log_model, memory.clamp_min(1e-30).log() + log_memory)
+        return torch.where(remembered.unsqueeze(1), mixed, lprobs).unsqueeze(1), extra
+
+    speaker_plumbing.SpeakerDecoderMixin.forward = patched_forward
+    sys.argv = ["fairseq-generate"] + fairseq_args
+    cli_main()
+
+
+def main() -> None:
+    argv = sys.argv[1:]
+    fairseq_args: List[str] = []
+    if "--" in argv:
+        at = argv.index("--")
+        argv, fairseq_args = argv[:at], argv[at + 1:]
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    pull = commands.add_parser("cluster-pull", help="fairseq-train (its options after --) with the cluster pull")
+    pull.add_argument("--clusters", type=int, default=24)
+    pull.add_argument("--weight", type=float, default=0.03, help="of the pull, per sentence (times the sample size)")
+    pull.add_argument("--start-epoch", type=int, default=10, help="the first epoch whose start clusters the rows")
+    pull.add_argument("--raw", help="a styles-mode corpus's raw folder: print the clusters' purity")
+    store = commands.add_parser("knn-store", help="the per-speaker datastore of a checkpoint's training sentences")
+    store.add_argument("data")
+    store.add_argument("--path", required=True, metavar="CHECKPOINT")
+    store.add_argument("--subset", default="train")
+    store.add_argument("--out", required=True)
+    generate = commands.add_parser("knn-generate", help="fairseq-generate (its options after --) with the memory")
+    generate.add_argument("--store", required=True)
+    generate.add_argument("--lam", type=float, default=0.3, help="the memory's share of the next word's distribution")
+    generate.add_argument("--temperature", type=float, default=3.0)
+    generate.add_argument("--k", type=int, default=8, help="neighbours")
+    args = parser.parse_args(argv)
+    if args.command != "knn-store" and not fairseq_args:
+        parser.error(f"{args.command}: give the fairseq command's options after --")
+    if args.command == "cluster-pull":
+        cluster_pull(args, fairseq_args)
+    elif args.command == "knn-store":
+        knn_store(args)
+    else:
+        if not 0 < args.lam < 1:
+            parser.error(f"--lam must be between 0 and 1, got {args.lam}")
+        knn_generate(args, fairseq_args)
+
+
+if __name__ == "__main__":
+    main()
