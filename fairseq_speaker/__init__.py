@@ -21,6 +21,10 @@ from .errors import install_excepthook  # noqa: E402
 
 install_excepthook()  # user errors end in their message, without a traceback, in every command line
 
+from .runtime import quiet_fairseq_command  # noqa: E402
+
+quiet_fairseq_command()  # fairseq-train/-generate/...: no hydra notices nor an unrelated model's configuration
+
 from . import fairseq_patches  # noqa: E402
 
 fairseq_patches.apply()  # every change to fairseq, once (and the check of its version): see fairseq_patches.py

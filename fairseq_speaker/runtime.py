@@ -17,7 +17,9 @@ up (:func:`threads_for_fairseq_command`; a distributed run divides the cores amo
 Output. Our commands say what they do, their results, and warnings a user can act on (a speaker that is
 not in the model, a fit that diverged, ...). What the libraries log for their developers (fairseq's
 INFO lines and configuration dumps, hydra's and torch's deprecation notices, ``pin_memory`` without a
-GPU) is shown with ``--verbose`` only (:func:`configure_output`).
+GPU) is shown with ``--verbose`` only (:func:`configure_output`). In fairseq's own commands with the package
+as ``--user-dir``, hydra's notices and an unrelated model's configuration dump are held back, fairseq's
+other lines kept (:func:`quiet_fairseq_command`; ``LOGLEVEL=DEBUG`` shows everything).
 """
 
 import argparse
@@ -194,6 +196,47 @@ def threads_for_fairseq_command() -> Optional[ThreadChoice]:
     if rank == 0:
         print(choice.line(), file=sys.stderr, flush=True)
     return choice
+
+
+#: what fairseq 0.12's own use of hydra and torch raises as Python warnings in every fairseq command, nothing a
+#: user of the command can act on (hydra's deprecation notices; torch's about fairseq's ``pin_memory`` on a
+#: machine without a GPU), as ``warnings`` message patterns
+LIBRARY_NOTICES = (
+    r"hydra\.experimental\.\w+\(\) is no longer experimental",
+    r"\s*The version_base parameter is not specified",
+    r"In '\w+': Usage of deprecated keyword in package header",
+    r"\s*'\w+' is validated against ConfigStore schema",
+    r"\s*The strict flag in the compose API is deprecated",
+    r"'pin_memory' argument is set as true but no accelerator is found",
+)
+#: the fairseq commands whose configuration dump holds the options of a model that is not the one they run
+#: (their ``--arch`` defaults to ``wav2vec2``; the model comes from the checkpoint)
+DUMPS_ANOTHER_MODEL = ("generate", "interactive", "validate")
+
+
+def _not_a_configuration_dump(record: logging.LogRecord) -> bool:
+    """A logging filter: False for fairseq's INFO record of its whole configuration (a dict-like message)."""
+    return not (record.levelno == logging.INFO and not isinstance(record.msg, str) and hasattr(record.msg, "keys"))
+
+
+def quiet_fairseq_command(environ: Optional[Mapping[str, str]] = None) -> bool:
+    """In a fairseq command line (:func:`fairseq_command`) that imports the package (``--user-dir``): hold back
+    what fairseq's use of hydra and torch prints for no one (:data:`LIBRARY_NOTICES`, hydra's DEBUG lines) and, in
+    ``fairseq-generate``, ``-interactive`` and ``-validate``, the configuration dump of an unrelated model
+    (``wav2vec2``'s options). fairseq's progress and results lines stay. ``LOGLEVEL=DEBUG`` (fairseq's own
+    switch) keeps everything. Returns whether anything was held back."""
+    command = fairseq_command()
+    environ = os.environ if environ is None else environ
+    if command is None or environ.get("LOGLEVEL", "").strip().upper() == "DEBUG":
+        return False
+    for pattern in LIBRARY_NOTICES:
+        warnings.filterwarnings("ignore", message=pattern, category=UserWarning)
+    logging.getLogger("hydra").setLevel(logging.INFO)
+    if command in DUMPS_ANOTHER_MODEL:
+        logger = logging.getLogger(f"fairseq_cli.{command}")
+        if _not_a_configuration_dump not in logger.filters:
+            logger.addFilter(_not_a_configuration_dump)
+    return True
 
 
 # -- the command-line options ----------------------------------------------------------------------------

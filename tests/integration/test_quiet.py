@@ -72,3 +72,26 @@ def test_each_command_prints_only_its_own_lines_by_default(command, toy, trained
     assert ("threads: 1 (OMP_NUM_THREADS=1)" in proc.stderr.splitlines()) == computes
     assert proc.stdout.strip()
 
+
+
+def test_stock_fairseq_commands_hold_back_hydras_notices_and_an_unrelated_models_configuration(toy, trained):
+    """fairseq-generate and fairseq-interactive with the package: no hydra deprecation notice, no pin_memory
+    notice, no configuration dump of wav2vec2 (their --arch default); fairseq's own lines and the translations
+    stay. LOGLEVEL=DEBUG, fairseq's switch, brings everything back."""
+    from tests.cli import generate_args
+
+    args = generate_args(toy["bin"], trained("lstm_full_bias"), "--speaker-file", f"{toy['raw']}/test.spk",
+                         "--beam", "2", "--max-len-b", "6")
+    quiet = run("generate", args)
+    assert warning_lines(quiet.stderr) == [], quiet.stderr[-3000:]
+    assert "wav2vec2" not in quiet.stderr and "DEBUG:" not in quiet.stderr
+    assert "Translated" in quiet.stderr and "H-0\t" in quiet.stdout  # fairseq's summary and its results stay
+    interactive = run("interactive", generate_args(toy["bin"], trained("lstm_full_bias"), "--speaker",
+                                                           "spk000", "--max-len-b", "6"), stdin="i am tired .\n")
+    assert warning_lines(interactive.stderr) == [] and "wav2vec2" not in interactive.stderr, interactive.stderr[-3000:]
+    assert "H-0\t" in interactive.stdout
+    debug = run("generate", args, env={"LOGLEVEL": "DEBUG"})
+    assert "hydra.experimental.initialize() is no longer experimental" in debug.stderr
+    assert "'wav2vec2'" in debug.stderr
+    assert [line for line in debug.stdout.splitlines() if line.startswith("H-")] == \
+        [line for line in quiet.stdout.splitlines() if line.startswith("H-")]
