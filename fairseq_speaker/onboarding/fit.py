@@ -433,8 +433,8 @@ def fit_speakers(bias: SpeakerBias, problems: Sequence[Sequence[Scored]], option
     held_before = heldout_loss()
     losses: List[float] = []  # the first is the loss at the start: no pass of its own
     optimizer = torch.optim.LBFGS(variables, lr=1.0, max_iter=options.max_iter if held is None else options.check_every,
-                                  tolerance_grad=options.gradient_tolerance, tolerance_change=options.tolerance, history_size=10,
-                                  line_search_fn="strong_wolfe")
+                                  tolerance_grad=options.gradient_tolerance, tolerance_change=options.tolerance,
+                                  history_size=10, line_search_fn="strong_wolfe")
 
     def closure():
         optimizer.zero_grad()
