@@ -30,8 +30,8 @@ def test_every_system_is_decoded_with_every_beam_beside_the_oracles(tmp_path):
     # each beam reached fairseq-generate, its translations kept apart: the demo's beam under the usual name
     for system, name in (("lstm_fact_bias", "lstm_fact_bias"),
                          ("transformer_base:fact+hyper_lhuc", "transformer_base-fact+hyper_lhuc")):
-        assert "'beam': 1," in (work / f"generate.{name}.beam1.log").read_text()
-        assert "'beam': 5," in (work / f"generate.{name}.log").read_text()
+        assert "Generate test with beam=1: " in (work / f"generate.{name}.beam1.log").read_text()
+        assert "Generate test with beam=5: " in (work / f"generate.{name}.log").read_text()
         assert (work / f"generate.{name}.beam1.txt").exists() and (work / f"generate.{name}.txt").exists()
         assert f"[demo] {system}, beam 1: BLEU " in proc.stdout
     # progress between the systems, on standard output as the demo's other lines
