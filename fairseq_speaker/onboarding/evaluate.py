@@ -14,7 +14,10 @@ Usage::
 ``PREFIX.{src}``, ``PREFIX.{tgt}`` and ``PREFIX.{speaker suffix}`` hold the held-out speakers'
 sentences, one a line, in the form the model was trained on; each speaker's sentences are taken in
 file order. With ``PREFIX.traits`` (the toy corpus's, ``python -m fairseq_speaker.toy.corpus
---heldout``) the speaker-dependent words are scored too. Writes ``OUT/onboarding.md`` (the table),
+--heldout``) the speaker-dependent words are scored too, and for a corpus of the styles mode (its
+``speakers.json`` beside the held-out files, or ``--oracle PATH``) every n gets the Bayes limit beside it: the
+share of those words that the best decision given the corpus's model and the speaker's first n sentences gets
+right (:func:`fairseq_speaker.toy.oracle.onboarding_oracle`), in the table, the JSON and the plot. Writes ``OUT/onboarding.md`` (the table),
 ``OUT/onboarding.json``, ``OUT/onboarding.png`` and ``OUT/hypotheses.n{N}.txt`` (the translations of
 the evaluation sentences, whose line numbers in the held-out files are in the JSON). An ``OUT`` folder
 that already holds files is refused, so that two runs' results never mix: give another folder, or
@@ -82,6 +85,44 @@ def read_heldout(prefix: str, source_lang: str, target_lang: str, suffix: str):
         raise OnboardingError(f"{path} has {len(traits)} lines but {prefix}.{source_lang} has {len(sources)}: "
                               f"one line of traits per sentence, or remove the file")
     return sources, targets, labels, traits
+
+
+def oracle_path(option: str, prefix: str, traits) -> Optional[str]:
+    """The ``speakers.json`` whose model gives the Bayes limit (``--oracle``): ``auto``, the one beside the held-out
+    files if there is one and the speaker words are scored; ``none``; or a path, which must exist."""
+    if option == "none":
+        return None
+    if option == "auto":
+        path = os.path.join(os.path.dirname(prefix) or ".", "speakers.json")
+        return path if traits is not None and os.path.isfile(path) else None
+    if not os.path.isfile(option):
+        raise OnboardingError(f"--oracle {option}: not found; give the speakers.json of a styles-mode toy corpus "
+                              f"(python -m fairseq_speaker.toy.corpus --styles K), or --oracle none")
+    if traits is None:
+        raise OnboardingError(f"--oracle {option}: the oracle scores the speaker words of {prefix}.traits, which is "
+                              f"not there; give the held-out files of the corpus the oracle is of, or --oracle none")
+    return option
+
+
+def bayes_oracle(path: str, labels: Sequence[str], traits: Sequence[Sequence[Trait]],
+                 shots: Sequence[int]) -> List[Dict]:
+    """The Bayes limit for each n of ``shots`` (each speaker known from their first n sentences, scored on their
+    sentences after the first max(shots), as :func:`evaluate` scores the model): ``[{"n", "traits"}]``."""
+    from fairseq_speaker.toy.corpus import read_styles
+    from fairseq_speaker.toy.oracle import onboarding_oracle
+
+    check_utf8(path)
+    try:
+        styles = read_styles(path)
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise OnboardingError(f"{path}: not the speakers.json of a styles-mode toy corpus ({type(e).__name__}: {e}); "
+                              f"give the right one with --oracle PATH, or --oracle none") from None
+    try:
+        return [{"n": n, "traits": onboarding_oracle(styles, labels, traits, n, max(shots))} for n in sorted(shots)]
+    except (KeyError, ValueError) as e:
+        raise OnboardingError(f"{path}: its model does not fit the speaker words of the held-out files "
+                              f"({type(e).__name__}: {e}): give the speakers.json of their corpus with --oracle "
+                              f"PATH, or --oracle none") from None
 
 
 def split_speakers(labels: Sequence[str], first: int, where: str) -> Dict[str, List[int]]:
@@ -152,18 +193,25 @@ def trait_names(rows: List[Dict]) -> List[str]:
 
 
 def format_table(result: Dict) -> str:
-    """The markdown table: one row per n."""
+    """The markdown table: one row per n, each followed by the Bayes limit's for that n where there is one."""
     traits = trait_names(result["rows"])
     scored = any("traits" in row for row in result["rows"])
+    oracle = {row["n"]: row["traits"] for row in result.get("oracle") or ()}
     header = ["n", "BLEU", *(["speaker words", *traits] if scored else []), "adapt s"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+
+    def accuracies(accuracy: Dict[str, float]) -> List[str]:
+        return ["-" if accuracy.get(t) is None else f"{100 * accuracy[t]:.1f}%" for t in ["all", *traits]]
+
     for row in result["rows"]:
         cells = [str(row["n"]), f"{row['bleu']:.2f}"]
         if scored:
-            accuracy = row.get("traits", {})
-            cells += ["-" if accuracy.get(t) is None else f"{100 * accuracy[t]:.1f}%" for t in ["all", *traits]]
+            cells += accuracies(row.get("traits", {}))
         cells.append(f"{row['adapt_seconds']:.2f}")
         lines.append("| " + " | ".join(cells) + " |")
+        if scored and row["n"] in oracle:
+            lines.append("| " + " | ".join([f"{row['n']}, Bayes limit", "-", *accuracies(oracle[row["n"]]), "-"])
+                         + " |")
     return "\n".join(lines)
 
 
@@ -173,7 +221,10 @@ def describe(result: Dict, checkpoint: str, prefix: str) -> str:
             f"after the first {result['adapt_sentences']} ({result['eval_sentences']} sentences in all, the same for "
             f"every n). BLEU: sacrebleu, tokenize {result['tokenize']}; beam {result['beam']}. 'speaker words': the "
             f"share of the speaker-dependent words of the references that the translation gets right; 'adapt s': "
-            f"seconds to adapt every speaker for that n (the network's pass over their sentences and the fits).")
+            f"seconds to adapt every speaker for that n (the network's pass over their sentences and the fits)."
+            + (" 'Bayes limit': the share of those words that the best decision given the corpus's model "
+               f"({result['oracle_model']}) and each speaker's first n sentences gets right." if result.get("oracle")
+               else ""))
 
 
 def plot(result: Dict, path: str) -> None:
@@ -191,10 +242,15 @@ def plot(result: Dict, path: str) -> None:
     axes[0][0].set(title="BLEU", xlabel="adaptation sentences per speaker (n)", ylabel="BLEU")
     if scored:
         ax = axes[0][1]
+        oracle = {row["n"]: row["traits"] for row in result.get("oracle") or ()}
         for trait in ["all", *trait_names(rows)]:
             values = [100 * row.get("traits", {}).get(trait, float("nan")) for row in rows]
-            ax.plot(x, values, marker="o", label="speaker words" if trait == "all" else trait,
-                    linewidth=2.5 if trait == "all" else 1.2)
+            label = "speaker words" if trait == "all" else trait
+            (line,) = ax.plot(x, values, marker="o", label=label, linewidth=2.5 if trait == "all" else 1.2)
+            if oracle:  # the Bayes limit of the same words, dashed, in the same colour
+                limit = [100 * oracle.get(row["n"], {}).get(trait, float("nan")) for row in rows]
+                ax.plot(x, limit, linestyle="--", color=line.get_color(), linewidth=1.0,
+                        label=f"{label}: Bayes limit" if trait in ("all", "style") else None)
         ax.set(title="Speaker words right", xlabel="adaptation sentences per speaker (n)", ylabel="%", ylim=(0, 103))
         ax.legend(fontsize=8)
     for ax in axes[0]:
@@ -244,6 +300,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--adapt-l2", type=float, default=FitOptions.l2,
                         help="weight of the pull towards the mean speaker (as fairseq-speaker-adapt)")
     parser.add_argument("--adapt-max-iter", type=int, default=FitOptions.max_iter, help="L-BFGS iterations at most")
+    parser.add_argument("--oracle", default="auto", metavar="SPEAKERS_JSON",
+                        help="the speakers.json of a styles-mode toy corpus, whose Bayes limit is shown beside every "
+                        "n; 'auto' (the default): the one beside the held-out files, if any; 'none': no oracle")
     parser.add_argument("--source-lang", help="if the data directory has more than one language pair")
     parser.add_argument("--target-lang")
     parser.add_argument("--seed", type=int, default=1)
@@ -283,8 +342,11 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             print(f"{PROG}: note: {len(seen)} speaker(s) of {args.heldout_prefix}.{cfg.speaker_suffix} were seen in "
                   f"training ({', '.join(map(repr, seen[:3]))}{' ...' if len(seen) > 3 else ''}): they are evaluated "
                   f"as new speakers all the same", file=sys.stderr)
+        oracle = oracle_path(args.oracle, args.heldout_prefix, traits)
         result = evaluate(translator, sources, targets, labels, traits, shots, beam=args.beam, tokenize=args.tokenize,
                           where=f"{args.heldout_prefix}.{cfg.speaker_suffix}", max_len_b=args.max_len_b)
+        if oracle is not None:
+            result.update(oracle=bayes_oracle(oracle, labels, traits, shots), oracle_model=oracle)
         text = write_outputs(result, args.out, args.path, args.heldout_prefix)
     except (UserError, FloatingPointError) as e:
         fail(str(e), PROG)

@@ -98,3 +98,45 @@ def test_the_documented_command_parses():
     for argv in commands:
         args = build_parser().parse_args(argv[1:])
         assert args.heldout_prefix and args.shots == [0, 1, 2, 5, 10, 20]
+
+
+@pytest.fixture(scope="module")
+def styles_heldout(tmp_path_factory):
+    """Held-out speakers of a styles-mode corpus (2 styles), 6 sentences each, its speakers.json beside them. The
+    words are not all the toy model's: its scores are low, the oracle's are what is checked."""
+    folder = str(tmp_path_factory.mktemp("styles"))
+    write_corpus(folder, {}, num_speakers=4, seed=3, heldout_speakers=3, heldout_sentences=6, styles=2)
+    return os.path.join(folder, "heldout")
+
+
+def test_a_styles_corpus_gets_the_bayes_limit_beside_every_n(toy, trained, styles_heldout, tmp_path):
+    """The held-out files of a styles-mode corpus: its speakers.json is found beside them, and every n gets a row
+    of the Bayes limit for the same speakers known from the same first n sentences, scored on the same sentences
+    (the oracle's own arithmetic is checked against enumeration in tests/unit/test_oracle.py); the JSON holds it
+    and the plot is drawn. --oracle none goes without."""
+    from fairseq_speaker.toy.corpus import read_styles
+    from fairseq_speaker.toy.oracle import onboarding_oracle
+
+    checkpoint = trained("lstm_full_bias")
+    proc = evaluate(toy, checkpoint, styles_heldout, tmp_path / "auto", "--shots", "0", "1", "3")
+    with open(tmp_path / "auto" / "onboarding.json", encoding="utf-8") as f:
+        result = json.load(f)
+    model = os.path.join(os.path.dirname(styles_heldout), "speakers.json")
+    assert result["oracle_model"] == model
+    styles = read_styles(model)
+    labels, traits = read_lines(f"{styles_heldout}.spk"), read_traits(f"{styles_heldout}.traits")
+    assert [row["n"] for row in result["oracle"]] == [0, 1, 3]
+    for row in result["oracle"]:
+        assert row["traits"] == pytest.approx(onboarding_oracle(styles, labels, traits, row["n"], 3))
+    assert result["oracle"][0]["traits"]["gender"] == pytest.approx(0.5)  # n = 0: a coin for every gender word
+    assert result["oracle"][2]["traits"]["all"] > result["oracle"][0]["traits"]["all"]
+    table = [line for line in proc.stdout.splitlines() if line.startswith("| ")]
+    assert [line.split(" | ")[0] for line in table[1:]] == \
+        ["| 0", "| 0, Bayes limit", "| 1", "| 1, Bayes limit", "| 3", "| 3, Bayes limit"]
+    limit = result["oracle"][1]["traits"]
+    assert f"| 1, Bayes limit | - | {100 * limit['all']:.1f}% | {100 * limit['gender']:.1f}% |" in proc.stdout
+    assert "'Bayes limit'" in proc.stdout and os.path.getsize(tmp_path / "auto" / "onboarding.png") > 0
+    without = evaluate(toy, checkpoint, styles_heldout, tmp_path / "none", "--shots", "0", "1", "3", "--oracle", "none")
+    assert "Bayes limit" not in without.stdout
+    with open(tmp_path / "none" / "onboarding.json", encoding="utf-8") as f:
+        assert "oracle" not in json.load(f)

@@ -325,6 +325,12 @@ COMMAND_PROBES = {
          "{badtraits}.traits:1: not valid UTF-8"),
         ([*EVAL, "--threads", "0"], 2, "--threads must be at least 1, got 0"),
         ([*EVAL, "--threads", "many"], 2, "argument --threads: invalid int value: 'many'"),
+        ([*EVAL_ON, "--heldout-prefix", "{adapt}", "--out", "{tmp}/e", "--oracle", "{tmp}/none.json"], 2,
+         "--oracle {tmp}/none.json: not found; give the speakers.json of a styles-mode toy corpus"),
+        ([*EVAL_ON, "--heldout-prefix", "{adapt}", "--out", "{tmp}/e", "--oracle", "{afile}"], 2,
+         "--oracle {afile}: the oracle scores the speaker words of {adapt}.traits, which is not there"),
+        ([*EVAL_ON, "--heldout-prefix", "{traited}", "--out", "{tmp}/e", "--oracle", "{notstyles}"], 2,
+         "{notstyles}: not the speakers.json of a styles-mode toy corpus (KeyError: 'items')"),
     ],
     "fairseq-speaker-doctor": [
         (["--user-dir", "{tmp}/nowhere"], 2, "--user-dir {tmp}/nowhere: no such folder"),
@@ -485,6 +491,16 @@ class Places:
 
     def make_adapt(self):
         return self.prefix("adapt", self._toy_lines("en", 3), self._toy_lines("fr", 3), ["newbie"] * 3)
+
+    def make_traited(self):
+        """Three toy sentence pairs with their traits (the speaker words scored)."""
+        prefix = self.prefix("traited", self._toy_lines("en", 3), self._toy_lines("fr", 3), ["newbie"] * 3)
+        raw = self.request.getfixturevalue("toy")["raw"]
+        self.write("traited.traits", b"".join(open(os.path.join(raw, "test.traits"), "rb").readlines()[:3]))
+        return prefix
+
+    def make_notstyles(self):
+        return self.write("notstyles.json", '{"speakers": {}}\n')
 
     def make_latin1(self):
         """Three sentence pairs whose second line (and every speaker label) is Latin-1, not UTF-8."""
