@@ -27,3 +27,24 @@ def test_both_families_learn_the_speakers_at_a_low_learning_rate(tmp_path):
         assert traits["gender"] > 0.95 and traits["address"] > 0.95, (family, traits)  # chance: one in two
         assert traits["all"] > 0.95 and traits["profession"] > least_profession[family], (family, traits)
         assert row["bleu"] > 95, (family, row["bleu"])
+
+
+@pytest.mark.slow
+def test_lstm_speaker_learns_the_styles_better_than_the_papers_factored_bias(tmp_path):
+    """The styles corpus of docs/speaker_learning.md (6 styles, a personal deviation on 10% of the phrases, 400
+    speakers of 30 sentences), both at 30 epochs (the LSTM's state variants need them, docs/bias_variants.md):
+    the recommended preset gets more of the style words and of all speaker words than the paper's
+    `lstm_fact_bias`, at a BLEU not below it. Measured: 73.9% against 71.4% of the style words, 94.0% against
+    93.4% of all, BLEU 95.74 against 95.15 (the Bayes limit: 95.0% of the style words)."""
+    workdir = str(tmp_path / "styles")
+    subprocess.run([sys.executable, "-m", "fairseq_speaker.toy.demo", "--workdir", workdir, "--styles", "6",
+                    "--deviation", "0.1", "--train", "12000", "--speakers", "400", "--test", "800", "--epochs", "30",
+                    "--threads", "2", "--no-report", "--archs", "lstm_fact_bias", "lstm_speaker"], check=True)
+    with open(os.path.join(workdir, "results.json")) as f:
+        results = {row["system"]: row for row in json.load(f)}
+    fact, speaker = results["lstm_fact_bias"], results["lstm_speaker"]
+    assert speaker["traits"]["style"] > fact["traits"]["style"], (speaker["traits"], fact["traits"])
+    assert speaker["traits"]["all"] >= fact["traits"]["all"], (speaker["traits"], fact["traits"])
+    assert speaker["bleu"] >= fact["bleu"] - 0.2, (speaker["bleu"], fact["bleu"])
+    for row in (fact, speaker):
+        assert row["traits"]["gender"] > 0.99 and row["traits"]["address"] > 0.99, row
