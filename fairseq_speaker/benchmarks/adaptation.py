@@ -28,7 +28,7 @@ import json
 import statistics
 import tempfile
 import time
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 import torch
 
@@ -55,7 +55,9 @@ def random_pairs(n: int, length: int, vocab: int, generator: torch.Generator):
     return [(sentence(), sentence()) for _ in range(n)]
 
 
-def bench_arch(arch: str, args) -> Dict[str, List[float]]:
+def bench_arch(arch: str, args) -> Tuple[Dict[str, List[float]], Dict[str, List[float]]]:
+    """The seconds of each measure's repeats, and the objective's evaluations per fit (median over the speakers
+    fitted) of each."""
     g = torch.Generator().manual_seed(args.seed)
     with tempfile.TemporaryDirectory() as folder:
         task = make_task(folder, args.vocab, args.speakers)
@@ -79,7 +81,7 @@ def bench_arch(arch: str, args) -> Dict[str, List[float]]:
     adapter.adapt({warm: random_pairs(args.sentences, args.length, args.vocab, g)})
     adapter.update(warm, random_pairs(1, args.length, args.vocab, g))
     times: Dict[str, List[float]] = {"one speaker": [], f"{args.many} speakers": [], "incremental update": []}
-    evaluations: Dict[str, List[int]] = {measure: [] for measure in times}
+    evaluations: Dict[str, List[float]] = {measure: [] for measure in times}
 
     def update(speaker: str, pairs) -> Dict:
         """An incremental update, its fit run as ``--update-iterations`` says."""

@@ -17,8 +17,8 @@ file order. With ``PREFIX.traits`` (the toy corpus's, ``python -m fairseq_speake
 --heldout``) the speaker-dependent words are scored too, and for a corpus of the styles mode (its
 ``speakers.json`` beside the held-out files, or ``--oracle PATH``) every n gets the Bayes limit beside it: the
 share of those words that the best decision given the corpus's model and the speaker's first n sentences gets
-right (:func:`fairseq_speaker.toy.oracle.onboarding_oracle`), in the table, the JSON and the plot. Writes ``OUT/onboarding.md`` (the table),
-``OUT/onboarding.json``, ``OUT/onboarding.png`` and ``OUT/hypotheses.n{N}.txt`` (the translations of
+right (:func:`fairseq_speaker.toy.oracle.onboarding_oracle`), in the table, the JSON and the plot. Writes
+``OUT/onboarding.md`` (the table), ``OUT/onboarding.json``, ``OUT/onboarding.png`` and ``OUT/hypotheses.n{N}.txt`` (the translations of
 the evaluation sentences, whose line numbers in the held-out files are in the JSON). An ``OUT`` folder
 that already holds files is refused, so that two runs' results never mix: give another folder, or
 ``--force`` to replace the earlier run's results.
@@ -192,11 +192,16 @@ def trait_names(rows: List[Dict]) -> List[str]:
     return [t for t in TRAIT_ORDER if t in found] + sorted(found - set(TRAIT_ORDER))
 
 
+def oracle_by_n(result: Dict) -> Dict[int, Dict[str, float]]:
+    """The Bayes limit's accuracies of each n, if the result has them (else empty)."""
+    return {row["n"]: row["traits"] for row in result.get("oracle") or ()}
+
+
 def format_table(result: Dict) -> str:
     """The markdown table: one row per n, each followed by the Bayes limit's for that n where there is one."""
     traits = trait_names(result["rows"])
     scored = any("traits" in row for row in result["rows"])
-    oracle = {row["n"]: row["traits"] for row in result.get("oracle") or ()}
+    oracle = oracle_by_n(result)
     header = ["n", "BLEU", *(["speaker words", *traits] if scored else []), "adapt s"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
 
@@ -242,7 +247,7 @@ def plot(result: Dict, path: str) -> None:
     axes[0][0].set(title="BLEU", xlabel="adaptation sentences per speaker (n)", ylabel="BLEU")
     if scored:
         ax = axes[0][1]
-        oracle = {row["n"]: row["traits"] for row in result.get("oracle") or ()}
+        oracle = oracle_by_n(result)
         for trait in ["all", *trait_names(rows)]:
             values = [100 * row.get("traits", {}).get(trait, float("nan")) for row in rows]
             label = "speaker words" if trait == "all" else trait
@@ -343,10 +348,12 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                   f"training ({', '.join(map(repr, seen[:3]))}{' ...' if len(seen) > 3 else ''}): they are evaluated "
                   f"as new speakers all the same", file=sys.stderr)
         oracle = oracle_path(args.oracle, args.heldout_prefix, traits)
+        # before the evaluation: a speakers.json that does not fit is said at once, not after every n is translated
+        limits = bayes_oracle(oracle, labels, traits, shots) if oracle is not None else None
         result = evaluate(translator, sources, targets, labels, traits, shots, beam=args.beam, tokenize=args.tokenize,
                           where=f"{args.heldout_prefix}.{cfg.speaker_suffix}", max_len_b=args.max_len_b)
-        if oracle is not None:
-            result.update(oracle=bayes_oracle(oracle, labels, traits, shots), oracle_model=oracle)
+        if limits is not None:
+            result.update(oracle=limits, oracle_model=oracle)
         text = write_outputs(result, args.out, args.path, args.heldout_prefix)
     except (UserError, FloatingPointError) as e:
         fail(str(e), PROG)
