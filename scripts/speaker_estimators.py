@@ -3,8 +3,8 @@
 
 ``cluster-pull``: ``fairseq-train`` where, from epoch ``--start-epoch`` on, every speaker's parameter rows are
 pulled towards the centre of their cluster: at the start of each epoch the rows of all speakers (every speaker
-parameter of the variant, flattened and concatenated) are clustered by k-means (k-means++ starts, the best of
-three), and the loss of a batch gets ``weight * mean over its sentences of ||theta_s - c_{z_s}||^2`` (added as the
+parameter of the variant, flattened and concatenated) are clustered by scikit-learn's k-means (k-means++
+starts, the best of three), and the loss of a batch gets ``weight * mean over its sentences of ||theta_s - c_{z_s}||^2`` (added as the
 variant's own regularizers are: times the sample size). An empirical-Bayes prior learned during training rather
 than after it; with ``--raw`` (a styles-mode corpus) it prints how pure the clusters are (the share of speakers
 whose cluster's most common true kind, or style, is theirs)::
@@ -40,31 +40,24 @@ import torch
 
 
 def _rows(bias, speakers: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """Every speaker parameter of the variant, flattened and concatenated: ``[S or B, P]`` (of ``speakers`` with
-    their gradient, as training reads them, or of all speakers, detached)."""
+    """Every speaker parameter of the variant, flattened and concatenated: ``[S, P]`` for all speakers, detached,
+    or ``[B, P]`` for ``speakers``, with their gradient, as training reads them."""
+    if speakers is None:
+        return torch.cat([p.detach().reshape(p.size(0), -1).float() for p in bias.speaker_parameters().values()], 1)
     parts = []
     for _, variant in bias.named_variants():
         for name in variant.speaker_parameter_names:
-            table = variant.get_parameter(name).detach() if speakers is None else variant.row_lookup(name, speakers)
+            table = variant.row_lookup(name, speakers)
             parts.append(table.reshape(table.size(0), -1).float())
     return torch.cat(parts, 1)
 
 
-def kmeans(x: torch.Tensor, k: int, seed: int, iterations: int = 50):
-    """Lloyd's k-means from k-means++ starts: ``(centres [k, P], assignments [N])``."""
-    generator = torch.Generator().manual_seed(seed)
-    centres = [x[torch.randint(len(x), (1,), generator=generator)].squeeze(0)]
-    for _ in range(1, k):
-        nearest = torch.cdist(x, torch.stack(centres)).min(1).values.pow(2)
-        centres.append(x[torch.multinomial(nearest / nearest.sum(), 1, generator=generator)].squeeze(0))
-    c = torch.stack(centres)
-    for _ in range(iterations):
-        z = torch.cdist(x, c).argmin(1)
-        new = torch.stack([x[z == j].mean(0) if (z == j).any() else c[j] for j in range(k)])
-        if torch.equal(new, c):
-            break
-        c = new
-    return c, torch.cdist(x, c).argmin(1)
+def cluster(x: torch.Tensor, k: int):
+    """k-means (scikit-learn's: k-means++ starts, the best of three): ``(centres [k, P], assignments [N])``."""
+    from sklearn.cluster import KMeans
+
+    fit = KMeans(n_clusters=k, n_init=3, random_state=0).fit(x.numpy())
+    return torch.from_numpy(fit.cluster_centers_).float(), torch.from_numpy(fit.labels_).long()
 
 
 def purity(assignments: List[int], names: List[str], truth: Dict[str, dict]) -> Dict[str, float]:
@@ -98,9 +91,7 @@ def cluster_pull(args, fairseq_args: List[str]) -> None:
         bias = model.speaker_bias
         if epoch < args.start_epoch:
             return
-        x = _rows(bias)
-        fits = [kmeans(x, args.clusters, seed) for seed in range(3)]
-        centres, z = min(fits, key=lambda cz: float((x - cz[0][cz[1]]).pow(2).sum()))
+        centres, z = cluster(_rows(bias), args.clusters)
         bias._pull_centres, bias._pull_clusters = centres, z
         sizes = sorted(torch.bincount(z, minlength=args.clusters).tolist(), reverse=True)
         line = f"cluster-pull: epoch {epoch}, {args.clusters} clusters of {sizes}"
