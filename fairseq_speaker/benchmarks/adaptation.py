@@ -55,9 +55,9 @@ def random_pairs(n: int, length: int, vocab: int, generator: torch.Generator):
     return [(sentence(), sentence()) for _ in range(n)]
 
 
-def bench_arch(arch: str, args) -> Tuple[Dict[str, List[float]], Dict[str, List[float]], Dict[str, List[float]]]:
-    """The seconds of each measure's repeats, the objective's evaluations per fit (median over the speakers
-    fitted) of each, and how many of those were on the output layer's stand-in."""
+def bench_arch(arch: str, args) -> Tuple[Dict[str, List[float]], Dict[str, List[float]]]:
+    """The seconds of each measure's repeats, and the objective's evaluations per fit (median over the speakers
+    fitted) of each."""
     g = torch.Generator().manual_seed(args.seed)
     with tempfile.TemporaryDirectory() as folder:
         task = make_task(folder, args.vocab, args.speakers)
@@ -66,18 +66,12 @@ def bench_arch(arch: str, args) -> Tuple[Dict[str, List[float]], Dict[str, List[
         with torch.no_grad():
             for parameter in model.speaker_bias.parameters():
                 parameter.normal_(0.0, 0.3, generator=g)
-    # --iterations N: no early stop (no tolerance on the loss's change nor on the gradient), N iterations; with
-    # --stand-in-iterations S, S of them first on the output layer's stand-in (whatever its share of the tail)
-    def forced(iterations: int, stand_in: int = 0) -> FitOptions:
-        if not iterations:
-            return FitOptions(shortlist=args.shortlist if args.stand_in else 0)
-        if not stand_in:
-            return FitOptions(max_iter=iterations, tolerance=0.0, gradient_tolerance=0.0, shortlist=0)
-        return FitOptions(max_iter=stand_in + iterations, stand_in_max_iter=stand_in, stand_in_max_tail=1.0,
-                          tolerance=0.0, gradient_tolerance=0.0, shortlist=args.shortlist)
+    # --iterations N: no early stop (no tolerance on the loss's change nor on the gradient), N iterations
+    def forced(iterations: int) -> FitOptions:
+        return (FitOptions(max_iter=iterations, tolerance=0.0, gradient_tolerance=0.0) if iterations
+                else FitOptions())
 
-    options = forced(args.iterations, args.stand_in_iterations)
-    update_options = forced(args.update_iterations)
+    options, update_options = forced(args.iterations), forced(args.update_iterations)
     adapter = SpeakerAdapter(model, task, options)
     counter = iter(range(10 ** 9))
     name = lambda: f"new{next(counter)}"  # noqa: E731
@@ -88,7 +82,6 @@ def bench_arch(arch: str, args) -> Tuple[Dict[str, List[float]], Dict[str, List[
     adapter.update(warm, random_pairs(1, args.length, args.vocab, g))
     times: Dict[str, List[float]] = {"one speaker": [], f"{args.many} speakers": [], "incremental update": []}
     evaluations: Dict[str, List[float]] = {measure: [] for measure in times}
-    stand_in: Dict[str, List[float]] = {measure: [] for measure in times}
 
     def update(speaker: str, pairs) -> Dict:
         """An incremental update, its fit run as ``--update-iterations`` says."""
@@ -103,34 +96,17 @@ def bench_arch(arch: str, args) -> Tuple[Dict[str, List[float]], Dict[str, List[
         reports = fn()
         times[measure].append(time.perf_counter() - start)
         evaluations[measure].append(statistics.median(r.evaluations for r in reports.values()))
-        stand_in[measure].append(statistics.median(r.stand_in_evaluations for r in reports.values()))
 
-    exact_only = forced(args.stand_in_iterations) if args.stand_in_iterations else None
-    if exact_only is not None:  # the same fit on the exact loss throughout, for the ratio
-        times["one speaker, exact loss"], evaluations["one speaker, exact loss"] = [], []
-        stand_in["one speaker, exact loss"] = []
-
-    def exact(speaker: str, pairs) -> Dict:
-        saved, adapter.options = adapter.options, exact_only
-        try:
-            return adapter.adapt({speaker: pairs})
-        finally:
-            adapter.options = saved
-
-    if exact_only is not None:  # its warm-up
-        exact(name(), random_pairs(args.sentences, args.length, args.vocab, g))
     for _ in range(args.repeats):  # interleaved, so that machine noise hits every measure alike
         one = name()
         pairs = random_pairs(args.sentences, args.length, args.vocab, g)
         run("one speaker", lambda: adapter.adapt({one: pairs}))
-        if exact_only is not None:
-            run("one speaker, exact loss", lambda: exact(name(), pairs))
         extra = random_pairs(1, args.length, args.vocab, g)
         run("incremental update", lambda: update(one, extra))
         if len(times[f"{args.many} speakers"]) < args.many_repeats:
             many = {name(): random_pairs(args.sentences, args.length, args.vocab, g) for _ in range(args.many)}
             run(f"{args.many} speakers", lambda: adapter.adapt(many))
-    return times, evaluations, stand_in
+    return times, evaluations
 
 
 def main(argv=None) -> None:
@@ -149,15 +125,6 @@ def main(argv=None) -> None:
     parser.add_argument("--update-iterations", type=int, default=None, metavar="N",
                         help="the same for the incremental update's fit (a trained model's takes fewer: a median of 4 "
                         "evaluations of the objective for fact+hyper_lhuc on the styles corpus); default: --iterations")
-    parser.add_argument("--stand-in-iterations", type=int, default=0, metavar="S",
-                        help="with --iterations N, a new speaker's fit through the decoder runs S iterations on the "
-                        "output layer's stand-in first (a trained model's: 14, then 4 on the exact loss), and the "
-                        "same speaker is also fitted with S iterations on the exact loss alone (a trained model's "
-                        "fit without the stand-in: 14), for the ratio; default: none")
-    parser.add_argument("--shortlist", type=int, default=FitOptions.shortlist, metavar="K",
-                        help="words the output layer's stand-in keeps exactly (default: %(default)s)")
-    parser.add_argument("--no-stand-in", dest="stand_in", action="store_false",
-                        help="fits stopped by their own rule: never on the stand-in (the exact loss throughout)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", help="also write the figures here")
     add_runtime_arguments(parser)
@@ -166,13 +133,7 @@ def main(argv=None) -> None:
     check_threads(parser, args)
     if args.update_iterations is None:
         args.update_iterations = args.iterations
-    if args.stand_in_iterations and not args.iterations:
-        parser.error("--stand-in-iterations S needs --iterations N (the iterations on the exact loss after them)")
-    if args.stand_in_iterations and not args.stand_in:
-        parser.error("--stand-in-iterations and --no-stand-in contradict each other: give one")
-    if args.shortlist < 1:
-        parser.error(f"--shortlist must be a number of words >= 1, got {args.shortlist} (--no-stand-in: none)")
-    for name in ("iterations", "update_iterations", "stand_in_iterations"):
+    for name in ("iterations", "update_iterations"):
         if getattr(args, name) < 0:
             parser.error(f"--{name.replace('_', '-')} must be 0 (the fit's own stopping rule) or more, "
                          f"got {getattr(args, name)}")
@@ -181,10 +142,6 @@ def main(argv=None) -> None:
     args.threads = start_threads(args.threads).threads
     results = {}
     fits = f"{args.iterations} L-BFGS iterations per fit" if args.iterations else "fits stopped by their own rule"
-    if args.stand_in_iterations:
-        fits = f"{args.stand_in_iterations} L-BFGS iterations on the stand-in then {args.iterations} exact per fit"
-    elif not args.iterations and not args.stand_in:
-        fits += ", the exact loss throughout"
     if args.update_iterations != args.iterations:
         fits += (f" ({args.update_iterations} for an update)" if args.update_iterations
                  else " (an update's stopped by its own rule)")
@@ -192,20 +149,19 @@ def main(argv=None) -> None:
     print(f"V = {args.vocab:,}, {args.speakers:,} trained speakers, {args.sentences} sentences of {args.length} words "
           f"per new speaker, {fits}, {variant}, {args.threads} thread(s); "
           f"seconds, median [min-max] of the repeats")
-    print(f"  {'arch':<20}{'measure':<22}{'median':>10}{'spread':>22}{'evaluations per fit':>22}"
-          f"{'of them on the stand-in':>26}")
-    evaluation_counts, stand_in_counts = {}, {}
+    print(f"  {'arch':<20}{'measure':<22}{'median':>10}{'spread':>22}{'evaluations per fit':>22}")
+    evaluation_counts = {}
     for arch in args.archs:
-        times, evaluations, stand_in = bench_arch(arch, args)
-        results[arch], evaluation_counts[arch], stand_in_counts[arch] = times, evaluations, stand_in
+        times, evaluations = bench_arch(arch, args)
+        results[arch], evaluation_counts[arch] = times, evaluations
         for measure, values in times.items():
             spread = f"[{min(values):.3f}-{max(values):.3f}]"
             print(f"  {arch:<20}{measure:<22}{statistics.median(values):>10.3f}{spread:>22}"
-                  f"{statistics.median(evaluations[measure]):>22g}{statistics.median(stand_in[measure]):>26g}")
+                  f"{statistics.median(evaluations[measure]):>22g}")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"args": {k: v for k, v in vars(args).items() if k != "json"}, "seconds": results,
-                       "evaluations": evaluation_counts, "stand_in_evaluations": stand_in_counts}, f, indent=1)
+                       "evaluations": evaluation_counts}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -31,14 +31,6 @@ decoder teacher-forced over them, the speaker's rows put in the variant with
 ``torch.func.functional_call``, and L-BFGS follows the gradient through the decoder to the rows.
 Same objective, same options; only the cost of an iteration differs (a decoder pass and its backward).
 
-At a real vocabulary most of such an evaluation is the output layer over every word. A new speaker's fit
-therefore runs first on a stand-in for it (:class:`Shortlist`, made where the fit starts: the target words and
-the 2,048 likeliest words exactly, the others' log-sum-exp to first order, exact there in value and gradient),
-then on the exact loss from where that stopped, with the curvature L-BFGS learnt on the stand-in: it ends where
-the exact fit ends (a unit test compares them), in fewer expensive evaluations. Not where the other words hold
-more than half of the probability at the start (a random network's flat output) nor for an incremental update
-(a few evaluations from a warm start).
-
 An incremental update of such a speaker (one more sentence) need not run the decoder over the
 sentences fitted before: the fit keeps a quadratic model of its objective around where it ended
 (:class:`Curvature`: the BFGS matrix L-BFGS built from its last steps, the Hessian along the
@@ -48,7 +40,6 @@ carried from one batch of evidence to the next (MacKay, 1992; Kirkpatrick et al.
 one). Its cost is the new sentences'.
 """
 
-import dataclasses
 import itertools
 import math
 import time
@@ -166,8 +157,6 @@ class DecoderBatch:
     #: the names in ``frozen`` of the output layer's weight and bias (``x W^T + b``), where the decoder says what
     #: its output layer is (``output_weight_and_bias``): the loss is then made from the real target positions only
     output_names: Optional[Tuple[str, Optional[str]]] = None
-    #: where set, the loss is the :class:`Shortlist`'s stand-in for the output layer, not the exact one
-    shortlist: Optional["Shortlist"] = None
 
     @property
     def num_tokens(self) -> int:
@@ -219,117 +208,6 @@ def _output_layer_names(decoder) -> Optional[Tuple[str, Optional[str]]]:
     return names[id(weight)], (names[id(out_bias)] if out_bias is not None else None)
 
 
-@dataclass
-class Shortlist:
-    """A cheap stand-in for the output layer of a fit through the decoder, made where the fit starts (rows theta0).
-
-    At a real vocabulary the output layer, forward and backward over all V words at every target position, is
-    most of an evaluation. The stand-in keeps the K words that matter (every target word, and the words most
-    probable at some position under theta0) exactly, and the other words' log-sum-exp at each position t to first
-    order in the decoder's features h_t::
-
-        log Z_t(theta) ~ logsumexp( z_tk(theta) for k in the K words,
-                                    tail_t + direction_t . (h_t(theta) - h_t(theta0)) )
-
-    ``tail_t``: the other words' log-sum-exp at theta0; ``direction_t``: their output vectors averaged with their
-    probabilities at theta0 (the gradient of that log-sum-exp in h_t). Exact at theta0 in value, and in gradient
-    for the decoder's state (the speaker's output bias on the other words is held where theta0 has it). A fit
-    runs on it first and then on the exact loss from where it stopped (:func:`fit_speakers`), so it only changes
-    where the exact fit starts, and how many of its expensive evaluations it needs.
-    """
-
-    words: Tensor  # [K] word ids, every target among them
-    weight: Tensor  # [K, H] their rows of the output layer
-    out_bias: Optional[Tensor]  # [K] the output layer's own bias at them
-    target_index: Tensor  # [P] where each real position's target is in ``words``
-    features: Tensor  # [P, H] the decoder's features at theta0, real positions
-    tail: Tensor  # [P] log-sum-exp of the other words' logits at theta0
-    direction: Tensor  # [P, H]
-    tail_share: float  # the other words' share of the probability at theta0, averaged over the positions
-    speaker_row: Optional[Tensor] = None  # [V] the speaker's output bias at theta0
-    tail_words: Optional[Tensor] = None  # [V] the other words' probabilities at theta0, averaged over the positions
-
-    def nll(self, features: Tensor, speaker_row: Optional[Tensor]) -> Tensor:
-        """Summed negative log-likelihood of the real positions' targets, given their ``features`` ``[P, H]`` and
-        the speaker's output bias ``[V]`` (or None)."""
-        out_bias = self.out_bias
-        if speaker_row is not None:
-            row = speaker_row.index_select(0, self.words).to(features)
-            out_bias = row if out_bias is None else out_bias + row
-        logits = torch.nn.functional.linear(features, self.weight, out_bias)
-        tail = self.tail + ((features - self.features) * self.direction).sum(-1)
-        if speaker_row is not None and self.speaker_row is not None:
-            tail = tail + self.tail_words @ (speaker_row.to(self.tail_words) - self.speaker_row)
-        log_z = torch.logsumexp(torch.cat([logits, tail.unsqueeze(1)], dim=1), dim=1)
-        return (log_z - logits.gather(1, self.target_index.unsqueeze(1)).squeeze(1)).sum()
-
-
-#: positions of the output layer computed at once while a shortlist is made (bounds its [positions, V] buffers)
-_SHORTLIST_CHUNK = 512
-
-
-def _features(bias: SpeakerBias, params: Dict[str, Tensor], batch: DecoderBatch):
-    """The decoder's features at the real target positions ``[P, H]``, the output layer's weight and bias with the
-    speaker's output bias folded in where it is one row for all positions (else None: the caller falls back), and
-    that row (or None)."""
-    weights = {**batch.frozen, **{"speaker_bias." + name: value for name, value in params.items()}}
-    features, extra = torch.func.functional_call(batch.decoder, weights, (batch.prev_output_tokens,),
-                                                 {"encoder_out": batch.encoder_out, "features_only": True})
-    keep = batch.target.ne(batch.pad)
-    weight_name, bias_name = batch.output_names
-    return features[keep], weights[weight_name], (weights[bias_name] if bias_name is not None else None), \
-        extra.get("speaker_bias"), keep
-
-
-@torch.no_grad()
-def make_shortlist(bias: SpeakerBias, params: Dict[str, Tensor], batch: DecoderBatch, size: int) -> Shortlist:
-    """The :class:`Shortlist` of ``batch`` at the rows ``params`` (the speaker's rows: row 0): every target word,
-    then the words of highest probability at some position, ``size`` in all (or the whole vocabulary)."""
-    features, weight, out_bias, speaker_bias, keep = _features(bias, params, batch)
-    row = speaker_bias[0].to(weight) if speaker_bias is not None else None
-    full_bias = out_bias if row is None else (row if out_bias is None else out_bias + row)
-    target = batch.target[keep]
-    vocab = weight.size(0)
-    chunks = [slice(a, a + _SHORTLIST_CHUNK) for a in range(0, features.size(0), _SHORTLIST_CHUNK)]
-    score = torch.zeros(vocab, dtype=features.dtype, device=weight.device)
-
-    def logits_of(part: slice) -> Tensor:
-        return torch.nn.functional.linear(features[part], weight, full_bias)
-
-    kept = logits_of(chunks[0]) if len(chunks) == 1 else None  # one chunk: its logits serve both passes
-    for part in chunks:  # each word's highest probability at any position
-        score = torch.maximum(score, torch.softmax(kept if kept is not None else logits_of(part), dim=1).max(0).values)
-    score[target] = 2.0  # above any probability
-    size = max(size, int(torch.unique(target).numel()))  # every target listed, whatever the size asked
-    words = torch.topk(score, min(size, vocab)).indices.sort().values
-    listed = torch.zeros(vocab, dtype=torch.bool, device=weight.device)
-    listed[words] = True
-    tail, direction, share_sum = [], [], 0.0
-    tail_words = torch.zeros(vocab, dtype=features.dtype, device=weight.device)
-    for part in chunks:
-        logits = kept if kept is not None else logits_of(part)
-        every_word = torch.logsumexp(logits, dim=1)
-        logits.masked_fill_(listed, float("-inf"))
-        lse = torch.logsumexp(logits, dim=1, keepdim=True)
-        if bool(listed.all()):  # the whole vocabulary listed: no tail
-            tail.append(torch.full_like(lse.squeeze(1), float("-inf")))
-            direction.append(torch.zeros_like(features[part]))
-            continue
-        tail.append(lse.squeeze(1))
-        share = torch.exp(logits - lse)  # [positions, V]: each other word's share of its position's tail
-        direction.append(share @ weight)
-        # weighted by the tail's share of each position's probability, so that the gradient is exact at theta0
-        tail_share = torch.exp(lse.squeeze(1) - every_word)  # [positions]
-        tail_words += tail_share @ share
-        share_sum += float(tail_share.sum())
-    index = torch.full((vocab,), -1, dtype=torch.long, device=weight.device)
-    index[words] = torch.arange(words.numel(), device=weight.device)
-    return Shortlist(words, weight.index_select(0, words), None if out_bias is None else out_bias.index_select(0, words),
-                     index[target], features.clone(), torch.cat(tail), torch.cat(direction),
-                     share_sum / max(features.size(0), 1),
-                     None if row is None else row.clone(), tail_words / tail_words.sum().clamp_min(1e-30))
-
-
 def _decoder_nll(bias: SpeakerBias, params: Dict[str, Tensor], batch: DecoderBatch) -> Tensor:
     """Summed negative log-likelihood of ``batch``'s targets, the decoder run with the variant's parameters
     ``params`` (the speaker's rows: row 0).
@@ -339,20 +217,24 @@ def _decoder_nll(bias: SpeakerBias, params: Dict[str, Tensor], batch: DecoderBat
     (:func:`~fairseq_speaker.criterions.speaker_label_smoothed_cross_entropy.label_smoothed_nll_loss_from_logits`):
     the output layer is most of an evaluation's cost at a real vocabulary. The same loss and gradient as the
     plain path (a unit test compares them)."""
+    weights = {**batch.frozen, **{"speaker_bias." + name: value for name, value in params.items()}}
     if batch.output_names is not None and fast_paths.enabled():
-        features, weight, out_bias, speaker_bias, keep = _features(bias, params, batch)  # speaker bias: [N, V] or None
-        if batch.shortlist is not None:
-            return batch.shortlist.nll(features, None if speaker_bias is None else speaker_bias[0])
+        features, extra = torch.func.functional_call(batch.decoder, weights, (batch.prev_output_tokens,),
+                                                     {"encoder_out": batch.encoder_out, "features_only": True})
+        keep = batch.target.ne(batch.pad)
+        weight_name, bias_name = batch.output_names
+        weight = weights[weight_name]
+        out_bias = weights[bias_name] if bias_name is not None else None
+        speaker_bias = extra.get("speaker_bias")  # [N, V] or None
         if speaker_bias is not None and not bias.reads_source:  # every sentence is speaker 0's: one row for all
             row = speaker_bias[0].to(weight)
             out_bias, speaker_bias = (row if out_bias is None else out_bias + row), None
-        logits = torch.nn.functional.linear(features, weight, out_bias)
+        logits = torch.nn.functional.linear(features[keep], weight, out_bias)
         if speaker_bias is not None:  # a bias that reads the source: each position gets its sentence's row
             sentence = torch.arange(keep.size(0), device=keep.device).unsqueeze(1).expand_as(keep)[keep]
             logits = logits + speaker_bias.index_select(0, sentence).to(logits)
         loss, _ = label_smoothed_nll_loss_from_logits(logits, batch.target[keep], 0.0, batch.pad)
         return loss
-    weights = {**batch.frozen, **{"speaker_bias." + name: value for name, value in params.items()}}
     logits, _ = torch.func.functional_call(batch.decoder, weights, (batch.prev_output_tokens,),
                                            {"encoder_out": batch.encoder_out})
     lprobs = torch.log_softmax(logits.float(), dim=-1)
@@ -385,15 +267,6 @@ class FitOptions:
     patience: int = 2  # looks without improvement before stopping
     tolerance: float = 1e-6  # stop when the per-token loss changes less than this
     gradient_tolerance: float = 1e-7  # stop when no gradient entry is larger than this
-    #: through the decoder: words of the output layer's stand-in the fit runs on before the exact loss
-    #: (:class:`Shortlist`); 0: the exact loss throughout. Used where it is smaller than the vocabulary and the
-    #: fast paths are on.
-    shortlist: int = 2048
-    #: the stand-in is used where the other words hold at most this share of the probability where the fit starts
-    #: (a trained model's: about the label smoothing's; a random network's: nearly all)
-    stand_in_max_tail: float = 0.5
-    #: L-BFGS iterations on the stand-in at most (default: ``max_iter``); the exact loss then gets what is left
-    stand_in_max_iter: Optional[int] = None
 
     def __post_init__(self):
         if not (math.isfinite(self.l2) and self.l2 >= 0):
@@ -401,10 +274,6 @@ class FitOptions:
         for name in ("max_iter", "check_every", "patience"):
             if int(getattr(self, name)) < 1:
                 raise UserError(f"the fit's {name} must be at least 1, got {getattr(self, name)}")
-        if int(self.shortlist) < 0:
-            raise UserError(f"the fit's shortlist must be a number of words >= 0, got {self.shortlist}")
-        if self.stand_in_max_iter is not None and int(self.stand_in_max_iter) < 1:
-            raise UserError(f"the fit's stand_in_max_iter must be at least 1, got {self.stand_in_max_iter}")
 
 
 @dataclass
@@ -422,10 +291,6 @@ class FitReport:
     extra: Dict[str, float] = field(default_factory=dict)
     #: evaluations of the objective (and its gradient): what a fit through the decoder costs, one decoder pass each
     evaluations: int = 0
-    #: of those, on the output layer's stand-in (:class:`Shortlist`), each a decoder pass without the full output layer
-    stand_in_evaluations: int = 0
-    #: of the iterations, those on the stand-in
-    stand_in_iterations: int = 0
 
 
 def _nll(bias: SpeakerBias, params: Dict[str, Tensor], scores: Scored, smoothing: float = 0.0) -> Tensor:
@@ -519,23 +384,6 @@ def _objective(bias, shared, rows, prior, problems, l2, smoothing: float = 0.0,
     return loss / max(tokens, 1)
 
 
-def _shortlisted(bias: SpeakerBias, problems: Sequence[Sequence[Scored]], rows: Sequence[Dict[str, Tensor]],
-                 shared: Dict[str, Tensor], options: FitOptions) -> Optional[List[List[Scored]]]:
-    """``problems`` with each chunk given its :class:`Shortlist` at the speaker's starting ``rows``, where a fit
-    through the decoder gains by it (fast paths on, the decoder's output layer known, a shortlist smaller than the
-    vocabulary, a speaker bias that does not read the source); else None."""
-    flat = [c for chunks in problems for c in chunks]
-    if (not options.shortlist or not fast_paths.enabled() or bias.reads_source
-            or not all(isinstance(c, DecoderBatch) and c.output_names is not None for c in flat)
-            or all(c.frozen[c.output_names[0]].size(0) <= options.shortlist for c in flat)):
-        return None
-    out = [[dataclasses.replace(c, shortlist=make_shortlist(bias, {**shared, **r}, c, options.shortlist))
-            for c in chunks] for r, chunks in zip(rows, problems)]
-    tokens = sum(c.num_tokens for chunks in out for c in chunks)
-    share = sum(c.shortlist.tail_share * c.num_tokens for chunks in out for c in chunks) / max(tokens, 1)
-    return out if share <= options.stand_in_max_tail else None
-
-
 def fit_speakers(bias: SpeakerBias, problems: Sequence[Sequence[Scored]], options: FitOptions,
                  init: Optional[Sequence[Dict[str, Tensor]]] = None,
                  heldout: Optional[Sequence[Sequence[Scored]]] = None,
@@ -579,16 +427,8 @@ def fit_speakers(bias: SpeakerBias, problems: Sequence[Sequence[Scored]], option
                 total += sum(float(_nll(bias, {**shared, **r}, s)) for s in h)
         return total / max(tokens, 1)
 
-    # through the decoder at a large vocabulary, first on the output layer's stand-in (one per chunk, made at the
-    # start), then on the exact loss from where that stopped: the same optimizer, so the exact part starts with the
-    # curvature the first part learnt
-    shortlisted = (_shortlisted(bias, problems, rows, shared, options)
-                   if held is None and not fit_shared and curvatures is None else None)
-    current = {"problems": shortlisted or problems}
-
     def objective() -> Tensor:
-        return _objective(bias, shared, rows, prior, current["problems"], options.l2, options.label_smoothing,
-                          curvatures)
+        return _objective(bias, shared, rows, prior, problems, options.l2, options.label_smoothing, curvatures)
 
     held_before = heldout_loss()
     losses: List[float] = []  # the first is the loss at the start: no pass of its own
@@ -604,19 +444,6 @@ def fit_speakers(bias: SpeakerBias, problems: Sequence[Sequence[Scored]], option
         return loss
 
     best, best_held, since_best, iterations = None, held_before, 0, 0
-    stand_in_evaluations = stand_in_iterations = 0
-    if shortlisted is not None:
-        group = optimizer.param_groups[0]
-        state = optimizer.state[group["params"][0]]
-        group["max_iter"] = options.stand_in_max_iter or options.max_iter
-        group["max_eval"] = group["max_iter"] * 5 // 4
-        optimizer.step(closure)
-        stand_in_evaluations, stand_in_iterations = len(losses), state.get("n_iter", 0)
-        current["problems"] = problems
-        if state.get("d") is not None:  # no curvature pair across the change of objective (the others are kept)
-            state["d"] = torch.zeros_like(state["d"])
-        group["max_iter"] = max(1, options.max_iter - state.get("n_iter", 0))
-        group["max_eval"] = group["max_iter"] * 5 // 4
     while True:
         optimizer.step(closure)
         done = optimizer.state[optimizer.param_groups[0]["params"][0]]["n_iter"]
@@ -645,8 +472,7 @@ def fit_speakers(bias: SpeakerBias, problems: Sequence[Sequence[Scored]], option
         after = float(objective())
     report = FitReport(sum(c.num_tokens for c in flat), losses[0], after, iterations, time.perf_counter() - start,
                        held_before, heldout_loss() if held is not None else None,
-                       sum(s.num_tokens for h in (held or []) for s in h), evaluations=len(losses),
-                       stand_in_evaluations=stand_in_evaluations, stand_in_iterations=stand_in_iterations)
+                       sum(s.num_tokens for h in (held or []) for s in h), evaluations=len(losses))
     if curvature_out is not None:
         single = len(rows) == 1 and held is None and not fit_shared
         tokens = sum(c.num_tokens for c in flat) + sum(c.tokens for c in curvatures or () if c is not None)

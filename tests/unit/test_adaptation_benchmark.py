@@ -49,32 +49,3 @@ def test_a_negative_count_is_refused(flag, capsys):
         adaptation.main(["--archs", "lstm_base", flag, "-1", *SMALL])
     assert exit_.value.code == 2
     assert f"{flag} must be 0 (the fit's own stopping rule) or more, got -1" in capsys.readouterr().err
-
-
-def test_stand_in_iterations_run_first_on_the_stand_in_and_the_exact_fit_is_timed_beside(tmp_path, capsys):
-    """--stand-in-iterations S with --iterations N: a new speaker's fit takes S iterations on the output layer's
-    stand-in, then N on the exact loss; the same speaker fitted with S iterations on the exact loss alone is timed
-    in the same run; an update never uses the stand-in."""
-    out = tmp_path / "bench.json"
-    adaptation.main(["--archs", "lstm_base", "--speaker-bias", "fact+hyper_lhuc", "--iterations", "3",
-                     "--stand-in-iterations", "5", "--shortlist", "20", "--json", str(out), *SMALL])
-    assert "5 L-BFGS iterations on the stand-in then 3 exact per fit" in capsys.readouterr().out
-    result = json.loads(out.read_text())
-    evaluations, stand_in = result["evaluations"]["lstm_base"], result["stand_in_evaluations"]["lstm_base"]
-    assert min(stand_in["one speaker"]) >= 5 and min(evaluations["one speaker"]) >= 5 + 3
-    assert max(stand_in["one speaker, exact loss"]) == 0 and min(evaluations["one speaker, exact loss"]) >= 5
-    assert max(stand_in["incremental update"]) == 0
-    assert set(result["seconds"]["lstm_base"]) == {"one speaker", "one speaker, exact loss", "2 speakers",
-                                                   "incremental update"}
-
-
-@pytest.mark.parametrize("flags, message", [
-    (["--stand-in-iterations", "4"], "--stand-in-iterations S needs --iterations N"),
-    (["--iterations", "2", "--stand-in-iterations", "4", "--no-stand-in"], "contradict each other"),
-    (["--shortlist", "0"], "--shortlist must be a number of words >= 1, got 0"),
-])
-def test_stand_in_options_that_cannot_be_followed_are_refused(flags, message, capsys):
-    with pytest.raises(SystemExit) as exit_:
-        adaptation.main(["--archs", "lstm_base", *flags, *SMALL])
-    assert exit_.value.code == 2
-    assert message in capsys.readouterr().err

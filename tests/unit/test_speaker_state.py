@@ -9,7 +9,6 @@ beam reordering, and the Transformer's hooks leaving the encoder alone.
 import argparse
 import contextlib
 import copy
-import dataclasses
 
 import pytest
 import torch
@@ -357,120 +356,6 @@ def test_the_fast_loss_through_the_decoder_gives_the_plain_paths_loss_and_gradie
         assert grad.abs().max() > 0
         assert torch.allclose(fast_grads[key], grad, rtol=1e-4, atol=1e-6), key
     assert all(p.grad is None for p in model.parameters())  # the network got no gradient on either path
-
-
-def _model_nll_and_grads(model, task, pairs, speaker):
-    """The model's own summed loss of ``pairs`` as ``speaker`` (its forward, log_softmax in the model's dtype), and
-    its gradient for that speaker's rows: a reference that owes nothing to the fit's code."""
-    from fairseq.data import LanguagePairDataset
-
-    dataset = LanguagePairDataset([s for s, _ in pairs], [len(s) for s, _ in pairs], task.source_dictionary,
-                                  [t for _, t in pairs], [len(t) for _, t in pairs], task.target_dictionary,
-                                  shuffle=False)
-    batch = dataset.collater([dataset[i] for i in range(len(pairs))])
-    net = batch["net_input"]
-    tables = dict(model.speaker_bias.speaker_parameters())
-    for p in model.parameters():
-        p.requires_grad_(False)
-    for p in tables.values():
-        p.requires_grad_(True)
-        p.grad = None
-    logits, _ = model(net["src_tokens"], net["src_lengths"], net["prev_output_tokens"],
-                      speakers=torch.full((len(pairs),), speaker))
-    keep = batch["target"].ne(task.target_dictionary.pad())
-    loss = -torch.log_softmax(logits, dim=-1).gather(2, batch["target"].unsqueeze(2)).squeeze(2)[keep].sum()
-    loss.backward()
-    grads = {k: (p.grad.to_dense() if p.grad.is_sparse else p.grad)[speaker:speaker + 1].clone()
-             for k, p in tables.items()}
-    for p in tables.values():
-        p.requires_grad_(False)
-        p.grad = None
-    return float(loss.detach()), grads
-
-
-@pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("name", ["lhuc", "hyper_lhuc", "fact+hyper_lhuc", "proj+input"])
-def test_the_output_layers_stand_in_is_exact_where_it_is_made_and_with_the_whole_vocabulary(family, name):
-    """The fit's cheap stand-in for the output layer (:class:`Shortlist`: the listed words exactly, the others'
-    log-sum-exp to first order), in float64 against the model's own loss and gradient: at the rows it is made at,
-    the same loss and gradient; at another speaker's rows, another loss; made with every word listed, the same loss
-    and gradient at any rows."""
-    from fairseq_speaker.onboarding.fit import _decoder_nll, decoder_batches, make_shortlist
-
-    task = make_task(num_speakers=4)
-    model = make_model(name, task=task, family=family).double()
-    bias = model.speaker_bias
-    pairs = _pairs(task)
-    batches = decoder_batches(model, pairs, task.source_dictionary, task.target_dictionary, batch_size=4)
-    shared = {k: v.detach() for k, v in bias.shared_parameters().items()}
-    start = {**shared, **bias.export_speakers([2])}
-    vocab = len(task.target_dictionary)
-
-    def stand_in(speaker: int, listed):
-        rows = {k: v.detach().clone().requires_grad_(True) for k, v in bias.export_speakers([speaker]).items()}
-        loss = sum(_decoder_nll(bias, {**shared, **rows}, dataclasses.replace(b, shortlist=s))
-                   for b, s in zip(batches, listed))
-        loss.backward()
-        return float(loss.detach()), {k: v.grad for k, v in rows.items()}
-
-    def check(got, want):
-        assert got[0] == pytest.approx(want[0], rel=1e-10)
-        for key, grad in want[1].items():
-            assert grad.abs().max() > 0, key
-            assert torch.allclose(got[1][key], grad, rtol=1e-7, atol=1e-10), key
-
-    short = [make_shortlist(bias, start, b, 1) for b in batches]  # the targets only
-    assert all(0 < s.words.numel() < vocab and bool(torch.isfinite(s.tail).all()) for s in short)  # a real tail
-    check(stand_in(2, short), _model_nll_and_grads(model, task, pairs, 2))
-    assert stand_in(3, short)[0] != pytest.approx(_model_nll_and_grads(model, task, pairs, 3)[0], rel=1e-6)
-
-    whole = [make_shortlist(bias, start, b, vocab) for b in batches]
-    assert all(s.words.numel() == vocab for s in whole)
-    check(stand_in(3, whole), _model_nll_and_grads(model, task, pairs, 3))
-
-
-def test_a_stand_in_made_in_chunks_of_positions_is_the_one_made_at_once(monkeypatch):
-    """Many positions: the output layer runs over them a chunk at a time (bounded buffers), same stand-in."""
-    from fairseq_speaker.onboarding import fit
-    from fairseq_speaker.onboarding.fit import decoder_batches, make_shortlist
-
-    task = make_task(num_speakers=4)
-    model = make_model("fact+hyper_lhuc", task=task, family="lstm").double()
-    bias = model.speaker_bias
-    batch = decoder_batches(model, _pairs(task), task.source_dictionary, task.target_dictionary)[0]
-    rows = {**bias.shared_parameters(), **bias.export_speakers([1])}
-    at_once = make_shortlist(bias, rows, batch, 4)
-    monkeypatch.setattr(fit, "_SHORTLIST_CHUNK", 3)
-    chunked = make_shortlist(bias, rows, batch, 4)
-    assert batch.num_tokens > 3 * 2
-    for name in ("words", "weight", "target_index", "features", "tail", "direction", "speaker_row", "tail_words"):
-        assert torch.allclose(getattr(chunked, name).double(), getattr(at_once, name).double(), rtol=1e-9), name
-    assert chunked.tail_share == pytest.approx(at_once.tail_share, rel=1e-9) and 0 < at_once.tail_share < 1
-
-
-@pytest.mark.parametrize("family", FAMILIES)
-def test_a_fit_that_starts_on_the_stand_in_ends_where_the_exact_fit_ends(family):
-    """A fit through the decoder on the output layer's stand-in first, then on the exact loss from there: the exact
-    fit's optimum (loss and rows), with evaluations of both kinds; with the fast paths off, the exact loss only."""
-    from fairseq_speaker import fast_paths
-    from fairseq_speaker.onboarding.fit import FitOptions, decoder_batches, fit_speakers
-
-    task = make_task(num_speakers=4)
-    model = make_model("fact+hyper_lhuc", task=task, family=family)
-    bias = model.speaker_bias
-    batches = decoder_batches(model, _pairs(task), task.source_dictionary, task.target_dictionary, batch_size=4)
-    exact_rows, _, exact = fit_speakers(bias, [batches], FitOptions(l2=0.1, shortlist=0))
-    rows, _, report = fit_speakers(bias, [batches], FitOptions(l2=0.1, shortlist=1))
-    assert exact.stand_in_evaluations == 0 and 0 < report.stand_in_evaluations < report.evaluations
-    assert report.loss_after == pytest.approx(exact.loss_after, rel=1e-4)
-    assert report.loss_after < report.loss_before - 0.05
-    for key, value in exact_rows[0].items():
-        assert torch.allclose(rows[0][key], value, atol=2e-2), key
-    with fast_paths.plain():
-        assert fit_speakers(bias, [batches], FitOptions(l2=0.1, shortlist=1))[2].stand_in_evaluations == 0
-    # not where the other words hold more of the probability than allowed (a random network's output is flat)
-    assert fit_speakers(bias, [batches], FitOptions(l2=0.1, shortlist=1, stand_in_max_tail=0.0))[2] \
-        .stand_in_evaluations == 0
 
 
 @pytest.mark.parametrize("family", FAMILIES)
