@@ -13,7 +13,9 @@ then:
    seen at least twice in training;
 4. writes the speaker files beside the binarized data (``{split}.spk``);
 5. records that preprocessing (Moses tokenization with escapes, lowercasing: the
-   registered tokenizer ``moses_lowercase``) in ``OUT/bin/preprocessing.json``:
+   registered tokenizer ``moses_lowercase``, whose decoding restores the case: each
+   sentence's start, and with ``--raw`` text every word's most frequent casing in the
+   training translations, learnt into ``OUT/bin/truecase.TGT``) in ``OUT/bin/preprocessing.json``:
    models trained on ``OUT/bin`` keep it in their checkpoints and take raw text
    in ``fairseq-interactive``, ``SpeakerTranslator`` and ``fairseq-speaker-serve``
    (docs/sated.md, "Raw text in, raw text out"). ``--preprocessing none`` records
@@ -35,7 +37,7 @@ import os
 import shutil
 import sys
 from collections import Counter
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from fairseq.data import Dictionary
 
@@ -66,19 +68,38 @@ def moses(lines: List[str], lang: str) -> List[str]:
     return [tokenizer.encode(line) for line in lines]
 
 
-def preprocessing_record(args) -> Dict:
-    """What ``bin/preprocessing.json`` says: the tokenizer of ``--raw`` and of the SATED release."""
+def train_truecaser(lines: List[str], lang: str, path: str) -> bool:
+    """Learn each word's most frequent casing from the cased ``lines`` (Moses-tokenized with escapes, as the model's
+    tokens are before lowercasing: sacremoses's MosesTruecaser, sentence starts left out) and save it to ``path``;
+    False, and nothing written, when the text has no capital letter to learn from."""
+    from sacremoses import MosesTruecaser
+
+    if not any(line != line.lower() for line in lines):
+        return False
+    tokenizer = MosesLowercase(MosesLowercaseConfig(source_lang=lang, target_lang=lang)).tok
+    MosesTruecaser().train([tokenizer.tokenize(line, escape=True) for line in lines], save_to=path)
+    return True
+
+
+def preprocessing_record(args, truecase_model: Optional[str] = None) -> Dict:
+    """What ``bin/preprocessing.json`` says: the tokenizer of ``--raw`` and of the SATED release, which restores the
+    case when decoding (with the truecasing model learnt from ``--raw`` text's cased translations, if there is one)."""
     if args.preprocessing == "none":
         return {"tokenizer": None, "bpe": None}
-    return {"tokenizer": {"name": "moses_lowercase", "source_lang": args.src, "target_lang": args.tgt}, "bpe": None}
+    tokenizer = {"name": "moses_lowercase", "source_lang": args.src, "target_lang": args.tgt, "recase": True}
+    if truecase_model:
+        tokenizer["truecase_model"] = truecase_model
+    return {"tokenizer": tokenizer, "bpe": None}
 
 
 def prepare(args) -> Dict:
     text_dir, bin_dir = os.path.join(args.out, "text"), os.path.join(args.out, "bin")
     stats: Dict = {"splits": {}}
-    data = {}
+    data, cased_train_targets = {}, []
     for split, name in SPLITS.items():
         source, target, speakers = read_split(args.input, split, args.src, args.tgt, args.speaker_ext)
+        if args.raw and name == "train":
+            cased_train_targets = target
         if args.raw:
             source, target = moses(source, args.src), moses(target, args.tgt)
         kept = list(zip(source, target, speakers))
@@ -114,7 +135,11 @@ def prepare(args) -> Dict:
     ], os.path.join(args.out, "preprocess.log"))
     for name in data:
         shutil.copy(os.path.join(text_dir, f"{name}.spk"), bin_dir)
-    stats["preprocessing"] = preprocessing_record(args)
+    truecase_model = f"truecase.{args.tgt}"
+    if not (args.preprocessing != "none" and cased_train_targets
+            and train_truecaser(cased_train_targets, args.tgt, os.path.join(bin_dir, truecase_model))):
+        truecase_model = None
+    stats["preprocessing"] = preprocessing_record(args, truecase_model)
     with open(os.path.join(bin_dir, PREPROCESSING_FILE), "w", encoding="utf-8") as f:
         json.dump(stats["preprocessing"], f, indent=2)
         f.write("\n")
@@ -158,8 +183,13 @@ def main(argv=None) -> None:
           f"{stats['speakers']} speakers, {len(stats['speakers_under_10_sentences'])} with fewer than "
           f"10 training sentences; vocabulary {stats['vocabulary']}; data in {args.out}/bin")
     if args.preprocessing != "none":
+        tokenizer = stats["preprocessing"]["tokenizer"]
+        casing = (f"each word's most frequent casing in the training translations ({args.out}/bin/"
+                  f"{tokenizer['truecase_model']}) and capitalized sentence starts"
+                  if tokenizer.get("truecase_model") else "capitalized sentence starts")
         print(f"raw text: models trained on {args.out}/bin tokenize it with moses_lowercase (lowercased, Moses "
-              f"tokens with escapes) when translating, recorded in {args.out}/bin/{PREPROCESSING_FILE}")
+              f"tokens with escapes) when translating, and give translations with {casing}; recorded in "
+              f"{args.out}/bin/{PREPROCESSING_FILE}")
     if stats["speakers_unseen_in_training"]:
         print(f"note: {len(stats['speakers_unseen_in_training'])} dev/test speakers are not in training "
               f"(they get the mean speaker bias by default)")

@@ -21,8 +21,9 @@ training, then under its name in the data directory the model is loaded with; on
 same file (its sha256 is recorded) stops the command with what to do.
 
 :class:`MosesLowercase` (``--tokenizer moses_lowercase``) is the chain of SATED and of ``prepare.py --raw``:
-Moses tokenization with its escapes (``&apos;``), then lowercasing; decoding detokenizes (the case is not
-restored: the model writes lowercase).
+Moses tokenization with its escapes (``&apos;``), then lowercasing; decoding detokenizes, and with ``recase``
+(``prepare.py`` records it) restores the case the lowercasing took: sentence starts, and with a ``truecase_model``
+(``prepare.py --raw`` learns one from the cased training translations) every word's most frequent casing.
 """
 
 import copy
@@ -48,7 +49,8 @@ KINDS = ("tokenizer", "bpe")
 #: what each part is called in messages, and the fairseq option that chooses it
 OPTION = {"tokenizer": "--tokenizer", "bpe": "--bpe"}
 #: options of fairseq's tokenizers and BPEs that name a file (those fairseq's hub finds beside a model, and gpt2's)
-FILE_OPTIONS = ("bpe_codes", "sentencepiece_model", "bpe_merges", "bpe_vocab", "gpt2_encoder_json", "gpt2_vocab_bpe")
+FILE_OPTIONS = ("bpe_codes", "sentencepiece_model", "bpe_merges", "bpe_vocab", "gpt2_encoder_json", "gpt2_vocab_bpe",
+                "truecase_model")
 #: options filled with the task's value when the file does not give them
 TASK_OPTIONS = ("source_lang", "target_lang")
 
@@ -64,25 +66,48 @@ class PreprocessingError(UserError):
 class MosesLowercaseConfig(FairseqDataclass):
     source_lang: str = field(default="en", metadata={"help": "source language (Moses's rules for it)"})
     target_lang: str = field(default="en", metadata={"help": "target language (Moses's rules for it)"})
+    recase: bool = field(default=False, metadata={
+        "help": "decoding restores the case: each sentence's first word capitalized (Moses's detruecaser), and "
+        "with --truecase-model every word in its most frequent casing first"})
+    truecase_model: Optional[str] = field(default=None, metadata={
+        "help": "with --recase: a Moses truecasing model learnt from cased text of the target language (sacremoses "
+        "MosesTruecaser; examples/sated/prepare.py --raw writes one from the training translations)"})
+
+
+#: tokens after which a sentence's first word is still to come (Moses's, and the quotes of other languages)
+_OPENING = {"«", "„", "“", "‘", "¿", "¡", "-", "—", "–"}
 
 
 @register_tokenizer("moses_lowercase", dataclass=MosesLowercaseConfig)
 class MosesLowercase:
     """Moses tokenization with escapes (``It's`` -> ``it &apos;s``), then lowercasing: how SATED was made and how
-    ``examples/sated/prepare.py --raw`` makes text; :meth:`decode` Moses-detokenizes and unescapes."""
+    ``examples/sated/prepare.py --raw`` makes text; :meth:`decode` Moses-detokenizes and unescapes, and with
+    ``recase`` restores the case first (``je suis rentrée .`` -> ``Je suis rentrée.``)."""
 
     def __init__(self, cfg: MosesLowercaseConfig):
-        from sacremoses import MosesDetokenizer, MosesTokenizer
+        from sacremoses import MosesDetokenizer, MosesDetruecaser, MosesTokenizer, MosesTruecaser
 
         self.cfg = cfg
         self.tok = MosesTokenizer(lang=cfg.source_lang)
         self.detok = MosesDetokenizer(lang=cfg.target_lang)
+        self.truecaser = self.detruecaser = None
+        if getattr(cfg, "recase", False):
+            self.detruecaser = MosesDetruecaser()
+            self.detruecaser.DELAYED_SENT_START = set(self.detruecaser.DELAYED_SENT_START) | _OPENING
+            model = getattr(cfg, "truecase_model", None)
+            if model:
+                self.truecaser = MosesTruecaser(load_from=model)
 
     def encode(self, x: str) -> str:
         return self.tok.tokenize(x, escape=True, return_str=True).lower()
 
     def decode(self, x: str) -> str:
-        return self.detok.detokenize(x.split())
+        tokens = x.split()
+        if self.detruecaser is not None and tokens:
+            if self.truecaser is not None:
+                tokens = self.truecaser.truecase(" ".join(tokens))
+            tokens = self.detruecaser.detruecase(" ".join(tokens))
+        return self.detok.detokenize(tokens)
 
 
 # -- reading a record (training) ------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ import pytest
 import torch
 
 from fairseq_speaker.analysis import parameter_accounting, report
+from fairseq_speaker.data import preprocessing
 from fairseq_speaker.benchmarks import training as benchmark
 from fairseq_speaker.errors import USER_ERROR_STATUS, user_error_in
 from fairseq_speaker.onboarding import adapt, evaluate, refit, speakers, vectors
@@ -388,6 +389,8 @@ COMMAND_PROBES = {
                                            "choices of --tokenizer: "),
         (["{prepnofile}", *TRAIN[1:]], 2, "{prepnofile}/preprocessing.json: bpe subword_nmt: bpe_codes 'codes.txt': "
                                           "no such file {prepnofile}/codes.txt"),
+        (["{prepnotruecase}", *TRAIN[1:]], 2, "{prepnotruecase}/preprocessing.json: tokenizer moses_lowercase: "
+                                              "truecase_model 'truecase.fr': no such file {prepnotruecase}/truecase.fr"),
         ([*TRAIN, "--preprocessing", "moses"], 2, "argument --preprocessing: invalid choice: 'moses'"),
     ],
     "fairseq-generate": [
@@ -416,6 +419,10 @@ COMMAND_PROBES = {
         (["{data}", "--path", "{alienprep}", *GENERATE], 2,
          "{alienprep}: the text preprocessing saved with the model needs a tokenizer this installation does not "
          "have: no tokenizer called 'someone_elses' (the choices of --tokenizer: "),
+        (["{data}", "--path", "{badtruecase}", *GENERATE], 2,
+         "{badtruecase}: the text preprocessing saved with the model uses the tokenizer moses_lowercase, which cannot "
+         "be built here (ValueError: malformed truecase model '{tmp}/truecase.fr': line 1 has an odd number of "
+         "fields"),
     ],
 }
 
@@ -614,6 +621,10 @@ class Places:
     def make_prepnofile(self):
         return self._prep_data("prepnofile", '{"bpe": {"name": "subword_nmt", "bpe_codes": "codes.txt"}}')
 
+    def make_prepnotruecase(self):
+        return self._prep_data("prepnotruecase", '{"tokenizer": {"name": "moses_lowercase", "recase": true, '
+                                                 '"truecase_model": "truecase.fr"}}')
+
     def _recorded(self, name: str, record: dict) -> str:
         state = torch.load(self["ckpt"], weights_only=True)
         state["task_state"]["preprocessing"] = record
@@ -625,6 +636,16 @@ class Places:
         return self._recorded("lostbpe.pt", {"source": self.path("gone/preprocessing.json"), "tokenizer": None, "bpe": {
             "name": "subword_nmt", "options": {"bpe_codes": self.path("gone/codes.txt"), "bpe_separator": "@@"},
             "sha256": {"bpe_codes": "0" * 64}}})
+
+    def make_badtruecase(self):
+        """The shared model, as if trained on data whose truecasing model is not one (a truncated or foreign file)."""
+        path = self.path("truecase.fr")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write("paris (3/4) Paris\n")
+        return self._recorded("badtruecase.pt", {"source": self.path("preprocessing.json"), "bpe": None, "tokenizer": {
+            "name": "moses_lowercase", "options": {"source_lang": "en", "target_lang": "fr", "recase": True,
+                                                   "truecase_model": path},
+            "sha256": {"truecase_model": preprocessing.sha256(path)}}})
 
     def make_alienprep(self):
         """The shared model, as if its data were tokenized by a tokenizer of a package not installed here."""

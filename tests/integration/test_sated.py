@@ -97,7 +97,8 @@ def test_rare_and_unseen_speakers_are_kept_and_reported(prepared):
 def test_raw_text_is_tokenized_and_lowercased_like_the_release(tmp_path):
     raw = tmp_path / "raw"
     raw.mkdir()
-    rows = {"train": [("It's a good idea.", "C'est une bonne idée.", "ann")] * 3,
+    rows = {"train": [("It's a good idea.", "C'est une bonne idée.", "ann")] * 3 + [("I saw Paris.", "J'ai vu Paris.",
+                                                                                     "ann")],
             "dev": [("Thank you!", "Merci !", "ann")], "test": [("It's mine.", "C'est à moi.", "bob")]}
     for split, data in rows.items():
         for i, ext in enumerate(("en", "fr", "spk")):
@@ -107,6 +108,15 @@ def test_raw_text_is_tokenized_and_lowercased_like_the_release(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert lines(os.path.join(out, "text", "train.en"))[0] == "it &apos;s a good idea ."
     assert lines(os.path.join(out, "text", "train.fr"))[0] == "c&apos; est une bonne idée ."
+    # the case the lowercasing took is learnt from the cased translations, and restored when decoding
+    record = json.load(open(os.path.join(out, "bin", "preprocessing.json")))
+    assert record["tokenizer"]["recase"] is True and record["tokenizer"]["truecase_model"] == "truecase.fr"
+    assert "each word's most frequent casing in the training translations" in proc.stdout
+    from fairseq_speaker.data import preprocessing
+
+    tokenizer = preprocessing.build("tokenizer", preprocessing.read_record(
+        os.path.join(out, "bin", "preprocessing.json"), "en", "fr"))
+    assert tokenizer.decode("c&apos; est paris .") == "C'est Paris."
 
 
 def test_misaligned_input_is_refused_and_nothing_is_replaced(tmp_path):
@@ -327,6 +337,13 @@ def detokenize(line: str) -> str:
     return MosesDetokenizer(lang="fr").detokenize(line.split())
 
 
+def raw_text(line: str) -> str:
+    """What the recipe's models give for ``line`` (one sentence in the model's tokens): detokenized, its first
+    letter capitalized."""
+    text = detokenize(line)
+    return text[:1].upper() + text[1:]
+
+
 @pytest.fixture(scope="module")
 def raw_model(prepared, tmp_path_factory):
     """A tiny model trained through the test helpers on the data prepare.py made, with what it recorded."""
@@ -359,7 +376,8 @@ def interactive_lines(model, sentences, *extra, checkpoint=None):
 
 def test_prepare_records_its_preprocessing_with_the_data(prepared, tmp_path):
     out, stdout = prepared
-    expected = {"tokenizer": {"name": "moses_lowercase", "source_lang": "en", "target_lang": "fr"}, "bpe": None}
+    expected = {"tokenizer": {"name": "moses_lowercase", "source_lang": "en", "target_lang": "fr", "recase": True},
+                "bpe": None}  # the release is lowercase: no truecasing model to learn, sentence starts recased
     assert json.load(open(os.path.join(out, "bin", "preprocessing.json"))) == expected
     assert json.load(open(os.path.join(out, "prepare.json")))["preprocessing"] == expected
     assert f"recorded in {out}/bin/preprocessing.json" in stdout
@@ -376,7 +394,8 @@ def test_prepare_records_its_preprocessing_with_the_data(prepared, tmp_path):
 
 def test_the_checkpoint_keeps_the_preprocessing_of_its_data(raw_model):
     record = torch.load(raw_model["checkpoint"], weights_only=True)["task_state"]["preprocessing"]
-    assert record["tokenizer"] == {"name": "moses_lowercase", "options": {"source_lang": "en", "target_lang": "fr"},
+    assert record["tokenizer"] == {"name": "moses_lowercase", "options": {"source_lang": "en", "target_lang": "fr",
+                                                                          "recase": True, "truecase_model": None},
                                    "sha256": {}}
     assert record["bpe"] is None and record["source"] == os.path.join(raw_model["data"], "preprocessing.json")
 
@@ -387,7 +406,7 @@ def test_fairseq_interactive_reads_raw_text_as_the_data_was_made_and_detokenizes
     assert raw["S"] == tokenized  # the dev sentences' tokens, from their raw form
     before = interactive_lines(raw_model, tokenized, "--preprocessing", "none")  # the model's tokens, as before
     assert before["S"] == tokenized and raw["H"] == before["H"] and before["D"] == before["H"]
-    assert raw["D"] == [detokenize(h) for h in raw["H"]]
+    assert raw["D"] == [raw_text(h) for h in raw["H"]]
     assert not any("&apos;" in d or d.endswith(" .") for d in raw["D"])
 
 
@@ -400,11 +419,11 @@ def test_fairseq_generate_keeps_the_models_tokens_in_h_lines_and_detokenizes_the
                 if line.startswith(kind + "-")}
 
     references = lines(os.path.join(raw_model["text"], "valid.fr"))
-    assert texts("T") == {i: detokenize(r) for i, r in enumerate(references)}
+    assert texts("T") == {i: raw_text(r) for i, r in enumerate(references)}
     hypotheses = texts("H")
     vocabulary = {line.split()[0] for line in lines(os.path.join(raw_model["data"], "dict.fr.txt"))}
     assert len(hypotheses) == 3 and all(set(h.split()) <= vocabulary for h in hypotheses.values())
-    assert texts("D") == {i: detokenize(h) for i, h in hypotheses.items()}
+    assert texts("D") == {i: raw_text(h) for i, h in hypotheses.items()}
 
 
 def test_an_explicit_tokenizer_wins_over_the_checkpoints(raw_model):
@@ -413,8 +432,10 @@ def test_an_explicit_tokenizer_wins_over_the_checkpoints(raw_model):
 
 def test_a_checkpoint_without_a_record_reads_as_before_and_takes_the_tokenizer_by_hand(raw_model, unrecorded):
     assert interactive_lines(raw_model, ["It's my idea."], checkpoint=unrecorded)["S"] == ["<unk> my <unk>"]
-    named = interactive_lines(raw_model, RAW_DEV, "--tokenizer", "moses_lowercase", checkpoint=unrecorded)
+    named = interactive_lines(raw_model, RAW_DEV, "--tokenizer", "moses_lowercase", "--recase", checkpoint=unrecorded)
     assert named == interactive_lines(raw_model, RAW_DEV)
+    lowercase = interactive_lines(raw_model, RAW_DEV, "--tokenizer", "moses_lowercase", checkpoint=unrecorded)
+    assert lowercase["D"] == [detokenize(h) for h in named["H"]]  # the tokenizer's own default: no recasing
 
 
 def test_speaker_translator_and_the_service_take_raw_text(raw_model):
@@ -425,7 +446,7 @@ def test_speaker_translator_and_the_service_take_raw_text(raw_model):
 
     tokenized = lines(os.path.join(raw_model["text"], "valid.en"))
     plain = SpeakerTranslator.from_pretrained(raw_model["checkpoint"], data=raw_model["data"], preprocessing="none")
-    expected = [detokenize(t) for t in plain.translate(tokenized, speakers=SPEAKER)]
+    expected = [raw_text(t) for t in plain.translate(tokenized, speakers=SPEAKER)]
     args, overrides, limits = parse_args([raw_model["checkpoint"], "--data", raw_model["data"]])
     translator = SpeakerTranslator.from_pretrained(raw_model["checkpoint"], data=raw_model["data"], **overrides)
     assert translator.translate(RAW_DEV, speakers=SPEAKER) == expected

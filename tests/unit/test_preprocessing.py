@@ -57,6 +57,33 @@ def test_moses_lowercase_decodes_to_detokenized_unescaped_text():
     assert tokenizer.decode("c&apos; est mon idée .") == "c'est mon idée."
 
 
+def test_moses_lowercase_restores_the_case_when_asked(tmp_path):
+    """recase: each sentence's first word capitalized (also after an opening quote or a sentence's end), and with a
+    truecasing model learnt from cased text every word in its most frequent casing (sentence starts are not learnt
+    from); without it, lowercase as before."""
+    from sacremoses import MosesTruecaser
+
+    recase = MosesLowercase(MosesLowercaseConfig(source_lang="fr", target_lang="fr", recase=True))
+    assert recase.decode("c&apos; est vrai , je suis rentrée .") == "C'est vrai, je suis rentrée."
+    assert recase.decode("« oui » . et toi ?") == "« Oui ». Et toi ?"
+    assert recase.decode("") == ""
+    assert MosesLowercase(MosesLowercaseConfig(source_lang="fr", target_lang="fr")).decode("je vais à paris .") == \
+        "je vais à paris."
+    model = str(tmp_path / "truecase.fr")
+    MosesTruecaser().train([["Je", "vais", "à", "Paris", "."], ["Louvre", "est", "là", "."],
+                            ["Elle", "a", "vu", "Marie", "."]], save_to=model)
+    cased = MosesLowercase(MosesLowercaseConfig(source_lang="fr", target_lang="fr", recase=True, truecase_model=model))
+    assert cased.decode("je vais à paris avec marie .") == "Je vais à Paris avec Marie."
+    assert cased.decode("le louvre et paris") == "Le louvre et Paris"  # "Louvre" was only seen starting a sentence
+
+
+def test_a_record_without_recase_builds_the_tokenizer_of_before():
+    old = {"tokenizer": {"name": "moses_lowercase", "options": {"source_lang": "en", "target_lang": "fr"},
+                         "sha256": {}}}
+    tokenizer = preprocessing.build("tokenizer", old)
+    assert tokenizer.decode("je suis rentrée .") == "je suis rentrée."
+
+
 def test_moses_lowercase_is_a_fairseq_tokenizer():
     built = preprocessing.encoders.build_tokenizer(Namespace(tokenizer="moses_lowercase", source_lang="en",
                                                              target_lang="fr"))
@@ -70,7 +97,8 @@ def test_a_record_has_every_option_with_the_tasks_languages_and_absolute_files(t
     bpe = gpt2_files(tmp_path)
     path = write(tmp_path, "preprocessing.json", {"tokenizer": {"name": "moses_lowercase"}, "bpe": bpe})
     record = preprocessing.read_record(path, source_lang="en", target_lang="de")
-    assert record["tokenizer"] == {"name": "moses_lowercase", "options": {"source_lang": "en", "target_lang": "de"},
+    assert record["tokenizer"] == {"name": "moses_lowercase", "options": {"source_lang": "en", "target_lang": "de",
+                                                                          "recase": False, "truecase_model": None},
                                    "sha256": {}}
     assert record["bpe"]["options"] == {"gpt2_encoder_json": str(tmp_path / "encoder.json"),
                                         "gpt2_vocab_bpe": str(tmp_path / "vocab.bpe")}
@@ -208,7 +236,8 @@ def test_the_task_records_the_data_directorys_file_and_builds_it(tmp_path):
     write(tmp_path, "preprocessing.json", {"tokenizer": {"name": "moses_lowercase"}})
     task = make_task(tmp_path)
     task._record_preprocessing(str(tmp_path))
-    assert task.state_dict()["preprocessing"]["tokenizer"]["options"] == {"source_lang": "en", "target_lang": "fr"}
+    assert task.state_dict()["preprocessing"]["tokenizer"]["options"] == {"source_lang": "en", "target_lang": "fr",
+                                                                          "recase": False, "truecase_model": None}
     assert isinstance(task.build_tokenizer(None), MosesLowercase) and task.build_bpe(None) is None
     # an explicit --tokenizer wins
     assert isinstance(task.build_tokenizer(Namespace(tokenizer="space")), SpaceTokenizer)
