@@ -1,5 +1,5 @@
-"""Two estimators of speakers measured on the styles corpus and not kept: the figures of docs/speaker_learning.md
-("Measured and not kept"). Each runs a stock fairseq command with one change made in this process only.
+"""Three estimators of speakers measured on the styles corpus and not kept: the figures of docs/speaker_learning.md
+("Measured and not kept"). Each runs stock fairseq commands, with one change made in this process only.
 
 ``cluster-pull``: ``fairseq-train`` where, from epoch ``--start-epoch`` on, every speaker's parameter rows are
 pulled towards the centre of their cluster: at the start of each epoch the rows of all speakers (every speaker
@@ -24,6 +24,20 @@ positions (30 sentences) are the memory::
     python scripts/speaker_estimators.py knn-generate --store store.pt --lam 0.3 --temperature 3 --k 8 \\
         -- st/bin --user-dir fairseq_speaker --task speaker_translation --path CHECKPOINT --beam 5 \\
            --batch-size 64 --gen-subset test --speaker-file st/raw/test.spk > knn.out
+
+``kinds-em``: kinds of speakers learned jointly with the network, by hard EM between rounds of training. It starts
+from a model trained per speaker and the styles ``fairseq-speaker-refit --styles K`` learned on it (each speaker
+the style their sentences make most probable: E-step 0); then each round trains the network (continuing, the
+stock ``fairseq-train`` with the options after ``--``) on the data relabelled with every speaker's kind (one row per
+kind: speakers pooled), and its E-step gives every speaker the kind whose rows, in the network as trained, make
+their training sentences most probable. It prints the speakers that changed kind and the kinds' purity (with
+``--raw``), and leaves the data with the last labels in ``WORKDIR/binR`` (decode with ``--speaker-file
+WORKDIR/binR/test.spk``)::
+
+    fairseq-speaker-refit st/bin --path CHECKPOINT --save styles.pt --styles 24
+    python scripts/speaker_estimators.py kinds-em st/bin --start CHECKPOINT --styles styles.pt --raw st/raw \
+        --workdir em --rounds 5 --epochs 5 -- --user-dir fairseq_speaker --arch transformer_speaker ... (the demo's
+        options)
 
 Score the output as the demo does (``fairseq_speaker.toy.demo.read_generate_output``, ``trait_accuracy``). Run
 alone on the machine: they train or decode.
@@ -184,6 +198,95 @@ def knn_generate(args, fairseq_args: List[str]) -> None:
     cli_main()
 
 
+def _relabelled(data: str, out: str, kinds: Dict[str, str], names: List[str]) -> str:
+    """A copy of the data folder ``data`` (its binarized files linked) whose speaker files say each speaker's kind."""
+    os.makedirs(out, exist_ok=True)
+    for name in os.listdir(data):
+        if not (name.endswith(".spk") or name == "dict.spk.txt" or os.path.exists(os.path.join(out, name))):
+            os.symlink(os.path.abspath(os.path.join(data, name)), os.path.join(out, name))
+    counts = collections.Counter()
+    for split in ("train", "valid", "test"):
+        path = os.path.join(data, f"{split}.spk")
+        if not os.path.exists(path):
+            continue
+        with open(path, encoding="utf-8") as f:
+            labels = [kinds[line.strip()] for line in f]
+        counts.update(labels if split == "train" else [])
+        with open(os.path.join(out, f"{split}.spk"), "w", encoding="utf-8") as f:
+            f.write("".join(label + "\n" for label in labels))
+    with open(os.path.join(out, "dict.spk.txt"), "w", encoding="utf-8") as f:
+        f.write("".join(f"{name}\t{counts.get(name, 0)}\n" for name in names))
+    return out
+
+
+def _kinds_of_sentences(checkpoint_path: str, data: str, original: List[str], names: List[str]) -> Dict[str, str]:
+    """Every speaker of ``original`` (the training split's speaker of each sentence) -> the kind of ``names`` whose
+    rows in the checkpoint make the speaker's training sentences most probable."""
+    from fairseq_speaker.onboarding.adapt import SpeakerAdapter
+    from fairseq_speaker.onboarding.checkpoint import SpeakerCheckpoint
+    from fairseq_speaker.onboarding.fit import FitOptions
+    from fairseq_speaker.onboarding.styles import style_log_likelihoods
+
+    checkpoint = SpeakerCheckpoint.load(checkpoint_path, data=data)
+    bias = checkpoint.check_adaptable()
+    checkpoint.task.load_dataset("train")
+    dataset = checkpoint.task.datasets["train"]
+    sentences = collections.defaultdict(list)
+    for i, speaker in enumerate(original):
+        item = dataset[i]
+        sentences[speaker].append((item["source"], item["target"]))
+    adapter = SpeakerAdapter(checkpoint.model, checkpoint.task, FitOptions(), batch_sentences=256,
+                             max_unknown_rate=1.0)
+    adapter.sentences = dict(sentences)
+    speakers = list(sentences)
+    problems = {n: c for group in adapter._score_groups(speakers) for n, c in group}
+    table = checkpoint.task.speaker_dictionary.names
+    rows = [{k: v.float() for k, v in bias.export_speakers([table.index(name)]).items()} for name in names]
+    best = style_log_likelihoods(bias, rows, [problems[n] for n in speakers]).argmax(1).tolist()
+    return {speaker: names[k] for speaker, k in zip(speakers, best)}
+
+
+def kinds_em(args, fairseq_args: List[str]) -> None:
+    import subprocess
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from true_kinds import learned_kinds
+
+    torch.set_num_threads(args.threads)
+    truth = None
+    if args.raw:
+        with open(os.path.join(args.raw, "speakers.json"), encoding="utf-8") as f:
+            truth = json.load(f)["speakers"]
+    with open(os.path.join(args.data, "train.spk"), encoding="utf-8") as f:
+        original = [line.strip() for line in f]
+    kinds = {speaker: style.replace("style", "kind") for speaker, style in
+             learned_kinds(args.data, args.styles, args.threads).items()}
+    names = sorted(set(kinds.values()), key=lambda k: int(k[4:]))
+
+    def report(line: str) -> None:
+        speakers = sorted(kinds)
+        if truth is not None:
+            line += ", purity " + ", ".join(f"{k} {v:.3f}" for k, v in purity(
+                [kinds[s] for s in speakers], speakers, truth).items())
+        sizes = sorted(collections.Counter(kinds.values()).values(), reverse=True)
+        print(f"kinds-em: {line}; {len(sizes)} kinds of {sizes}", flush=True)
+
+    report("E-step 0 (the styles of the start)")
+    save = os.path.join(args.workdir, "checkpoints")
+    for r in range(1, args.rounds + 1):
+        data = _relabelled(args.data, os.path.join(args.workdir, f"bin{r}"), kinds, names)
+        extra = ["--save-dir", save, "--max-epoch", str(r * args.epochs)]
+        if r == 1:  # the network of the start, one row per kind (its speakers' rows do not carry over by name)
+            extra += ["--restore-file", args.start, "--reset-optimizer", "--reset-dataloader", "--reset-meters"]
+        subprocess.run(["fairseq-train", data, *fairseq_args, *extra], check=True)
+        new = _kinds_of_sentences(os.path.join(save, "checkpoint_last.pt"), data, original, names)
+        moved = sum(new[s] != kinds[s] for s in kinds)
+        kinds = new
+        report(f"round {r} (epoch {r * args.epochs} of the rounds), {moved} speaker(s) changed kind")
+    data = _relabelled(args.data, os.path.join(args.workdir, f"bin{args.rounds + 1}"), kinds, names)
+    print(f"kinds-em: the last labels in {data}; the model: {save}/checkpoint_last.pt")
+
+
 def main() -> None:
     argv = sys.argv[1:]
     fairseq_args: List[str] = []
@@ -207,6 +310,16 @@ def main() -> None:
     generate.add_argument("--lam", type=float, default=0.3, help="the memory's share of the next word's distribution")
     generate.add_argument("--temperature", type=float, default=3.0)
     generate.add_argument("--k", type=int, default=8, help="neighbours")
+    em = commands.add_parser("kinds-em", help="rounds of fairseq-train (its options after --) on learned kinds")
+    em.add_argument("data")
+    em.add_argument("--start", required=True, metavar="CHECKPOINT", help="a model trained per speaker")
+    em.add_argument("--styles", required=True, metavar="CHECKPOINT",
+                    help="fairseq-speaker-refit --styles K of the start: E-step 0")
+    em.add_argument("--workdir", required=True)
+    em.add_argument("--rounds", type=int, default=5)
+    em.add_argument("--epochs", type=int, default=5, help="epochs of each round")
+    em.add_argument("--raw", help="a styles-mode corpus's raw folder: print the kinds' purity")
+    em.add_argument("--threads", type=int, default=2)
     args = parser.parse_args(argv)
     if args.command != "knn-store" and not fairseq_args:
         parser.error(f"{args.command}: give the fairseq command's options after --")
@@ -214,6 +327,8 @@ def main() -> None:
         cluster_pull(args, fairseq_args)
     elif args.command == "knn-store":
         knn_store(args)
+    elif args.command == "kinds-em":
+        kinds_em(args, fairseq_args)
     else:
         if not 0 < args.lam < 1:
             parser.error(f"--lam must be between 0 and 1, got {args.lam}")
