@@ -39,6 +39,11 @@ WORKDIR/binR/test.spk``)::
         --workdir em --rounds 5 --epochs 5 -- --user-dir fairseq_speaker --arch transformer_speaker ... (the demo's
         options)
 
+``row-clusters``: how pure in true kind the k-means clusters of a checkpoint's speaker rows are (what
+``cluster-pull`` clusters)::
+
+    python scripts/speaker_estimators.py row-clusters st/bin --path CHECKPOINT --raw st/raw
+
 Score the output as the demo does (``fairseq_speaker.toy.demo.read_generate_output``, ``trait_accuracy``). Run
 alone on the machine: they train or decode.
 """
@@ -287,6 +292,22 @@ def kinds_em(args, fairseq_args: List[str]) -> None:
     print(f"kinds-em: the last labels in {data}; the model: {save}/checkpoint_last.pt")
 
 
+def row_clusters(args) -> None:
+    """How pure the k-means clusters of a checkpoint's speaker rows are in true kind (what ``cluster-pull`` clusters)."""
+    from fairseq_speaker.onboarding.checkpoint import SpeakerCheckpoint
+
+    torch.set_num_threads(args.threads)
+    with open(os.path.join(args.raw, "speakers.json"), encoding="utf-8") as f:
+        truth = json.load(f)["speakers"]
+    checkpoint = SpeakerCheckpoint.load(args.path, data=args.data)
+    rows = _rows(checkpoint.check_adaptable())
+    names = checkpoint.task.speaker_dictionary.names[:rows.size(0)]
+    _, z = cluster(rows, args.clusters)
+    sizes = sorted(torch.bincount(z, minlength=args.clusters).tolist(), reverse=True)
+    print(f"row-clusters: {args.clusters} clusters of {sizes}, purity " + ", ".join(
+        f"{k} {v:.3f}" for k, v in purity(z.tolist(), names, truth).items()))
+
+
 def main() -> None:
     argv = sys.argv[1:]
     fairseq_args: List[str] = []
@@ -320,8 +341,14 @@ def main() -> None:
     em.add_argument("--epochs", type=int, default=5, help="epochs of each round")
     em.add_argument("--raw", help="a styles-mode corpus's raw folder: print the kinds' purity")
     em.add_argument("--threads", type=int, default=2)
+    rows = commands.add_parser("row-clusters", help="how pure the k-means clusters of a checkpoint's speaker rows are")
+    rows.add_argument("data")
+    rows.add_argument("--path", required=True, metavar="CHECKPOINT")
+    rows.add_argument("--raw", required=True, help="the styles-mode corpus's raw folder (speakers.json)")
+    rows.add_argument("--clusters", type=int, default=24)
+    rows.add_argument("--threads", type=int, default=2)
     args = parser.parse_args(argv)
-    if args.command != "knn-store" and not fairseq_args:
+    if args.command not in ("knn-store", "row-clusters") and not fairseq_args:
         parser.error(f"{args.command}: give the fairseq command's options after --")
     if args.command == "cluster-pull":
         cluster_pull(args, fairseq_args)
@@ -329,6 +356,8 @@ def main() -> None:
         knn_store(args)
     elif args.command == "kinds-em":
         kinds_em(args, fairseq_args)
+    elif args.command == "row-clusters":
+        row_clusters(args)
     else:
         if not 0 < args.lam < 1:
             parser.error(f"--lam must be between 0 and 1, got {args.lam}")
