@@ -43,7 +43,12 @@ from fairseq.data import Dictionary
 
 from fairseq_speaker.commands import run_fairseq
 from fairseq_speaker.data import SpeakerDataError, read_lines, read_speaker_file
-from fairseq_speaker.data.preprocessing import PREPROCESSING_FILE, MosesLowercase, MosesLowercaseConfig
+from fairseq_speaker.data.preprocessing import (
+    PREPROCESSING_FILE,
+    MosesLowercase,
+    MosesLowercaseConfig,
+    sentence_openers,
+)
 
 # input split name -> fairseq split name
 SPLITS = {"train": "train", "dev": "valid", "test": "test"}
@@ -61,23 +66,24 @@ def read_split(directory: str, split: str, src: str, tgt: str, speaker_ext: str)
     return source, target, speakers
 
 
-def moses(lines: List[str], lang: str) -> List[str]:
-    """Moses tokenization with escapes (&apos; &quot; ...) and lowercasing, as in the SATED release: the
-    tokenizer the recorded preprocessing names, which translating applies to raw input."""
-    tokenizer = MosesLowercase(MosesLowercaseConfig(source_lang=lang, target_lang=lang))
-    return [tokenizer.encode(line) for line in lines]
+def moses_cased(lines: List[str], lang: str) -> List[str]:
+    """Moses tokenization with escapes (&apos; &quot; ...), as in the SATED release, before its lowercasing: the
+    tokenizer the recorded preprocessing names (``moses_lowercase``), which translating applies to raw input."""
+    tokenizer = MosesLowercase(MosesLowercaseConfig(source_lang=lang, target_lang=lang)).tok
+    return [tokenizer.tokenize(line, escape=True, return_str=True) for line in lines]
 
 
-def train_truecaser(lines: List[str], lang: str, path: str) -> bool:
-    """Learn each word's most frequent casing from the cased ``lines`` (Moses-tokenized with escapes, as the model's
-    tokens are before lowercasing: sacremoses's MosesTruecaser, sentence starts left out) and save it to ``path``;
-    False, and nothing written, when the text has no capital letter to learn from."""
+def train_truecaser(tokenized: List[str], path: str) -> bool:
+    """Learn each word's most frequent casing from the cased, Moses-tokenized lines ``tokenized`` (sacremoses's
+    MosesTruecaser; a sentence's first word is not learnt from, with the sentence openers that decoding knows) and
+    save it to ``path``; False, and nothing written, when the text has no capital letter to learn from."""
     from sacremoses import MosesTruecaser
 
-    if not any(line != line.lower() for line in lines):
+    if not any(line != line.lower() for line in tokenized):
         return False
-    tokenizer = MosesLowercase(MosesLowercaseConfig(source_lang=lang, target_lang=lang)).tok
-    MosesTruecaser().train([tokenizer.tokenize(line, escape=True) for line in lines], save_to=path)
+    truecaser = MosesTruecaser()
+    sentence_openers(truecaser)
+    truecaser.train([line.split() for line in tokenized], save_to=path)
     return True
 
 
@@ -98,10 +104,11 @@ def prepare(args) -> Dict:
     data, cased_train_targets = {}, []
     for split, name in SPLITS.items():
         source, target, speakers = read_split(args.input, split, args.src, args.tgt, args.speaker_ext)
-        if args.raw and name == "train":
-            cased_train_targets = target
         if args.raw:
-            source, target = moses(source, args.src), moses(target, args.tgt)
+            source, target = moses_cased(source, args.src), moses_cased(target, args.tgt)
+            if name == "train":
+                cased_train_targets = target
+            source, target = [line.lower() for line in source], [line.lower() for line in target]
         kept = list(zip(source, target, speakers))
         if name == "train":
             kept = [row for row in kept
@@ -137,7 +144,7 @@ def prepare(args) -> Dict:
         shutil.copy(os.path.join(text_dir, f"{name}.spk"), bin_dir)
     truecase_model = f"truecase.{args.tgt}"
     if not (args.preprocessing != "none" and cased_train_targets
-            and train_truecaser(cased_train_targets, args.tgt, os.path.join(bin_dir, truecase_model))):
+            and train_truecaser(cased_train_targets, os.path.join(bin_dir, truecase_model))):
         truecase_model = None
     stats["preprocessing"] = preprocessing_record(args, truecase_model)
     with open(os.path.join(bin_dir, PREPROCESSING_FILE), "w", encoding="utf-8") as f:

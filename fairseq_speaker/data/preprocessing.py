@@ -74,8 +74,30 @@ class MosesLowercaseConfig(FairseqDataclass):
         "MosesTruecaser; examples/sated/prepare.py --raw writes one from the training translations)"})
 
 
-#: tokens after which a sentence's first word is still to come (Moses's, and the quotes of other languages)
-_OPENING = {"«", "„", "“", "‘", "¿", "¡", "-", "—", "–"}
+#: tokens after which a sentence's first word is still to come, beside Moses's own: other languages' opening quotes
+#: and marks, a dialogue's dash (the truecasing model is learnt and applied with the same list)
+SENTENCE_OPENERS = frozenset({"«", "„", "“", "‘", "¿", "¡", "-", "—", "–"})
+
+
+def sentence_openers(caser) -> None:
+    """Give a sacremoses truecaser or detruecaser :data:`SENTENCE_OPENERS` beside Moses's own."""
+    caser.DELAYED_SENT_START = set(caser.DELAYED_SENT_START) | SENTENCE_OPENERS
+
+
+def load_truecaser(path: str):
+    """A sacremoses truecasing model read from ``path``, or a :class:`PreprocessingError` that names the file."""
+    from sacremoses import MosesTruecaser
+
+    if not os.path.isfile(path):
+        raise PreprocessingError(f"moses_lowercase: truecase_model {path}: no such file")
+    try:
+        truecaser = MosesTruecaser(load_from=path)
+    except Exception as e:  # sacremoses's own errors differ between its releases
+        raise PreprocessingError(f"moses_lowercase: truecase_model {path} is not a truecasing model "
+                                 f"({type(e).__name__}: {e}); learn one with sacremoses's MosesTruecaser "
+                                 f"(examples/sated/prepare.py --raw does)") from None
+    sentence_openers(truecaser)
+    return truecaser
 
 
 @register_tokenizer("moses_lowercase", dataclass=MosesLowercaseConfig)
@@ -85,18 +107,23 @@ class MosesLowercase:
     ``recase`` restores the case first (``je suis rentrée .`` -> ``Je suis rentrée.``)."""
 
     def __init__(self, cfg: MosesLowercaseConfig):
-        from sacremoses import MosesDetokenizer, MosesDetruecaser, MosesTokenizer, MosesTruecaser
+        from sacremoses import MosesDetokenizer, MosesDetruecaser, MosesTokenizer
 
         self.cfg = cfg
         self.tok = MosesTokenizer(lang=cfg.source_lang)
         self.detok = MosesDetokenizer(lang=cfg.target_lang)
         self.truecaser = self.detruecaser = None
-        if getattr(cfg, "recase", False):
+        recase, model = getattr(cfg, "recase", False), getattr(cfg, "truecase_model", None)
+        if not isinstance(recase, bool):
+            raise PreprocessingError(f"moses_lowercase: recase must be true or false, got {recase!r}")
+        if model and not recase:
+            raise PreprocessingError(f"moses_lowercase: truecase_model {model} is only used with recase: give recase "
+                                     f"true (--recase), or leave truecase_model out")
+        if recase:
             self.detruecaser = MosesDetruecaser()
-            self.detruecaser.DELAYED_SENT_START = set(self.detruecaser.DELAYED_SENT_START) | _OPENING
-            model = getattr(cfg, "truecase_model", None)
+            sentence_openers(self.detruecaser)
             if model:
-                self.truecaser = MosesTruecaser(load_from=model)
+                self.truecaser = load_truecaser(model)
 
     def encode(self, x: str) -> str:
         return self.tok.tokenize(x, escape=True, return_str=True).lower()
@@ -154,6 +181,9 @@ def _part(kind: str, given, folder: str, task_options: Dict[str, str]) -> Option
         if value is not None and not isinstance(value, (str, bool, int, float)):
             raise PreprocessingError(f"{kind} {name}: option {key!r} must be a string, a number or true/false, "
                                      f"got {json.dumps(value)[:80]}")
+        if fields[key].type in (bool, "bool") and not isinstance(value, bool):
+            raise PreprocessingError(f"{kind} {name}: option {key!r} must be true or false, got "
+                                     f"{json.dumps(value)[:80]}")
     resolved = {}
     for key, f in fields.items():
         if key in options:
@@ -288,6 +318,8 @@ def build(kind: str, record: dict, data_dirs: Sequence[str] = (), checkpoint: Op
     options[kind] = name
     try:
         return getattr(encoders, f"build_{kind}")(Namespace(**options))
+    except PreprocessingError as e:  # the part's own message names what is wrong
+        raise PreprocessingError(f"{model}: the text preprocessing saved with the model: {e}; {undo}") from None
     except (ImportError, OSError, ValueError, TypeError) as e:
         raise PreprocessingError(f"{model}: the text preprocessing saved with the model uses the {kind} {name}, "
                                  f"which cannot be built here ({type(e).__name__}: {e}); {undo}") from None
@@ -302,4 +334,6 @@ def for_target(tokenizer):
         return tokenizer
     cfg = copy.deepcopy(cfg)
     cfg.source_lang = target
+    if hasattr(cfg, "recase"):  # it only encodes: no case to restore, no truecasing model to read again
+        cfg.recase, cfg.truecase_model = False, None
     return type(tokenizer)(cfg)

@@ -420,9 +420,8 @@ COMMAND_PROBES = {
          "{alienprep}: the text preprocessing saved with the model needs a tokenizer this installation does not "
          "have: no tokenizer called 'someone_elses' (the choices of --tokenizer: "),
         (["{data}", "--path", "{badtruecase}", *GENERATE], 2,
-         "{badtruecase}: the text preprocessing saved with the model uses the tokenizer moses_lowercase, which cannot "
-         "be built here (ValueError: malformed truecase model '{tmp}/truecase.fr': line 1 has an odd number of "
-         "fields"),
+         "{badtruecase}: the text preprocessing saved with the model: moses_lowercase: truecase_model "
+         "{tmp}/truecase.fr is not a truecasing model ("),
     ],
 }
 
@@ -753,9 +752,16 @@ def test_fairseq_train_refuses_a_bad_speaker_lr_scale(toy, tmp_path, value):
     ("i am tired .\n", [], "pass --speaker NAME, or --speaker-per-line"),
     ("nobody\ti am tired .\n", ["--speaker-per-line", "--unknown-speaker", "fail"],
      "<input>:1: speaker 'nobody' is not among the 8 speakers"),
+    ("spk000\ti am tired .\n", ["--speaker-per-line", "--source-lang", "en", "--target-lang", "fr", "--tokenizer",
+                                  "moses_lowercase", "--recase", "--truecase-model", "no/such/truecase.fr"],
+     "moses_lowercase: truecase_model no/such/truecase.fr: no such file"),
+    ("spk000\ti am tired .\n", ["--speaker-per-line", "--source-lang", "en", "--target-lang", "fr", "--tokenizer",
+                                  "moses_lowercase", "--truecase-model", "no/such/truecase.fr"],
+     "truecase_model no/such/truecase.fr is only used with recase: give recase true (--recase)"),
 ])
 def test_fairseq_interactive_refuses_bad_speakers(toy, trained, stdin, extra, message):
-    """Both read the tab-separated fields of a line: fairseq would translate the speaker's label."""
+    """Both read the tab-separated fields of a line: fairseq would translate the speaker's label. (And the
+    tokenizer of SATED's recipe, named on the command line, with a truecasing model it cannot use.)"""
     proc = run("interactive", [toy["bin"], "--user-dir", USER_DIR, "--task", "speaker_translation",
                                "--path", trained("lstm_fact_bias"), *extra], stdin=stdin, check=False)
     assert proc.returncode == 2

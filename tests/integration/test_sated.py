@@ -97,8 +97,9 @@ def test_rare_and_unseen_speakers_are_kept_and_reported(prepared):
 def test_raw_text_is_tokenized_and_lowercased_like_the_release(tmp_path):
     raw = tmp_path / "raw"
     raw.mkdir()
-    rows = {"train": [("It's a good idea.", "C'est une bonne idée.", "ann")] * 3 + [("I saw Paris.", "J'ai vu Paris.",
-                                                                                     "ann")],
+    rows = {"train": [("It's a good idea.", "C'est une bonne idée.", "ann")] * 3 + [
+                ("I saw Paris.", "J'ai vu Paris.", "ann"), ("He said yes.", "Il a dit oui.", "ann"),
+                ("- Yes.", "- Oui.", "ann"), ("- Yes!", "- Oui !", "ann")],
             "dev": [("Thank you!", "Merci !", "ann")], "test": [("It's mine.", "C'est à moi.", "bob")]}
     for split, data in rows.items():
         for i, ext in enumerate(("en", "fr", "spk")):
@@ -117,6 +118,7 @@ def test_raw_text_is_tokenized_and_lowercased_like_the_release(tmp_path):
     tokenizer = preprocessing.build("tokenizer", preprocessing.read_record(
         os.path.join(out, "bin", "preprocessing.json"), "en", "fr"))
     assert tokenizer.decode("c&apos; est paris .") == "C'est Paris."
+    assert tokenizer.decode("il a dit oui .") == "Il a dit oui."  # "- Oui" starts a sentence: not learnt from
 
 
 def test_misaligned_input_is_refused_and_nothing_is_replaced(tmp_path):

@@ -77,6 +77,32 @@ def test_moses_lowercase_restores_the_case_when_asked(tmp_path):
     assert cased.decode("le louvre et paris") == "Le louvre et Paris"  # "Louvre" was only seen starting a sentence
 
 
+def test_recase_options_that_cannot_be_followed_are_refused(tmp_path):
+    path = write(tmp_path, "preprocessing.json", {"tokenizer": {"name": "moses_lowercase", "recase": "false"}})
+    with pytest.raises(PreprocessingError, match="option 'recase' must be true or false, got \"false\""):
+        preprocessing.read_record(path, "en", "fr")
+    with pytest.raises(PreprocessingError, match="truecase_model t.fr is only used with recase"):
+        MosesLowercase(MosesLowercaseConfig(truecase_model="t.fr"))
+    with pytest.raises(PreprocessingError, match=f"truecase_model {tmp_path}/none.fr: no such file"):
+        MosesLowercase(MosesLowercaseConfig(recase=True, truecase_model=str(tmp_path / "none.fr")))
+    (tmp_path / "bad.fr").write_text("paris (3/4) Paris\n", encoding="utf-8")
+    with pytest.raises(PreprocessingError, match=f"truecase_model {tmp_path}/bad.fr is not a truecasing model"):
+        MosesLowercase(MosesLowercaseConfig(recase=True, truecase_model=str(tmp_path / "bad.fr")))
+
+
+def test_the_target_side_tokenizer_of_onboarding_does_not_read_the_truecasing_model_again(tmp_path, monkeypatch):
+    from sacremoses import MosesTruecaser
+
+    model = str(tmp_path / "truecase.fr")
+    MosesTruecaser().train([["Elle", "a", "vu", "Paris", "."]], save_to=model)
+    tokenizer = MosesLowercase(MosesLowercaseConfig(source_lang="en", target_lang="fr", recase=True,
+                                                    truecase_model=model))
+    os.remove(model)  # moved since the model was loaded: onboarding still encodes
+    target = preprocessing.for_target(tokenizer)
+    assert target.cfg.source_lang == "fr" and target.encode("C'est Paris.") == "c&apos; est paris ."
+    assert tokenizer.decode("c&apos; est paris .") == "C'est Paris."
+
+
 def test_a_record_without_recase_builds_the_tokenizer_of_before():
     old = {"tokenizer": {"name": "moses_lowercase", "options": {"source_lang": "en", "target_lang": "fr"},
                          "sha256": {}}}
