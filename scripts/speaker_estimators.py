@@ -57,6 +57,8 @@ from typing import Dict, List, Optional
 
 import torch
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # true_kinds.py, beside this script
+
 
 def _rows(bias, speakers: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Every speaker parameter of the variant, flattened and concatenated: ``[S, P]`` for all speakers, detached,
@@ -205,56 +207,36 @@ def knn_generate(args, fairseq_args: List[str]) -> None:
 
 def _relabelled(data: str, out: str, kinds: Dict[str, str], names: List[str]) -> str:
     """A copy of the data folder ``data`` (its binarized files linked) whose speaker files say each speaker's kind."""
+    from true_kinds import write_labels
+
     os.makedirs(out, exist_ok=True)
     for name in os.listdir(data):
         if not (name.endswith(".spk") or name == "dict.spk.txt" or os.path.exists(os.path.join(out, name))):
             os.symlink(os.path.abspath(os.path.join(data, name)), os.path.join(out, name))
-    counts = collections.Counter()
-    for split in ("train", "valid", "test"):
-        path = os.path.join(data, f"{split}.spk")
-        if not os.path.exists(path):
-            continue
-        with open(path, encoding="utf-8") as f:
-            labels = [kinds[line.strip()] for line in f]
-        counts.update(labels if split == "train" else [])
-        with open(os.path.join(out, f"{split}.spk"), "w", encoding="utf-8") as f:
-            f.write("".join(label + "\n" for label in labels))
-    with open(os.path.join(out, "dict.spk.txt"), "w", encoding="utf-8") as f:
-        f.write("".join(f"{name}\t{counts.get(name, 0)}\n" for name in names))
+    write_labels(data, out, kinds, names)
     return out
 
 
 def _kinds_of_sentences(checkpoint_path: str, data: str, original: List[str], names: List[str]) -> Dict[str, str]:
     """Every speaker of ``original`` (the training split's speaker of each sentence) -> the kind of ``names`` whose
     rows in the checkpoint make the speaker's training sentences most probable."""
-    from fairseq_speaker.onboarding.adapt import SpeakerAdapter
+    from true_kinds import _problems
+
     from fairseq_speaker.onboarding.checkpoint import SpeakerCheckpoint
-    from fairseq_speaker.onboarding.fit import FitOptions
     from fairseq_speaker.onboarding.styles import style_log_likelihoods
 
     checkpoint = SpeakerCheckpoint.load(checkpoint_path, data=data)
     bias = checkpoint.check_adaptable()
-    checkpoint.task.load_dataset("train")
-    dataset = checkpoint.task.datasets["train"]
-    sentences = collections.defaultdict(list)
-    for i, speaker in enumerate(original):
-        item = dataset[i]
-        sentences[speaker].append((item["source"], item["target"]))
-    adapter = SpeakerAdapter(checkpoint.model, checkpoint.task, FitOptions(), batch_sentences=256,
-                             max_unknown_rate=1.0)
-    adapter.sentences = dict(sentences)
-    speakers = list(sentences)
-    problems = {n: c for group in adapter._score_groups(speakers) for n, c in group}
+    speakers, problems = _problems(checkpoint, bias, original)
     table = checkpoint.task.speaker_dictionary.names
     rows = [{k: v.float() for k, v in bias.export_speakers([table.index(name)]).items()} for name in names]
-    best = style_log_likelihoods(bias, rows, [problems[n] for n in speakers]).argmax(1).tolist()
+    best = style_log_likelihoods(bias, rows, problems).argmax(1).tolist()
     return {speaker: names[k] for speaker, k in zip(speakers, best)}
 
 
 def kinds_em(args, fairseq_args: List[str]) -> None:
     import subprocess
 
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from true_kinds import learned_kinds
 
     torch.set_num_threads(args.threads)

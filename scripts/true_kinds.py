@@ -66,13 +66,23 @@ def learned_kinds(data: str, checkpoint_path: str, threads: int):
     return {name: f"style{k}" for name, k in zip(names, best)}
 
 
-def _problems(checkpoint, bias):
-    """The training speakers' names and their scored sentences (as the onboarding solver reads them)."""
+def _problems(checkpoint, bias, speakers=None):
+    """The training speakers' names and their scored sentences (as the onboarding solver reads them); with
+    ``speakers`` (the speaker of each training sentence, in order), grouped by those instead of the checkpoint's
+    own labels."""
     from fairseq_speaker.onboarding.adapt import SpeakerAdapter
     from fairseq_speaker.onboarding.fit import FitOptions
     from fairseq_speaker.onboarding.refit import training_sentences
 
-    sentences = training_sentences(checkpoint.task, "train")
+    if speakers is None:
+        sentences = training_sentences(checkpoint.task, "train")
+    else:
+        checkpoint.task.load_dataset("train")
+        dataset = checkpoint.task.datasets["train"]
+        sentences = collections.defaultdict(list)
+        for i, speaker in enumerate(speakers):
+            item = dataset[i]
+            sentences[speaker].append((item["source"], item["target"]))
     adapter = SpeakerAdapter(checkpoint.model, checkpoint.task, FitOptions(), batch_sentences=256,
                              max_unknown_rate=1.0)
     adapter.sentences = {name: list(pairs) for name, pairs in sentences.items()}
@@ -81,25 +91,32 @@ def _problems(checkpoint, bias):
     return names, [problems[n] for n in names]
 
 
-def relabel(args) -> None:
-    kinds = learned_kinds(args.data, args.styles_of, args.threads) if args.styles_of else kinds_of(args.raw)
-    if os.path.exists(args.out):
-        sys.exit(f"{args.out}: exists; give a new folder")
-    shutil.copytree(args.data, args.out)
+def write_labels(data: str, out: str, kinds, names=None) -> int:
+    """Into the folder ``out``, a copy of ``data``'s speaker files (and ``dict.spk.txt``) with every speaker's label
+    replaced by their kind (``kinds``: speaker -> kind; ``names``: the kinds of the dictionary, in its order, by
+    default those of the training split, sorted); the number of kinds in the training split."""
     counts = collections.Counter()
     for split in ("train", "valid", "test"):
-        path = os.path.join(args.data, f"{split}.spk")
+        path = os.path.join(data, f"{split}.spk")
         if not os.path.exists(path):
             continue
         with open(path, encoding="utf-8") as f:
             labels = [kinds[line.strip()] for line in f]
         if split == "train":
             counts.update(labels)
-        with open(os.path.join(args.out, f"{split}.spk"), "w", encoding="utf-8") as f:
+        with open(os.path.join(out, f"{split}.spk"), "w", encoding="utf-8") as f:
             f.write("".join(label + "\n" for label in labels))
-    with open(os.path.join(args.out, "dict.spk.txt"), "w", encoding="utf-8") as f:
-        f.write("".join(f"{k}\t{v}\n" for k, v in sorted(counts.items())))
-    print(f"{len(counts)} kinds; wrote {args.out}")
+    with open(os.path.join(out, "dict.spk.txt"), "w", encoding="utf-8") as f:
+        f.write("".join(f"{k}\t{counts.get(k, 0)}\n" for k in (names or sorted(counts))))
+    return len(counts)
+
+
+def relabel(args) -> None:
+    kinds = learned_kinds(args.data, args.styles_of, args.threads) if args.styles_of else kinds_of(args.raw)
+    if os.path.exists(args.out):
+        sys.exit(f"{args.out}: exists; give a new folder")
+    shutil.copytree(args.data, args.out)
+    print(f"{write_labels(args.data, args.out, kinds)} kinds; wrote {args.out}")
 
 
 def refit(args) -> None:
