@@ -142,9 +142,8 @@ def prepare(args) -> Dict:
     ], os.path.join(args.out, "preprocess.log"))
     for name in data:
         shutil.copy(os.path.join(text_dir, f"{name}.spk"), bin_dir)
-    truecase_model = f"truecase.{args.tgt}"
-    if not (args.preprocessing != "none" and cased_train_targets
-            and train_truecaser(cased_train_targets, os.path.join(bin_dir, truecase_model))):
+    truecase_model = f"truecase.{args.tgt}"  # learnt from --raw text's cased translations (none from lowercase text)
+    if args.preprocessing == "none" or not train_truecaser(cased_train_targets, os.path.join(bin_dir, truecase_model)):
         truecase_model = None
     stats["preprocessing"] = preprocessing_record(args, truecase_model)
     with open(os.path.join(bin_dir, PREPROCESSING_FILE), "w", encoding="utf-8") as f:

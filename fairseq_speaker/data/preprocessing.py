@@ -129,12 +129,11 @@ class MosesLowercase:
         return self.tok.tokenize(x, escape=True, return_str=True).lower()
 
     def decode(self, x: str) -> str:
-        tokens = x.split()
-        if self.detruecaser is not None and tokens:
-            if self.truecaser is not None:
-                tokens = self.truecaser.truecase(" ".join(tokens))
-            tokens = self.detruecaser.detruecase(" ".join(tokens))
-        return self.detok.detokenize(tokens)
+        if self.detruecaser is None:
+            return self.detok.detokenize(x.split())
+        if self.truecaser is not None:
+            x = self.truecaser.truecase(x, return_str=True)
+        return self.detok.detokenize(self.detruecaser.detruecase(x))
 
 
 # -- reading a record (training) ------------------------------------------------------------------------------
