@@ -90,7 +90,7 @@ def test_recase_options_that_cannot_be_followed_are_refused(tmp_path):
         MosesLowercase(MosesLowercaseConfig(recase=True, truecase_model=str(tmp_path / "bad.fr")))
 
 
-def test_the_target_side_tokenizer_of_onboarding_does_not_read_the_truecasing_model_again(tmp_path, monkeypatch):
+def test_the_target_side_tokenizer_of_onboarding_does_not_read_the_truecasing_model_again(tmp_path):
     from sacremoses import MosesTruecaser
 
     model = str(tmp_path / "truecase.fr")
