@@ -56,7 +56,7 @@ from torch import Tensor, nn
 from fairseq_speaker.checkpoints import SPEAKER_NAMES_KEY
 from fairseq_speaker.errors import UserError
 from fairseq_speaker.fairseq_patches import parser_option_names, set_model_options
-from fairseq_speaker.modules import gemm
+from fairseq_speaker.modules import gemm, speaker_words
 from fairseq_speaker.optim.speaker_rows import pad_grown_optimizer_state
 from fairseq_speaker.modules.speaker_bias import (
     SpeakerBias,
@@ -243,7 +243,12 @@ class SpeakerDecoderMixin:
             with self.applying_speaker_state(self._hypothesis_state(step)):
                 features, extra = super().forward(prev_output_tokens, encoder_out=encoder_out,
                                                   incremental_state=incremental_state, features_only=True, **kwargs)
-            return (features if features_only else self._step_logits(features, step)), extra
+            if features_only:
+                return features, extra
+            logits = self._step_logits(features, step)
+            if step.get("words") is not None:
+                logits = self.speaker_words.rerank(logits, step["words"].index_select(0, step["index"]))
+            return logits, extra
         bias, state, aux_losses = self.sentence_effects(encoder_out, None)
         with self.applying_speaker_state(state):
             features, extra = super().forward(prev_output_tokens, encoder_out=encoder_out,
@@ -309,7 +314,15 @@ class SpeakerDecoderMixin:
         if state is not None and index is None:
             first = state.tensors()[0]
             index = torch.arange(first.size(0), device=first.device)
-        cached = {"rows": rows, "index": index, "gathered": None, "state": state, "hypothesis_state": state}
+        words = None
+        memory = getattr(self, "speaker_words", None)
+        speakers = encoder_speakers(encoder_out)
+        if memory is not None and speakers is not None:  # the speakers' words (modules/speaker_words.py)
+            words = memory.bias(speakers).to(speakers.device)
+            if index is None:
+                index = torch.arange(words.size(0), device=words.device)
+        cached = {"rows": rows, "index": index, "gathered": None, "state": state, "hypothesis_state": state,
+                  "words": words}
         self.set_incremental_state(incremental_state, "speaker_bias", cached)
         return cached
 
@@ -466,6 +479,17 @@ class SpeakerModelMixin:
         """
         bias = self.speaker_bias
         state_dict = dict(state_dict)
+        words = state_dict.pop(speaker_words.CHECKPOINT_KEY, None)
+        if words is not None:  # the speakers' words (fairseq-speaker-words): checked before any parameter is loaded
+            words = speaker_words.from_state(words, len(self.decoder.dictionary), "the checkpoint")
+        result = self._load_speakers(state_dict, strict=strict, model_cfg=model_cfg, args=args)
+        speaker_words.attach(self, words)
+        if words is not None:
+            words.resize(bias.num_speakers)
+        return result
+
+    def _load_speakers(self, state_dict, strict=True, model_cfg=None, args=None):
+        bias = self.speaker_bias
         for key in bias.extra_state_keys():  # older checkpoints: no names
             state_dict.setdefault("decoder.speaker_bias." + key, {})
         saved = (state_dict.get(SPEAKER_NAMES_KEY) or {}).get("speakers")

@@ -33,6 +33,7 @@ from torch import Tensor
 from fairseq_speaker.data import preprocessing, read_lines, read_speaker_file
 from fairseq_speaker.data.speaker_dictionary import new_label_problem
 from fairseq_speaker.errors import UserError, fail
+from fairseq_speaker.modules.speaker_words import speaker_words_of
 from fairseq_speaker.onboarding.checkpoint import (
     OnboardingError,
     SpeakerCheckpoint,
@@ -211,6 +212,7 @@ class SpeakerAdapter:
                     rows.append(r[0])
                     reports[name] = report
         self._put(names, rows)
+        self._remember_words(names)
         return reports
 
     def start_and_prior(self, chunks: List[Scored]):
@@ -283,8 +285,20 @@ class SpeakerAdapter:
                                        curvature_out=out if self.through_decoder and name in self.sentences else None)
         if out and out[0] is not None:
             self._curvatures[name] = out[0]
+        words = speaker_words_of(self.model)
+        before = words.words_of(index) if words is not None else None
         replace_speakers(self.model, self.task, [name], rows[0])
+        if words is not None:
+            words.set_words(index, [before] + [target for _, target in pairs])
         return report
+
+    def _remember_words(self, names: Sequence[str]) -> None:
+        """The model's memory of its speakers' words (if it has one): ``names`` said the words of their sentences."""
+        words = speaker_words_of(self.model)
+        if words is None:
+            return
+        for name in names:
+            words.set_words(self.task.speaker_dictionary.index(name), [target for _, target in self.sentences[name]])
 
     def _put(self, names: List[str], rows: List[Dict[str, Tensor]]) -> None:
         new = [(name, r) for name, r in zip(names, rows) if name not in self.task.speaker_dictionary]

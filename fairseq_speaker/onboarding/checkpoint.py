@@ -28,6 +28,7 @@ from fairseq_speaker.data import SpeakerDataError
 from fairseq_speaker.data.speaker_dictionary import new_label_problem
 from fairseq_speaker.errors import UserError
 from fairseq_speaker.modules.speaker_bias import SpeakerBias
+from fairseq_speaker.modules.speaker_words import speaker_words_of
 from fairseq_speaker.user_dir import check_registered
 
 logger = logging.getLogger(__name__)
@@ -144,17 +145,24 @@ def add_speakers(model, task, names: Sequence[str], rows: Dict[str, Tensor], cou
     start = bias.num_speakers
     bias.grow(len(names), init, names=list(names))
     bias.import_speakers(range(start, start + len(names)), rows)
+    words = speaker_words_of(model)
+    if words is not None:  # the new rows know no words until their sentences are given (SpeakerAdapter)
+        words.resize(bias.num_speakers)
     task.adopt_speaker_names(bias.speaker_names, new_counts=dict(zip(names, counts or [0] * len(names))))
     _record_onboarded(task, names, counts)
 
 
-def replace_speakers(model, task, names: Sequence[str], rows: Dict[str, Tensor]) -> None:
-    """Overwrite the rows of speakers the model knows."""
+def replace_speakers(model, task, names: Sequence[str], rows: Dict[str, Tensor], keep_words: bool = False) -> None:
+    """Overwrite the rows of speakers the model knows; the words the model remembers of them (if it does) are
+    forgotten, unless ``keep_words`` (the rows were refitted on the same sentences)."""
     ids = [task.speaker_dictionary.index(name) for name in names]
     unknown = [name for name, i in zip(names, ids) if i is None]
     if unknown:
         raise OnboardingError(f"speaker(s) {', '.join(map(repr, unknown[:5]))} not in the model")
     speaker_bias_of(model).import_speakers(ids, rows)
+    words = speaker_words_of(model)
+    if words is not None and not keep_words:  # they were the old rows' sentences (SpeakerAdapter gives new ones)
+        words.forget(ids)
     record = task.state.state_dict.get(ONBOARDED_KEY)
     if isinstance(record, dict) and any(name in record["names"] for name in names):
         # an onboarded speaker refitted: from how many sentence pairs is not passed here, so no longer known

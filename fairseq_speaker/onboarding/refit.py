@@ -145,7 +145,7 @@ def refit_speakers(adapter: SpeakerAdapter, sentences: Dict[str, List[Pair]], co
                      f"({time.perf_counter() - started:.1f} s)")
     dtype = {name: p.dtype for name, p in bias.speaker_parameters().items()}
     replace_speakers(adapter.model, task, names, _stack([{k: v.to(dtype[k]) for k, v in rows[n].items()}
-                                                         for n in names]))
+                                                         for n in names]), keep_words=True)
     # the prior the speakers were last fitted under, not one fitted to the refitted rows: those sit closer to
     # their components than the evidence of a few sentences warrants, and a prior fitted to them would be
     # ever narrower (the collapse of hard EM)

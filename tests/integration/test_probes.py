@@ -26,7 +26,7 @@ from fairseq_speaker.analysis import parameter_accounting, report
 from fairseq_speaker.data import preprocessing
 from fairseq_speaker.benchmarks import training as benchmark
 from fairseq_speaker.errors import USER_ERROR_STATUS, user_error_in
-from fairseq_speaker.onboarding import adapt, evaluate, refit, speakers, vectors
+from fairseq_speaker.onboarding import adapt, evaluate, refit, speakers, vectors, words
 from fairseq_speaker.service import app as serve
 from fairseq_speaker import doctor, topic_model
 from fairseq_speaker.toy import corpus, demo
@@ -58,6 +58,7 @@ MAINS: Dict[str, Callable] = {
     "fairseq-speaker-topics": topic_model.main, "fairseq-speaker-adapt": adapt.main,
     "fairseq-speaker-vectors": vectors.main, "fairseq-speaker-onboarding-eval": evaluate.main,
     "fairseq-speaker-speakers": speakers.main, "fairseq-speaker-refit": refit.main,
+    "fairseq-speaker-words": words.main,
     "fairseq-speaker-benchmark": benchmark.main, "fairseq-speaker-serve": serve.main,
     "fairseq-speaker-doctor": doctor.main,
     "fairseq-train": fairseq_train, "fairseq-generate": fairseq_generate,
@@ -194,6 +195,30 @@ COMMAND_PROBES = {
          "--max-cache-gb must be positive, got 0.0"),
         (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--shared", "fit", "--max-cache-gb", "1e-9"], 2,
          "more than 0.0 GB here; pass --shared keep"),
+    ],
+    "fairseq-speaker-words": [
+        (["{data}", "--path", "{tmp}/missing.pt", "--save", "{tmp}/o.pt"], 2, "checkpoint not found: {tmp}/missing.pt"),
+        (["{data}", "--save", "{tmp}/o.pt"], 2, "the following arguments are required: --path"),
+        (["{data}", "--path", "{garbage}", "--save", "{tmp}/o.pt"], 2, "{garbage}: not a readable fairseq checkpoint"),
+        (["{data}", "--path", "{ckpt}", "--save", "{ckpt}"], 2, "--save must not be the checkpoint given by --path"),
+        (["{tmp}/nowhere", "--path", "{ckpt}", "--save", "{tmp}/o.pt"], 2, "data directory not found: {tmp}/nowhere"),
+        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--subset", "nosuch"], 2,
+         "no binarized 'nosuch' split; --subset names a split"),
+        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/gone/o.pt"], 2, "cannot write {tmp}/gone/o.pt: the folder"),
+        (["{data}", "--path", "{badwords}", "--save", "{tmp}/o.pt"], 2,
+         "are damaged (their word ids do not add up to their speakers' counts"),
+        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--weight", "-1"], 2,
+         "argument --weight: expected a number >= 0, got '-1'"),
+        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--window", "nan"], 2,
+         "argument --window: expected a number >= 0, got 'nan'"),
+        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--own", "2"], 2,
+         "argument --own: expected a share between 0 and 1, got '2'"),
+        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--own", "0.5", "--neighbours", "0.6"], 2,
+         "--own and --neighbours are shares of one rate: their sum must be at most 1, got 0.5 + 0.6"),
+        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--neighbours-k", "0"], 2,
+         "--neighbours-k must be at least 1, got 0"),
+        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--threads", "0"], 2, "--threads must be at least 1"),
+        (["{data}", "--path", "{lstmbase}", "--save", "{tmp}/o.pt"], 2, "has no parameters per speaker"),
     ],
     "fairseq-speaker-speakers": [
         (["{tmp}/missing.pt"], 2, "checkpoint not found: {tmp}/missing.pt"),
@@ -399,6 +424,11 @@ COMMAND_PROBES = {
          "64 symbols, {other}/dict.en.txt has 56"),
         (["{data}", "--path", "{garbage}", *GENERATE], 2, "{garbage}: not a readable fairseq checkpoint"),
         (["{data}", "--path", "{notckpt}", *GENERATE], 2, "{notckpt}: not a fairseq checkpoint"),
+        (["{data}", "--path", "{badwords}", *GENERATE], 2,
+         "the checkpoint: its speakers' words (decoder.speaker_words._extra_state) are damaged"),
+        (["{data}", "--path", "{otherwords}", *GENERATE], 2,
+         "the checkpoint: its speakers' words (decoder.speaker_words._extra_state) are over 99 target words, and "
+         "the model has"),
         (["{data}", "--path", "{ckpt}", *GENERATE, "--speaker-file", "{latin1}.spk"], 2,
          "{latin1}.spk:1: not valid UTF-8"),
         (["{data}", "--path", "{ckpt}", *GENERATE, "--speaker-file", "{tmp}/none.spk"], 2,
@@ -645,6 +675,28 @@ class Places:
             "name": "moses_lowercase", "options": {"source_lang": "en", "target_lang": "fr", "recase": True,
                                                    "truecase_model": path},
             "sha256": {"truecase_model": preprocessing.sha256(path)}}})
+
+    def _words(self, name: str, change) -> str:
+        """The shared model with its speakers' words (fairseq-speaker-words), the record changed by ``change``."""
+        with_words = self.path("words.pt")
+        if not os.path.exists(with_words):
+            words.main([self["data"], "--path", self["ckpt"], "--save", with_words, "--threads", "1"])
+        state = torch.load(with_words, weights_only=False)
+        change(state["model"]["decoder.speaker_words._extra_state"])
+        path = self.path(name)
+        torch.save(state, path)
+        return path
+
+    def make_badwords(self):
+        """A damaged record of the speakers' words: one id fewer than its speakers' counts say."""
+        return self._words("badwords.pt", lambda record: record.update(words=record["words"][:-1]))
+
+    def make_otherwords(self):
+        """A record of the speakers' words over another vocabulary than the model's."""
+        return self._words("otherwords.pt", lambda record: record.update(vocab=99))
+
+    def make_lstmbase(self):
+        return self.request.getfixturevalue("trained")("lstm_base")
 
     def make_alienprep(self):
         """The shared model, as if its data were tokenized by a tokenizer of a package not installed here."""

@@ -1,0 +1,260 @@
+"""A speaker's own words, remembered: decoding re-ranks the words the network finds plausible by what the speaker
+and the speakers most like them said (``fairseq-speaker-words``; docs/speaker_learning.md, "The speakers' words").
+
+A speaker's r numbers are a point estimate from a few sentences, learned by gradient among millions of shared
+weights, and they keep far less of those sentences than the sentences say: a speaker who said "la bécane" once says
+it again, and the speakers who chose as they did elsewhere show what they will choose for words they never said.
+This memory keeps both, in closed form, for any variant. With x_s(w) = 1 when speaker s said word w in their
+sentences, S the speakers with sentences, df(w) the speakers who said w and p(w) = max(df(w), 1) / S::
+
+    sim(s, t) = cos(x_s * idf, x_t * idf)           idf(w) = log(S / df(w))
+    n_s(w)    = sum_t sim(s, t)^power x_t(w) / sum_t sim(s, t)^power      over the k speakers t most like s
+    p_s(w)    = own * x_s(w) + neighbours * n_s(w) + (1 - own - neighbours) * p(w)
+    bias_s(w) = weight * m_s / (m_s + evidence) * log(p_s(w) / p(w))
+                (0 for words no speaker said, and for speakers without sentences)
+
+m_s is the number of distinct words speaker s said: a speaker known from one sentence (m_s about 6) has their bias
+shrunk ten-fold, one of thirty sentences (about 50) not even halved, since the speakers most like someone of a few
+words are a guess.
+
+p_s is a speaker's rate of use of a word, interpolated (Jelinek & Mercer, 1980) between their own sentences (a cache:
+Kuhn & De Mori, 1990), the sentences of the speakers most like them (user-based collaborative filtering: Resnick et
+al., 1994) and everyone's; the bias is its log ratio to everyone's rate, so a word every speaker says gets none. It
+is not a distribution over the next word: added to every logit it would put a speaker's nouns anywhere. At each
+generation step it is added to the words within ``window`` nats of the step's most probable word only, so it
+chooses among what the network proposes there (the article's noun, a synonym, the participle's agreement) and never
+proposes a word itself. Teacher-forced passes (training, validation, scoring) do not use it.
+
+Per speaker: the ids of the distinct words they said (their sentences' vocabulary), no parameters. In a checkpoint
+the memory is the extra state of ``decoder.speaker_words`` (:data:`CHECKPOINT_KEY`); a checkpoint without it
+decodes as before. Rows follow the speaker table: onboarding (``fairseq-speaker-adapt``, ``SpeakerTranslator``)
+gives a new speaker the words of their sentences, an update adds its sentences' words, and rows replaced from a
+vectors file lose theirs (the words were another estimate's).
+"""
+
+import dataclasses
+import logging
+import math
+from dataclasses import dataclass
+from typing import Dict, Iterable, List, Optional, Sequence
+
+import numpy as np
+import scipy.sparse
+import torch
+from torch import Tensor, nn
+
+from fairseq_speaker.errors import UserError
+
+logger = logging.getLogger(__name__)
+
+#: where a checkpoint keeps the memory (the model's state dict)
+CHECKPOINT_KEY = "decoder.speaker_words._extra_state"
+FORMAT_VERSION = 1
+
+
+@dataclass
+class WordOptions:
+    """The estimator's constants (the module docstring's equation). The defaults were chosen on the valid split of
+    the styles corpus (docs/speaker_learning.md) and kept for every corpus."""
+
+    weight: float = 5.0
+    window: float = 2.0
+    own: float = 0.3
+    neighbours: float = 0.6
+    k: int = 30
+    power: float = 4.0
+    evidence: float = 60.0
+
+    def problems(self) -> List[str]:
+        out = []
+        for name in ("weight", "window", "own", "neighbours", "power", "evidence"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+                out.append(f"{name} must be a number >= 0, got {value!r}")
+        if not out and self.own + self.neighbours > 1:
+            out.append(f"own + neighbours must be at most 1, got {self.own} + {self.neighbours}")
+        if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:
+            out.append(f"k must be a whole number >= 1, got {self.k!r}")
+        return out
+
+
+class SpeakerWords(nn.Module):
+    """The words of every speaker row (``words[i]``: the sorted distinct ids speaker i said; empty: none known),
+    over a target vocabulary of ``vocab`` words, of which ``ignored`` (padding, unknown) are never remembered."""
+
+    def __init__(self, vocab: int, options: Optional[WordOptions] = None, ignored: Iterable[int] = ()):
+        super().__init__()
+        self.vocab = int(vocab)
+        self.options = options or WordOptions()
+        problems = self.options.problems()
+        if problems:
+            raise UserError(f"speaker words: {'; '.join(problems)}")
+        self.ignored = sorted({int(i) for i in ignored})
+        self.words: List[np.ndarray] = []
+        self._forget()
+
+    # -- the speakers' words ---------------------------------------------------------------------------------
+    @property
+    def num_speakers(self) -> int:
+        return len(self.words)
+
+    def _ids(self, tokens: Iterable) -> np.ndarray:
+        ids = [np.asarray(t.tolist() if isinstance(t, Tensor) else t, dtype=np.int64).reshape(-1) for t in tokens]
+        ids = np.unique(np.concatenate(ids)) if ids else np.zeros(0, dtype=np.int64)
+        ids = ids[(ids >= 0) & (ids < self.vocab)]
+        return np.setdiff1d(ids, np.asarray(self.ignored, dtype=np.int64), assume_unique=True)
+
+    def resize(self, speakers: int) -> None:
+        """As many rows as the speaker table: new rows know no words."""
+        if speakers < self.num_speakers:
+            del self.words[speakers:]
+        else:
+            self.words.extend(np.zeros(0, dtype=np.int64) for _ in range(speakers - self.num_speakers))
+        self._forget()
+
+    def set_words(self, row: int, sentences: Iterable) -> None:
+        """Speaker ``row``'s words are those of ``sentences`` (token id tensors or lists) alone."""
+        if row >= self.num_speakers:
+            self.resize(row + 1)
+        self.words[row] = self._ids(sentences)
+        self._forget()
+
+    def add_words(self, row: int, sentences: Iterable) -> None:
+        """Speaker ``row`` said ``sentences`` too."""
+        self.set_words(row, [self.words_of(row)] + list(sentences))
+
+    def forget(self, rows: Iterable[int]) -> None:
+        """Speakers ``rows`` know no words any more."""
+        for row in rows:
+            if 0 <= row < self.num_speakers:
+                self.words[row] = np.zeros(0, dtype=np.int64)
+        self._forget()
+
+    def words_of(self, row: int) -> np.ndarray:
+        return self.words[row] if 0 <= row < self.num_speakers else np.zeros(0, dtype=np.int64)
+
+    # -- the estimate -----------------------------------------------------------------------------------------
+    def _forget(self) -> None:
+        self._rows: Dict[int, Tensor] = {}
+        self._index = None
+
+    def _built(self):
+        """The speakers-by-words matrix, the idf-weighted unit rows the similarities are taken on, and p(w)."""
+        if self._index is None:
+            lengths = np.array([len(w) for w in self.words], dtype=np.int64)
+            indices = np.concatenate(self.words) if self.words else np.zeros(0, dtype=np.int64)
+            indptr = np.concatenate([[0], np.cumsum(lengths)])
+            x = scipy.sparse.csr_matrix((np.ones(len(indices), dtype=np.float32), indices, indptr),
+                                        shape=(self.num_speakers, self.vocab))
+            said = max(int((lengths > 0).sum()), 1)
+            df = np.asarray(x.sum(axis=0)).reshape(-1)
+            idf = np.log(said / np.maximum(df, 1)).astype(np.float32)
+            y = x @ scipy.sparse.diags(idf)
+            norms = np.sqrt(np.asarray(y.multiply(y).sum(axis=1)).reshape(-1))
+            y = scipy.sparse.diags(1.0 / np.maximum(norms, 1e-12)) @ y
+            self._index = (x.tocsr(), y.tocsr(), np.maximum(df, 1) / said, df > 0)
+        return self._index
+
+    def bias_row(self, row: int) -> Tensor:
+        """Speaker ``row``'s bias over the vocabulary ``[V]`` (zeros for a speaker of no known words)."""
+        cached = self._rows.get(row)
+        if cached is not None:
+            return cached
+        o = self.options
+        if not len(self.words_of(row)) or o.weight == 0:
+            out = torch.zeros(self.vocab)
+        else:
+            x, y, p, anyone = self._built()
+            similarity = np.asarray((y @ y[row].T).todense()).reshape(-1)
+            similarity[row] = 0.0
+            similarity = np.maximum(similarity, 0.0)
+            k = min(o.k, self.num_speakers - 1)
+            neighbours = np.zeros(self.vocab, dtype=np.float64)
+            if k > 0:
+                nearest = np.argpartition(-similarity, k - 1)[:k]
+                weights = similarity[nearest] ** o.power
+                if weights.sum() > 0:
+                    neighbours = np.asarray(weights @ x[nearest].todense()).reshape(-1) / weights.sum()
+            own = np.zeros(self.vocab, dtype=np.float64)
+            own[self.words_of(row)] = 1.0
+            rate = o.own * own + o.neighbours * neighbours + (1.0 - o.own - o.neighbours) * p
+            said = len(self.words_of(row))
+            bias = o.weight * said / (said + o.evidence) * np.log(np.maximum(rate, 1e-12) / p)
+            bias[~anyone] = 0.0
+            out = torch.from_numpy(bias.astype(np.float32))
+        self._rows[row] = out
+        return out
+
+    def bias(self, speakers: Tensor) -> Tensor:
+        """The bias of each sentence's speaker ``[B, V]``; rows of speakers without words (or unknown, -1) are 0."""
+        rows = [self.bias_row(int(s)) for s in speakers.tolist()]
+        return torch.stack(rows) if rows else torch.zeros(0, self.vocab)
+
+    def rerank(self, logits: Tensor, rows: Tensor) -> Tensor:
+        """``logits`` ``[B, 1, V]`` with each hypothesis's ``rows`` ``[B, V]`` added to its words within ``window``
+        nats of its most probable one."""
+        scores = torch.log_softmax(logits.float(), dim=-1)
+        near = scores >= scores.max(dim=-1, keepdim=True).values - self.options.window
+        return logits + (rows.unsqueeze(1).to(logits) * near)
+
+    # -- saved state -------------------------------------------------------------------------------------------
+    def get_extra_state(self) -> Dict:
+        lengths = torch.tensor([len(w) for w in self.words], dtype=torch.long)
+        ids = torch.from_numpy(np.concatenate(self.words).astype(np.int32)) if self.words else torch.zeros(0, dtype=torch.int32)
+        return {"version": FORMAT_VERSION, "vocab": self.vocab, "options": dataclasses.asdict(self.options),
+                "ignored": list(self.ignored), "lengths": lengths, "words": ids}
+
+    def set_extra_state(self, state: Dict) -> None:
+        other = from_state(state, self.vocab, "the checkpoint")
+        self.options, self.ignored, self.words = other.options, other.ignored, other.words
+        self._forget()
+
+
+def from_state(state, vocab: int, where: str) -> SpeakerWords:
+    """The memory saved as ``state`` (:meth:`SpeakerWords.get_extra_state`), checked against a target vocabulary of
+    ``vocab`` words; a :class:`UserError` naming ``where`` when it cannot be this model's."""
+    def bad(what: str) -> UserError:
+        return UserError(f"{where}: its speakers' words ({CHECKPOINT_KEY}) {what}; write them again with "
+                         f"fairseq-speaker-words from the checkpoint without them")
+
+    if not isinstance(state, dict) or not {"version", "vocab", "options", "lengths", "words"} <= set(state):
+        raise bad("are not a record of fairseq-speaker-words")
+    if state["version"] != FORMAT_VERSION:
+        raise bad(f"are in format {state['version']!r}, which this version of fairseq-speaker does not read "
+                  f"(it reads {FORMAT_VERSION}): upgrade fairseq-speaker")
+    if state["vocab"] != vocab:
+        raise bad(f"are over {state['vocab']} target words, and the model has {vocab}")
+    known = {f.name for f in dataclasses.fields(WordOptions)}
+    options = state["options"]
+    if not isinstance(options, dict) or not set(options) <= known:
+        raise bad(f"have options {sorted(options) if isinstance(options, dict) else options!r}, not {sorted(known)}")
+    lengths, ids = state["lengths"], state["words"]
+    if not isinstance(lengths, Tensor) or not isinstance(ids, Tensor) or lengths.dim() != 1 or ids.dim() != 1 \
+            or int(lengths.sum()) != ids.numel() or bool((lengths < 0).any()) \
+            or (ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab)):
+        raise bad("are damaged (their word ids do not add up to their speakers' counts, or name no word of the model)")
+    try:
+        words = SpeakerWords(vocab, WordOptions(**options), state.get("ignored", ()))
+    except UserError as e:
+        raise bad(f"have bad options ({e})") from None
+    bounds = np.concatenate([[0], np.cumsum(lengths.numpy())])
+    flat = ids.numpy().astype(np.int64)
+    words.words = [np.unique(flat[bounds[i]:bounds[i + 1]]) for i in range(len(lengths))]
+    return words
+
+
+def speaker_words_of(model) -> Optional[SpeakerWords]:
+    """The model's memory of its speakers' words, if it has one."""
+    words = getattr(getattr(model, "decoder", None), "speaker_words", None)
+    return words if isinstance(words, SpeakerWords) else None
+
+
+def attach(model, words: Optional[SpeakerWords]) -> None:
+    """Give ``model``'s decoder ``words`` (None: take its memory away)."""
+    decoder = model.decoder
+    if words is None:
+        if "speaker_words" in decoder._modules:
+            del decoder._modules["speaker_words"]
+        return
+    decoder.speaker_words = words
+

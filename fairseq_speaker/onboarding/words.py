@@ -1,0 +1,121 @@
+"""``fairseq-speaker-words``: a checkpoint that remembers every trained speaker's words.
+
+Reads the target side of every known speaker's sentences in a split of the data the model was trained on (default:
+``train``) and writes a copy of the checkpoint whose decoder keeps them (:mod:`fairseq_speaker.modules.speaker_words`):
+generation (``fairseq-generate``, ``fairseq-interactive``, ``SpeakerTranslator``, the service) then re-ranks the words
+the network finds plausible by what each speaker and the speakers most like them said. Speakers onboarded into the
+written checkpoint get the words of their own sentences. Nothing is trained; the network and the speakers' rows are
+copied as they are.
+
+Usage::
+
+    fairseq-speaker-words DATA --path checkpoints/checkpoint_best.pt --save words.pt [--weight 5 --window 2]
+"""
+
+import argparse
+import math
+import os
+import time
+from typing import Optional, Sequence
+
+from fairseq_speaker.errors import UserError, command
+from fairseq_speaker.modules import speaker_words
+from fairseq_speaker.modules.speaker_words import SpeakerWords, WordOptions
+from fairseq_speaker.onboarding.checkpoint import OnboardingError, SpeakerCheckpoint
+from fairseq_speaker.onboarding.refit import training_sentences
+from fairseq_speaker.runtime import add_runtime_arguments, check_threads, configure_output, start_threads
+
+
+def _non_negative(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value!r}") from None
+    if not (math.isfinite(number) and number >= 0):
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value!r}")
+    return number
+
+
+def _share(value: str) -> float:
+    number = _non_negative(value)
+    if number > 1:
+        raise argparse.ArgumentTypeError(f"expected a share between 0 and 1, got {value!r}")
+    return number
+
+
+def build_parser() -> argparse.ArgumentParser:
+    defaults = WordOptions()
+    parser = argparse.ArgumentParser(
+        prog="fairseq-speaker-words",
+        description="Write a copy of a checkpoint that remembers the words every trained speaker said, so that "
+                    "decoding chooses among the words the network finds plausible as each speaker and the speakers "
+                    "most like them did (docs/speaker_learning.md, \"The speakers' words\").")
+    parser.add_argument("data", help="the data directory the model was trained on (dictionaries, binarized data and "
+                        "speaker files)")
+    parser.add_argument("--path", required=True, help="the trained checkpoint")
+    parser.add_argument("--save", required=True, help="where to write the checkpoint with its speakers' words (a new file)")
+    parser.add_argument("--subset", default="train", help="the split whose target sentences are remembered")
+    parser.add_argument("--weight", type=_non_negative, default=defaults.weight,
+                        help="nats per unit of log ratio of a speaker's rate of a word to everyone's (0: no effect)")
+    parser.add_argument("--window", type=_non_negative, default=defaults.window,
+                        help="a generation step re-ranks the words within this many nats of its most probable word")
+    parser.add_argument("--own", type=_share, default=defaults.own,
+                        help="the share of a speaker's rate of a word taken from their own sentences")
+    parser.add_argument("--neighbours", type=_share, default=defaults.neighbours,
+                        help="the share taken from the sentences of the speakers most like them (the rest: everyone's)")
+    parser.add_argument("--neighbours-k", type=int, default=defaults.k, metavar="K",
+                        help="how many speakers most like a speaker are read")
+    parser.add_argument("--power", type=_non_negative, default=defaults.power,
+                        help="the neighbours' weights are their similarity to the speaker to this power")
+    parser.add_argument("--evidence", type=_non_negative, default=defaults.evidence,
+                        help="a speaker's bias is scaled by m / (m + this), m the distinct words they said: the less "
+                        "is known of a speaker, the less it moves their words")
+    parser.add_argument("--user-dir", default=None,
+                        help="a package registering more speaker bias variants or model families")
+    add_runtime_arguments(parser)
+    return parser
+
+
+@command("fairseq-speaker-words")
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    configure_output(args.verbose)
+    if args.neighbours_k < 1:
+        parser.error(f"--neighbours-k must be at least 1, got {args.neighbours_k}")
+    if args.own + args.neighbours > 1:
+        parser.error(f"--own and --neighbours are shares of one rate: their sum must be at most 1, got "
+                     f"{args.own} + {args.neighbours}")
+    check_threads(parser, args)
+    if os.path.abspath(args.save) == os.path.abspath(args.path):
+        parser.error("--save must not be the checkpoint given by --path: write the new model to a new file")
+    start_threads(args.threads)
+    if args.user_dir:
+        from fairseq import utils
+
+        utils.import_user_module(argparse.Namespace(user_dir=args.user_dir))
+    import fairseq_speaker  # noqa: F401  (registers the task and models)
+
+    start = time.perf_counter()
+    checkpoint = SpeakerCheckpoint.load(args.path, data=args.data)
+    checkpoint.check_adaptable()
+    try:
+        sentences = training_sentences(checkpoint.task, args.subset)
+    except (FileNotFoundError, UserError):
+        raise OnboardingError(f"{args.data}: no binarized {args.subset!r} split; --subset names a split of the "
+                              f"speakers' sentences (default: train)") from None
+    if not sentences:
+        raise OnboardingError(f"{args.data}: the {args.subset!r} split has no sentence of a speaker the model knows")
+    dictionary = checkpoint.task.target_dictionary
+    options = WordOptions(weight=args.weight, window=args.window, own=args.own, neighbours=args.neighbours,
+                          k=args.neighbours_k, power=args.power, evidence=args.evidence)
+    words = SpeakerWords(len(dictionary), options, ignored=(dictionary.pad(), dictionary.bos(), dictionary.unk()))
+    words.resize(checkpoint.speaker_bias.num_speakers)
+    speakers = checkpoint.task.speaker_dictionary
+    for name, pairs in sentences.items():
+        words.set_words(speakers.index(name), [target for _, target in pairs])
+    speaker_words.attach(checkpoint.model, words)
+    checkpoint.save(args.save)
+    counts = sorted(len(words.words_of(speakers.index(name))) for name in sentences)
+    print(f"the words of {len(sentences)} speakers ({counts[len(counts) // 2]} distinct words each on median) "
+          f"remembered in {time.perf_counter() - start:.1f} s; saved to {args.save}")

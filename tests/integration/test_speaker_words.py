@@ -1,0 +1,129 @@
+"""fairseq-speaker-words: a checkpoint that remembers its speakers' words, decoded by fairseq's commands with each
+hypothesis's speaker, and kept up to date by onboarding."""
+
+import os
+from collections import defaultdict
+
+import pytest
+import torch
+
+from fairseq_speaker.modules.speaker_words import CHECKPOINT_KEY, SpeakerWords, WordOptions, from_state
+from fairseq_speaker.onboarding import words as words_command
+from fairseq_speaker.onboarding.translator import SpeakerTranslator
+from fairseq_speaker.modules.speaker_words import speaker_words_of
+from tests.cli import generate_args, run
+
+
+@pytest.fixture(scope="module")
+def remembered(trained, toy, tmp_path_factory):
+    checkpoint = trained("lstm_fact_bias")
+    out = str(tmp_path_factory.mktemp("words") / "words.pt")
+    proc = run("fairseq-speaker-words", [toy["bin"], "--path", checkpoint, "--save", out, "--threads", "1"])
+    return checkpoint, out, proc
+
+
+def _dictionary(path):
+    """The target dictionary's ids by word, read from its file (fairseq's 4 special symbols first)."""
+    ids = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            ids[line.split()[0]] = len(ids)
+    return ids
+
+
+def test_the_checkpoint_keeps_every_training_speakers_words_and_nothing_else_changes(remembered, toy):
+    checkpoint, out, proc = remembered
+    assert "the words of 8 speakers" in proc.stdout and f"saved to {out}" in proc.stdout
+    before, after = torch.load(checkpoint, weights_only=False), torch.load(out, weights_only=False)
+    assert set(after["model"]) == set(before["model"]) | {CHECKPOINT_KEY}
+    for key, value in before["model"].items():
+        assert torch.equal(after["model"][key], value) if torch.is_tensor(value) else after["model"][key] == value
+    # the words each speaker said, from the raw text and the dictionary file (not from the binarized data)
+    ids = _dictionary(os.path.join(toy["bin"], "dict.fr.txt"))
+    said = defaultdict(set)
+    with open(os.path.join(toy["raw"], "train.spk"), encoding="utf-8") as spk, \
+            open(os.path.join(toy["raw"], "train.fr"), encoding="utf-8") as fr:
+        for label, line in zip(spk, fr):
+            said[label.strip()] |= {ids[w] for w in line.split()} | {ids["</s>"]}
+    names = after["model"]["decoder.speaker_bias._extra_state"]["speakers"]
+    memory = from_state(after["model"][CHECKPOINT_KEY], len(ids), out)
+    assert memory.num_speakers == len(names) == 8
+    for row, name in enumerate(names):
+        assert set(memory.words_of(row).tolist()) == said[name], name
+
+
+def test_generation_with_zero_weight_is_the_checkpoints_own(remembered, toy, tmp_path):
+    checkpoint, out, _ = remembered
+    silent = str(tmp_path / "silent.pt")
+    run("fairseq-speaker-words", [toy["bin"], "--path", checkpoint, "--save", silent, "--weight", "0", "--threads", "1"])
+    plain = run("generate", generate_args(toy["bin"], checkpoint, "--gen-subset", "test")).stdout
+    assert run("generate", generate_args(toy["bin"], silent, "--gen-subset", "test")).stdout == plain
+    assert "H-" in plain
+
+
+def _doctored(checkpoint: str, path: str, favourite: dict, vocab: int) -> str:
+    """``checkpoint`` with a memory in which speaker row r said only the word ``favourite[r]``, weighted so that it
+    wins every step and the other speakers' favourites lose."""
+    state = torch.load(checkpoint, weights_only=False)
+    words = SpeakerWords(vocab, WordOptions(weight=40.0, window=1e6, own=1.0, neighbours=0.0, evidence=0.0))
+    words.resize(8)
+    for row, word in favourite.items():
+        words.set_words(row, [[word]])
+    state["model"][CHECKPOINT_KEY] = words.get_extra_state()
+    torch.save(state, path)
+    return path
+
+
+def test_beam_hypotheses_keep_their_speakers_words_in_fairseq_interactive(remembered, toy, tmp_path):
+    checkpoint, _, _ = remembered
+    ids = _dictionary(os.path.join(toy["bin"], "dict.fr.txt"))
+    state = torch.load(checkpoint, weights_only=False)
+    names = state["model"]["decoder.speaker_bias._extra_state"]["speakers"]
+    favourite_words = {0: "médicaments", 1: "drogues"}
+    path = _doctored(checkpoint, str(tmp_path / "doctored.pt"), {r: ids[w] for r, w in favourite_words.items()},
+                     len(ids))
+    sentences = ["i am tired .", "you want the drugs .", "i saw the dog .", "you are happy ."] * 2
+    speakers = [names[i % 2] for i in range(len(sentences))]
+    (tmp_path / "in.txt").write_text("".join(f"{speaker}\t{sentence}\n" for speaker, sentence in zip(speakers, sentences)),
+                                     encoding="utf-8")
+    out = run("interactive", [toy["bin"], "--path", path, "--user-dir", "fairseq_speaker", "--task",
+                              "speaker_translation", "--beam", "4", "--nbest", "4", "--max-len-b", "3",
+                              "--input", str(tmp_path / "in.txt"), "--speaker-per-line",
+                              "--batch-size", "8", "--buffer-size", "8"]).stdout
+    hypotheses = defaultdict(list)
+    for line in out.splitlines():
+        if line.startswith("H-"):
+            hypotheses[int(line.split("\t")[0][2:])].append(line.split("\t")[2].split())
+    assert sorted(hypotheses) == list(range(len(sentences)))
+    for i, nbest in hypotheses.items():
+        mine, theirs = favourite_words[i % 2], favourite_words[1 - i % 2]
+        assert len(nbest) == 4
+        for words in nbest:
+            assert mine in words and theirs not in words, (i, speakers[i], words)
+
+
+def test_onboarding_gives_a_new_speaker_their_words_and_an_update_adds_its_own(remembered, toy, tmp_path):
+    _, out, _ = remembered
+    translator = SpeakerTranslator.from_pretrained(out, data=toy["bin"], max_len_b=6)
+    memory = speaker_words_of(translator.model)
+    dictionary = translator.task.target_dictionary
+    trained_words = [memory.words_of(row).tolist() for row in range(8)]
+    translator.add_speaker("dr-lee", ["i am tired .", "you want the drugs ."],
+                           ["je suis fatiguée .", "vous voulez les médicaments ."])
+    row = translator.task.speaker_dictionary.index("dr-lee")
+    expected = {dictionary.index(w) for w in "je suis fatiguée . vous voulez les médicaments".split()}
+    assert set(memory.words_of(row).tolist()) == expected | {dictionary.eos()}
+    assert [memory.words_of(r).tolist() for r in range(8)] == trained_words  # the others are untouched
+    translator.update_speaker("dr-lee", ["i am happy ."], ["je suis contente ."])
+    assert set(memory.words_of(row).tolist()) == expected | {dictionary.eos(), dictionary.index("contente")}
+    trained = translator.speakers[0]
+    translator.update_speaker(trained, ["i am happy ."], ["je suis contente ."])
+    assert set(memory.words_of(0).tolist()) == set(trained_words[0]) | {dictionary.index("contente")}
+    # rows replaced from a vectors file were estimated from other sentences: their words are forgotten
+    translator.export_speakers(str(tmp_path / "lee.npz"), ["dr-lee"])
+    translator.import_speakers(str(tmp_path / "lee.npz"), replace=True)
+    assert memory.words_of(row).tolist() == []
+    saved = str(tmp_path / "onboarded.pt")
+    translator.save(saved)
+    back = from_state(torch.load(saved, weights_only=False)["model"][CHECKPOINT_KEY], len(dictionary), saved)
+    assert back.num_speakers == 9 and set(back.words_of(0).tolist()) == set(memory.words_of(0).tolist())

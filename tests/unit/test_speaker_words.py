@@ -1,0 +1,156 @@
+"""The speakers' words (modules/speaker_words.py): the estimate against the equation computed by hand, the
+re-ranking window, and the saved record."""
+
+import math
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from fairseq_speaker.errors import UserError
+from fairseq_speaker.modules.speaker_words import SpeakerWords, WordOptions, from_state
+
+
+def _by_hand(said, row, vocab, o: WordOptions):
+    """The module docstring's equation in plain Python: ``said`` a list of sets of word ids per speaker."""
+    speakers = [s for s in said if s]
+    S = len(speakers)
+    df = [sum(1 for s in said if w in s) for w in range(vocab)]
+    idf = [math.log(S / max(d, 1)) for d in df]
+
+    def unit(s):
+        v = [idf[w] if w in s else 0.0 for w in range(vocab)]
+        norm = math.sqrt(sum(x * x for x in v)) or 1.0
+        return [x / norm for x in v]
+
+    mine = unit(said[row])
+    sims = []
+    for t, s in enumerate(said):
+        if t == row:
+            continue
+        sims.append((max(sum(a * b for a, b in zip(mine, unit(s))), 0.0), t))
+    sims.sort(key=lambda st: -st[0])
+    top = sims[:o.k]
+    weights = [sim ** o.power for sim, _ in top]
+    out = []
+    for w in range(vocab):
+        p = max(df[w], 1) / S
+        neighbour = sum(wt * (w in said[t]) for wt, (_, t) in zip(weights, top)) / sum(weights) if sum(weights) else 0
+        rate = o.own * (w in said[row]) + o.neighbours * neighbour + (1 - o.own - o.neighbours) * p
+        shrink = len(said[row]) / (len(said[row]) + o.evidence)
+        out.append(0.0 if df[w] == 0 else o.weight * shrink * math.log(max(rate, 1e-12) / p))
+    return out
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_bias_is_the_equation_computed_by_hand(seed):
+    rng = random.Random(seed)
+    vocab, speakers = 14, 9
+    said = [set(rng.sample(range(2, vocab - 1), rng.randint(2, 7))) for _ in range(speakers)]
+    said[4] = set()  # a speaker of no known words
+    options = WordOptions(weight=2.5, window=3.0, own=0.35, neighbours=0.5, k=3, power=2.0, evidence=4.0)
+    words = SpeakerWords(vocab, options)
+    for row, s in enumerate(said):
+        words.set_words(row, [torch.tensor(sorted(s))])
+    for row in range(speakers):
+        got = words.bias_row(row)
+        if not said[row]:
+            assert torch.equal(got, torch.zeros(vocab))
+        else:
+            assert got.tolist() == pytest.approx(_by_hand(said, row, vocab, options), abs=1e-4), row
+
+
+def test_bias_gives_each_sentence_its_speakers_row_and_zero_for_unknown_speakers():
+    words = SpeakerWords(8, WordOptions(own=1.0, neighbours=0.0))
+    words.set_words(0, [[2, 3]])
+    words.set_words(1, [[4]])
+    rows = words.bias(torch.tensor([1, -1, 0, 7]))
+    assert torch.equal(rows[0], words.bias_row(1)) and torch.equal(rows[2], words.bias_row(0))
+    assert torch.equal(rows[1], torch.zeros(8)) and torch.equal(rows[3], torch.zeros(8))
+    assert rows[2, 2] > 0 and rows[2, 4] < 0 and rows[0, 4] > 0 and rows[0, 2] < 0
+    assert rows[0, 6] == 0  # a word no speaker said: no bias either way
+
+
+def test_changes_are_seen_at_once_and_ignored_ids_are_never_remembered():
+    words = SpeakerWords(10, WordOptions(own=1.0, neighbours=0.0), ignored=(0, 1))
+    words.set_words(0, [torch.tensor([0, 1, 5, 5, 2]), [7]])
+    assert words.words_of(0).tolist() == [2, 5, 7]
+    words.set_words(1, [[5]])
+    before = words.bias_row(0).clone()
+    words.add_words(1, [[2, 42, -1]])  # ids outside the vocabulary are not words
+    assert words.words_of(1).tolist() == [2, 5]
+    assert not torch.equal(words.bias_row(0), before)  # p(2) changed: the cached row was dropped
+    words.forget([0])
+    assert words.words_of(0).tolist() == [] and torch.equal(words.bias_row(0), torch.zeros(10))
+    words.resize(1)
+    assert words.num_speakers == 1 and words.words_of(1).tolist() == []
+
+
+def test_rerank_adds_the_bias_to_the_words_within_the_window_only():
+    words = SpeakerWords(4, WordOptions(window=1.0))
+    logits = torch.tensor([[[3.0, 2.5, 0.0, -5.0]]])
+    rows = torch.tensor([[1.0, 10.0, 10.0, 10.0]])
+    out = words.rerank(logits, rows)
+    # log-probabilities: word 1 is 0.5 nats under word 0, words 2 and 3 are 3 and 8 under: outside
+    assert out.tolist() == [[[4.0, 12.5, 0.0, -5.0]]]
+
+
+def test_the_record_reads_back_and_a_damaged_one_is_refused():
+    words = SpeakerWords(12, WordOptions(weight=3.0, k=5), ignored=(1,))
+    words.set_words(0, [[3, 4]])
+    words.set_words(2, [[5, 9, 11]])
+    state = words.get_extra_state()
+    back = from_state(state, 12, "x.pt")
+    assert back.options == words.options and back.ignored == [1]
+    assert [w.tolist() for w in back.words] == [[3, 4], [], [5, 9, 11]]
+    assert torch.equal(back.bias_row(2), words.bias_row(2))
+
+    def refused(change, vocab=12):
+        bad = dict(state)
+        change(bad)
+        with pytest.raises(UserError) as e:
+            from_state(bad, vocab, "x.pt")
+        assert str(e.value).startswith("x.pt: its speakers' words") and "fairseq-speaker-words" in str(e.value)
+        return str(e.value)
+
+    assert "are over 12 target words, and the model has 13" in refused(lambda s: None, vocab=13)
+    assert "damaged" in refused(lambda s: s.update(words=s["words"][:-1]))
+    assert "damaged" in refused(lambda s: s.update(words=torch.tensor([3, 4, 5, 9, 12], dtype=torch.int32)))
+    assert "format 2" in refused(lambda s: s.update(version=2))
+    assert "not a record" in refused(lambda s: s.pop("lengths"))
+    assert "bad options" in refused(lambda s: s.update(options=dict(s["options"], own=0.9, neighbours=0.9)))
+    assert "have options" in refused(lambda s: s.update(options={"temperature": 1.0}))
+
+
+@pytest.mark.parametrize("options,message", [
+    (WordOptions(weight=-1.0), "weight must be a number >= 0"),
+    (WordOptions(window=float("nan")), "window must be a number >= 0"),
+    (WordOptions(own=0.7, neighbours=0.7), "own + neighbours must be at most 1"),
+    (WordOptions(k=0), "k must be a whole number >= 1"),
+    (WordOptions(evidence=-2.0), "evidence must be a number >= 0"),
+])
+def test_bad_options_are_refused(options, message):
+    with pytest.raises(UserError) as e:
+        SpeakerWords(5, options)
+    assert message in str(e.value)
+
+
+def test_a_speakers_own_words_win_over_their_rivals_and_neighbours_fill_the_words_they_never_said():
+    """The behaviour the estimator is for, on a made-up corpus of two styles: phrase i is said as word 10 + i in
+    style 0 and 20 + i in style 1; every speaker says half the phrases, in their style, except speaker 0, who says
+    word 25 (style 1) for phrase 5 though their style is 0."""
+    rng = np.random.default_rng(0)
+    words = SpeakerWords(40)
+    style = [s % 2 for s in range(40)]
+    for s in range(40):
+        phrases = rng.choice(10, size=5, replace=False).tolist()
+        said = [(10 if style[s] == 0 else 20) + i for i in phrases]
+        if s == 0:
+            said = [w for w in said if w != 15] + [25]
+        words.set_words(s, [[1, 2, 3] + said])  # 1-3: words everyone says
+    row = words.bias_row(0)
+    assert row[25] > row[15]  # their own choice, against their style
+    never = [i for i in range(10) if i != 5 and 10 + i not in words.words_of(0)]
+    assert never and all(row[10 + i] > row[20 + i] for i in never)  # their style, from speakers like them
+    assert row[1:4].abs().max() < 1e-6  # words everyone says get nothing
