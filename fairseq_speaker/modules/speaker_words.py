@@ -93,6 +93,15 @@ class SpeakerWords(nn.Module):
         self.words: List[np.ndarray] = []
         self._forget()
 
+    def __deepcopy__(self, memo) -> "SpeakerWords":
+        """A copy with a speaker list of its own (a fit on a copy of the model adds its speaker there); the arrays of
+        words are shared, as nothing changes one in place."""
+        other = SpeakerWords(self.vocab, dataclasses.replace(self.options), self.ignored)
+        other.words = list(self.words)
+        other.train(self.training)
+        memo[id(self)] = other
+        return other
+
     # -- the speakers' words ---------------------------------------------------------------------------------
     @property
     def num_speakers(self) -> int:

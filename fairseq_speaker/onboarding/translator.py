@@ -37,6 +37,7 @@ from fairseq.tasks.fairseq_task import StatefulContainer
 import fairseq_speaker  # noqa: F401  (registers the task and the models)
 from fairseq_speaker.checkpoints import read_checkpoint
 from fairseq_speaker.data import preprocessing
+from fairseq_speaker.modules.speaker_words import speaker_words_of
 from fairseq_speaker.onboarding.adapt import SpeakerAdapter
 from fairseq_speaker.onboarding.prior import prior_of_checkpoint
 from fairseq_speaker.user_dir import check_registered
@@ -253,7 +254,8 @@ class SpeakerTranslator:
         pairs = self.encode_pairs(sources, targets)
         heldout = {name: self.encode_pairs(heldout_sources, heldout_targets)} if _as_list(heldout_sources) else None
         report = adapter.adapt({name: pairs}, heldout, replace=name in task.speaker_dictionary)[name]
-        return speaker_vectors(adapter.bias, [name], task.target_dictionary, model_label=self.checkpoint), report
+        return speaker_vectors(adapter.bias, [name], task.target_dictionary, model_label=self.checkpoint,
+                               words=speaker_words_of(model)), report
 
     @_serialized
     def update_speaker(self, name: str, sources: Sentences, targets: Sentences) -> FitReport:
@@ -267,7 +269,7 @@ class SpeakerTranslator:
 
         bias = adaptable_bias(self.model, self.task, self.checkpoint)
         return save_speaker_vectors(path, bias, list(names) if names is not None else self.speakers,
-                                    self.task.target_dictionary)
+                                    self.task.target_dictionary, words=speaker_words_of(self.model))
 
     @_serialized
     def speaker_vectors(self, names: Optional[Sequence[str]] = None) -> "SpeakerVectors":
@@ -276,7 +278,7 @@ class SpeakerTranslator:
 
         bias = adaptable_bias(self.model, self.task, self.checkpoint)
         return speaker_vectors(bias, list(names) if names is not None else self.speakers, self.task.target_dictionary,
-                               model_label=self.checkpoint)
+                               model_label=self.checkpoint, words=speaker_words_of(self.model))
 
     @_serialized
     def import_speakers(self, path: Union[str, "SpeakerVectors"], replace: bool = False) -> List[str]:

@@ -11,7 +11,9 @@ where the speaker is added (or, with ``--replace``, overwritten)::
 The file is a plain ``.npz`` (it loads with ``allow_pickle=False``): ``names`` (the speakers),
 ``param/<name>`` (``[n, ...]`` float32, one array per speaker parameter) and ``meta``, a JSON
 string: the format and its version, the variant, each parameter's row shape, the target
-dictionary's hash and size, and a SHA-1 of the bias's shared parameters and buffers. A
+dictionary's hash and size, and a SHA-1 of the bias's shared parameters and buffers; from a model that remembers
+its speakers' words (``fairseq-speaker-words``), also ``words/lengths`` (``[n]``) and ``words/ids`` (int32, each
+speaker's target word ids one after the other), which an import into a model that remembers words keeps. A
 speaker's rows only mean something with the same variant, target vocabulary and shared
 parameters (fact's weights mix the model's own shared bias vectors), so an import checks all
 of them (:func:`check_compatible`) and refuses a file written for another model.
@@ -35,6 +37,7 @@ from fairseq_speaker.atomic_write import atomic_path
 from fairseq_speaker.data import dictionary_hash
 from fairseq_speaker.errors import UserError, fail
 from fairseq_speaker.modules.speaker_bias import SpeakerBias
+from fairseq_speaker.modules.speaker_words import SpeakerWords, speaker_words_of
 from fairseq_speaker.onboarding.checkpoint import (
     OnboardingError,
     SpeakerCheckpoint,
@@ -50,6 +53,7 @@ logger = logging.getLogger(__name__)
 FORMAT = "fairseq-speaker-vectors"
 FORMAT_VERSION = 1
 PARAM_PREFIX = "param/"
+WORD_LENGTHS, WORD_IDS = "words/lengths", "words/ids"
 
 
 @dataclass
@@ -61,12 +65,14 @@ class SpeakerVectors:
         rows: speaker parameter name -> ``[len(names), ...]`` float32 array.
         meta: the file's metadata (see the module documentation).
         path: the file it was read from (for messages).
+        words: each speaker's target word ids, when the model they came from remembers its speakers' words.
     """
 
     names: List[str]
     rows: Dict[str, np.ndarray]
     meta: Dict
     path: str = "<memory>"
+    words: Optional[List[np.ndarray]] = None
 
     def tensors(self, names: Optional[Sequence[str]] = None) -> Dict[str, Tensor]:
         """The rows of ``names`` (default: every speaker, in file order) as tensors, as
@@ -128,20 +134,25 @@ def describe(bias: SpeakerBias, target_dictionary) -> Dict:
 # -- writing and reading ----------------------------------------------------------------------------
 
 
-def _arrays(names: Sequence[str], rows: Dict[str, np.ndarray], meta: Dict) -> Dict[str, np.ndarray]:
+def _arrays(names: Sequence[str], rows: Dict[str, np.ndarray], meta: Dict,
+            words: Optional[List[np.ndarray]] = None) -> Dict[str, np.ndarray]:
     """The arrays of a speaker vectors file (see the module documentation)."""
     arrays = {f"{PARAM_PREFIX}{key}": np.ascontiguousarray(value, dtype=np.float32) for key, value in rows.items()}
     arrays["names"] = np.array(list(names), dtype=str)
     arrays["meta"] = np.array(json.dumps(meta, sort_keys=True))
+    if words is not None:
+        arrays[WORD_LENGTHS] = np.array([len(w) for w in words], dtype=np.int64)
+        arrays[WORD_IDS] = (np.concatenate(words) if words else np.zeros(0)).astype(np.int32)
     return arrays
 
 
-def write_npz(path: str, names: Sequence[str], rows: Dict[str, np.ndarray], meta: Dict) -> None:
+def write_npz(path: str, names: Sequence[str], rows: Dict[str, np.ndarray], meta: Dict,
+              words: Optional[List[np.ndarray]] = None) -> None:
     """Write the file atomically (temp file, then ``os.replace``): a reader never sees half a file."""
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise OnboardingError(f"cannot write {path}: the folder {folder} does not exist")
-    arrays = _arrays(names, rows, meta)
+    arrays = _arrays(names, rows, meta, words)
     with atomic_path(path) as tmp, open(tmp, "wb") as f:
         np.savez(f, **arrays)
 
@@ -149,14 +160,15 @@ def write_npz(path: str, names: Sequence[str], rows: Dict[str, np.ndarray], meta
 def vectors_bytes(vectors: SpeakerVectors) -> bytes:
     """The bytes of the ``.npz`` file that :func:`write_npz` would write for ``vectors`` (to keep in a database)."""
     buffer = io.BytesIO()
-    np.savez(buffer, **_arrays(vectors.names, vectors.rows, vectors.meta))
+    np.savez(buffer, **_arrays(vectors.names, vectors.rows, vectors.meta, vectors.words))
     return buffer.getvalue()
 
 
 def speaker_vectors(bias: SpeakerBias, names: Sequence[str], target_dictionary,
-                    model_label: str = "") -> SpeakerVectors:
+                    model_label: str = "", words: Optional[SpeakerWords] = None) -> SpeakerVectors:
     """The rows of the speakers ``names`` of ``bias`` (looked up in ``bias.speaker_names``), in memory, with
-    the metadata a file of them carries (see :func:`save_speaker_vectors`)."""
+    the metadata a file of them carries (see :func:`save_speaker_vectors`), and their words in ``words`` (the
+    model's memory of its speakers' words, if it has one)."""
     where = model_label or "the model"
     if bias.speaker_names is None:
         raise OnboardingError(f"{where}: its speaker rows are not named, so its speakers cannot be exported by name")
@@ -175,18 +187,19 @@ def speaker_vectors(bias: SpeakerBias, names: Sequence[str], target_dictionary,
     rows = bias.export_speakers([ids[n] for n in names])
     meta = dict(describe(bias, target_dictionary), model=model_label, speakers=len(names))
     return SpeakerVectors(names, {key: value.float().cpu().numpy() for key, value in rows.items()}, meta,
-                          model_label or "<memory>")
+                          model_label or "<memory>",
+                          [words.words_of(ids[n]) for n in names] if words is not None else None)
 
 
 def save_speaker_vectors(path: str, bias: SpeakerBias, names: Sequence[str], target_dictionary,
-                         model_label: str = "") -> ExportSummary:
+                         model_label: str = "", words: Optional[SpeakerWords] = None) -> ExportSummary:
     """Write the rows of the speakers ``names`` of ``bias`` (looked up in ``bias.speaker_names``) to ``path``.
 
     ``target_dictionary`` is the model's (its hash goes in the file); ``model_label`` says where the
     speakers came from (a checkpoint path), for whoever reads the file.
     """
-    vectors = speaker_vectors(bias, names, target_dictionary, model_label)
-    write_npz(path, vectors.names, vectors.rows, vectors.meta)
+    vectors = speaker_vectors(bias, names, target_dictionary, model_label, words)
+    write_npz(path, vectors.names, vectors.rows, vectors.meta, vectors.words)
     per_speaker = bias.parameters_per_speaker()
     return ExportSummary(path, len(vectors.names), per_speaker, 4 * per_speaker, os.path.getsize(path))
 
@@ -255,7 +268,23 @@ def _read_vectors(source, path: str) -> SpeakerVectors:
             bad = [name for name, ok in zip(names, finite) if not ok]
             raise OnboardingError(f"{path}: parameter {key!r} of speaker(s) {_listing(bad)} holds NaN or infinite "
                                   f"values: export them again from a sound model, or leave them out")
-    return SpeakerVectors(names, rows, meta, path)
+    return SpeakerVectors(names, rows, meta, path, _read_words(arrays, names, meta, path))
+
+
+def _read_words(arrays: Dict[str, np.ndarray], names: List[str], meta: Dict, path: str) -> Optional[List[np.ndarray]]:
+    """The speakers' word ids of a file that has them (None for one that does not), checked."""
+    if WORD_LENGTHS not in arrays and WORD_IDS not in arrays:
+        return None
+    lengths, ids = arrays.get(WORD_LENGTHS), arrays.get(WORD_IDS)
+    vocab = meta.get("target_dictionary_size")
+    if lengths is None or ids is None or lengths.shape != (len(names),) or ids.ndim != 1 \
+            or not np.issubdtype(lengths.dtype, np.integer) or not np.issubdtype(ids.dtype, np.integer) \
+            or (lengths < 0).any() or int(lengths.sum()) != ids.size \
+            or (ids.size and (int(ids.min()) < 0 or not isinstance(vocab, int) or int(ids.max()) >= vocab)):
+        raise OnboardingError(f"{path}: its speakers' words ({WORD_LENGTHS}, {WORD_IDS}) do not add up to "
+                              f"{len(names)} speakers of word ids of the model's vocabulary: the file is damaged")
+    bounds = np.concatenate([[0], np.cumsum(lengths)])
+    return [ids[bounds[i]:bounds[i + 1]].astype(np.int64) for i in range(len(names))]
 
 
 #: a row whose largest value is this many times the model's own largest is reported
@@ -366,7 +395,8 @@ def export_command(args) -> str:
     checkpoint = _load(args)
     bias = checkpoint.check_adaptable()
     names = args.speakers if args.speakers is not None else checkpoint.speaker_names
-    summary = save_speaker_vectors(args.out, bias, names, checkpoint.task.target_dictionary, model_label=args.path)
+    summary = save_speaker_vectors(args.out, bias, names, checkpoint.task.target_dictionary, model_label=args.path,
+                                   words=speaker_words_of(checkpoint.model))
     return (f"exported {summary.speakers} speaker(s) of {args.path} ({variant_spelling(bias)} bias) to {args.out}\n"
             f"  per speaker: {summary.parameters_per_speaker:,} parameters, {_size(summary.bytes_per_speaker)} "
             f"(float32)\n  file: {_size(summary.file_bytes)}")
@@ -389,6 +419,10 @@ def import_vectors(vectors: SpeakerVectors, model, task, replace: bool = False,
         add_speakers(model, task, new, vectors.tensors(new))
     if known:
         replace_speakers(model, task, known, vectors.tensors(known))
+    words = speaker_words_of(model)
+    if words is not None and vectors.words is not None:  # the speakers' words came with their rows
+        for name, said in zip(vectors.names, vectors.words):
+            words.set_words(task.speaker_dictionary.index(name), [said])
     return new, known
 
 

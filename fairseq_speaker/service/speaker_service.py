@@ -203,8 +203,10 @@ class SpeakerService:
             return
         first = usable[0][1]
         rows = {key: np.concatenate([v.rows[key] for _, v in usable]) for key in first.rows}
+        # each speaker's words, where the rows came with them (a model that remembers its speakers' words wrote them)
+        words = [w for _, v in usable for w in (v.words if v.words is not None else [np.zeros(0, np.int64)] * len(v.names))]
         together = SpeakerVectors([r.name for r, _ in usable], rows, dict(first.meta, speakers=len(usable)),
-                                  f"{self.store.path}")
+                                  f"{self.store.path}", words)
         self.translator.import_speakers(together, replace=True)  # a deleted name's unused rows are overwritten
         self._imported.update(r.name for r, _ in usable)
         for record, _ in usable:

@@ -325,6 +325,8 @@ COMMAND_PROBES = {
          "{ckpt}: no speaker(s) 'nobody' (it has 8 speakers: 'spk000', 'spk001'"),
         (["import", "{data}", "--path", "{ckpt}", "--vectors", "{tmp}/none.npz", "--save", "{tmp}/o.pt"], 2,
          "speaker vectors not found: {tmp}/none.npz (fairseq-speaker-vectors export writes them)"),
+        (["import", "{data}", "--path", "{ckpt}", "--vectors", "{badwordsnpz}", "--save", "{tmp}/o.pt"], 2,
+         "{badwordsnpz}: its speakers' words (words/lengths, words/ids) do not add up to 8 speakers"),
         (["import", "{data}", "--path", "{ckpt}", "--vectors", "{garbage}", "--save", "{tmp}/o.pt"], 2,
          "{garbage}: not a .npz archive, so not a speaker vectors file"),
         (["import", "{data}", "--path", "{ckpt}", "--vectors", "{topics_nan}", "--save", "{tmp}/o.pt"], 2,
@@ -694,6 +696,16 @@ class Places:
     def make_otherwords(self):
         """A record of the speakers' words over another vocabulary than the model's."""
         return self._words("otherwords.pt", lambda record: record.update(vocab=99))
+
+    def make_badwordsnpz(self):
+        """A speaker vectors file of the shared model with its speakers' words, one word id beyond its vocabulary."""
+        out = self.path("words.npz")
+        vectors.main(["export", self["data"], "--path", self._words("sound.pt", lambda record: None), "--out", out])
+        with np.load(out) as loaded:
+            arrays = {key: loaded[key] for key in loaded.files}
+        arrays["words/ids"][-1] = 10 ** 6
+        np.savez(out, **arrays)
+        return out
 
     def make_lstmbase(self):
         return self.request.getfixturevalue("trained")("lstm_base")

@@ -1,8 +1,11 @@
 """fairseq-speaker-words: a checkpoint that remembers its speakers' words, decoded by fairseq's commands with each
 hypothesis's speaker, and kept up to date by onboarding."""
 
+import dataclasses
 import os
 from collections import defaultdict
+
+import numpy as np
 
 import pytest
 import torch
@@ -119,11 +122,36 @@ def test_onboarding_gives_a_new_speaker_their_words_and_an_update_adds_its_own(r
     trained = translator.speakers[0]
     translator.update_speaker(trained, ["i am happy ."], ["je suis contente ."])
     assert set(memory.words_of(0).tolist()) == set(trained_words[0]) | {dictionary.index("contente")}
-    # rows replaced from a vectors file were estimated from other sentences: their words are forgotten
+    lee = set(memory.words_of(row).tolist())
+    # a vectors file carries the words with the rows; rows replaced from a file without words lose theirs
     translator.export_speakers(str(tmp_path / "lee.npz"), ["dr-lee"])
+    with np.load(str(tmp_path / "lee.npz")) as exported:
+        assert set(exported["words/ids"].tolist()) == lee and exported["words/lengths"].tolist() == [len(lee)]
+    memory.forget([row])
     translator.import_speakers(str(tmp_path / "lee.npz"), replace=True)
+    assert set(memory.words_of(row).tolist()) == lee
+    translator.import_speakers(dataclasses.replace(translator.speaker_vectors(["dr-lee"]), words=None), replace=True)
     assert memory.words_of(row).tolist() == []
     saved = str(tmp_path / "onboarded.pt")
     translator.save(saved)
     back = from_state(torch.load(saved, weights_only=False)["model"][CHECKPOINT_KEY], len(dictionary), saved)
     assert back.num_speakers == 9 and set(back.words_of(0).tolist()) == set(memory.words_of(0).tolist())
+
+
+def test_a_speaker_onboarded_through_the_service_has_their_words_in_every_process_sharing_the_store(remembered, toy,
+                                                                                                   tmp_path):
+    from fairseq_speaker.service.store import SpeakerStore
+    from tests.integration.test_service import AUTH, MORE, PAIRS, _client, _translator
+
+    _, out, _ = remembered
+    store = str(tmp_path / "speakers.db")
+    one, other = _translator(out, toy), _translator(out, toy)
+    dictionary = one.task.target_dictionary
+    said = {dictionary.index(w) for t in PAIRS["targets"] + MORE["targets"] for w in t.split()} | {dictionary.eos()}
+    with _client(one, SpeakerStore(store)) as first, _client(other, SpeakerStore(store)) as second:
+        assert first.put("/speakers/dr-lee", json=PAIRS, headers=AUTH).status_code == 201
+        assert first.post("/speakers/dr-lee/sentences", json=MORE, headers=AUTH).status_code == 200
+        assert second.get("/speakers/dr-lee").json()["sentences"] == 3  # the other process reads the store
+        for translator in (one, other):
+            row = translator.task.speaker_dictionary.index("dr-lee")
+            assert set(speaker_words_of(translator.model).words_of(row).tolist()) == said
