@@ -22,11 +22,13 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Dict, List, Optional, Sequence
 
+import torch
 from fairseq.data import Dictionary
 
 from fairseq_speaker.checkpoints import read_checkpoint
 from fairseq_speaker.data import SpeakerDictionary
 from fairseq_speaker.errors import command
+from fairseq_speaker.modules.speaker_words import CHECKPOINT_KEY as WORDS_KEY
 from fairseq_speaker.onboarding.checkpoint import OnboardingError, onboarded_speakers, onboarding_complete
 from fairseq_speaker.runtime import add_runtime_arguments, configure_output
 from fairseq_speaker.user_dir import add_user_dir_argument, check_registered, import_user_dir
@@ -56,6 +58,7 @@ class SpeakerListing:
     mean_speaker: str  # what the mean speaker is, in words
     speakers: List[Speaker]
     onboarding_known: bool  # whether the checkpoint says which speakers were onboarded
+    words: Optional[int] = None  # how many speakers' words the checkpoint remembers (fairseq-speaker-words); None: none
 
     def count(self, kind: str) -> int:
         return sum(s.kind == kind for s in self.speakers)
@@ -152,7 +155,14 @@ def list_speakers(path: str, data: Optional[str] = None) -> SpeakerListing:
         parameters_per_speaker=per_speaker, shared_parameters=shared,
         unknown_speaker=str(task_options.get("unknown_speaker") or "mean"),
         mean_speaker=_mean_speaker(variant, per_speaker, bias, len(names), mean_of),
-        speakers=speakers, onboarding_known=onboarded is not None and complete)
+        speakers=speakers, onboarding_known=onboarded is not None and complete, words=_remembered(state["model"]))
+
+
+def _remembered(model: Dict) -> Optional[int]:
+    """How many speakers a checkpoint's memory of its speakers' words knows words of (None: it has none)."""
+    record = model.get(WORDS_KEY)
+    lengths = record.get("lengths") if isinstance(record, dict) else None
+    return int((lengths > 0).sum()) if torch.is_tensor(lengths) else None
 
 
 def _speaker_dictionary(state: dict, path: str, data: Optional[str]) -> SpeakerDictionary:
@@ -218,7 +228,9 @@ def summary(listing: SpeakerListing) -> str:
                  "trained or onboarded: not recorded by this checkpoint")
     return (f"{total} speakers ({kinds}); variant {listing.variant} ({listing.arch}), "
             f"{listing.parameters_per_speaker:,} parameters per speaker, {listing.shared_parameters:,} shared; "
-            f"unknown speakers: {listing.unknown_speaker} ({_policy(listing)})")
+            f"unknown speakers: {listing.unknown_speaker} ({_policy(listing)})"
+            + (f"; the words of {listing.words} speakers remembered (fairseq-speaker-words)"
+               if listing.words is not None else ""))
 
 
 def _policy(listing: SpeakerListing) -> str:

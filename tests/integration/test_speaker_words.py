@@ -53,6 +53,9 @@ def test_the_checkpoint_keeps_every_training_speakers_words_and_nothing_else_cha
     assert memory.num_speakers == len(names) == 8
     for row, name in enumerate(names):
         assert set(memory.words_of(row).tolist()) == said[name], name
+    listed = run("fairseq-speaker-speakers", [out]).stdout.splitlines()[0]
+    assert listed.endswith("; the words of 8 speakers remembered (fairseq-speaker-words)")
+    assert "remembered" not in run("fairseq-speaker-speakers", [checkpoint]).stdout
 
 
 def test_generation_with_zero_weight_is_the_checkpoints_own(remembered, toy, tmp_path):

@@ -132,6 +132,7 @@ SPEAKER_PARSERS = {
     "fairseq-speaker-vectors": _parser("fairseq_speaker.onboarding.vectors"),
     "fairseq-speaker-speakers": _speakers,
     "fairseq-speaker-refit": _parser("fairseq_speaker.onboarding.refit"),
+    "fairseq-speaker-words": _parser("fairseq_speaker.onboarding.words"),
     "fairseq-speaker-onboarding-eval": _parser("fairseq_speaker.onboarding.evaluate"),
     "fairseq-speaker-report": _parser("fairseq_speaker.analysis.report"),
     "fairseq-speaker-benchmark": _parser("fairseq_speaker.benchmarks.training"),
