@@ -27,7 +27,7 @@ import math
 import os
 import sys
 import time
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -53,6 +53,27 @@ def training_sentences(task, subset: str) -> Dict[str, List[Pair]]:
         item = dataset[i]
         out.setdefault(names[speaker], []).append((item["source"], item["target"]))
     return out
+
+
+def open_with_sentences(args) -> Tuple[SpeakerCheckpoint, Dict[str, List[Pair]]]:
+    """The checkpoint ``args.path`` opened on ``args.data`` (after ``args.user_dir``'s registrations), and the
+    sentence pairs of its speakers in the split ``args.subset``; a message when either cannot be."""
+    if args.user_dir:
+        from fairseq import utils
+
+        utils.import_user_module(argparse.Namespace(user_dir=args.user_dir))
+    import fairseq_speaker  # noqa: F401  (registers the task and models)
+
+    checkpoint = SpeakerCheckpoint.load(args.path, data=args.data)
+    checkpoint.check_adaptable()
+    try:
+        sentences = training_sentences(checkpoint.task, args.subset)
+    except (FileNotFoundError, UserError):
+        raise OnboardingError(f"{args.data}: no binarized {args.subset!r} split; --subset names the split the "
+                              f"speakers were trained on (default: train)") from None
+    if not sentences:
+        raise OnboardingError(f"{args.data}: the {args.subset!r} split has no sentence of a speaker the model knows")
+    return checkpoint, sentences
 
 
 def fit_jointly(adapter: SpeakerAdapter, sentences: Dict[str, List[Pair]], rows: Dict[str, Dict[str, Tensor]],
@@ -262,21 +283,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     if os.path.abspath(args.save) == os.path.abspath(args.path):
         parser.error("--save must not be the checkpoint given by --path: write the refitted model to a new file")
     start_threads(args.threads)
-    if args.user_dir:
-        from fairseq import utils
-
-        utils.import_user_module(argparse.Namespace(user_dir=args.user_dir))
-    import fairseq_speaker  # noqa: F401  (registers the task and models)
-
-    checkpoint = SpeakerCheckpoint.load(args.path, data=args.data)
-    checkpoint.check_adaptable()
-    try:
-        sentences = training_sentences(checkpoint.task, args.subset)
-    except (FileNotFoundError, UserError):
-        raise OnboardingError(f"{args.data}: no binarized {args.subset!r} split; --subset names the split the "
-                              f"speakers were trained on (default: train)") from None
-    if not sentences:
-        raise OnboardingError(f"{args.data}: the {args.subset!r} split has no sentence of a speaker the model knows")
+    checkpoint, sentences = open_with_sentences(args)
     adapter = SpeakerAdapter(checkpoint.model, checkpoint.task, FitOptions(max_iter=args.max_iter),
                              batch_sentences=args.batch_sentences, max_unknown_rate=1.0)
     start = time.perf_counter()

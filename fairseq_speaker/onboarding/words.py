@@ -18,11 +18,10 @@ import os
 import time
 from typing import Optional, Sequence
 
-from fairseq_speaker.errors import UserError, command
+from fairseq_speaker.errors import command
 from fairseq_speaker.modules import speaker_words
 from fairseq_speaker.modules.speaker_words import SpeakerWords, WordOptions
-from fairseq_speaker.onboarding.checkpoint import OnboardingError, SpeakerCheckpoint
-from fairseq_speaker.onboarding.refit import training_sentences
+from fairseq_speaker.onboarding.refit import open_with_sentences
 from fairseq_speaker.runtime import add_runtime_arguments, check_threads, configure_output, start_threads
 
 
@@ -54,7 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "speaker files)")
     parser.add_argument("--path", required=True, help="the trained checkpoint")
     parser.add_argument("--save", required=True, help="where to write the checkpoint with its speakers' words (a new file)")
-    parser.add_argument("--subset", default="train", help="the split whose target sentences are remembered")
+    parser.add_argument("--subset", default="train", help="the split whose target sentences are remembered (the one the "
+                        "speakers were trained on)")
     parser.add_argument("--weight", type=_non_negative, default=defaults.weight,
                         help="nats per unit of log ratio of a speaker's rate of a word to everyone's (0: no effect)")
     parser.add_argument("--window", type=_non_negative, default=defaults.window,
@@ -90,22 +90,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     if os.path.abspath(args.save) == os.path.abspath(args.path):
         parser.error("--save must not be the checkpoint given by --path: write the new model to a new file")
     start_threads(args.threads)
-    if args.user_dir:
-        from fairseq import utils
-
-        utils.import_user_module(argparse.Namespace(user_dir=args.user_dir))
-    import fairseq_speaker  # noqa: F401  (registers the task and models)
-
     start = time.perf_counter()
-    checkpoint = SpeakerCheckpoint.load(args.path, data=args.data)
-    checkpoint.check_adaptable()
-    try:
-        sentences = training_sentences(checkpoint.task, args.subset)
-    except (FileNotFoundError, UserError):
-        raise OnboardingError(f"{args.data}: no binarized {args.subset!r} split; --subset names a split of the "
-                              f"speakers' sentences (default: train)") from None
-    if not sentences:
-        raise OnboardingError(f"{args.data}: the {args.subset!r} split has no sentence of a speaker the model knows")
+    checkpoint, sentences = open_with_sentences(args)
     dictionary = checkpoint.task.target_dictionary
     options = WordOptions(weight=args.weight, window=args.window, own=args.own, neighbours=args.neighbours,
                           k=args.neighbours_k, power=args.power, evidence=args.evidence)

@@ -203,7 +203,7 @@ COMMAND_PROBES = {
         (["{data}", "--path", "{ckpt}", "--save", "{ckpt}"], 2, "--save must not be the checkpoint given by --path"),
         (["{tmp}/nowhere", "--path", "{ckpt}", "--save", "{tmp}/o.pt"], 2, "data directory not found: {tmp}/nowhere"),
         (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--subset", "nosuch"], 2,
-         "no binarized 'nosuch' split; --subset names a split"),
+         "no binarized 'nosuch' split; --subset names the split"),
         (["{data}", "--path", "{ckpt}", "--save", "{tmp}/gone/o.pt"], 2, "cannot write {tmp}/gone/o.pt: the folder"),
         (["{data}", "--path", "{badwords}", "--save", "{tmp}/o.pt"], 2,
          "are damaged (their word ids do not add up to their speakers' counts"),

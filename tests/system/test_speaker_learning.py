@@ -7,6 +7,10 @@ import subprocess
 import sys
 
 import pytest
+import sacrebleu
+
+from fairseq_speaker.analysis.speaker_words import read_traits, trait_accuracy
+from fairseq_speaker.toy import demo
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -48,3 +52,15 @@ def test_lstm_speaker_learns_the_styles_better_than_the_papers_factored_bias(tmp
     assert speaker["bleu"] >= fact["bleu"] - 0.2, (speaker["bleu"], fact["bleu"])
     for row in (fact, speaker):
         assert row["traits"]["gender"] > 0.99 and row["traits"]["address"] > 0.99, row
+    # the speakers' words (docs/speaker_learning.md): measured on the paper's model at 15 epochs, 65.7% -> 91.8% of
+    # the style words and BLEU 94.31 -> 98.56
+    checkpoint = os.path.join(workdir, "checkpoints", "lstm_fact_bias", "checkpoint_best.pt")
+    remembered = str(tmp_path / "words.pt")
+    subprocess.run([os.path.join(os.path.dirname(sys.executable), "fairseq-speaker-words"), os.path.join(workdir, "bin"),
+                    "--path", checkpoint, "--save", remembered, "--threads", "2"], check=True)
+    hypotheses = demo.translate(workdir, os.path.join(workdir, "bin"), "lstm_fact_bias_words", remembered, 2)
+    traits = trait_accuracy(hypotheses, read_traits(os.path.join(workdir, "raw", "test.traits")))
+    references = [line.rstrip("\n") for line in open(os.path.join(workdir, "raw", "test.fr"), encoding="utf-8")]
+    bleu = sacrebleu.corpus_bleu(hypotheses, [references], tokenize="none").score
+    assert traits["style"] > fact["traits"]["style"] + 0.10 and traits["style"] > 0.85, (traits, fact["traits"])
+    assert bleu >= fact["bleu"] and traits["gender"] > 0.99 and traits["address"] > 0.99, (bleu, traits)
