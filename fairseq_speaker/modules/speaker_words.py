@@ -35,6 +35,7 @@ vectors file lose theirs (the words were another estimate's).
 import dataclasses
 import logging
 import math
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Optional, Sequence
 
@@ -50,12 +51,14 @@ logger = logging.getLogger(__name__)
 #: where a checkpoint keeps the memory (the model's state dict)
 CHECKPOINT_KEY = "decoder.speaker_words._extra_state"
 FORMAT_VERSION = 1
+#: speakers whose bias rows (V floats each) are kept between batches
+CACHED_ROWS = 256
 
 
 @dataclass
 class WordOptions:
-    """The estimator's constants (the module docstring's equation). The defaults were chosen on the valid split of
-    the styles corpus (docs/speaker_learning.md) and kept for every corpus."""
+    """The estimator's constants (the module docstring's equation). The defaults were chosen on the styles corpus
+    (docs/speaker_learning.md, "How the options were chosen"); no other corpus was measured."""
 
     weight: float = 5.0
     window: float = 2.0
@@ -144,7 +147,7 @@ class SpeakerWords(nn.Module):
 
     # -- the estimate -----------------------------------------------------------------------------------------
     def _forget(self) -> None:
-        self._rows: Dict[int, Tensor] = {}
+        self._rows: "OrderedDict[int, Tensor]" = OrderedDict()  # the last CACHED_ROWS speakers' bias rows
         self._index = None
 
     def _built(self):
@@ -168,6 +171,7 @@ class SpeakerWords(nn.Module):
         """Speaker ``row``'s bias over the vocabulary ``[V]`` (zeros for a speaker of no known words)."""
         cached = self._rows.get(row)
         if cached is not None:
+            self._rows.move_to_end(row)
             return cached
         o = self.options
         if not len(self.words_of(row)) or o.weight == 0:
@@ -192,6 +196,8 @@ class SpeakerWords(nn.Module):
             bias[~anyone] = 0.0
             out = torch.from_numpy(bias.astype(np.float32))
         self._rows[row] = out
+        while len(self._rows) > CACHED_ROWS:
+            self._rows.popitem(last=False)
         return out
 
     def bias(self, speakers: Tensor) -> Tensor:

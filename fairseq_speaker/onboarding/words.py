@@ -105,3 +105,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     counts = sorted(len(words.words_of(speakers.index(name))) for name in sentences)
     print(f"the words of {len(sentences)} speakers ({counts[len(counts) // 2]} distinct words each on median) "
           f"remembered in {time.perf_counter() - start:.1f} s; saved to {args.save}")
+
+
+if __name__ == "__main__":
+    main()
