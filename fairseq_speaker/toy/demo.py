@@ -34,6 +34,8 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
+import sys
 import time
 from typing import Callable, Dict, List, Optional, Sequence
 
@@ -113,6 +115,25 @@ def train(workdir: str, data: str, system: str, args, extra: Sequence[str] = (),
 def system_name(system: str) -> str:
     """The name of a system's files (``transformer_base:fact+topic`` -> ``transformer_base-fact+topic``)."""
     return system.replace(":", "-")
+
+
+#: the suffix of a system decoded with its speakers' words (``--words``)
+WORDS = "+words"
+
+
+def remember_words(data: str, checkpoint: str, threads: int) -> Optional[str]:
+    """``checkpoint`` with its speakers' words (``fairseq-speaker-words`` on the training split), written beside it;
+    None for a model whose speakers have no parameters of their own (a speaker-agnostic or speaker-token one)."""
+    from fairseq_speaker.onboarding.speakers import list_speakers
+
+    listing = list_speakers(checkpoint)
+    if not listing.parameters_per_speaker or listing.variant == "spk_token":
+        return None
+    out = os.path.join(os.path.dirname(checkpoint), "words.pt")
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    subprocess.run([sys.executable, "-m", "fairseq_speaker.onboarding.words", data, "--path", checkpoint, "--save", out,
+                    "--threads", str(threads)], check=True, env=env, stdout=subprocess.DEVNULL)
+    return out
 
 
 def output_path(workdir: str, system: str, beam: int = DEFAULT_BEAM) -> str:
@@ -199,6 +220,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "professions, and the Bayes oracle in the table (default: 0, the default corpus)")
     parser.add_argument("--deviation", type=float, default=DEFAULT_DEVIATION, metavar="P",
                         help="with --styles: the probability that a speaker leaves their style on a phrase")
+    parser.add_argument("--words", action="store_true",
+                        help="also decode each system whose speakers have parameters of their own with its speakers' "
+                        "words (fairseq-speaker-words): a row SYSTEM+words each")
     parser.add_argument("--topics", type=int, default=8, help="topics of the source-side topic model")
     parser.add_argument("--seed", type=int, default=1)
     add_runtime_arguments(parser, threads_help="CPU threads of each training and decoding (one at a time; "
@@ -262,14 +286,20 @@ def main(argv=None) -> None:
               f"(beam{'s' if len(args.beams) > 1 else ''} {beams})", flush=True)
         checkpoint = train(args.workdir, data, system, args)
         trained = time.time() - t0
-        for beam in args.beams:
-            t1 = time.time()
-            hypotheses = translate(args.workdir, data, system, checkpoint, args.threads, beam)
-            bleu = sacrebleu.corpus_bleu(hypotheses, [references], tokenize="none", force=True)
-            rows.append({"system": system, "beam": beam, "bleu": bleu.score,
-                         "traits": trait_accuracy(hypotheses, traits), "seconds": round(trained + time.time() - t1, 1)})
-            print(f"[demo] {system}{f', beam {beam}' if several else ''}: BLEU {bleu.score:.2f}, speaker words "
-                  f"right {100 * rows[-1]['traits']['all']:.1f}% ({rows[-1]['seconds']} s)", flush=True)
+        decoded = [(system, checkpoint)]
+        if args.words:
+            remembered = remember_words(data, checkpoint, args.threads)
+            if remembered is not None:
+                decoded.append((system + WORDS, remembered))
+        for name, path in decoded:
+            for beam in args.beams:
+                t1 = time.time()
+                hypotheses = translate(args.workdir, data, name, path, args.threads, beam)
+                bleu = sacrebleu.corpus_bleu(hypotheses, [references], tokenize="none", force=True)
+                rows.append({"system": name, "beam": beam, "bleu": bleu.score, "traits": trait_accuracy(hypotheses, traits),
+                             "seconds": round(trained + time.time() - t1, 1)})
+                print(f"[demo] {name}{f', beam {beam}' if several else ''}: BLEU {bleu.score:.2f}, speaker words "
+                      f"right {100 * rows[-1]['traits']['all']:.1f}% ({rows[-1]['seconds']} s)", flush=True)
 
     table = format_table(rows + oracle_rows(ceilings(os.path.join(args.workdir, "raw"))), beams=several)
     with open(os.path.join(args.workdir, "results.md"), "w", encoding="utf-8") as f:

@@ -43,6 +43,18 @@ def test_every_system_is_decoded_with_every_beam_beside_the_oracles(tmp_path):
     assert not any("'_name':" in line or "wav2vec" in line for line in said)
 
 
+def test_words_adds_a_row_for_each_system_whose_speakers_have_parameters(tmp_path):
+    work = tmp_path / "demo"
+    proc = run("fairseq-speaker-demo", ["--workdir", str(work), *TINY, "--archs", "lstm_base", "lstm_fact_bias",
+                                        "--words"])
+    rows = json.loads((work / "results.json").read_text())
+    assert [r["system"] for r in rows] == ["lstm_base", "lstm_fact_bias", "lstm_fact_bias+words"]
+    assert (work / "checkpoints" / "lstm_fact_bias" / "words.pt").exists()
+    assert not (work / "checkpoints" / "lstm_base" / "words.pt").exists()
+    assert "| lstm_fact_bias+words | " in proc.stdout and "(fairseq-speaker-words)" in run(
+        "fairseq-speaker-speakers", [str(work / "checkpoints" / "lstm_fact_bias" / "words.pt")]).stdout
+
+
 def test_the_time_left_is_the_mean_time_of_the_systems_done_times_those_left():
     assert time_left(1, 16, 120.0) == "system 2 of 16, about 30 min left"
     assert time_left(4, 6, 480.0) == "system 5 of 6, about 4 min left"
