@@ -481,11 +481,20 @@ class SpeakerModelMixin:
         state_dict = dict(state_dict)
         words = state_dict.pop(speaker_words.CHECKPOINT_KEY, None)
         if words is not None:  # the speakers' words (fairseq-speaker-words): checked before any parameter is loaded
-            words = speaker_words.from_state(words, len(self.decoder.dictionary), "the checkpoint")
+            names = (state_dict.get(SPEAKER_NAMES_KEY) or {}).get("speakers")
+            words = speaker_words.from_state(words, len(self.decoder.dictionary), "the checkpoint",
+                                             speakers=len(names) if names is not None else bias.num_speakers)
+        elif not strict:  # a partial load (fairseq's EMA copies parameters so) keeps the memory the model has
+            words = speaker_words.speaker_words_of(self)
+        speaker_words.attach(self, None)  # the state dict loaded below has no key of it
         result = self._load_speakers(state_dict, strict=strict, model_cfg=model_cfg, args=args)
         speaker_words.attach(self, words)
-        if words is not None:
+        if words is not None:  # rows added after the checkpoint's (new speakers of the data) know no words yet
+            known = words.num_speakers
             words.resize(bias.num_speakers)
+            if bias.num_speakers > known:
+                logger.info(f"{bias.num_speakers - known} speaker(s) added after the checkpoint's know no words: "
+                            f"fairseq-speaker-words on the trained model gives them theirs")
         return result
 
     def _load_speakers(self, state_dict, strict=True, model_cfg=None, args=None):

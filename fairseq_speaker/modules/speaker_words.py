@@ -4,11 +4,12 @@ and the speakers most like them said (``fairseq-speaker-words``; docs/speaker_le
 A speaker's r numbers are a point estimate from a few sentences, learned by gradient among millions of shared
 weights, and they keep far less of those sentences than the sentences say: a speaker who said "la bécane" once says
 it again, and the speakers who chose as they did elsewhere show what they will choose for words they never said.
-This memory keeps both, in closed form, for any variant. With x_s(w) = 1 when speaker s said word w in their
+This memory keeps both, in closed form, for any variant whose speakers have parameters of their own. With x_s(w) = 1 when speaker s said word w in their
 sentences, S the speakers with sentences, df(w) the speakers who said w and p(w) = max(df(w), 1) / S::
 
     sim(s, t) = cos(x_s * idf, x_t * idf)           idf(w) = log(S / df(w))
     n_s(w)    = sum_t sim(s, t)^power x_t(w) / sum_t sim(s, t)^power      over the k speakers t most like s
+                (p(w) for a speaker whose words no other speaker shares)
     p_s(w)    = own * x_s(w) + neighbours * n_s(w) + (1 - own - neighbours) * p(w)
     bias_s(w) = weight * m_s / (m_s + evidence) * log(p_s(w) / p(w))
                 (0 for words no speaker said, and for speakers without sentences)
@@ -23,7 +24,8 @@ al., 1994) and everyone's; the bias is its log ratio to everyone's rate, so a wo
 is not a distribution over the next word: added to every logit it would put a speaker's nouns anywhere. At each
 generation step it is added to the words within ``window`` nats of the step's most probable word only, so it
 chooses among what the network proposes there (the article's noun, a synonym, the participle's agreement) and never
-proposes a word itself. Teacher-forced passes (training, validation, scoring) do not use it.
+proposes a word itself. Teacher-forced passes (training, the validation loss, scoring a reference) do not use it;
+generation does, ``fairseq-train --eval-bleu`` included.
 
 Per speaker: the ids of the distinct words they said (their sentences' vocabulary), no parameters. In a checkpoint
 the memory is the extra state of ``decoder.speaker_words`` (:data:`CHECKPOINT_KEY`); a checkpoint without it
@@ -110,7 +112,8 @@ class SpeakerWords(nn.Module):
     def num_speakers(self) -> int:
         return len(self.words)
 
-    def _ids(self, tokens: Iterable) -> np.ndarray:
+    def ids(self, tokens: Iterable) -> np.ndarray:
+        """The sorted distinct ids of ``tokens`` (id tensors or lists) this memory keeps: in the vocabulary, not ignored."""
         ids = [np.asarray(t.tolist() if isinstance(t, Tensor) else t, dtype=np.int64).reshape(-1) for t in tokens]
         ids = np.unique(np.concatenate(ids)) if ids else np.zeros(0, dtype=np.int64)
         ids = ids[(ids >= 0) & (ids < self.vocab)]
@@ -128,7 +131,7 @@ class SpeakerWords(nn.Module):
         """Speaker ``row``'s words are those of ``sentences`` (token id tensors or lists) alone."""
         if row >= self.num_speakers:
             self.resize(row + 1)
-        self.words[row] = self._ids(sentences)
+        self.words[row] = self.ids(sentences)
         self._forget()
 
     def add_words(self, row: int, sentences: Iterable) -> None:
@@ -182,10 +185,10 @@ class SpeakerWords(nn.Module):
             similarity[row] = 0.0
             similarity = np.maximum(similarity, 0.0)
             k = min(o.k, self.num_speakers - 1)
-            neighbours = np.zeros(self.vocab, dtype=np.float64)
+            neighbours = p  # a speaker like no other: everyone's rate
             if k > 0:
                 nearest = np.argpartition(-similarity, k - 1)[:k]
-                weights = similarity[nearest] ** o.power
+                weights = np.where(similarity[nearest] > 0, similarity[nearest] ** o.power, 0.0)
                 if weights.sum() > 0:
                     neighbours = np.asarray(weights @ x[nearest].todense()).reshape(-1) / weights.sum()
             own = np.zeros(self.vocab, dtype=np.float64)
@@ -225,9 +228,10 @@ class SpeakerWords(nn.Module):
         self._forget()
 
 
-def from_state(state, vocab: int, where: str) -> SpeakerWords:
+def from_state(state, vocab: int, where: str, speakers: Optional[int] = None) -> SpeakerWords:
     """The memory saved as ``state`` (:meth:`SpeakerWords.get_extra_state`), checked against a target vocabulary of
-    ``vocab`` words; a :class:`UserError` naming ``where`` when it cannot be this model's."""
+    ``vocab`` words and a table of ``speakers`` rows (None: any); a :class:`UserError` naming ``where`` when it cannot
+    be this model's."""
     def bad(what: str) -> UserError:
         return UserError(f"{where}: its speakers' words ({CHECKPOINT_KEY}) {what}; write them again with "
                          f"fairseq-speaker-words from the checkpoint without them")
@@ -243,19 +247,27 @@ def from_state(state, vocab: int, where: str) -> SpeakerWords:
     options = state["options"]
     if not isinstance(options, dict) or not set(options) <= known:
         raise bad(f"have options {sorted(options) if isinstance(options, dict) else options!r}, not {sorted(known)}")
-    lengths, ids = state["lengths"], state["words"]
-    if not isinstance(lengths, Tensor) or not isinstance(ids, Tensor) or lengths.dim() != 1 or ids.dim() != 1 \
-            or int(lengths.sum()) != ids.numel() or bool((lengths < 0).any()) \
-            or (ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab)):
+    lengths, ids, ignored = state["lengths"], state["words"], state.get("ignored", [])
+    if not _ids_tensor(lengths) or not _ids_tensor(ids) or int(lengths.sum()) != ids.numel() \
+            or bool((lengths < 0).any()) or (ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab)) \
+            or not isinstance(ignored, (list, tuple)) \
+            or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < vocab for i in ignored):
         raise bad("are damaged (their word ids do not add up to their speakers' counts, or name no word of the model)")
+    if speakers is not None and len(lengths) != speakers:
+        raise bad(f"are of {len(lengths)} speakers, and the checkpoint's speaker table has {speakers}")
     try:
-        words = SpeakerWords(vocab, WordOptions(**options), state.get("ignored", ()))
-    except UserError as e:
+        words = SpeakerWords(vocab, WordOptions(**options), ignored)
+    except (UserError, TypeError) as e:
         raise bad(f"have bad options ({e})") from None
-    bounds = np.concatenate([[0], np.cumsum(lengths.numpy())])
+    bounds = np.concatenate([[0], np.cumsum(lengths.numpy().astype(np.int64))])
     flat = ids.numpy().astype(np.int64)
     words.words = [np.unique(flat[bounds[i]:bounds[i + 1]]) for i in range(len(lengths))]
     return words
+
+
+def _ids_tensor(x) -> bool:
+    """Whether ``x`` is a 1-d tensor of integers (not booleans), as a record's lengths and ids are."""
+    return isinstance(x, Tensor) and x.dim() == 1 and x.dtype in (torch.int8, torch.int16, torch.int32, torch.int64)
 
 
 def speaker_words_of(model) -> Optional[SpeakerWords]:

@@ -40,6 +40,7 @@ from typing import Dict, List, Optional, Sequence
 import sacrebleu
 import torch
 
+from fairseq_speaker.modules.speaker_words import speaker_words_of
 from fairseq_speaker.atomic_write import atomic_path, make_folder, write_json, write_text
 from fairseq_speaker.data import check_utf8
 from fairseq_speaker.errors import UserError, fail
@@ -176,6 +177,9 @@ def evaluate(translator, sources: List[str], targets: List[str], labels: List[st
                                         beam=beam, **generation)
         finally:
             task_log.setLevel(level)
+        words = speaker_words_of(translator.model)
+        if words is not None and n > 0:  # the next n's speakers are these people again: not their own neighbours
+            words.forget([known.index(name) for name in names.values()])
         row = {"n": n, "bleu": sacrebleu.corpus_bleu(hyps, [references], tokenize=tokenize, force=True).score,
                "adapt_seconds": round(adapt_seconds, 3), "translate_seconds": round(time.perf_counter() - start, 3)}
         if traits is not None:

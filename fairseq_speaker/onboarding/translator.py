@@ -290,6 +290,23 @@ class SpeakerTranslator:
         import_vectors(vectors, self.model, self.task, replace, where=self.checkpoint)
         return list(vectors.names)
 
+    def sentence_words(self, pairs: Sequence[Tuple[str, str]]):
+        """The word ids of the translations of raw sentence ``pairs`` as the model's memory of its speakers' words
+        keeps a speaker's (``fairseq-speaker-words``); None for a model without one."""
+        words = speaker_words_of(self.model)
+        if words is None or not pairs:
+            return None
+        encoded = self.encode_pairs([source for source, _ in pairs], [target for _, target in pairs])
+        return words.ids([target for _, target in encoded])
+
+    @_serialized
+    def forget_words(self, names: Sequence[str]) -> None:
+        """The model's memory of its speakers' words (``fairseq-speaker-words``; nothing without one) forgets those
+        of ``names``: a speaker deleted from a service must not shape the others' neighbours."""
+        words = speaker_words_of(self.model)
+        if words is not None:
+            words.forget([i for i in map(self.task.speaker_dictionary.index, names) if i is not None])
+
     @_serialized
     def save(self, path: str) -> None:
         """Write a checkpoint with every speaker added here, for fairseq-generate / fairseq-interactive."""

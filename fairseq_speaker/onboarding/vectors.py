@@ -283,7 +283,7 @@ def _read_words(arrays: Dict[str, np.ndarray], names: List[str], meta: Dict, pat
             or (ids.size and (int(ids.min()) < 0 or not isinstance(vocab, int) or int(ids.max()) >= vocab)):
         raise OnboardingError(f"{path}: its speakers' words ({WORD_LENGTHS}, {WORD_IDS}) do not add up to "
                               f"{len(names)} speakers of word ids of the model's vocabulary: the file is damaged")
-    bounds = np.concatenate([[0], np.cumsum(lengths)])
+    bounds = np.concatenate([[0], np.cumsum(lengths.astype(np.int64))])
     return [ids[bounds[i]:bounds[i + 1]].astype(np.int64) for i in range(len(names))]
 
 

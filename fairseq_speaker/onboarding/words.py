@@ -100,11 +100,20 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     speakers = checkpoint.task.speaker_dictionary
     for name, pairs in sentences.items():
         words.set_words(speakers.index(name), [target for _, target in pairs])
+    before = speaker_words.speaker_words_of(checkpoint.model)
+    kept = []  # a checkpoint that remembers words already: its speakers onboarded since keep theirs
+    if before is not None:
+        split = {speakers.index(name) for name in sentences}
+        for row in range(words.num_speakers):
+            if row not in split and len(before.words_of(row)):
+                words.set_words(row, [before.words_of(row)])
+                kept.append(row)
     speaker_words.attach(checkpoint.model, words)
     checkpoint.save(args.save)
     counts = sorted(len(words.words_of(speakers.index(name))) for name in sentences)
     print(f"the words of {len(sentences)} speakers ({counts[len(counts) // 2]} distinct words each on median) "
-          f"remembered in {time.perf_counter() - start:.1f} s; saved to {args.save}")
+          f"remembered in {time.perf_counter() - start:.1f} s"
+          + (f", those of {len(kept)} more kept from {args.path}" if kept else "") + f"; saved to {args.save}")
 
 
 if __name__ == "__main__":

@@ -175,8 +175,10 @@ class SpeakerService:
                            if self._loaded.get(name) != version and self._skipped.get(name) != version]
                 records = [record for record in map(self.store.get, changed) if record is not None]  # None: deleted
                 self._install(records, strict)
-                for name in [n for n in self._loaded if n not in versions]:
+                deleted = [n for n in self._loaded if n not in versions]
+                for name in deleted:
                     del self._loaded[name]
+                self.translator.forget_words(deleted)
                 self._seen_generation = generation
             except sqlite3.Error as e:
                 raise _unavailable(self.store, e) from None
@@ -203,14 +205,25 @@ class SpeakerService:
             return
         first = usable[0][1]
         rows = {key: np.concatenate([v.rows[key] for _, v in usable]) for key in first.rows}
-        # each speaker's words, where the rows came with them (a model that remembers its speakers' words wrote them)
-        words = [w for _, v in usable for w in (v.words if v.words is not None else [np.zeros(0, np.int64)] * len(v.names))]
+        # each speaker's words: with their rows from a process whose model remembers words, else from their sentences
+        words = [w for r, v in usable
+                 for w in (v.words if v.words is not None else [self._sentence_words(r)] * len(v.names))]
         together = SpeakerVectors([r.name for r, _ in usable], rows, dict(first.meta, speakers=len(usable)),
                                   f"{self.store.path}", words)
         self.translator.import_speakers(together, replace=True)  # a deleted name's unused rows are overwritten
         self._imported.update(r.name for r, _ in usable)
         for record, _ in usable:
             self._loaded[record.name] = record.version
+
+    def _sentence_words(self, record: StoredSpeaker):
+        """The words of a stored speaker's translations, for a model that remembers its speakers' words (none: an
+        empty set; a record whose sentences this model cannot read keeps none, logged)."""
+        try:
+            found = self.translator.sentence_words(record.pairs or [])
+        except UserError as e:
+            logger.error(f"{self.store.path}: speaker {record.name!r}: {e}: their words are not remembered")
+            found = None
+        return found if found is not None else np.zeros(0, np.int64)
 
     def _forget(self, name: str) -> None:
         """After a failed write: the translator's rows of ``name`` are read from the store again at the next sync
@@ -377,6 +390,7 @@ class SpeakerService:
             if name not in self._loaded or not self._store_call(self.store.delete, name):
                 raise ServiceError(404, "unknown_speaker", f"no onboarded speaker {shown(name)}")
             del self._loaded[name]  # its rows stay in the table, unused (see the module documentation)
+            self.translator.forget_words([name])  # but not its words: they would shape the others' neighbours
         return schema.Deleted(deleted=name)
 
     def health(self, writes: bool) -> schema.Health:

@@ -32,11 +32,11 @@ def _by_hand(said, row, vocab, o: WordOptions):
         sims.append((max(sum(a * b for a, b in zip(mine, unit(s))), 0.0), t))
     sims.sort(key=lambda st: -st[0])
     top = sims[:o.k]
-    weights = [sim ** o.power for sim, _ in top]
+    weights = [sim ** o.power if sim > 0 else 0.0 for sim, _ in top]
     out = []
     for w in range(vocab):
         p = max(df[w], 1) / S
-        neighbour = sum(wt * (w in said[t]) for wt, (_, t) in zip(weights, top)) / sum(weights) if sum(weights) else 0
+        neighbour = sum(wt * (w in said[t]) for wt, (_, t) in zip(weights, top)) / sum(weights) if sum(weights) else p
         rate = o.own * (w in said[row]) + o.neighbours * neighbour + (1 - o.own - o.neighbours) * p
         shrink = len(said[row]) / (len(said[row]) + o.evidence)
         out.append(0.0 if df[w] == 0 else o.weight * shrink * math.log(max(rate, 1e-12) / p))
@@ -59,6 +59,19 @@ def test_the_bias_is_the_equation_computed_by_hand(seed):
             assert torch.equal(got, torch.zeros(vocab))
         else:
             assert got.tolist() == pytest.approx(_by_hand(said, row, vocab, options), abs=1e-4), row
+
+
+def test_a_speaker_like_no_other_takes_everyones_rate_from_the_neighbours_and_common_words_get_nothing():
+    words = SpeakerWords(8, WordOptions(evidence=0.0))
+    words.set_words(0, [[2, 3, 4]])
+    words.set_words(1, [[2, 5]])
+    words.set_words(2, [[2, 6]])
+    row = words.bias_row(0)  # speaker 0 shares only word 2, which everyone says (idf 0): no neighbour at all
+    assert abs(float(row[2])) < 1e-6
+    assert row[3] > 0 and row[5] < 0 and row[6] < 0 and row[7] == 0
+    alone = SpeakerWords(8, WordOptions(evidence=0.0))
+    alone.set_words(0, [[2, 3]])
+    assert alone.bias_row(0).abs().max() < 1e-6  # one speaker: their rate is everyone's
 
 
 def test_bias_gives_each_sentence_its_speakers_row_and_zero_for_unknown_speakers():
@@ -121,6 +134,14 @@ def test_the_record_reads_back_and_a_damaged_one_is_refused():
     assert "not a record" in refused(lambda s: s.pop("lengths"))
     assert "bad options" in refused(lambda s: s.update(options=dict(s["options"], own=0.9, neighbours=0.9)))
     assert "have options" in refused(lambda s: s.update(options={"temperature": 1.0}))
+    assert "damaged" in refused(lambda s: s.update(lengths=s["lengths"].float()))
+    assert "damaged" in refused(lambda s: s.update(words=s["words"].float()))
+    assert "damaged" in refused(lambda s: s.update(lengths=s["lengths"] > 0))
+    assert "damaged" in refused(lambda s: s.update(ignored="1"))
+    assert "damaged" in refused(lambda s: s.update(ignored=[10 ** 9]))
+    assert "bad options" in refused(lambda s: s.update(options=dict(s["options"], k="5")))
+    with pytest.raises(UserError, match="are of 3 speakers, and the checkpoint's speaker table has 4"):
+        from_state(state, 12, "x.pt", speakers=4)
 
 
 @pytest.mark.parametrize("options,message", [
