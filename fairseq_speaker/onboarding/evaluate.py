@@ -179,7 +179,7 @@ def evaluate(translator, sources: List[str], targets: List[str], labels: List[st
             task_log.setLevel(level)
         words = speaker_words_of(translator.model)
         if words is not None and n > 0:  # the next n's speakers are these people again: not their own neighbours
-            words.forget([known.index(name) for name in names.values()])
+            words.forget([translator.task.speaker_dictionary.index(name) for name in names.values()])
         row = {"n": n, "bleu": sacrebleu.corpus_bleu(hyps, [references], tokenize=tokenize, force=True).score,
                "adapt_seconds": round(adapt_seconds, 3), "translate_seconds": round(time.perf_counter() - start, 3)}
         if traits is not None:

@@ -196,3 +196,32 @@ def test_a_model_that_remembers_words_loads_its_own_state_and_keeps_them_in_a_pa
     assert speaker_words_of(model) is kept
     model.load_state_dict({k: v for k, v in state.items() if k != CHECKPOINT_KEY})  # a model without words
     assert speaker_words_of(model) is None
+
+
+def test_onboarding_eval_forgets_each_ns_speakers_before_the_next_n(remembered, toy):
+    """Speakers adapted on their first n sentences are the same people at every n: left in the memory, a speaker's
+    copy of the last n would be their nearest neighbour at the next."""
+    from fairseq_speaker.onboarding.evaluate import evaluate
+
+    _, out, _ = remembered
+    translator = SpeakerTranslator.from_pretrained(out, data=toy["bin"], max_len_b=4)
+    memory = speaker_words_of(translator.model)
+    seen = []
+    remember = memory.set_words
+
+    def spy(row, sentences):
+        remember(row, sentences)
+        seen.append((translator.task.speaker_dictionary.names[row], [len(memory.words_of(r)) > 0
+                                                                    for r in range(8, memory.num_speakers)]))
+
+    memory.set_words = spy
+    raw = lambda ext: open(os.path.join(toy["raw"], f"test.{ext}"), encoding="utf-8").read().splitlines()  # noqa: E731
+    evaluate(translator, raw("en"), raw("fr"), raw("spk"), None, [0, 1, 2])
+    adapted = [name for name, _ in seen]
+    assert adapted and all(name.endswith(("@1", "@2")) for name in adapted)
+    for name, remembered_rows in seen:
+        if name.endswith("@2"):  # every @1 speaker was forgotten before the first @2 was remembered
+            ones = [r - 8 for r in range(8, memory.num_speakers)
+                    if translator.task.speaker_dictionary.names[r].endswith("@1")]
+            assert not any(remembered_rows[i] for i in ones if i < len(remembered_rows)), name
+    assert all(len(memory.words_of(r)) == 0 for r in range(8, memory.num_speakers))
