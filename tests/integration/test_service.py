@@ -27,7 +27,8 @@ from fairseq_speaker.service.batcher import BatchOptions
 from fairseq_speaker.service.speaker_service import Limits
 from fairseq_speaker.service.store import SpeakerStore, StoreError
 from fairseq_speaker.serving import SpeakerTranslator
-from tests.cli import BIN, doctored_checkpoint
+from fairseq_speaker.modules.speaker_words import speaker_words_of
+from tests.cli import BIN, doctored_checkpoint, run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOKEN = "test-token-0123456789abcdef"
@@ -715,3 +716,34 @@ def test_the_guides_command_lines_parse_and_its_curl_requests_name_endpoints(toy
     for method, path in requests:
         template = re.sub(r"/speakers/[^/]+", "/speakers/{name}", path)
         assert ((method or ("POST" if path == "/translate" else "GET")), template) in routes, (method, path)
+
+
+def test_speakers_have_their_words_in_every_process_sharing_the_store_until_deleted(toy, trained, tmp_path):
+    """A model that remembers its speakers' words (fairseq-speaker-words) behind the service."""
+    plain_checkpoint, out = trained("lstm_fact_bias"), str(tmp_path / "words.pt")
+    run("fairseq-speaker-words", [toy["bin"], "--path", plain_checkpoint, "--save", out, "--threads", "1"])
+    store = str(tmp_path / "speakers.db")
+    one, other, plain = _translator(out, toy), _translator(out, toy), _translator(plain_checkpoint, toy)
+    dictionary = one.task.target_dictionary
+
+    def words_of(translator, name):
+        return set(speaker_words_of(translator.model).words_of(translator.task.speaker_dictionary.index(name)).tolist())
+
+    def said(pairs):
+        return {dictionary.index(w) for t in pairs for w in t.split()} | {dictionary.eos()}
+
+    with _client(one, SpeakerStore(store)) as first, _client(other, SpeakerStore(store)) as second, \
+            _client(plain, SpeakerStore(store)) as third:
+        assert first.put("/speakers/dr-lee", json=PAIRS, headers=AUTH).status_code == 201
+        assert first.post("/speakers/dr-lee/sentences", json=MORE, headers=AUTH).status_code == 200
+        assert second.get("/speakers/dr-lee").json()["sentences"] == 3  # the other process reads the store
+        for translator in (one, other):
+            assert words_of(translator, "dr-lee") == said(PAIRS["targets"] + MORE["targets"])
+        # a process whose model remembers no words stores rows without them: the others read them from the sentences
+        assert third.put("/speakers/dr-kim", json=MORE, headers=AUTH).status_code == 201
+        assert first.get("/speakers/dr-kim").status_code == 200
+        assert words_of(one, "dr-kim") == said(MORE["targets"])
+        # a deleted speaker's words are forgotten, in the process that deleted it and in the others
+        assert first.delete("/speakers/dr-lee", headers=AUTH).status_code == 200
+        assert second.get("/speakers/dr-lee").status_code == 404
+        assert words_of(one, "dr-lee") == set() and words_of(other, "dr-lee") == set()

@@ -150,38 +150,6 @@ def test_onboarding_gives_a_new_speaker_their_words_and_an_update_adds_its_own(r
     assert back.num_speakers == 9 and set(back.words_of(0).tolist()) == set(memory.words_of(0).tolist())
 
 
-def test_service_speakers_have_their_words_in_every_process_sharing_the_store_until_deleted(remembered, toy, tmp_path):
-    from fairseq_speaker.service.store import SpeakerStore
-    from tests.integration.test_service import AUTH, MORE, PAIRS, _client, _translator
-
-    plain_checkpoint, out, _ = remembered
-    store = str(tmp_path / "speakers.db")
-    one, other, plain = _translator(out, toy), _translator(out, toy), _translator(plain_checkpoint, toy)
-    dictionary = one.task.target_dictionary
-
-    def words_of(translator, name):
-        return set(speaker_words_of(translator.model).words_of(translator.task.speaker_dictionary.index(name)).tolist())
-
-    def said(pairs):
-        return {dictionary.index(w) for t in pairs for w in t.split()} | {dictionary.eos()}
-
-    with _client(one, SpeakerStore(store)) as first, _client(other, SpeakerStore(store)) as second, \
-            _client(plain, SpeakerStore(store)) as third:
-        assert first.put("/speakers/dr-lee", json=PAIRS, headers=AUTH).status_code == 201
-        assert first.post("/speakers/dr-lee/sentences", json=MORE, headers=AUTH).status_code == 200
-        assert second.get("/speakers/dr-lee").json()["sentences"] == 3  # the other process reads the store
-        for translator in (one, other):
-            assert words_of(translator, "dr-lee") == said(PAIRS["targets"] + MORE["targets"])
-        # a process whose model remembers no words stores rows without them: the others read them from the sentences
-        assert third.put("/speakers/dr-kim", json=MORE, headers=AUTH).status_code == 201
-        assert first.get("/speakers/dr-kim").status_code == 200
-        assert words_of(one, "dr-kim") == said(MORE["targets"])
-        # a deleted speaker's words are forgotten, in the process that deleted it and in the others
-        assert first.delete("/speakers/dr-lee", headers=AUTH).status_code == 200
-        assert second.get("/speakers/dr-lee").status_code == 404
-        assert words_of(one, "dr-lee") == set() and words_of(other, "dr-lee") == set()
-
-
 def test_a_model_that_remembers_words_loads_its_own_state_and_keeps_them_in_a_partial_load(remembered, toy):
     """fairseq's EMA loads a model's state into a copy of it, and copies parameters with strict=False."""
     _, out, _ = remembered
