@@ -4,6 +4,8 @@ line between systems (the demo's learning at its real size: tests/system/test_to
 import json
 import re
 
+import pytest
+
 from fairseq_speaker.toy.demo import DEFAULT_BEAM, format_table, parse_args, time_left
 from tests.cli import run
 
@@ -43,6 +45,7 @@ def test_every_system_is_decoded_with_every_beam_beside_the_oracles(tmp_path):
     assert not any("'_name':" in line or "wav2vec" in line for line in said)
 
 
+@pytest.mark.slow
 def test_words_adds_a_row_for_each_system_whose_speakers_have_parameters(tmp_path):
     work = tmp_path / "demo"
     proc = run("fairseq-speaker-demo", ["--workdir", str(work), *TINY, "--archs", "lstm_base", "lstm_fact_bias",

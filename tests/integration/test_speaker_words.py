@@ -193,3 +193,20 @@ def test_onboarding_eval_forgets_each_ns_speakers_before_the_next_n(remembered, 
                     if translator.task.speaker_dictionary.names[r].endswith("@1")]
             assert not any(remembered_rows[i] for i in ones if i < len(remembered_rows)), name
     assert all(len(memory.words_of(r)) == 0 for r in range(8, memory.num_speakers))
+
+
+def test_the_demo_remembers_the_words_of_systems_whose_speakers_have_parameters_only(trained, toy, tmp_path):
+    """fairseq-speaker-demo --words (its whole run: tests/integration/test_demo.py, slow tier)."""
+    import shutil
+
+    from fairseq_speaker.toy.demo import remember_words
+
+    for system, remembers in (("lstm_base", False), ("lstm_base+spk_token", False), ("lstm_fact_bias", True)):
+        folder = tmp_path / system
+        folder.mkdir()
+        checkpoint = str(folder / "checkpoint_best.pt")
+        shutil.copy(trained(system), checkpoint)
+        written = remember_words(toy["bin"], checkpoint, 1)
+        assert (written is not None) == remembers and (folder / "words.pt").exists() == remembers, system
+        if remembers:
+            assert written == str(folder / "words.pt") and CHECKPOINT_KEY in torch.load(written, weights_only=False)["model"]
