@@ -247,7 +247,8 @@ class SpeakerDecoderMixin:
                 return features, extra
             logits = self._step_logits(features, step)
             if step.get("words") is not None:
-                logits = self.speaker_words.rerank(logits, step["words"].index_select(0, step["index"]))
+                hypotheses = step["words_of"].index_select(0, step["index"])
+                logits = self.speaker_words.rerank(logits, step["words"].index_select(0, hypotheses))
             return logits, extra
         bias, state, aux_losses = self.sentence_effects(encoder_out, None)
         with self.applying_speaker_state(state):
@@ -314,15 +315,16 @@ class SpeakerDecoderMixin:
         if state is not None and index is None:
             first = state.tensors()[0]
             index = torch.arange(first.size(0), device=first.device)
-        words = None
+        words = words_of = None
         memory = getattr(self, "speaker_words", None)
         speakers = encoder_speakers(encoder_out)
-        if memory is not None and speakers is not None:  # the speakers' words (modules/speaker_words.py)
-            words = memory.bias(speakers).to(speakers.device)
+        if memory is not None and speakers is not None:  # the speakers' words (modules/speaker_words.py): a row per
+            distinct, words_of = speakers.unique(return_inverse=True)  # speaker, and the row of each sentence
+            words = memory.bias(distinct).to(speakers.device)
             if index is None:
-                index = torch.arange(words.size(0), device=words.device)
+                index = torch.arange(speakers.size(0), device=speakers.device)
         cached = {"rows": rows, "index": index, "gathered": None, "state": state, "hypothesis_state": state,
-                  "words": words}
+                  "words": words, "words_of": words_of}
         self.set_incremental_state(incremental_state, "speaker_bias", cached)
         return cached
 
