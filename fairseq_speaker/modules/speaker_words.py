@@ -121,6 +121,8 @@ class SpeakerWords(nn.Module):
 
     def resize(self, speakers: int) -> None:
         """As many rows as the speaker table: new rows know no words."""
+        if speakers == self.num_speakers:
+            return
         if speakers < self.num_speakers:
             del self.words[speakers:]
         else:
@@ -140,10 +142,11 @@ class SpeakerWords(nn.Module):
 
     def forget(self, rows: Iterable[int]) -> None:
         """Speakers ``rows`` know no words any more."""
-        for row in rows:
-            if 0 <= row < self.num_speakers:
-                self.words[row] = np.zeros(0, dtype=np.int64)
-        self._forget()
+        forgotten = [row for row in rows if len(self.words_of(row))]
+        for row in forgotten:
+            self.words[row] = np.zeros(0, dtype=np.int64)
+        if forgotten:  # the estimate of everyone is made again only when a speaker's words changed
+            self._forget()
 
     def words_of(self, row: int) -> np.ndarray:
         return self.words[row] if 0 <= row < self.num_speakers else np.zeros(0, dtype=np.int64)

@@ -285,11 +285,11 @@ class SpeakerAdapter:
                                        curvature_out=out if self.through_decoder and name in self.sentences else None)
         if out and out[0] is not None:
             self._curvatures[name] = out[0]
+        # the rows were refitted on all the speaker's sentences: they keep the words known, and take the new ones
+        replace_speakers(self.model, self.task, [name], rows[0], keep_words=True)
         words = speaker_words_of(self.model)
-        before = words.words_of(index) if words is not None else None
-        replace_speakers(self.model, self.task, [name], rows[0])
         if words is not None:
-            words.set_words(index, [before] + [target for _, target in pairs])
+            words.add_words(index, [target for _, target in pairs])
         return report
 
     def _remember_words(self, names: Sequence[str]) -> None:

@@ -178,7 +178,8 @@ class SpeakerService:
                 deleted = [n for n in self._loaded if n not in versions]
                 for name in deleted:
                     del self._loaded[name]
-                self.translator.forget_words(deleted)
+                if deleted:
+                    self.translator.forget_words(deleted)
                 self._seen_generation = generation
             except sqlite3.Error as e:
                 raise _unavailable(self.store, e) from None
