@@ -78,6 +78,18 @@ GENERATE = ["--user-dir", USER_DIR, "--task", "speaker_translation", "--beam", "
             "--gen-subset", "test"]
 REPORT = ["--out", "{tmp}/report", "--tokenize", "none", "--bootstrap", "10"]
 
+#: the rows of the commands that read a checkpoint's training sentences and save a new checkpoint (refit, words:
+#: onboarding.refit.open_with_sentences and their --save check)
+TRAINED_SPEAKERS_TO_SAVE = [
+        (["{data}", "--path", "{tmp}/missing.pt", "--save", "{tmp}/o.pt"], 2, "checkpoint not found: {tmp}/missing.pt"),
+        (["{data}", "--save", "{tmp}/o.pt"], 2, "the following arguments are required: --path"),
+        (["{data}", "--path", "{garbage}", "--save", "{tmp}/o.pt"], 2, "{garbage}: not a readable fairseq checkpoint"),
+        (["{data}", "--path", "{ckpt}", "--save", "{ckpt}"], 2, "--save must not be the checkpoint given by --path"),
+        (["{tmp}/nowhere", "--path", "{ckpt}", "--save", "{tmp}/o.pt"], 2, "data directory not found: {tmp}/nowhere"),
+        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--subset", "nosuch"], 2,
+         "no binarized 'nosuch' split; --subset names the split"),
+]
+
 #: surface -> (arguments, exit status, text the last line of standard error contains)
 COMMAND_PROBES = {
     "fairseq-speaker-benchmark": [
@@ -159,13 +171,7 @@ COMMAND_PROBES = {
         (["--path", "{ckpt}", "--user-dir", "{tmp}/nowhere"], 2, "--user-dir {tmp}/nowhere: no such folder"),
     ],
     "fairseq-speaker-refit": [
-        (["{data}", "--path", "{tmp}/missing.pt", "--save", "{tmp}/o.pt"], 2, "checkpoint not found: {tmp}/missing.pt"),
-        (["{data}", "--save", "{tmp}/o.pt"], 2, "the following arguments are required: --path"),
-        (["{data}", "--path", "{garbage}", "--save", "{tmp}/o.pt"], 2, "{garbage}: not a readable fairseq checkpoint"),
-        (["{data}", "--path", "{ckpt}", "--save", "{ckpt}"], 2, "--save must not be the checkpoint given by --path"),
-        (["{tmp}/nowhere", "--path", "{ckpt}", "--save", "{tmp}/o.pt"], 2, "data directory not found: {tmp}/nowhere"),
-        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--subset", "nosuch"], 2,
-         "no binarized 'nosuch' split; --subset names the split"),
+        *TRAINED_SPEAKERS_TO_SAVE,
         (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--shared", "fit", "--heldout-subset", "nosuch"], 2,
          "no binarized 'nosuch' split; --heldout-subset none"),
         (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--iterations", "0"], 2,
@@ -197,13 +203,7 @@ COMMAND_PROBES = {
          "more than 0.0 GB here; pass --shared keep"),
     ],
     "fairseq-speaker-words": [
-        (["{data}", "--path", "{tmp}/missing.pt", "--save", "{tmp}/o.pt"], 2, "checkpoint not found: {tmp}/missing.pt"),
-        (["{data}", "--save", "{tmp}/o.pt"], 2, "the following arguments are required: --path"),
-        (["{data}", "--path", "{garbage}", "--save", "{tmp}/o.pt"], 2, "{garbage}: not a readable fairseq checkpoint"),
-        (["{data}", "--path", "{ckpt}", "--save", "{ckpt}"], 2, "--save must not be the checkpoint given by --path"),
-        (["{tmp}/nowhere", "--path", "{ckpt}", "--save", "{tmp}/o.pt"], 2, "data directory not found: {tmp}/nowhere"),
-        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--subset", "nosuch"], 2,
-         "no binarized 'nosuch' split; --subset names the split"),
+        *TRAINED_SPEAKERS_TO_SAVE,
         (["{data}", "--path", "{ckpt}", "--save", "{tmp}/gone/o.pt"], 2, "cannot write {tmp}/gone/o.pt: the folder"),
         (["{data}", "--path", "{badwords}", "--save", "{tmp}/o.pt"], 2,
          "are damaged (their word ids do not add up to their speakers' counts"),
