@@ -186,14 +186,10 @@ class SpeakerWords(nn.Module):
             x, y, p, anyone = self._built()
             similarity = np.asarray((y @ y[row].T).todense()).reshape(-1)
             similarity[row] = 0.0
-            similarity = np.maximum(similarity, 0.0)
-            k = min(o.k, self.num_speakers - 1)
+            nearest, weights = self._nearest(similarity)
             neighbours = p  # a speaker like no other: everyone's rate
-            if k > 0:
-                nearest = np.argpartition(-similarity, k - 1)[:k]
-                weights = np.where(similarity[nearest] > 0, similarity[nearest] ** o.power, 0.0)
-                if weights.sum() > 0:
-                    neighbours = np.asarray(weights @ x[nearest].todense()).reshape(-1) / weights.sum()
+            if len(nearest):
+                neighbours = np.asarray(weights @ x[nearest].todense()).reshape(-1) / weights.sum()
             own = np.zeros(self.vocab, dtype=np.float64)
             own[self.words_of(row)] = 1.0
             rate = o.own * own + o.neighbours * neighbours + (1.0 - o.own - o.neighbours) * p
@@ -205,6 +201,30 @@ class SpeakerWords(nn.Module):
         while len(self._rows) > CACHED_ROWS:
             self._rows.popitem(last=False)
         return out
+
+    def _nearest(self, similarity: np.ndarray):
+        """The (at most) ``k`` rows of largest positive ``similarity`` and their weights sim^power, not normalized
+        (empty arrays when no row is similar)."""
+        similarity = np.maximum(similarity, 0.0)
+        k = min(self.options.k, int((similarity > 0).sum()))
+        if k == 0:
+            return np.zeros(0, dtype=np.int64), np.zeros(0)
+        nearest = np.argpartition(-similarity, k - 1)[:k]
+        return nearest, similarity[nearest] ** self.options.power
+
+    def most_like(self, ids: Iterable, among: int):
+        """The speakers most like a speaker who said the words ``ids``, among rows ``0 .. among - 1``: their rows and
+        weights, summing to 1 (the neighbours of the module's equation; empty when none of them shares a word)."""
+        x, y, p, anyone = self._built()
+        ids = self.ids([ids])
+        query = np.zeros(self.vocab, dtype=np.float32)
+        query[ids] = np.log(1.0 / p[ids])  # idf, as the rows of y
+        norm = float(np.linalg.norm(query))
+        if norm == 0.0 or among <= 0:
+            return np.zeros(0, dtype=np.int64), np.zeros(0)
+        similarity = np.asarray(y[:min(among, self.num_speakers)] @ (query / norm)).reshape(-1)
+        nearest, weights = self._nearest(similarity)
+        return nearest, weights / weights.sum() if len(weights) else weights
 
     def bias(self, speakers: Tensor) -> Tensor:
         """The bias of each sentence's speaker ``[B, V]``; rows of speakers without words (or unknown, -1) are 0."""

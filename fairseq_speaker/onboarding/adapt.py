@@ -71,8 +71,14 @@ class SpeakerAdapter:
     standing in as the quadratic model their fit left (:class:`~fairseq_speaker.onboarding.fit.Curvature`);
     ``exact_updates=True`` refits on all of them instead.
 
-    New speakers start from, and are pulled towards, the mean speaker of the model as it was
-    when the adapter was made, so that a speaker's fit does not depend on who was added before.
+    New speakers are pulled towards the mean speaker of the model as it was when the adapter was made (or the prior
+    saved in the checkpoint), so that a speaker's fit does not depend on who was added before. They start from it,
+    except through the decoder in a model that remembers its speakers' words (``fairseq-speaker-words``), where each
+    evaluation of the objective is a pass of the decoder: a new speaker's fit starts from the rows of the speakers
+    whose words are most like theirs, among the speakers the model had when the adapter was made (the neighbours of
+    :mod:`~fairseq_speaker.modules.speaker_words`, weighted as there). The objective is the same; it starts nearer
+    its end (on the styles corpus, a median of 9 L-BFGS iterations instead of 15 for a speaker of 10 sentences, the
+    same translations).
 
     A variant acting on the decoder's state is fitted through the frozen decoder (its encoder outputs
     are what is kept, see :class:`~fairseq_speaker.onboarding.fit.DecoderBatch`), the others on the
@@ -98,6 +104,8 @@ class SpeakerAdapter:
         self._curvatures: Dict[str, Curvature] = {}
         self.exact_updates = exact_updates
         self.mean_speaker = self.bias.new_speaker_rows(1, "mean")
+        #: the speaker rows the model had when the adapter was made: where new speakers' neighbours are looked for
+        self.known_speakers = len(self.task.speaker_dictionary)
         #: the prior new speakers are fitted under (:mod:`fairseq_speaker.onboarding.prior`, saved in the
         #: checkpoint by fairseq-speaker-refit); None: pulled towards the mean speaker with ``options.l2``
         self.prior = prior
@@ -218,9 +226,28 @@ class SpeakerAdapter:
     def start_and_prior(self, chunks: List[Scored]):
         """Where a new speaker's fit starts and what it is pulled towards: the mean speaker, or under a mixture
         prior the component that explains the speaker's sentences best, and the mixture."""
-        if self.prior is None:
-            return self.mean_speaker, self.mean_speaker
-        return best_start(self.prior, chunks, lambda rows, c: data_nll(self.bias, rows, c)), self.prior
+        if self.prior is not None and self.prior.components > 1:  # a mixture: the fit finds the basin it starts in
+            return best_start(self.prior, chunks, lambda rows, c: data_nll(self.bias, rows, c)), self.prior
+        prior = self.mean_speaker if self.prior is None else self.prior
+        start = self.neighbours_start(chunks) if self.through_decoder else None
+        if start is None:
+            start = self.mean_speaker if self.prior is None else self.prior.component_rows(0)
+        return start, prior
+
+    def neighbours_start(self, chunks: List[Scored]) -> Optional[Dict[str, Tensor]]:
+        """The weighted mean rows of the speakers whose words are most like those of ``chunks``' targets, among the
+        speakers the model had when the adapter was made; None for a model without its speakers' words, or when no
+        such speaker shares a word."""
+        words = speaker_words_of(self.model)
+        if words is None:
+            return None
+        rows, weights = words.most_like([c.target for c in chunks], among=self.known_speakers)
+        if not len(rows):
+            return None
+        table = self.bias.export_speakers(rows.tolist())
+        weights = torch.from_numpy(weights).float()
+        return {name: torch.tensordot(weights.to(value.device), value.float(), dims=1).unsqueeze(0).to(value.dtype)
+                for name, value in table.items()}
 
     def _score_groups(self, names: List[str]):
         """Speakers' scores, a group of at most ``batch_sentences`` sentences at a time (a generator, so

@@ -436,11 +436,14 @@ def fit_speakers(bias: SpeakerBias, problems: Sequence[Sequence[Scored]], option
                                   tolerance_grad=options.gradient_tolerance, tolerance_change=options.tolerance,
                                   history_size=10, line_search_fn="strong_wolfe")
 
+    last = {}  # the last evaluation: its loss and the variables it was made at
+
     def closure():
         optimizer.zero_grad()
         loss = objective()
         loss.backward()
         losses.append(float(loss.detach()))
+        last["loss"], last["at"] = losses[-1], [v.detach().clone() for v in variables]
         return loss
 
     best, best_held, since_best, iterations = None, held_before, 0, 0
@@ -468,8 +471,11 @@ def fit_speakers(bias: SpeakerBias, problems: Sequence[Sequence[Scored]], option
             for k in r:
                 r[k] = b[k]
         shared = best[1]
-    with torch.no_grad():
-        after = float(objective())
+    if held is None and last and all(torch.equal(v, w) for v, w in zip(variables, last["at"])):
+        after = last["loss"]  # the line search ended at its last evaluation: no pass of its own (through the decoder)
+    else:
+        with torch.no_grad():
+            after = float(objective())
     report = FitReport(sum(c.num_tokens for c in flat), losses[0], after, iterations, time.perf_counter() - start,
                        held_before, heldout_loss() if held is not None else None,
                        sum(s.num_tokens for h in (held or []) for s in h), evaluations=len(losses))

@@ -379,6 +379,86 @@ def test_a_state_variants_speaker_is_fitted_through_the_frozen_decoder(family):
     assert fitted < _model_nll(model, task, pairs, MEAN_SPEAKER) / report.tokens
 
 
+def _remembering(task, said):
+    """A memory of the speakers' words (``said``: row -> token id lists), as fairseq-speaker-words makes it."""
+    from fairseq_speaker.modules.speaker_words import SpeakerWords
+
+    d = task.target_dictionary
+    words = SpeakerWords(len(d), ignored=(d.pad(), d.bos(), d.unk()))
+    words.resize(len(task.speaker_dictionary))
+    for row, tokens in said.items():
+        words.set_words(row, tokens)
+    return words
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_new_speakers_fit_through_the_decoder_starts_from_the_known_speakers_whose_words_are_most_like_theirs(
+        family):
+    """In a model that remembers its speakers' words, the fit of a new speaker starts from the weighted mean rows of
+    the speakers who said the words most like theirs, among those the model had when the adapter was made; it
+    ends where the fit from the mean speaker ends (the objective is the same)."""
+    from fairseq_speaker.modules.speaker_words import attach, speaker_words_of
+    from fairseq_speaker.onboarding.adapt import SpeakerAdapter
+    from fairseq_speaker.onboarding.fit import FitOptions, fit_speakers
+
+    task = make_task(num_speakers=4, num_words=40)
+    task.cfg = argparse.Namespace()  # the data's padding: fairseq's defaults
+    model = make_model("fact+hyper_lhuc", task=task, family=family)
+    pairs = _pairs(task)
+    targets = [t for _, t in pairs]
+    said = {int(w) for t in targets for w in t}
+    stranger = [w for w in range(task.target_dictionary.nspecial, len(task.target_dictionary)) if w not in said][:4]
+    assert stranger  # words the new speaker never said
+    plain = copy.deepcopy(model)  # no memory of words: the fit starts from the mean speaker
+    attach(model, _remembering(task, {1: targets, 2: targets, 3: [torch.tensor(stranger)]}))
+    adapter = SpeakerAdapter(model, task, FitOptions(max_iter=200))
+    rows = model.speaker_bias.export_speakers([1, 2])
+    start = adapter.neighbours_start(adapter.chunks(pairs))  # 1 and 2 said the same words; 3 none of them
+    for name, value in rows.items():
+        assert torch.allclose(start[name], value.mean(0, keepdim=True), atol=1e-6), name
+    assert any(not torch.allclose(start[name], adapter.mean_speaker[name]) for name in rows)
+    assert adapter.start_and_prior(adapter.chunks(pairs))[0] is not adapter.mean_speaker
+
+    chunks = adapter.chunks(pairs)
+    start, prior = adapter.start_and_prior(chunks)
+    _, _, report = fit_speakers(model.speaker_bias, [chunks], adapter.options, init=[start], prior=[prior])
+    mean = SpeakerAdapter(plain, task, FitOptions(max_iter=200))
+    assert mean.start_and_prior(chunks)[0] is mean.mean_speaker
+    _, _, from_mean = fit_speakers(plain.speaker_bias, [chunks], mean.options, init=[mean.mean_speaker],
+                                   prior=[mean.mean_speaker])
+    assert report.loss_before != pytest.approx(from_mean.loss_before, rel=1e-3)  # another start ...
+    assert report.loss_after == pytest.approx(from_mean.loss_after, rel=1e-3)  # ... the same end
+
+    # a speaker who said exactly these words too, added after the adapter was made (as add_speakers adds one):
+    # not a neighbour
+    model.speaker_bias.grow(1, "mean", names=["newcomer"])
+    model.speaker_bias.import_speakers([4], {k: v[:1] + 1.0 for k, v in rows.items()})
+    speaker_words_of(model).set_words(4, targets)
+    again = adapter.neighbours_start(adapter.chunks(pairs))
+    for name, value in rows.items():
+        assert torch.allclose(again[name], value.mean(0, keepdim=True), atol=1e-6), name
+    # nobody known said any of a speaker's words: the mean speaker
+    assert adapter.neighbours_start(adapter.chunks([(pairs[0][0], torch.tensor(stranger[:1] + [2]))])) is not None
+    lonely = [w for w in range(task.target_dictionary.nspecial, len(task.target_dictionary))
+              if w not in said and w not in stranger][:2]
+    assert len(lonely) == 2
+    assert adapter.neighbours_start(adapter.chunks([(pairs[0][0], torch.tensor(lonely))])) is None
+
+
+def test_a_variant_on_the_logits_starts_from_the_mean_speaker_whatever_the_words():
+    from fairseq_speaker.modules.speaker_words import attach
+    from fairseq_speaker.onboarding.adapt import SpeakerAdapter
+
+    task = make_task(num_speakers=4)
+    task.cfg = argparse.Namespace()
+    model = make_model("fact", task=task)
+    pairs = _pairs(task)
+    attach(model, _remembering(task, {1: [t for _, t in pairs]}))
+    adapter = SpeakerAdapter(model, task)
+    assert not adapter.through_decoder
+    assert adapter.start_and_prior(adapter.chunks(pairs))[0] is adapter.mean_speaker
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_a_checkpoint_of_fewer_speakers_loads_by_name_and_a_new_speaker_gets_the_mean_state(family):
     trained = make_model("fact+hyper_lhuc", task=make_task(num_speakers=4), family=family)

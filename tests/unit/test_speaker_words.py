@@ -175,3 +175,35 @@ def test_a_speakers_own_words_win_over_their_rivals_and_neighbours_fill_the_word
     never = [i for i in range(10) if i != 5 and 10 + i not in words.words_of(0)]
     assert never and all(row[10 + i] > row[20 + i] for i in never)  # their style, from speakers like them
     assert row[1:4].abs().max() < 1e-6  # words everyone says get nothing
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_speakers_most_like_a_new_ones_words_are_the_equations_neighbours_computed_by_hand(seed):
+    """most_like (where onboarding through the decoder starts a new speaker's fit): the k rows among the first
+    ``among`` of largest idf-weighted cosine with the new words, weighted sim^power, summing to 1."""
+    rng = random.Random(seed)
+    vocab, speakers = 16, 10
+    said = [set(rng.sample(range(2, vocab - 1), rng.randint(2, 7))) for _ in range(speakers)]
+    new = set(rng.sample(range(2, vocab), 4)) | {vocab - 1}  # the last word: said by no one before
+    options = WordOptions(k=3, power=2.0)
+    words = SpeakerWords(vocab, options)
+    for row, s in enumerate(said):
+        words.set_words(row, [torch.tensor(sorted(s))])
+    among = 8  # the last two rows came later
+    df = [sum(1 for s in said if w in s) for w in range(vocab)]
+    idf = [math.log(speakers / max(d, 1)) for d in df]
+
+    def unit(s):
+        v = [idf[w] if w in s else 0.0 for w in range(vocab)]
+        norm = math.sqrt(sum(x * x for x in v)) or 1.0
+        return [x / norm for x in v]
+
+    sims = sorted(((max(sum(a * b for a, b in zip(unit(new), unit(s))), 0.0), t) for t, s in enumerate(said[:among])),
+                  reverse=True)
+    top = [(sim, t) for sim, t in sims[:options.k] if sim > 0]
+    total = sum(sim ** options.power for sim, _ in top)
+    expected = {t: sim ** options.power / total for sim, t in top}
+    rows, weights = words.most_like([torch.tensor(sorted(new))], among=among)
+    assert dict(zip(rows.tolist(), weights.tolist())) == pytest.approx(expected, abs=1e-5)
+    assert all(row < among for row in rows.tolist())
+    assert words.most_like([torch.tensor([vocab - 1])], among=among)[0].size == 0  # no known speaker said it
