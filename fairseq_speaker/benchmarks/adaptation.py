@@ -68,7 +68,8 @@ def bench_arch(arch: str, args) -> Tuple[Dict[str, List[float]], Dict[str, List[
                 parameter.normal_(0.0, 0.3, generator=g)
     # --iterations N: no early stop (no tolerance on the loss's change nor on the gradient), N iterations
     def forced(iterations: int) -> FitOptions:
-        return (FitOptions(max_iter=iterations, tolerance=0.0, gradient_tolerance=0.0) if iterations
+        return (FitOptions(max_iter=iterations, tolerance=0.0, decoder_tolerance=0.0, gradient_tolerance=0.0)
+                if iterations
                 else FitOptions())
 
     options, update_options = forced(args.iterations), forced(args.update_iterations)

@@ -19,6 +19,7 @@ too (then the other speakers change as well). The result loads in stock ``fairse
 """
 
 import argparse
+import dataclasses
 import logging
 import math
 import os
@@ -307,7 +308,10 @@ class SpeakerAdapter:
         else:
             chunks, prior = new_chunks, [current]
         out: List[Optional[Curvature]] = []
-        rows, _, report = fit_speakers(self.bias, [chunks], self.options, init=[current], prior=prior,
+        # the strict tolerance even through the decoder: a sentence moves a speaker little, and the looser one stopped
+        # most updates before their first step (the gradient of one sentence among many is small per word)
+        options = dataclasses.replace(self.options, decoder_tolerance=self.options.tolerance)
+        rows, _, report = fit_speakers(self.bias, [chunks], options, init=[current], prior=prior,
                                        curvatures=[curvature],
                                        curvature_out=out if self.through_decoder and name in self.sentences else None)
         if out and out[0] is not None:

@@ -169,3 +169,28 @@ def test_the_curvature_of_a_fit_is_the_bfgs_matrix_of_its_steps():
     other = x.detach() + torch.tensor([0.3, -0.2, 0.1, 0.5], dtype=torch.float64)
     assert float(curvature.penalty({"x": other})) == pytest.approx(float(f(other)), rel=0.05)
     assert Curvature.from_lbfgs({}, {"x": x.detach()}, tokens=1, loss=0.0) is None  # no step taken: no model
+
+
+def test_a_fit_through_the_decoder_stops_at_its_own_tolerance_and_an_update_at_the_strict_one():
+    """Each evaluation of a fit through the decoder is a pass of the network: a new speaker's fit stops at
+    ``decoder_tolerance``, not ``tolerance`` (an update keeps the strict one: one sentence moves a speaker little);
+    a fit on cached logits keeps ``tolerance``."""
+    import os
+
+    from fairseq_speaker.onboarding.checkpoint import SpeakerCheckpoint
+    from tests.helpers import FROZEN_0_2_0
+
+    release = os.path.join(os.path.dirname(FROZEN_0_2_0), "0.5.0")
+    state = SpeakerCheckpoint.load(os.path.join(release, "lstm_hyper_lhuc.pt"), data=release,
+                                   overrides={"source_lang": "en", "target_lang": "fr"})
+    pairs = frozen_pairs(state, "spk002")
+    loose = FitOptions(tolerance=1e-12, gradient_tolerance=0.0, decoder_tolerance=1e3)
+    adapter = SpeakerAdapter(state.model, state.task, loose)
+    assert adapter.through_decoder
+    assert adapter.adapt({"a": pairs[:-1]})["a"].evaluations == 1  # any change is below 1e3 nats a word
+    assert adapter.update("a", pairs[-1:]).evaluations > 1
+    strict = SpeakerAdapter(state.model, state.task, FitOptions(tolerance=1e-12, gradient_tolerance=0.0))
+    assert strict.adapt({"b": pairs[:-1]})["b"].evaluations > 1
+
+    logits = _open("lstm_fact_bias")
+    assert SpeakerAdapter(logits.model, logits.task, loose).adapt({"c": _pairs(logits, "spk002")})["c"].evaluations > 1
