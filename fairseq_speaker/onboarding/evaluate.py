@@ -34,6 +34,7 @@ import logging
 import os
 import re
 import sys
+import statistics
 import time
 from typing import Dict, List, Optional, Sequence
 
@@ -164,8 +165,9 @@ def evaluate(translator, sources: List[str], targets: List[str], labels: List[st
         if taken:
             raise OnboardingError(f"the model already has a speaker {taken[0]!r}: rename the speakers of {where}")
         start = time.perf_counter()
+        reports = {}
         if n > 0:
-            adapter.adapt({names[speaker]: [pairs[i] for i in ids[:n]] for speaker, ids in lines.items()})
+            reports = adapter.adapt({names[speaker]: [pairs[i] for i in ids[:n]] for speaker, ids in lines.items()})
         adapt_seconds = time.perf_counter() - start
         start = time.perf_counter()
         task_log = logging.getLogger("fairseq_speaker.tasks.speaker_translation")
@@ -182,6 +184,9 @@ def evaluate(translator, sources: List[str], targets: List[str], labels: List[st
             words.forget([translator.task.speaker_dictionary.index(name) for name in names.values()])
         row = {"n": n, "bleu": sacrebleu.corpus_bleu(hyps, [references], tokenize=tokenize, force=True).score,
                "adapt_seconds": round(adapt_seconds, 3), "translate_seconds": round(time.perf_counter() - start, 3)}
+        if reports:  # what the fits took, the median over the speakers (through the decoder, a pass per evaluation)
+            row["fit_iterations"] = statistics.median(r.iterations for r in reports.values())
+            row["fit_evaluations"] = statistics.median(r.evaluations for r in reports.values())
         if traits is not None:
             row["traits"] = trait_accuracy(hyps, [traits[i] for i in evaluated])
         rows.append(row)
@@ -206,7 +211,7 @@ def format_table(result: Dict) -> str:
     traits = trait_names(result["rows"])
     scored = any("traits" in row for row in result["rows"])
     oracle = oracle_by_n(result)
-    header = ["n", "BLEU", *(["speaker words", *traits] if scored else []), "adapt s"]
+    header = ["n", "BLEU", *(["speaker words", *traits] if scored else []), "adapt s", "fit evaluations"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
 
     def accuracies(accuracy: Dict[str, float]) -> List[str]:
@@ -217,9 +222,10 @@ def format_table(result: Dict) -> str:
         if scored:
             cells += accuracies(row.get("traits", {}))
         cells.append(f"{row['adapt_seconds']:.2f}")
+        cells.append(f"{row['fit_evaluations']:g}" if "fit_evaluations" in row else "-")
         lines.append("| " + " | ".join(cells) + " |")
         if scored and row["n"] in oracle:
-            lines.append("| " + " | ".join([f"{row['n']}, Bayes limit", "-", *accuracies(oracle[row["n"]]), "-"])
+            lines.append("| " + " | ".join([f"{row['n']}, Bayes limit", "-", *accuracies(oracle[row["n"]]), "-", "-"])
                          + " |")
     return "\n".join(lines)
 
@@ -230,7 +236,9 @@ def describe(result: Dict, checkpoint: str, prefix: str) -> str:
             f"after the first {result['adapt_sentences']} ({result['eval_sentences']} sentences in all, the same for "
             f"every n). BLEU: sacrebleu, tokenize {result['tokenize']}; beam {result['beam']}. 'speaker words': the "
             f"share of the speaker-dependent words of the references that the translation gets right; 'adapt s': "
-            f"seconds to adapt every speaker for that n (the network's pass over their sentences and the fits)."
+            f"seconds to adapt every speaker for that n (the network's pass over their sentences and the fits); 'fit "
+            f"evaluations': the median over the speakers of the evaluations of the objective their fit made (through "
+            f"the decoder, a pass of the network each)."
             + (" 'Bayes limit': the share of those words that the best decision given the corpus's model "
                f"({result['oracle_model']}) and each speaker's first n sentences gets right." if result.get("oracle")
                else ""))
