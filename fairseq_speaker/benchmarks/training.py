@@ -34,7 +34,9 @@ A configuration is a preset (``lstm_fact_bias``), a preset with another speaker 
 (``transformer_base:fact+hyper_lhuc``: ``--speaker-bias fact+hyper_lhuc``, the demo's ``ARCH:VARIANT``;
 its ``vs base`` is the preset's network without speakers, ``transformer_base``), or ``stock_<family>``. A
 configuration ending in ``@lr-scale=X`` trains its speaker rows with ``--speaker-lr-scale X``
-(``lstm_fact_bias@lr-scale=1``, beside ``lstm_fact_bias`` at the default ``auto``).
+(``lstm_fact_bias@lr-scale=1``, beside ``lstm_fact_bias`` at the default ``auto``). One ending in ``@words``
+translates with a memory of its speakers' words (``fairseq-speaker-words``: each speaker's, the distinct target words
+of their sentences of the synthetic corpus), which acts in generation only (``--no-train --generate``).
 
 Usage::
 
@@ -44,6 +46,8 @@ Usage::
     fairseq-speaker-benchmark --configs lstm_fact_bias lstm_full_bias --speakers 1000 100000 1000000
     fairseq-speaker-benchmark --paired --generate --configs lstm_fact_bias lstm_base:fact+hyper_lhuc
     fairseq-speaker-benchmark --paired --configs lstm_fact_bias lstm_fact_bias@lr-scale=1 --versus lstm_fact_bias@lr-scale=1
+    fairseq-speaker-benchmark --paired --no-train --generate --configs lstm_fact_bias lstm_fact_bias@words \
+        --versus lstm_fact_bias
     fairseq-speaker-benchmark --gpu --fp16                      # CUDA (bf16: --bf16)
     fairseq-speaker-benchmark --user-dir examples/lightconv_family/speaker_lightconv --family lightconv
 """
@@ -88,9 +92,19 @@ def default_configs(family: str) -> List[str]:
 LR_SCALE = "@lr-scale="
 
 
+#: what ends a configuration translating with a memory of its speakers' words: ``lstm_fact_bias@words``
+WORDS = "@words"
+
+
+def words_of(config: str) -> Tuple[str, bool]:
+    """``CONFIG@words`` -> the configuration and True; another -> itself and False."""
+    return (config[:-len(WORDS)], True) if config.endswith(WORDS) else (config, False)
+
+
 def lr_scale_of(config: str) -> Tuple[str, Optional[str]]:
-    """``CONFIG@lr-scale=X`` -> the configuration and ``X`` (``--speaker-lr-scale``); None: the default."""
-    config, found, scale = config.partition(LR_SCALE)
+    """``CONFIG@lr-scale=X`` (or ``CONFIG@lr-scale=X@words``) -> the configuration and ``X``
+    (``--speaker-lr-scale``); None: the default."""
+    config, found, scale = words_of(config)[0].partition(LR_SCALE)
     return config, (scale if found else None)
 
 
@@ -124,6 +138,9 @@ def check_config(config: str) -> None:
     """Refuse (:class:`UserError`) a configuration the workers could not build: an unknown arch or stock model,
     a variant on a stock model, an unknown variant, a variant acting on the decoder's state on a family whose
     decoder takes none, a variant its default options cannot build (``topic`` needs a topic model's file)."""
+    if WORDS in config and not config.endswith(WORDS):
+        bare = config.replace(WORDS, "")
+        raise UserError(f"--configs {config}: {WORDS} comes last ({bare}{WORDS})")
     arch, variant = split_config(config)
     unscaled, scale = lr_scale_of(config)
     if scale is not None:
@@ -136,6 +153,8 @@ def check_config(config: str) -> None:
     if unscaled.endswith("+spk_token"):
         raise UserError(f"--configs {config}: the benchmark times speaker variants (ARCH:VARIANT), not the speaker "
                         f"token: drop +spk_token")
+    if arch.startswith(STOCK) and words_of(config)[1]:
+        raise UserError(f"--configs {config}: a stock fairseq model has no speakers whose words to remember")
     if arch.startswith(STOCK):
         if variant is not None:
             raise UserError(f"--configs {config}: a stock fairseq model has no speaker variant; give the variant "
@@ -143,10 +162,10 @@ def check_config(config: str) -> None:
         _stock_family(arch)
         return
     declared = _our_family(config)
-    if variant is None:
+    if variant is None and not words_of(config)[1]:
         return
     try:
-        parts = parse_variant_name(variant)
+        parts = parse_variant_name(variant) if variant is not None else []
     except UserError as e:
         raise UserError(f"--configs {config}: {e}") from None
     on_state = [part for part in parts if SPEAKER_BIAS_REGISTRY[part].acts_on_state]
@@ -158,9 +177,13 @@ def check_config(config: str) -> None:
                            speaker_dictionary=SpeakerDictionary(["s"]))
     try:  # as a worker builds it, from the options alone (a variant that needs a file has none here)
         with torch.device("meta"):
-            ARCH_MODEL_REGISTRY[arch].build_model(model_options(arch, flags[2:]), task)
+            model = ARCH_MODEL_REGISTRY[arch].build_model(model_options(arch, flags[2:]), task)
     except UserError as e:
         raise UserError(f"--configs {config}: the benchmark gives a variant its default options, and {e}") from None
+    bias = getattr(model, "speaker_bias", None)
+    if words_of(config)[1] and (bias is None or not bias.speaker_parameters()):
+        raise UserError(f"--configs {config}: the speakers' words are remembered for variants whose speakers have "
+                        f"parameters; {arch} has none: give a variant ({arch}:fact@words) or another preset")
 
 
 def size_args(config: str, sizes: List[int], layers: int) -> List[str]:
@@ -342,6 +365,8 @@ def _generation(spec: Dict):
     model = model.to(device).eval()
     if spec["fp16"]:
         model.half()
+    if words_of(spec["config"])[1]:
+        _remember_words(model, task, dataset)
     generator = task.build_generator([model], args)
 
     def run(sample) -> float:
@@ -355,6 +380,22 @@ def _generation(spec: Dict):
 
     parameters = sum(p.numel() for p in model.parameters())
     return run, _batches(task, dataset, model, spec["gen_batch"], spec["seed"]), parameters
+
+
+def _remember_words(model, task, dataset) -> None:
+    """Give ``model`` a memory of its speakers' words (as ``fairseq-speaker-words`` does): each speaker's, the
+    distinct target words of their sentences in ``dataset``."""
+    from fairseq_speaker.modules.speaker_words import SpeakerWords, attach
+
+    d = task.target_dictionary
+    words = SpeakerWords(len(d), ignored=(d.pad(), d.bos(), d.unk()))
+    words.resize(len(task.speaker_dictionary))
+    said: Dict[int, List] = {}
+    for i in range(len(dataset)):
+        said.setdefault(int(dataset.speakers[i]), []).append(dataset[i]["target"])
+    for speaker, targets in said.items():
+        words.set_words(speaker, targets)
+    attach(model, words)
 
 
 def generate_worker(spec: Dict) -> Dict:
@@ -539,6 +580,10 @@ def check_args(parser: argparse.ArgumentParser, args) -> None:
             check_config(config)
         except (UserError, KeyError) as e:
             parser.error(str(e).strip("'\""))
+    remembering = [config for config in args.configs or [] if words_of(config)[1]]
+    if remembering and not args.no_train:
+        parser.error(f"--configs {remembering[0]}: the speakers' words act in generation only: time it with "
+                     f"--no-train --generate")
     measured = args.configs or default_configs(args.family)
     if args.versus is not None and args.versus not in measured:
         parser.error(f"--versus {args.versus} is not one of the configurations measured ({', '.join(measured)}): "

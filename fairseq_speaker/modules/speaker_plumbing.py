@@ -248,7 +248,7 @@ class SpeakerDecoderMixin:
             logits = self._step_logits(features, step)
             if step.get("words") is not None:
                 hypotheses = step["words_of"].index_select(0, step["index"])
-                logits = self.speaker_words.rerank(logits, step["words"].index_select(0, hypotheses))
+                logits = self.speaker_words.rerank(logits, step["words"], hypotheses)
             return logits, extra
         bias, state, aux_losses = self.sentence_effects(encoder_out, None)
         with self.applying_speaker_state(state):

@@ -158,3 +158,41 @@ def test_a_configuration_at_another_speaker_lr_scale_is_trained_with_it_and_meas
     assert set(rows) == set(configs) and all(not r["errors"] and r["median"] > 0 for r in rows.values())
     assert rows["lstm_fact_bias@lr-scale=1"]["vs_versus"] == 1.0 and rows["lstm_fact_bias"]["vs_versus"] > 0
     assert " lstm_fact_bias@lr-scale=1 " in proc.stdout
+
+
+def test_a_configuration_with_its_speakers_words_translates_with_them_beside_the_same_model_without(tmp_path):
+    """``CONFIG@words``: the same model translating with a memory of each speaker's words (their sentences' target
+    words in the synthetic corpus), paired with the model without it; generation only."""
+    from fairseq_speaker.benchmarks.training import _remember_words, _setup, check_config, model_args, split_config
+    from fairseq_speaker.errors import UserError
+    from fairseq_speaker.modules.speaker_words import speaker_words_of
+
+    assert split_config("transformer_base:fact+hyper_lhuc@words") == ("transformer_base", "fact+hyper_lhuc")
+    assert model_args("lstm_fact_bias@words", [8, 8, 8], 1) == model_args("lstm_fact_bias", [8, 8, 8], 1)
+    for config, message in [("stock_lstm@words", "no speakers whose words to remember"),
+                            ("lstm_base@words", "lstm_base has none")]:
+        with pytest.raises(UserError, match=re.escape(f"--configs {config}: ") + ".*" + re.escape(message)):
+            check_config(config)
+
+    spec = {"vocab": 40, "speakers": 4, "sentences": 30, "min_len": 2, "max_len": 5, "seed": 1, "sizes": [8, 8, 8],
+            "layers": 1, "config": "lstm_fact_bias@words", "extra": [], "user_dir": None, "batch": 4,
+            "gen_len": 4, "gen_batch": 4, "gpu": False, "fp16": False, "bf16": False}
+    _, cfg, task, dataset = _setup(spec, str(tmp_path), generation=True)
+    model = task.build_model(cfg.model)
+    _remember_words(model, task, dataset)
+    words = speaker_words_of(model)
+    d = task.target_dictionary
+    for speaker in range(4):  # by hand: the distinct words of the speaker's targets, padding and the like left out
+        said = {int(w) for i in range(len(dataset)) if int(dataset.speakers[i]) == speaker
+                for w in dataset[i]["target"]} - {d.pad(), d.bos(), d.unk()}
+        assert set(words.words_of(speaker).tolist()) == said and said
+
+    out = tmp_path / "bench.json"
+    configs = ["lstm_fact_bias", "lstm_fact_bias@words"]
+    proc = run("fairseq-speaker-benchmark", [*TINY, "--speakers", "4", "--paired", "--no-train", "--generate",
+                                             "--configs", *configs, "--versus", "lstm_fact_bias", "--json", str(out)])
+    rows = {r["config"]: r for r in json.loads(out.read_text())["rows"]}
+    assert set(rows) == set(configs) and all(not r["errors"] and r["median"] > 0 for r in rows.values())
+    assert rows["lstm_fact_bias@words"]["vs_versus"] > 0 and " lstm_fact_bias@words " in proc.stdout
+    refused = run("fairseq-speaker-benchmark", [*TINY, "--configs", "lstm_fact_bias@words"], check=False)
+    assert refused.returncode == 2 and "act in generation only" in refused.stderr

@@ -130,6 +130,16 @@ COMMAND_PROBES = {
                                                            "--speaker-lr-scale 'fast': give 'auto'"),
         (["--configs", "stock_lstm@lr-scale=2"], 2, "--configs stock_lstm@lr-scale=2: a stock fairseq model has no "
                                                     "speaker rows to scale"),
+        (["--configs", "stock_lstm@words", "--no-train"], 2, "--configs stock_lstm@words: a stock fairseq model has "
+                                                             "no speakers whose words to remember"),
+        (["--configs", "lstm_base@words", "--no-train"], 2, "--configs lstm_base@words: the speakers' words are "
+                                                            "remembered for variants whose speakers have parameters"),
+        (["--configs", "lstm_fact_bias@words"], 2, "--configs lstm_fact_bias@words: the speakers' words act in "
+                                                   "generation only: time it with --no-train --generate"),
+        (["--configs", "lstm_fact_bias@words@lr-scale=2", "--no-train"], 2, "--configs "
+                                                                            "lstm_fact_bias@words@lr-scale=2: @words "
+                                                                            "comes last "
+                                                                            "(lstm_fact_bias@lr-scale=2@words)"),
     ],
     "fairseq-speaker-demo": [
         (["--archs", "lstm_nonsense"], 2, "unknown system 'lstm_nonsense': start it with a preset"),

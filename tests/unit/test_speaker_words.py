@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from fairseq_speaker.errors import UserError
+from fairseq_speaker.modules import speaker_words
 from fairseq_speaker.modules.speaker_words import SpeakerWords, WordOptions, from_state
 
 
@@ -207,3 +208,27 @@ def test_the_speakers_most_like_a_new_ones_words_are_the_equations_neighbours_co
     assert dict(zip(rows.tolist(), weights.tolist())) == pytest.approx(expected, abs=1e-5)
     assert all(row < among for row in rows.tolist())
     assert words.most_like([torch.tensor([vocab - 1])], among=among)[0].size == 0  # no known speaker said it
+
+
+@pytest.mark.parametrize("case", ["peaked", "a flat hypothesis", "flat"])
+def test_rerank_in_place_by_indices_is_the_dense_sum_over_the_window_of_the_log_probabilities(case):
+    """The fast rerank (the window on the logits, the bias added at the words' indices, rows shared by a speaker's
+    hypotheses) gives the plain form: log-softmax, the window's mask, the rows added densely; on each of its paths:
+    a trained model's peaked steps (the near words among the best few), one hypothesis with many near words (by
+    indices over the vocabulary), a random network's flat steps (a dense sum)."""
+    generator = torch.Generator().manual_seed(0)
+    words = SpeakerWords(300, WordOptions(window=2.0))
+    logits = torch.randn(12, 1, 300, generator=generator) * (0.01 if case == "flat" else 20.0)
+    if case == "a flat hypothesis":
+        logits[3, 0, :40] = logits[3].max() + torch.rand(40, generator=generator)
+    rows = torch.randn(3, 300, generator=generator)
+    index = torch.randint(0, 3, (12,), generator=generator)
+    scores = torch.log_softmax(logits, dim=-1)
+    near = scores >= scores.max(dim=-1, keepdim=True).values - 2.0
+    plain = logits + rows.index_select(0, index).unsqueeze(1) * near
+    assert torch.allclose(words.rerank(logits.clone(), rows, index), plain, atol=1e-6)
+    assert torch.allclose(words.rerank(logits.clone(), rows.index_select(0, index)), plain, atol=1e-6)
+    few = int(near.sum(-1).max()) < speaker_words.FEW_NEAR
+    by_indices = int(near.sum()) * speaker_words.DENSE_SHARE <= near.numel()
+    assert (few, by_indices) == {"peaked": (True, True), "a flat hypothesis": (False, True),
+                                 "flat": (False, False)}[case]
