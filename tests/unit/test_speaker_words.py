@@ -13,18 +13,24 @@ from fairseq_speaker.modules import speaker_words
 from fairseq_speaker.modules.speaker_words import SpeakerWords, WordOptions, from_state
 
 
-def _by_hand(said, row, vocab, o: WordOptions):
-    """The module docstring's equation in plain Python: ``said`` a list of sets of word ids per speaker."""
-    speakers = [s for s in said if s]
-    S = len(speakers)
-    df = [sum(1 for s in said if w in s) for w in range(vocab)]
-    idf = [math.log(S / max(d, 1)) for d in df]
+def _idf_unit(said, vocab):
+    """The idf-weighted unit vector of a set of words, the idf of ``said`` (sets of word ids per speaker)."""
+    S = len([s for s in said if s])
+    idf = [math.log(S / max(sum(1 for s in said if w in s), 1)) for w in range(vocab)]
 
     def unit(s):
         v = [idf[w] if w in s else 0.0 for w in range(vocab)]
         norm = math.sqrt(sum(x * x for x in v)) or 1.0
         return [x / norm for x in v]
 
+    return unit
+
+
+def _by_hand(said, row, vocab, o: WordOptions):
+    """The module docstring's equation in plain Python: ``said`` a list of sets of word ids per speaker."""
+    S = len([s for s in said if s])
+    df = [sum(1 for s in said if w in s) for w in range(vocab)]
+    unit = _idf_unit(said, vocab)
     mine = unit(said[row])
     sims = []
     for t, s in enumerate(said):
@@ -191,14 +197,7 @@ def test_the_speakers_most_like_a_new_ones_words_are_the_equations_neighbours_co
     for row, s in enumerate(said):
         words.set_words(row, [torch.tensor(sorted(s))])
     among = 8  # the last two rows came later
-    df = [sum(1 for s in said if w in s) for w in range(vocab)]
-    idf = [math.log(speakers / max(d, 1)) for d in df]
-
-    def unit(s):
-        v = [idf[w] if w in s else 0.0 for w in range(vocab)]
-        norm = math.sqrt(sum(x * x for x in v)) or 1.0
-        return [x / norm for x in v]
-
+    unit = _idf_unit(said, vocab)
     sims = sorted(((max(sum(a * b for a, b in zip(unit(new), unit(s))), 0.0), t) for t, s in enumerate(said[:among])),
                   reverse=True)
     top = [(sim, t) for sim, t in sims[:options.k] if sim > 0]
