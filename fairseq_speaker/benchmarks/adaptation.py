@@ -10,8 +10,9 @@ warm-up, with median and spread over repeats:
 
 Model loading is not timed. Sentences are random word ids of ``--length`` words (the cost does not
 depend on which words). A random model's fit stops after a few L-BFGS iterations, where a trained
-model's takes more (a median of 15 iterations, 16 evaluations of the objective, for ``fact+hyper_lhuc``
-on the styles corpus at n = 10): ``--iterations N`` makes every fit run N iterations, for figures a trained
+model's takes more (``fact+hyper_lhuc`` on the styles corpus at n = 10: a median of 6 iterations, 7 evaluations of
+the objective, in a model with its speakers' words; 9 and 10 without them; docs/onboarding.md, "How fast"):
+``--iterations N`` makes every fit run N iterations, for figures a trained
 model would give. A random network's objective is nearly flat in the speaker's parameters, where L-BFGS stops
 whatever its budget, so with ``--iterations`` the speaker variant's own parameters are drawn at random too
 (normal, standard deviation 0.3): the network's cost does not change, the fit then has a slope to follow. The
@@ -20,7 +21,7 @@ per iteration). Usage::
 
     python -m fairseq_speaker.benchmarks.adaptation --archs lstm_fact_bias lstm_full_bias --threads 2
     python -m fairseq_speaker.benchmarks.adaptation --archs lstm_base transformer_base \
-        --speaker-bias fact+hyper_lhuc --iterations 16 --many 10 --many-repeats 1 --threads 2
+        --speaker-bias fact+hyper_lhuc --iterations 6 --update-iterations 4 --many 10 --many-repeats 1 --threads 2
 """
 
 import argparse
@@ -122,7 +123,7 @@ def main(argv=None) -> None:
     parser.add_argument("--many-repeats", type=int, default=2)
     parser.add_argument("--iterations", type=int, default=0,
                         help="every fit runs this many L-BFGS iterations (a random model's fit stops after a few; "
-                        "a trained model's takes about 16); default: the fit's own stopping rule")
+                        "a trained model's takes about 6 with its speakers' words, 9 without); default: the fit's own stopping rule")
     parser.add_argument("--update-iterations", type=int, default=None, metavar="N",
                         help="the same for the incremental update's fit (a trained model's takes fewer: a median of 4 "
                         "evaluations of the objective for fact+hyper_lhuc on the styles corpus); default: --iterations")
