@@ -219,17 +219,23 @@ class SpeakerWords(nn.Module):
         nearest = np.argpartition(-similarity, k - 1)[:k]
         return nearest, similarity[nearest] ** self.options.power
 
-    def most_like(self, ids: Iterable, among: int):
+    def index(self):
+        """The estimate's index of the speakers' words as it is now (kept valid by whoever holds it: a later change
+        of the memory builds a new one and leaves this one as it was), for :meth:`most_like`."""
+        return self._built()
+
+    def most_like(self, ids: Iterable, among: int, index=None):
         """The speakers most like a speaker who said the words ``ids``, among rows ``0 .. among - 1``: their rows and
-        weights, summing to 1 (the neighbours of the module's equation; empty when none of them shares a word)."""
-        x, y, p, anyone = self._built()
+        weights, summing to 1 (the neighbours of the module's equation; empty when none of them shares a word).
+        ``index``: an :meth:`index` taken earlier (at 100,000 speakers it takes 0.6 s to build), else the current."""
+        x, y, p, anyone = index if index is not None else self._built()
         ids = self.ids([ids])
         query = np.zeros(self.vocab, dtype=np.float32)
         query[ids] = np.log(1.0 / p[ids])  # idf, as the rows of y
         norm = float(np.linalg.norm(query))
         if norm == 0.0 or among <= 0:
             return np.zeros(0, dtype=np.int64), np.zeros(0)
-        similarity = np.asarray(y[:min(among, self.num_speakers)] @ (query / norm)).reshape(-1)
+        similarity = np.asarray(y[:min(among, y.shape[0])] @ (query / norm)).reshape(-1)
         nearest, weights = self._nearest(similarity)
         return nearest, weights / weights.sum() if len(weights) else weights
 

@@ -107,6 +107,7 @@ class SpeakerAdapter:
         self.mean_speaker = self.bias.new_speaker_rows(1, "mean")
         #: the speaker rows the model had when the adapter was made: where new speakers' neighbours are looked for
         self.known_speakers = len(self.task.speaker_dictionary)
+        self._words_index = None  # (memory, its index) where the neighbours are looked for
         #: the prior new speakers are fitted under (:mod:`fairseq_speaker.onboarding.prior`, saved in the
         #: checkpoint by fairseq-speaker-refit); None: pulled towards the mean speaker with ``options.l2``
         self.prior = prior
@@ -242,7 +243,12 @@ class SpeakerAdapter:
         words = speaker_words_of(self.model)
         if words is None:
             return None
-        rows, weights = words.most_like([c.target for c in chunks], among=self.known_speakers)
+        if self._words_index is None or self._words_index[0] is not words:
+            # the known speakers' words as they are now: the speakers added later are no one's neighbours, so their
+            # words need no new index (at 100,000 speakers one costs 0.6 s)
+            self._words_index = (words, words.index())
+        rows, weights = words.most_like([c.target for c in chunks], among=self.known_speakers,
+                                        index=self._words_index[1])
         if not len(rows):
             return None
         table = self.bias.export_speakers(rows.tolist())

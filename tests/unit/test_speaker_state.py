@@ -435,6 +435,7 @@ def test_a_new_speakers_fit_through_the_decoder_starts_from_the_known_speakers_w
     model.speaker_bias.import_speakers([4], {k: v[:1] + 1.0 for k, v in rows.items()})
     speaker_words_of(model).set_words(4, targets)
     again = adapter.neighbours_start(adapter.chunks(pairs))
+    assert speaker_words_of(model)._index is None  # nor is the memory's index built again for it (0.6 s at 100,000)
     for name, value in rows.items():
         assert torch.allclose(again[name], value.mean(0, keepdim=True), atol=1e-6), name
     # nobody known said any of a speaker's words: the mean speaker
