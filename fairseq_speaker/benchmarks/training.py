@@ -143,6 +143,7 @@ def check_config(config: str) -> None:
         raise UserError(f"--configs {config}: {WORDS} comes last ({bare}{WORDS})")
     arch, variant = split_config(config)
     unscaled, scale = lr_scale_of(config)
+    remembers = words_of(config)[1]
     if scale is not None:
         if arch.startswith(STOCK):
             raise UserError(f"--configs {config}: a stock fairseq model has no speaker rows to scale")
@@ -153,7 +154,7 @@ def check_config(config: str) -> None:
     if unscaled.endswith("+spk_token"):
         raise UserError(f"--configs {config}: the benchmark times speaker variants (ARCH:VARIANT), not the speaker "
                         f"token: drop +spk_token")
-    if arch.startswith(STOCK) and words_of(config)[1]:
+    if arch.startswith(STOCK) and remembers:
         raise UserError(f"--configs {config}: a stock fairseq model has no speakers whose words to remember")
     if arch.startswith(STOCK):
         if variant is not None:
@@ -162,7 +163,7 @@ def check_config(config: str) -> None:
         _stock_family(arch)
         return
     declared = _our_family(config)
-    if variant is None and not words_of(config)[1]:
+    if variant is None and not remembers:
         return
     try:
         parts = parse_variant_name(variant) if variant is not None else []
@@ -181,7 +182,7 @@ def check_config(config: str) -> None:
     except UserError as e:
         raise UserError(f"--configs {config}: the benchmark gives a variant its default options, and {e}") from None
     bias = getattr(model, "speaker_bias", None)
-    if words_of(config)[1] and (bias is None or not bias.speaker_parameters()):
+    if remembers and (bias is None or not bias.speaker_parameters()):
         raise UserError(f"--configs {config}: the speakers' words are remembered for variants whose speakers have "
                         f"parameters; {arch} has none: give a variant ({arch}:fact@words) or another preset")
 
@@ -385,17 +386,12 @@ def _generation(spec: Dict):
 def _remember_words(model, task, dataset) -> None:
     """Give ``model`` a memory of its speakers' words (as ``fairseq-speaker-words`` does): each speaker's, the
     distinct target words of their sentences in ``dataset``."""
-    from fairseq_speaker.modules.speaker_words import SpeakerWords, attach
+    from fairseq_speaker.modules.speaker_words import attach, remembered
 
-    d = task.target_dictionary
-    words = SpeakerWords(len(d), ignored=(d.pad(), d.bos(), d.unk()))
-    words.resize(len(task.speaker_dictionary))
     said: Dict[int, List] = {}
     for i in range(len(dataset)):
         said.setdefault(int(dataset.speakers[i]), []).append(dataset[i]["target"])
-    for speaker, targets in said.items():
-        words.set_words(speaker, targets)
-    attach(model, words)
+    attach(model, remembered(task.target_dictionary, len(task.speaker_dictionary), said))
 
 
 def generate_worker(spec: Dict) -> Dict:

@@ -324,6 +324,17 @@ def from_state(state, vocab: int, where: str, speakers: Optional[int] = None) ->
     return words
 
 
+def remembered(dictionary, speakers: int, said: Dict[int, Sequence], options: Optional[WordOptions] = None
+               ) -> SpeakerWords:
+    """A memory of ``speakers`` rows over ``dictionary`` (its padding, beginning and unknown words never remembered)
+    where row i said the target sentences ``said[i]`` (token id tensors) and the other rows nothing."""
+    words = SpeakerWords(len(dictionary), options, ignored=(dictionary.pad(), dictionary.bos(), dictionary.unk()))
+    words.resize(speakers)
+    for row, sentences in said.items():
+        words.set_words(row, sentences)
+    return words
+
+
 def _ids_tensor(x) -> bool:
     """Whether ``x`` is a 1-d tensor of integers (not booleans), as a record's lengths and ids are."""
     return isinstance(x, Tensor) and x.dim() == 1 and x.dtype in (torch.int8, torch.int16, torch.int32, torch.int64)

@@ -33,8 +33,8 @@ import argparse
 import logging
 import os
 import re
-import sys
 import statistics
+import sys
 import time
 from typing import Dict, List, Optional, Sequence
 

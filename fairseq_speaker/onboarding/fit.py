@@ -442,14 +442,15 @@ def fit_speakers(bias: SpeakerBias, problems: Sequence[Sequence[Scored]], option
                                   tolerance_change=options.decoder_tolerance if through_decoder else options.tolerance,
                                   history_size=10, line_search_fn="strong_wolfe")
 
-    last = {}  # the last evaluation: its loss and the variables it was made at
+    last = {}  # through the decoder, the last evaluation: its loss and the variables it was made at
 
     def closure():
         optimizer.zero_grad()
         loss = objective()
         loss.backward()
         losses.append(float(loss.detach()))
-        last["loss"], last["at"] = losses[-1], [v.detach().clone() for v in variables]
+        if through_decoder:  # on cached logits a pass costs less than copying a large table at every evaluation
+            last["loss"], last["at"] = losses[-1], [v.detach().clone() for v in variables]
         return loss
 
     best, best_held, since_best, iterations = None, held_before, 0, 0

@@ -20,7 +20,7 @@ from typing import Optional, Sequence
 
 from fairseq_speaker.errors import command
 from fairseq_speaker.modules import speaker_words
-from fairseq_speaker.modules.speaker_words import SpeakerWords, WordOptions
+from fairseq_speaker.modules.speaker_words import WordOptions
 from fairseq_speaker.onboarding.refit import open_with_sentences
 from fairseq_speaker.runtime import add_runtime_arguments, check_threads, configure_output, start_threads
 
@@ -95,11 +95,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     dictionary = checkpoint.task.target_dictionary
     options = WordOptions(weight=args.weight, window=args.window, own=args.own, neighbours=args.neighbours,
                           k=args.neighbours_k, power=args.power, evidence=args.evidence)
-    words = SpeakerWords(len(dictionary), options, ignored=(dictionary.pad(), dictionary.bos(), dictionary.unk()))
-    words.resize(checkpoint.speaker_bias.num_speakers)
     speakers = checkpoint.task.speaker_dictionary
-    for name, pairs in sentences.items():
-        words.set_words(speakers.index(name), [target for _, target in pairs])
+    words = speaker_words.remembered(dictionary, checkpoint.speaker_bias.num_speakers,
+                                     {speakers.index(name): [target for _, target in pairs]
+                                      for name, pairs in sentences.items()}, options)
     before = speaker_words.speaker_words_of(checkpoint.model)
     kept = []  # a checkpoint that remembers words already: its speakers onboarded since keep theirs
     if before is not None:
