@@ -211,7 +211,8 @@ def format_table(result: Dict) -> str:
     traits = trait_names(result["rows"])
     scored = any("traits" in row for row in result["rows"])
     oracle = oracle_by_n(result)
-    header = ["n", "BLEU", *(["speaker words", *traits] if scored else []), "adapt s", "fit evaluations"]
+    # the seconds last: the one column that differs between two runs of the same command
+    header = ["n", "BLEU", *(["speaker words", *traits] if scored else []), "fit evaluations", "adapt s"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
 
     def accuracies(accuracy: Dict[str, float]) -> List[str]:
@@ -221,8 +222,8 @@ def format_table(result: Dict) -> str:
         cells = [str(row["n"]), f"{row['bleu']:.2f}"]
         if scored:
             cells += accuracies(row.get("traits", {}))
-        cells.append(f"{row['adapt_seconds']:.2f}")
         cells.append(f"{row['fit_evaluations']:g}" if "fit_evaluations" in row else "-")
+        cells.append(f"{row['adapt_seconds']:.2f}")
         lines.append("| " + " | ".join(cells) + " |")
         if scored and row["n"] in oracle:
             lines.append("| " + " | ".join([f"{row['n']}, Bayes limit", "-", *accuracies(oracle[row["n"]]), "-", "-"])
@@ -235,10 +236,10 @@ def describe(result: Dict, checkpoint: str, prefix: str) -> str:
             f"adapted on their first n sentences (n = 0: none, the mean speaker) and evaluated on their sentences "
             f"after the first {result['adapt_sentences']} ({result['eval_sentences']} sentences in all, the same for "
             f"every n). BLEU: sacrebleu, tokenize {result['tokenize']}; beam {result['beam']}. 'speaker words': the "
-            f"share of the speaker-dependent words of the references that the translation gets right; 'adapt s': "
-            f"seconds to adapt every speaker for that n (the network's pass over their sentences and the fits); 'fit "
+            f"share of the speaker-dependent words of the references that the translation gets right; 'fit "
             f"evaluations': the median over the speakers of the evaluations of the objective their fit made (through "
-            f"the decoder, a pass of the network each)."
+            f"the decoder, a pass of the network each); 'adapt s': seconds to adapt every speaker for that n (the "
+            f"network's pass over their sentences and the fits)."
             + (" 'Bayes limit': the share of those words that the best decision given the corpus's model "
                f"({result['oracle_model']}) and each speaker's first n sentences gets right." if result.get("oracle")
                else ""))

@@ -43,11 +43,11 @@ def test_a_row_per_n_and_n0_is_the_mean_speaker(toy, trained, heldout, tmp_path)
         result = json.load(f)
     assert [row["n"] for row in result["rows"]] == [0, 1, 5]
     # what the fits took: none for n = 0 (no fit), the median of the speakers' fits otherwise, in the table too
-    assert table[0].endswith("| adapt s | fit evaluations |")
-    assert "fit_evaluations" not in result["rows"][0] and table[1].endswith(" | - |")
+    assert table[0].endswith("| fit evaluations | adapt s |")
+    assert "fit_evaluations" not in result["rows"][0] and table[1].endswith(" | - | 0.00 |")
     for row, line in zip(result["rows"][1:], table[2:]):
         assert row["fit_evaluations"] >= 1 and row["fit_iterations"] >= 1
-        assert line.endswith(f" | {row['fit_evaluations']:g} |")
+        assert line.endswith(f" | {row['fit_evaluations']:g} | {row['adapt_seconds']:.2f} |")
     assert result["speakers"] == SPEAKERS and result["eval_sentences"] == SPEAKERS * (SENTENCES - 5)
     # the same sentences for every n: each speaker's after their first 5
     labels, sources = read_lines(f"{heldout}.spk"), read_lines(f"{heldout}.en")
