@@ -60,6 +60,11 @@ CACHED_ROWS = 256
 #: of a step's words are within the window, as one masked dense sum otherwise (a random network's flat steps)
 FEW_NEAR = 16
 DENSE_SHARE = 16
+#: the index keeps the words of all speakers as they were at its last full build, and the rows changed since apart
+#: (a change then costs one pass over the words, not a build); past max(REBUILD_ROWS, speakers / REBUILD_SHARE)
+#: changed rows it is built in full again
+REBUILD_ROWS = 1024
+REBUILD_SHARE = 16
 
 
 @dataclass
@@ -101,13 +106,15 @@ class SpeakerWords(nn.Module):
             raise UserError(f"speaker words: {'; '.join(problems)}")
         self.ignored = sorted({int(i) for i in ignored})
         self.words: List[np.ndarray] = []
-        self._forget()
+        self._reset()
 
     def __deepcopy__(self, memo) -> "SpeakerWords":
         """A copy with a speaker list of its own (a fit on a copy of the model adds its speaker there); the arrays of
         words are shared, as nothing changes one in place."""
         other = SpeakerWords(self.vocab, dataclasses.replace(self.options), self.ignored)
         other.words = list(self.words)
+        other._base, other._changed = self._base, set(self._changed)  # neither is ever changed in place
+        other._index = self._index
         other.train(self.training)
         memo[id(self)] = other
         return other
@@ -130,6 +137,8 @@ class SpeakerWords(nn.Module):
             return
         if speakers < self.num_speakers:
             del self.words[speakers:]
+            if self._base is not None and speakers < self._base.speakers:  # rare (a table cut): built in full
+                self._reset()
         else:
             self.words.extend(np.zeros(0, dtype=np.int64) for _ in range(speakers - self.num_speakers))
         self._forget()
@@ -139,6 +148,7 @@ class SpeakerWords(nn.Module):
         if row >= self.num_speakers:
             self.resize(row + 1)
         self.words[row] = self.ids(sentences)
+        self._changed.add(row)
         self._forget()
 
     def add_words(self, row: int, sentences: Iterable) -> None:
@@ -150,6 +160,7 @@ class SpeakerWords(nn.Module):
         forgotten = [row for row in rows if len(self.words_of(row))]
         for row in forgotten:
             self.words[row] = np.zeros(0, dtype=np.int64)
+            self._changed.add(row)
         if forgotten:  # the estimate of everyone is made again only when a speaker's words changed
             self._forget()
 
@@ -158,24 +169,21 @@ class SpeakerWords(nn.Module):
 
     # -- the estimate -----------------------------------------------------------------------------------------
     def _forget(self) -> None:
+        """Drop what depends on everyone's words (the bias rows, the index), keeping the last full build."""
         self._rows: "OrderedDict[int, Tensor]" = OrderedDict()  # the last CACHED_ROWS speakers' bias rows
-        self._index = None
+        self._index: Optional[WordsIndex] = None
 
-    def _built(self):
-        """The speakers-by-words matrix, the idf-weighted unit rows the similarities are taken on, and p(w)."""
+    def _reset(self) -> None:
+        """Forget everything built, the last full build too (the speaker list was replaced)."""
+        self._base: Optional[_Base] = None
+        self._changed: set = set()
+        self._forget()
+
+    def _built(self) -> "WordsIndex":
         if self._index is None:
-            lengths = np.array([len(w) for w in self.words], dtype=np.int64)
-            indices = np.concatenate(self.words) if self.words else np.zeros(0, dtype=np.int64)
-            indptr = np.concatenate([[0], np.cumsum(lengths)])
-            x = scipy.sparse.csr_matrix((np.ones(len(indices), dtype=np.float32), indices, indptr),
-                                        shape=(self.num_speakers, self.vocab))
-            said = max(int((lengths > 0).sum()), 1)
-            df = np.asarray(x.sum(axis=0)).reshape(-1)
-            idf = np.log(said / np.maximum(df, 1)).astype(np.float32)
-            y = x @ scipy.sparse.diags(idf)
-            norms = np.sqrt(np.asarray(y.multiply(y).sum(axis=1)).reshape(-1))
-            y = scipy.sparse.diags(1.0 / np.maximum(norms, 1e-12)) @ y
-            self._index = (x.tocsr(), y.tocsr(), np.maximum(df, 1) / said, df > 0)
+            if self._base is None or len(self._changed) > max(REBUILD_ROWS, self._base.speakers // REBUILD_SHARE):
+                self._base, self._changed = _Base(self.words, self.vocab), set()
+            self._index = WordsIndex(self._base, self.words, self._changed, self.vocab)
         return self._index
 
     def bias_row(self, row: int) -> Tensor:
@@ -188,15 +196,20 @@ class SpeakerWords(nn.Module):
         if not len(self.words_of(row)) or o.weight == 0:
             out = torch.zeros(self.vocab)
         else:
-            x, y, p, anyone = self._built()
-            similarity = y @ y[row].toarray().ravel()  # against a dense vector: 5x faster than a sparse product
+            index = self._built()
+            p, anyone = index.p, index.anyone
+            ids = self.words_of(row)
+            query = np.zeros(self.vocab, dtype=np.float32)
+            query[ids] = index.idf[ids] / max(float(index.norms[row]), 1e-12)  # the speaker's unit row
+            similarity = index.similarity(query)
             similarity[row] = 0.0
             nearest, weights = self._nearest(similarity)
             neighbours = p  # a speaker like no other: everyone's rate
             if len(nearest):
-                # a sparse product (scipy's own loop): a dense one went to the BLAS, whose threads then spun on the
-                # cores the generation's next step needed (40 ms a batch at V = 40,000)
-                neighbours = np.asarray(x[nearest].T @ weights).reshape(-1) / weights.sum()
+                neighbours = np.zeros(self.vocab)
+                for t, weight in zip(nearest.tolist(), weights.tolist()):  # k rows of distinct ids each
+                    neighbours[self.words[t]] += weight
+                neighbours /= weights.sum()
             own = np.zeros(self.vocab, dtype=np.float64)
             own[self.words_of(row)] = 1.0
             rate = o.own * own + o.neighbours * neighbours + (1.0 - o.own - o.neighbours) * p
@@ -210,32 +223,34 @@ class SpeakerWords(nn.Module):
         return out
 
     def _nearest(self, similarity: np.ndarray):
-        """The (at most) ``k`` rows of largest positive ``similarity`` and their weights sim^power, not normalized
-        (empty arrays when no row is similar)."""
+        """The (at most) ``k`` rows of largest positive ``similarity`` (of equal ones, the earlier rows) and their
+        weights sim^power, not normalized (empty arrays when no row is similar)."""
         similarity = np.maximum(similarity, 0.0)
         k = min(self.options.k, int((similarity > 0).sum()))
         if k == 0:
             return np.zeros(0, dtype=np.int64), np.zeros(0)
-        nearest = np.argpartition(-similarity, k - 1)[:k]
+        kth = np.partition(similarity, len(similarity) - k)[len(similarity) - k]  # the k-th largest
+        above = np.flatnonzero(similarity > kth)
+        nearest = np.concatenate([above, np.flatnonzero(similarity == kth)[:k - len(above)]])  # ties: earlier rows
         return nearest, similarity[nearest] ** self.options.power
 
-    def index(self):
-        """The estimate's index of the speakers' words as it is now (kept valid by whoever holds it: a later change
-        of the memory builds a new one and leaves this one as it was), for :meth:`most_like`."""
+    def index(self) -> "WordsIndex":
+        """The estimate's index of the speakers' words as it is now (never changed: a later change of the memory
+        makes a new one and leaves this one as it was), for :meth:`most_like`."""
         return self._built()
 
-    def most_like(self, ids: Iterable, among: int, index=None):
+    def most_like(self, ids: Iterable, among: int, index: Optional["WordsIndex"] = None):
         """The speakers most like a speaker who said the words ``ids``, among rows ``0 .. among - 1``: their rows and
         weights, summing to 1 (the neighbours of the module's equation; empty when none of them shares a word).
-        ``index``: an :meth:`index` taken earlier (at 100,000 speakers it takes 0.6 s to build), else the current."""
-        x, y, p, anyone = index if index is not None else self._built()
+        ``index``: an :meth:`index` taken earlier, else the current."""
+        index = index if index is not None else self._built()
         ids = self.ids([ids])
         query = np.zeros(self.vocab, dtype=np.float32)
-        query[ids] = np.log(1.0 / p[ids])  # idf, as the rows of y
+        query[ids] = index.idf[ids]
         norm = float(np.linalg.norm(query))
         if norm == 0.0 or among <= 0:
             return np.zeros(0, dtype=np.int64), np.zeros(0)
-        similarity = np.asarray(y[:min(among, y.shape[0])] @ (query / norm)).reshape(-1)
+        similarity = index.similarity(query / norm)[:among]
         nearest, weights = self._nearest(similarity)
         return nearest, weights / weights.sum() if len(weights) else weights
 
@@ -284,7 +299,69 @@ class SpeakerWords(nn.Module):
     def set_extra_state(self, state: Dict) -> None:
         other = from_state(state, self.vocab, "the checkpoint")
         self.options, self.ignored, self.words = other.options, other.ignored, other.words
-        self._forget()
+        self._reset()
+
+
+class _Base:
+    """All speakers' words at one moment, as a speakers x words matrix of ones, with how many speakers said each word
+    and how many said any: what an index starts from, never changed."""
+
+    def __init__(self, words: Sequence[np.ndarray], vocab: int):
+        self.speakers = len(words)
+        lengths = np.fromiter(map(len, words), dtype=np.int64, count=self.speakers)
+        indices = np.concatenate(words) if len(words) else np.zeros(0, dtype=np.int64)
+        indptr = np.zeros(self.speakers + 1, dtype=np.int64)
+        np.cumsum(lengths, out=indptr[1:])
+        self.x = scipy.sparse.csr_matrix((np.ones(len(indices), dtype=np.float32), indices, indptr),
+                                         shape=(self.speakers, vocab))
+        self.df = np.bincount(indices, minlength=vocab)[:vocab]
+        self.said = int(np.count_nonzero(lengths))
+
+    def row(self, i: int) -> np.ndarray:
+        return self.x.indices[self.x.indptr[i]:self.x.indptr[i + 1]]
+
+
+class WordsIndex:
+    """The speakers' words at one moment, as the estimate reads them: idf(w), p(w), which words anyone said, every
+    speaker's norm of idf-weighted words, and the cosine similarities to a query. The base's matrix and the rows
+    ``changed`` since (their words now) make it, so a change costs one product over the words, not a build. Never
+    changed once made."""
+
+    def __init__(self, base: _Base, words: Sequence[np.ndarray], changed: Iterable[int], vocab: int):
+        self.speakers = len(words)
+        self.base = base
+        self.rows = np.array(sorted(r for r in changed if r < self.speakers), dtype=np.int64)
+        now = [words[r] for r in self.rows.tolist()]
+        lengths = np.fromiter(map(len, now), dtype=np.int64, count=len(now))
+        indptr = np.zeros(len(now) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=indptr[1:])
+        indices = np.concatenate(now) if now else np.zeros(0, dtype=np.int64)
+        self.x = scipy.sparse.csr_matrix((np.ones(len(indices), dtype=np.float32), indices, indptr),
+                                         shape=(len(now), vocab))
+        before = [base.row(r) for r in self.rows.tolist() if r < base.speakers]
+        df = base.df + np.bincount(indices, minlength=vocab)[:vocab]
+        if before:
+            df = df - np.bincount(np.concatenate(before), minlength=vocab)[:vocab]
+        said = max(base.said - sum(1 for b in before if len(b)) + int(np.count_nonzero(lengths)), 1)
+        self.idf = np.log(said / np.maximum(df, 1)).astype(np.float32)
+        self.p = np.maximum(df, 1) / said
+        self.anyone = df > 0
+        squares = np.square(self.idf)
+        self.norms = np.sqrt(self._products(squares))
+
+    def _products(self, query: np.ndarray) -> np.ndarray:
+        """Every speaker's sum of ``query`` over the words they said ``[speakers]``."""
+        out = np.zeros(self.speakers, dtype=np.float32)
+        shared = min(self.speakers, self.base.speakers)
+        out[:shared] = (self.base.x @ query)[:shared]
+        if len(self.rows):
+            out[self.rows] = self.x @ query
+        return out
+
+    def similarity(self, query: np.ndarray) -> np.ndarray:
+        """Every speaker's cosine with the idf-weighted unit ``query`` ``[V]``: their idf-weighted words, made unit,
+        times ``query`` (0 for a speaker of no words)."""
+        return self._products(query * self.idf) / np.maximum(self.norms, 1e-12)
 
 
 def from_state(state, vocab: int, where: str, speakers: Optional[int] = None) -> SpeakerWords:

@@ -184,6 +184,51 @@ def test_a_speakers_own_words_win_over_their_rivals_and_neighbours_fill_the_word
     assert row[1:4].abs().max() < 1e-6  # words everyone says get nothing
 
 
+@pytest.mark.parametrize("rebuild_rows", [1024, 2])
+def test_after_changes_the_estimate_is_the_equation_on_the_words_as_they_are_now(monkeypatch, rebuild_rows):
+    """The index keeps the words of its last full build and the rows changed since apart: after rows are set again,
+    forgotten, added and grown, every bias row is still the equation on the words as they are now, whether the
+    changes stay apart (no new full build) or pass the limit (built in full again); a copy changes alone."""
+    import copy
+
+    monkeypatch.setattr(speaker_words, "REBUILD_ROWS", rebuild_rows)
+    rng = random.Random(rebuild_rows)
+    vocab, speakers = 15, 8
+    said = [set(rng.sample(range(2, vocab - 1), rng.randint(2, 7))) for _ in range(speakers)]
+    options = WordOptions(weight=2.5, own=0.35, neighbours=0.5, k=3, power=2.0, evidence=4.0)
+    words = SpeakerWords(vocab, options)
+    for row, s in enumerate(said):
+        words.set_words(row, [torch.tensor(sorted(s))])
+    words.bias_row(0)  # the full build
+    base = words._base
+
+    def check():
+        for row in range(len(said)):
+            expected = _by_hand(said, row, vocab, options) if said[row] else [0.0] * vocab
+            assert words.bias_row(row).tolist() == pytest.approx(expected, abs=1e-4), row
+
+    changes = [("set", 1, {3, 4, 5}), ("forget", 2, set()), ("set", 9, {2, 3, 13}), ("add", 0, {14}),
+               ("set", 5, {6, 7}), ("forget", 9, set())]
+    for kind, row, new in changes:
+        if kind == "forget":
+            words.forget([row])
+        elif kind == "add":
+            words.add_words(row, [torch.tensor(sorted(new))])
+            new = said[row] | new
+        else:
+            words.set_words(row, [torch.tensor(sorted(new))])
+        said.extend(set() for _ in range(row + 1 - len(said)))
+        said[row] = set(new)
+        check()
+    assert (words._base is base) == (rebuild_rows > len(changes))  # apart below the limit, built again past it
+
+    original = [words.bias_row(row).clone() for row in range(len(said))]
+    other = copy.deepcopy(words)
+    other.set_words(3, [torch.tensor([2, 3])])
+    assert other.bias_row(3).tolist() != original[3].tolist()
+    assert all(torch.equal(words.bias_row(row), original[row]) for row in range(len(said)))
+
+
 @pytest.mark.parametrize("seed", [0, 1])
 def test_the_speakers_most_like_a_new_ones_words_are_the_equations_neighbours_computed_by_hand(seed):
     """most_like (where onboarding through the decoder starts a new speaker's fit): the k rows among the first
