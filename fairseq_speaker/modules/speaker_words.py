@@ -72,7 +72,7 @@ class WordOptions:
     """The estimator's constants (the module docstring's equation). The defaults were chosen on the styles corpus
     (docs/speaker_learning.md, "How the options were chosen"); no other corpus was measured."""
 
-    weight: float = 5.0
+    weight: float = 8.0
     window: float = 2.0
     own: float = 0.3
     neighbours: float = 0.6

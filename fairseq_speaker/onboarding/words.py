@@ -9,7 +9,7 @@ copied as they are.
 
 Usage::
 
-    fairseq-speaker-words DATA --path checkpoints/checkpoint_best.pt --save words.pt [--weight 5 --window 2]
+    fairseq-speaker-words DATA --path checkpoints/checkpoint_best.pt --save words.pt [--weight 8 --window 2]
 """
 
 import argparse
