@@ -11,7 +11,7 @@ warm-up, with median and spread over repeats:
 Model loading is not timed. Sentences are random word ids of ``--length`` words (the cost does not
 depend on which words). A random model's fit stops after a few L-BFGS iterations, where a trained
 model's takes more (``fact+hyper_lhuc`` on the styles corpus at n = 10: a median of 6 iterations, 7 evaluations of
-the objective, in a model with its speakers' words; 9 and 10 without them; docs/onboarding.md, "How fast"):
+the objective, in a model with its speakers' words; 7 and 7 without them; docs/onboarding.md, "How fast"):
 ``--iterations N`` makes every fit run N iterations, for figures a trained
 model would give. A random network's objective is nearly flat in the speaker's parameters, where L-BFGS stops
 whatever its budget, so with ``--iterations`` the speaker variant's own parameters are drawn at random too
@@ -123,7 +123,7 @@ def main(argv=None) -> None:
     parser.add_argument("--many-repeats", type=int, default=2)
     parser.add_argument("--iterations", type=int, default=0,
                         help="every fit runs this many L-BFGS iterations (a random model's fit stops after a few; "
-                        "a trained model's takes about 6 with its speakers' words, 9 without); default: the fit's own stopping rule")
+                        "a trained model's takes about 6 with its speakers' words, 7 without); default: the fit's own stopping rule")
     parser.add_argument("--update-iterations", type=int, default=None, metavar="N",
                         help="the same for the incremental update's fit (a trained model's takes fewer: a median of 4 "
                         "evaluations of the objective for fact+hyper_lhuc on the styles corpus); default: --iterations")

@@ -251,9 +251,11 @@ class SpeakerTranslator:
             task = _task_copy(self.task)
             model = _fitting_copy(self.model, keep=(task.source_dictionary, task.target_dictionary))
             adapter = self._new_adapter(model, task)
+            adapter.share_starts(self.adapter)  # the known speakers where a fit starts, made once for all copies
         pairs = self.encode_pairs(sources, targets)
         heldout = {name: self.encode_pairs(heldout_sources, heldout_targets)} if _as_list(heldout_sources) else None
         report = adapter.adapt({name: pairs}, heldout, replace=name in task.speaker_dictionary)[name]
+        self.adapter.share_starts(adapter)
         return speaker_vectors(adapter.bias, [name], task.target_dictionary, model_label=self.checkpoint,
                                words=speaker_words_of(model)), report
 

@@ -294,6 +294,21 @@ def test_unseen_speakers_get_the_mean_speaker_or_nothing(name):
 
 
 @pytest.mark.parametrize("name", SPEAKER_VARIANTS)
+def test_the_bias_at_given_words_is_the_columns_of_the_whole_bias(name):
+    """lookup_words (onboarding's scoring of the known speakers at a new speaker's words) gives the columns of
+    lookup, whether by the default or by a variant's own form (fact's rank-r product, full's table, a sum's parts)."""
+    bias = build(name)
+    assert not bias.reads_source  # (a variant reading the source is never scored at words: likely_start skips it)
+    speakers, words = torch.tensor([3, 0, 2]), torch.tensor([5, 1, 5, 7])
+    whole = bias.lookup(speakers)
+    at_words = bias.lookup_words(speakers, words)
+    if whole is None:
+        assert at_words is None
+    else:
+        assert torch.allclose(at_words, whole[:, words], atol=1e-6)
+
+
+@pytest.mark.parametrize("name", SPEAKER_VARIANTS)
 def test_the_mean_speaker_is_cached_until_the_parameters_change(name, monkeypatch):
     bias = build(name)
     calls = []

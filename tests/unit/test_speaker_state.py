@@ -409,7 +409,7 @@ def test_a_new_speakers_fit_through_the_decoder_starts_from_the_known_speakers_w
     said = {int(w) for t in targets for w in t}
     stranger = [w for w in range(task.target_dictionary.nspecial, len(task.target_dictionary)) if w not in said][:4]
     assert stranger  # words the new speaker never said
-    plain = copy.deepcopy(model)  # no memory of words: the fit starts from the mean speaker
+    plain = copy.deepcopy(model)  # no memory of words: fitted here from the mean speaker
     attach(model, _remembering(task, {1: targets, 2: targets, 3: [torch.tensor(stranger)]}))
     adapter = SpeakerAdapter(model, task, FitOptions(max_iter=200))
     rows = model.speaker_bias.export_speakers([1, 2])
@@ -423,7 +423,6 @@ def test_a_new_speakers_fit_through_the_decoder_starts_from_the_known_speakers_w
     start, prior = adapter.start_and_prior(chunks)
     _, _, report = fit_speakers(model.speaker_bias, [chunks], adapter.options, init=[start], prior=[prior])
     mean = SpeakerAdapter(plain, task, FitOptions(max_iter=200))
-    assert mean.start_and_prior(chunks)[0] is mean.mean_speaker
     _, _, from_mean = fit_speakers(plain.speaker_bias, [chunks], mean.options, init=[mean.mean_speaker],
                                    prior=[mean.mean_speaker])
     assert report.loss_before != pytest.approx(from_mean.loss_before, rel=1e-3)  # another start ...
@@ -444,6 +443,90 @@ def test_a_new_speakers_fit_through_the_decoder_starts_from_the_known_speakers_w
               if w not in said and w not in stranger][:2]
     assert len(lonely) == 2
     assert adapter.neighbours_start(adapter.chunks([(pairs[0][0], torch.tensor(lonely))])) is None
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_without_words_a_new_speakers_fit_starts_from_the_known_speakers_whose_output_bias_makes_their_words_likely(
+        family, monkeypatch):
+    """Without a memory of words, the fit through the decoder starts from the known speakers weighted by how
+    probable their output bias makes the new speaker's target words (likely_start's equation, computed here by
+    hand); a speaker whose bias favours exactly those words takes nearly all the weight; the speakers added after
+    the adapter was made are no one's start; the fit ends where the fit from the mean speaker ends; a variant with
+    no output bias of its speakers' own starts from the mean."""
+    from fairseq_speaker.onboarding import adapt
+    from fairseq_speaker.onboarding.adapt import SpeakerAdapter
+    from fairseq_speaker.onboarding.fit import FitOptions, fit_speakers
+
+    task = make_task(num_speakers=4, num_words=40)
+    task.cfg = argparse.Namespace()
+    d = task.target_dictionary
+    for w in range(d.nspecial, len(d)):
+        d.count[w] = 1 + w % 5  # the target words' frequencies in training
+    model = make_model("full+hyper_lhuc", task=task, family=family)
+    pairs = _pairs(task)
+    adapter = SpeakerAdapter(model, task, FitOptions(max_iter=200))
+    chunks = adapter.chunks(pairs)
+
+    def by_hand(ids):
+        bias = model.speaker_bias.lookup(torch.tensor(ids)).detach().double()
+        centre = bias.mean(0)
+        u = torch.tensor(d.count, dtype=torch.float64)
+        u[:d.nspecial] = 0
+        u /= u.sum()
+        targets = torch.cat([t for _, t in pairs])
+        scores = (bias - centre)[:, targets].sum(1) - len(targets) * torch.logsumexp(bias - centre + u.log(), dim=1)
+        weights = torch.softmax(scores, 0)
+        rows = model.speaker_bias.export_speakers(ids)
+        return {name: torch.tensordot(weights, value.double(), dims=1).unsqueeze(0) for name, value in rows.items()}
+
+    start = adapter.likely_start(chunks)
+    assert adapter.start_and_prior(chunks)[0].keys() == start.keys()
+    for name, value in by_hand([0, 1, 2, 3]).items():
+        assert torch.allclose(start[name].double(), value, atol=1e-5), name
+
+    table = dict(model.speaker_bias.speaker_parameters())
+    name = "parts.full.weight"
+    with torch.no_grad():
+        targets = torch.cat([t for _, t in pairs])
+        table[name][2, targets] += 6.0  # speaker 2 says exactly these words
+    favoured = SpeakerAdapter(model, task, FitOptions(max_iter=200))
+    start = favoured.likely_start(chunks)
+    rows = model.speaker_bias.export_speakers([2])
+    for key, value in rows.items():
+        assert torch.allclose(start[key], value, atol=1e-2), key
+
+    _, _, report = fit_speakers(model.speaker_bias, [chunks], favoured.options, init=[start],
+                                prior=[favoured.mean_speaker])
+    _, _, from_mean = fit_speakers(model.speaker_bias, [chunks], favoured.options, init=[favoured.mean_speaker],
+                                   prior=[favoured.mean_speaker])
+    assert report.loss_before != pytest.approx(from_mean.loss_before, rel=1e-3)  # another start ...
+    assert report.loss_after == pytest.approx(from_mean.loss_after, rel=1e-3)  # ... the same end
+
+    # a speaker added after the adapter was made, whose bias favours the words more still: not a start
+    model.speaker_bias.grow(1, "mean", names=["newcomer"])
+    with torch.no_grad():
+        table = dict(model.speaker_bias.speaker_parameters())
+        table[name][4] = table[name][2] + 6.0
+    again = favoured.likely_start(chunks)
+    for key, value in rows.items():
+        assert torch.allclose(again[key], value, atol=1e-2), key
+
+    # an adapter of a copy of the model (the service's fits) takes the candidates made once, not a pass of its own
+    copied = SpeakerAdapter(copy.deepcopy(model), task, FitOptions(max_iter=200))
+    copied.share_starts(favoured)
+    assert copied._likely is favoured._likely
+
+    # at most LIKELY_CANDIDATES known speakers are read, evenly spaced: here 0 and 2 of 4
+    monkeypatch.setattr(adapt, "LIKELY_CANDIDATES", 2)
+    fresh = SpeakerAdapter(make_model("full+hyper_lhuc", task=make_task(num_speakers=4, num_words=40), family=family),
+                           task, FitOptions(max_iter=200))
+    model = fresh.model
+    for name, value in by_hand([0, 2]).items():
+        assert torch.allclose(fresh.likely_start(fresh.chunks(pairs))[name].double(), value, atol=1e-5), name
+
+    state_only = SpeakerAdapter(make_model("hyper_lhuc", task=task, family=family), task)
+    assert state_only.through_decoder and state_only.likely_start(state_only.chunks(pairs)) is None
+    assert state_only.start_and_prior(state_only.chunks(pairs))[0] is state_only.mean_speaker
 
 
 def test_a_variant_on_the_logits_starts_from_the_mean_speaker_whatever_the_words():

@@ -309,6 +309,13 @@ class SpeakerBias(nn.Module):
             return None
         raise NotImplementedError
 
+    def lookup_words(self, speakers: Tensor, words: Tensor) -> Optional[Tensor]:
+        """The bias of known speakers (ids ``[B]``) at ``words`` (ids ``[W]``) only, ``[B, W]``: the columns of
+        :meth:`lookup` (None for no bias), which a variant may compute without making its whole rows (onboarding
+        scores every known speaker's bias at a new speaker's words)."""
+        rows = self.lookup(speakers)
+        return None if rows is None else rows.index_select(1, words)
+
     def mean_rows(self, table: Tensor) -> Tensor:
         """The rows of a speaker table ``[S, ...]`` whose mean is the mean speaker's (see :attr:`mean_of`)."""
         return table if self.mean_of is None else table[: self.mean_of]

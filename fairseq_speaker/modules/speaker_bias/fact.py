@@ -54,6 +54,9 @@ class FactorizedSpeakerBias(SpeakerBias):
         weights = self.row_lookup("speaker_weights", speakers)  # B x r
         return weights @ self.shared_biases.t()  # B x V
 
+    def lookup_words(self, speakers: Tensor, words: Tensor) -> Tensor:
+        return self.row_lookup("speaker_weights", speakers) @ self.shared_biases.index_select(0, words).t()  # B x W
+
     def mean_bias(self) -> Tensor:
         # the bias is linear in the speaker weights: the mean of the biases is the bias of the mean weights
         return self.shared_biases @ self.mean_rows(self.speaker_weights).mean(0)

@@ -26,5 +26,8 @@ class FullSpeakerBias(SpeakerBias):
     def lookup(self, speakers: Tensor, encoder_out: EncoderOut = None) -> Tensor:
         return self.row_lookup("weight", speakers)  # B x V
 
+    def lookup_words(self, speakers: Tensor, words: Tensor) -> Tensor:
+        return self.row_lookup("weight", speakers).index_select(1, words)  # B x W
+
     def mean_bias(self) -> Tensor:
         return self.mean_rows(self.weight).mean(0)

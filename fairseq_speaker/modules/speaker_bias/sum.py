@@ -123,6 +123,10 @@ class SumSpeakerBias(SpeakerBias):
     def lookup(self, speakers: Tensor, encoder_out: EncoderOut = None) -> Optional[Tensor]:
         return self(speakers, encoder_out)
 
+    def lookup_words(self, speakers: Tensor, words: Tensor) -> Optional[Tensor]:
+        parts = [bias for bias in (part.lookup_words(speakers, words) for part in self.parts.values()) if bias is not None]
+        return sum(parts) if parts else None
+
     def mean_bias(self) -> Optional[Tensor]:
         means = [mean for mean in (part.mean_bias() for part in self.parts.values()) if mean is not None]
         return sum(means) if means else None
