@@ -211,9 +211,9 @@ class SpeakerWords(nn.Module):
                     neighbours[self.words[t]] += weight
                 neighbours /= weights.sum()
             own = np.zeros(self.vocab, dtype=np.float64)
-            own[self.words_of(row)] = 1.0
+            own[ids] = 1.0
             rate = o.own * own + o.neighbours * neighbours + (1.0 - o.own - o.neighbours) * p
-            said = len(self.words_of(row))
+            said = len(ids)
             bias = o.weight * said / (said + o.evidence) * np.log(np.maximum(rate, 1e-12) / p)
             bias[~anyone] = 0.0
             out = torch.from_numpy(bias.astype(np.float32))
@@ -302,20 +302,29 @@ class SpeakerWords(nn.Module):
         self._reset()
 
 
+def _ones(words: Sequence[np.ndarray], vocab: int) -> scipy.sparse.csr_matrix:
+    """The rows-by-words matrix of ones of ``words`` (each row's sorted distinct word ids)."""
+    lengths = np.fromiter(map(len, words), dtype=np.int64, count=len(words))
+    indptr = np.zeros(len(words) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=indptr[1:])
+    indices = np.concatenate(words) if len(words) else np.zeros(0, dtype=np.int64)
+    return scipy.sparse.csr_matrix((np.ones(len(indices), dtype=np.float32), indices, indptr),
+                                   shape=(len(words), vocab))
+
+
+def _counts(x: scipy.sparse.csr_matrix):
+    """How many rows of ``x`` said each word, and how many said any."""
+    return np.bincount(x.indices, minlength=x.shape[1])[:x.shape[1]], int(np.count_nonzero(np.diff(x.indptr)))
+
+
 class _Base:
     """All speakers' words at one moment, as a speakers x words matrix of ones, with how many speakers said each word
     and how many said any: what an index starts from, never changed."""
 
     def __init__(self, words: Sequence[np.ndarray], vocab: int):
         self.speakers = len(words)
-        lengths = np.fromiter(map(len, words), dtype=np.int64, count=self.speakers)
-        indices = np.concatenate(words) if len(words) else np.zeros(0, dtype=np.int64)
-        indptr = np.zeros(self.speakers + 1, dtype=np.int64)
-        np.cumsum(lengths, out=indptr[1:])
-        self.x = scipy.sparse.csr_matrix((np.ones(len(indices), dtype=np.float32), indices, indptr),
-                                         shape=(self.speakers, vocab))
-        self.df = np.bincount(indices, minlength=vocab)[:vocab]
-        self.said = int(np.count_nonzero(lengths))
+        self.x = _ones(words, vocab)
+        self.df, self.said = _counts(self.x)
 
     def row(self, i: int) -> np.ndarray:
         return self.x.indices[self.x.indptr[i]:self.x.indptr[i + 1]]
@@ -331,18 +340,11 @@ class WordsIndex:
         self.speakers = len(words)
         self.base = base
         self.rows = np.array(sorted(r for r in changed if r < self.speakers), dtype=np.int64)
-        now = [words[r] for r in self.rows.tolist()]
-        lengths = np.fromiter(map(len, now), dtype=np.int64, count=len(now))
-        indptr = np.zeros(len(now) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=indptr[1:])
-        indices = np.concatenate(now) if now else np.zeros(0, dtype=np.int64)
-        self.x = scipy.sparse.csr_matrix((np.ones(len(indices), dtype=np.float32), indices, indptr),
-                                         shape=(len(now), vocab))
-        before = [base.row(r) for r in self.rows.tolist() if r < base.speakers]
-        df = base.df + np.bincount(indices, minlength=vocab)[:vocab]
-        if before:
-            df = df - np.bincount(np.concatenate(before), minlength=vocab)[:vocab]
-        said = max(base.said - sum(1 for b in before if len(b)) + int(np.count_nonzero(lengths)), 1)
+        self.x = _ones([words[r] for r in self.rows.tolist()], vocab)  # the changed rows' words now
+        before = _ones([base.row(r) for r in self.rows.tolist() if r < base.speakers], vocab)  # and at the base
+        (df_now, said_now), (df_before, said_before) = _counts(self.x), _counts(before)
+        df = base.df + df_now - df_before
+        said = max(base.said + said_now - said_before, 1)
         self.idf = np.log(said / np.maximum(df, 1)).astype(np.float32)
         self.p = np.maximum(df, 1) / said
         self.anyone = df > 0
