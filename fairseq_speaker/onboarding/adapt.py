@@ -291,10 +291,7 @@ class SpeakerAdapter:
         counts = torch.bincount(targets, minlength=centre.numel()).to(centre.dtype)
         words = counts.nonzero().squeeze(1)
         counts = counts[words]
-        device = next(self.bias.parameters()).device
-        with torch.no_grad():
-            at_words = torch.cat([self.bias.lookup_words(chunk.to(device), words.to(device)).float().cpu()
-                                  for chunk in ids.split(LIKELY_CHUNK)])
+        at_words = torch.cat(list(self._output_biases(ids, words)))
         scores = (at_words - centre[words]) @ counts - counts.sum() * lognorm
         best = scores.topk(min(LIKELY_K, len(ids)))
         weights = torch.softmax(best.values, 0)
@@ -309,12 +306,15 @@ class SpeakerAdapter:
         if self._likely is None and other._likely is not None:
             self._likely = other._likely
 
-    def _output_biases(self, ids: Tensor):
-        """The output bias rows ``[n, V]`` (float, on the CPU) of the known speakers ``ids``, LIKELY_CHUNK at a time."""
+    def _output_biases(self, ids: Tensor, words: Optional[Tensor] = None):
+        """The output bias rows ``[n, V]`` (float, on the CPU) of the known speakers ``ids``, or their columns at
+        ``words`` only ``[n, W]``, LIKELY_CHUNK speakers at a time."""
         device = next(self.bias.parameters()).device
         with torch.no_grad():
             for chunk in ids.split(LIKELY_CHUNK):
-                yield self.bias.lookup(chunk.to(device)).float().cpu()
+                chunk = chunk.to(device)
+                rows = self.bias.lookup(chunk) if words is None else self.bias.lookup_words(chunk, words.to(device))
+                yield rows.float().cpu()
 
     def _likely_candidates(self) -> Optional[Tuple[Tensor, Tensor, Tensor]]:
         """:meth:`likely_start`'s known speakers, their mean bias and each one's normalizer, made at its first call
