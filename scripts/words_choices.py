@@ -33,12 +33,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from fairseq.data import Dictionary  # noqa: E402
 
 from fairseq_speaker.analysis.speaker_words import read_traits  # noqa: E402
+from fairseq_speaker.data import read_lines  # noqa: E402
 from fairseq_speaker.modules.speaker_words import CHECKPOINT_KEY, from_state  # noqa: E402
-
-
-def read_lines(path: str) -> List[str]:
-    with open(path, encoding="utf-8") as f:
-        return f.read().splitlines()
 
 
 def articles(speakers_json: str) -> Dict[str, str]:
