@@ -248,7 +248,9 @@ class SpeakerDecoderMixin:
             logits = self._step_logits(features, step)
             if step.get("words") is not None:
                 hypotheses = step["words_of"].index_select(0, step["index"])
-                logits = self.speaker_words.rerank(logits, step["words"], hypotheses)
+                logits, normalized = self.speaker_words.step_scores(logits, step["words"], hypotheses)
+                if normalized:
+                    extra[speaker_words.NORMALIZED] = True
             return logits, extra
         bias, state, aux_losses = self.sentence_effects(encoder_out, None)
         with self.applying_speaker_state(state):
@@ -265,6 +267,14 @@ class SpeakerDecoderMixin:
         if bias is not None:
             logits += bias.unsqueeze(1).to(logits)  # in place: no second B x T x V tensor
         return logits, extra
+
+    def get_normalized_probs(self, net_output, log_probs: bool, sample: Optional[Dict[str, Tensor]] = None):
+        """fairseq's, except for a generation step whose speakers' words were added to its log-probabilities
+        (:meth:`~fairseq_speaker.modules.speaker_words.SpeakerWords.step_scores`): those are its scores as they are."""
+        extra = net_output[1] if len(net_output) > 1 else None
+        if isinstance(extra, dict) and extra.get(speaker_words.NORMALIZED):
+            return net_output[0] if log_probs else net_output[0].exp()
+        return super().get_normalized_probs(net_output, log_probs, sample)
 
     def output_weight_and_bias(self) -> Optional[Tuple[Tensor, Optional[Tensor]]]:
         """The output layer as ``(W [V, d], b [V] or None)`` when ``output_layer(x)`` is ``x W^T + b``,

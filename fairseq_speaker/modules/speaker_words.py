@@ -39,7 +39,7 @@ import logging
 import math
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Optional, Sequence
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 import scipy.sparse
@@ -49,6 +49,13 @@ from torch import Tensor, nn
 from fairseq_speaker.errors import UserError
 
 logger = logging.getLogger(__name__)
+
+#: what a step's bias can be added to (:attr:`WordOptions.add_to`); a record written before the option existed
+#: (0.6.0 and before) added it to the logits, and keeps doing so
+ADD_TO = ("log_probs", "logits")
+#: the key of a generation step's output (its extra dict) whose scores are log-probabilities already, the memory's
+#: bias added to them: fairseq must not normalize them again (SpeakerDecoderMixin.get_normalized_probs)
+NORMALIZED = "speaker_words_log_probs"
 
 #: where a checkpoint keeps the memory (the model's state dict)
 CHECKPOINT_KEY = "decoder.speaker_words._extra_state"
@@ -72,16 +79,22 @@ class WordOptions:
     """The estimator's constants (the module docstring's equation). The defaults were chosen on the styles corpus
     (docs/speaker_learning.md, "How the options were chosen"); no other corpus was measured."""
 
-    weight: float = 8.0
+    weight: float = 6.0
     window: float = 2.0
     own: float = 0.3
     neighbours: float = 0.6
     k: int = 30
     power: float = 4.0
     evidence: float = 60.0
+    #: what a generation step's bias is added to: ``log_probs``, the step's normalized log-probabilities, so that a
+    #: hypothesis keeps its word's bias and the words of the speaker can choose the article before them; or ``logits``
+    #: (0.6.0 and before), renormalized at the step, where a noun's bias cannot undo its article
+    add_to: str = "log_probs"
 
     def problems(self) -> List[str]:
         out = []
+        if self.add_to not in ADD_TO:
+            out.append(f"add_to must be one of {', '.join(ADD_TO)}, got {self.add_to!r}")
         for name in ("weight", "window", "own", "neighbours", "power", "evidence"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
@@ -259,6 +272,20 @@ class SpeakerWords(nn.Module):
         rows = [self.bias_row(int(s)) for s in speakers.tolist()]
         return torch.stack(rows) if rows else torch.zeros(0, self.vocab)
 
+    def step_scores(self, logits: Tensor, rows: Tensor, index: Optional[Tensor] = None) -> Tuple[Tensor, bool]:
+        """A generation step's scores ``[B, 1, V]`` with each hypothesis's bias (:meth:`rerank`; arguments as there),
+        and whether they are log-probabilities already (fairseq must not normalize them again).
+
+        With ``add_to`` ``log_probs`` the bias is added to the step's log-probabilities, so a hypothesis's score is
+        the sum over its words of the network's log-probability and the speaker's bias (shallow fusion: Gulcehre et
+        al., 2015, with the speaker's log rate ratio as the second model): "le vélo" keeps vélo's bias against "la
+        bécane", although after "le" the network gives vélo all the probability. With ``logits`` the step is
+        renormalized after the bias, which then only chooses among the words of one step."""
+        if self.options.add_to == "logits":
+            return self.rerank(logits, rows, index), False
+        scores = torch.log_softmax(logits.float(), dim=-1)
+        return self.rerank(scores, rows, index).to(logits.dtype), True
+
     def rerank(self, logits: Tensor, rows: Tensor, index: Optional[Tensor] = None) -> Tensor:
         """``logits`` ``[B, 1, V]`` with each hypothesis's row of ``rows`` added to its words within ``window`` nats of
         its most probable one: ``rows`` ``[B, V]``, or ``[R, V]`` and ``index`` ``[B]`` the row of each hypothesis
@@ -385,6 +412,7 @@ def from_state(state, vocab: int, where: str, speakers: Optional[int] = None) ->
     options = state["options"]
     if not isinstance(options, dict) or not set(options) <= known:
         raise bad(f"have options {sorted(options) if isinstance(options, dict) else options!r}, not {sorted(known)}")
+    options = {"add_to": "logits", **options}  # written before add_to existed: decoded as it was
     lengths, ids, ignored = state["lengths"], state["words"], state.get("ignored", [])
     if not _ids_tensor(lengths) or not _ids_tensor(ids) or int(lengths.sum()) != ids.numel() \
             or bool((lengths < 0).any()) or (ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab)) \

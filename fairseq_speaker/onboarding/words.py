@@ -9,7 +9,7 @@ copied as they are.
 
 Usage::
 
-    fairseq-speaker-words DATA --path checkpoints/checkpoint_best.pt --save words.pt [--weight 8 --window 2]
+    fairseq-speaker-words DATA --path checkpoints/checkpoint_best.pt --save words.pt [--weight 6 --window 2 --add-to log_probs]
 """
 
 import argparse
@@ -70,6 +70,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--evidence", type=_non_negative, default=defaults.evidence,
                         help="a speaker's bias is scaled by m / (m + this), m the distinct words they said: the less "
                         "is known of a speaker, the less it moves their words")
+    parser.add_argument("--add-to", choices=speaker_words.ADD_TO, default=defaults.add_to,
+                        help="what a generation step's bias is added to: the step's log-probabilities, so that a "
+                        "speaker's noun also chooses the article before it (default), or its logits, renormalized "
+                        "at the step (0.6.0 and before)")
     parser.add_argument("--user-dir", default=None,
                         help="a package registering more speaker bias variants or model families")
     add_runtime_arguments(parser)
@@ -94,7 +98,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     checkpoint, sentences = open_with_sentences(args)
     dictionary = checkpoint.task.target_dictionary
     options = WordOptions(weight=args.weight, window=args.window, own=args.own, neighbours=args.neighbours,
-                          k=args.neighbours_k, power=args.power, evidence=args.evidence)
+                          k=args.neighbours_k, power=args.power, evidence=args.evidence, add_to=args.add_to)
     speakers = checkpoint.task.speaker_dictionary
     words = speaker_words.remembered(dictionary, checkpoint.speaker_bias.num_speakers,
                                      {speakers.index(name): [target for _, target in pairs]

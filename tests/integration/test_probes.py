@@ -227,6 +227,10 @@ COMMAND_PROBES = {
          "--own and --neighbours are shares of one rate: their sum must be at most 1, got 0.5 + 0.6"),
         (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--neighbours-k", "0"], 2,
          "--neighbours-k must be at least 1, got 0"),
+        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--add-to", "probs"], 2,
+         "argument --add-to: invalid choice: 'probs' (choose from"),
+        (["{data}", "--path", "{badaddto}", "--save", "{tmp}/o.pt"], 2,
+         "have bad options (speaker words: add_to must be one of log_probs, logits, got 'probs')"),
         (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--threads", "0"], 2, "--threads must be at least 1"),
         (["{data}", "--path", "{lstmbase}", "--save", "{tmp}/o.pt"], 2, "has no parameters per speaker"),
     ],
@@ -438,6 +442,9 @@ COMMAND_PROBES = {
         (["{data}", "--path", "{notckpt}", *GENERATE], 2, "{notckpt}: not a fairseq checkpoint"),
         (["{data}", "--path", "{badwords}", *GENERATE], 2,
          "the checkpoint: its speakers' words (decoder.speaker_words._extra_state) are damaged"),
+        (["{data}", "--path", "{badaddto}", *GENERATE], 2,
+         "its speakers' words (decoder.speaker_words._extra_state) have bad options (speaker words: add_to must be "
+         "one of log_probs, logits"),
         (["{data}", "--path", "{otherwords}", *GENERATE], 2,
          "the checkpoint: its speakers' words (decoder.speaker_words._extra_state) are over 99 target words, and "
          "the model has"),
@@ -702,6 +709,10 @@ class Places:
     def make_badwords(self):
         """A damaged record of the speakers' words: one id fewer than its speakers' counts say."""
         return self._words("badwords.pt", lambda record: record.update(words=record["words"][:-1]))
+
+    def make_badaddto(self):
+        """A record of the speakers' words whose bias is added to something that is not a step's scores."""
+        return self._words("badaddto.pt", lambda record: record["options"].update(add_to="probs"))
 
     def make_otherwords(self):
         """A record of the speakers' words over another vocabulary than the model's."""

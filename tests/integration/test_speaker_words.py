@@ -108,6 +108,53 @@ def test_beam_hypotheses_keep_their_speakers_words_in_fairseq_interactive(rememb
             assert mine in words and theirs not in words, (i, speakers[i], words)
 
 
+@pytest.mark.parametrize("add_to", ["log_probs", "logits"])
+def test_a_hypothesiss_score_is_the_networks_log_probability_plus_its_speakers_bias_at_each_word(remembered, toy,
+                                                                                               add_to):
+    """The scores fairseq's beam search gave each word of each hypothesis, against the same words scored by a plain
+    teacher-forced pass (which the memory never touches) and the speaker's bias row: with ``log_probs`` the bias is
+    added to the word's log-probability and kept (a noun's bias counts against its article's), with ``logits`` the step
+    is renormalized after it (0.6.0)."""
+    _, out, _ = remembered
+    translator = SpeakerTranslator.from_pretrained(out, data=toy["bin"], max_len_b=8)
+    model, memory = translator.model, speaker_words_of(translator.model)
+    memory.options = dataclasses.replace(memory.options, weight=4 * memory.options.weight, add_to=add_to)
+    window = memory.options.window
+    sentences = ["i am tired .", "you want the drugs .", "i saw the dog yesterday .", "you are happy ."]
+    names = translator.speakers[:4]
+    translator.task.set_inference_speakers(names)
+    nbests = translator.hub.generate([translator.hub.encode(s) for s in sentences], 3)
+    biased = 0
+    for sentence, name, nbest in zip(sentences, names, nbests):
+        row = translator.task.speaker_dictionary.index(name)
+        bias = memory.bias_row(row)
+        source = translator.hub.encode(sentence).unsqueeze(0)
+        for h in nbest:
+            target = h["tokens"]
+            previous = torch.cat([target.new_tensor([translator.task.target_dictionary.eos()]), target[:-1]])
+            with torch.no_grad():
+                logits = model(source, torch.tensor([source.size(1)]), previous.unsqueeze(0),
+                               speakers=torch.tensor([row]))[0][0].float()
+            lp = torch.log_softmax(logits, -1)
+            near = lp >= lp.max(-1, keepdim=True).values - window
+            added = torch.where(near, bias.unsqueeze(0), torch.zeros(()))
+            if add_to == "log_probs":
+                expected = (lp + added).gather(1, target.unsqueeze(1)).squeeze(1)
+            else:
+                expected = torch.log_softmax(logits + added, -1).gather(1, target.unsqueeze(1)).squeeze(1)
+            assert torch.allclose(h["positional_scores"].float(), expected, atol=1e-4), (add_to, sentence, name)
+            biased += int((added.gather(1, target.unsqueeze(1)).abs() > 0.1).sum())
+    assert biased > 0  # the bias was there to be counted
+
+
+def test_a_record_written_before_add_to_existed_adds_the_bias_to_the_logits_as_it_did(remembered):
+    _, out, _ = remembered
+    record = dict(torch.load(out, weights_only=False)["model"][CHECKPOINT_KEY])
+    assert record["options"]["add_to"] == "log_probs"  # what fairseq-speaker-words writes now
+    record["options"] = {k: v for k, v in record["options"].items() if k != "add_to"}
+    assert from_state(record, record["vocab"], out).options.add_to == "logits"
+
+
 def test_onboarding_gives_a_new_speaker_their_words_and_an_update_adds_its_own(remembered, toy, tmp_path):
     _, out, _ = remembered
     translator = SpeakerTranslator.from_pretrained(out, data=toy["bin"], max_len_b=6)

@@ -116,6 +116,16 @@ def test_rerank_adds_the_bias_to_the_words_within_the_window_only():
     assert out.tolist() == [[[4.0, 12.5, 0.0, -5.0]]]
 
 
+def test_step_scores_add_the_bias_to_the_log_probabilities_or_to_the_logits_as_the_options_say():
+    logits = torch.tensor([[[3.0, 2.5, 0.0, -5.0]]])
+    rows = torch.tensor([[1.0, 10.0, 10.0, 10.0]])
+    lp = torch.log_softmax(logits, -1)
+    scores, normalized = SpeakerWords(4, WordOptions(window=1.0)).step_scores(logits.clone(), rows)
+    assert normalized and torch.allclose(scores, lp + torch.tensor([1.0, 10.0, 0.0, 0.0]), atol=1e-6)
+    scores, normalized = SpeakerWords(4, WordOptions(window=1.0, add_to="logits")).step_scores(logits.clone(), rows)
+    assert not normalized and scores.tolist() == [[[4.0, 12.5, 0.0, -5.0]]]
+
+
 def test_the_record_reads_back_and_a_damaged_one_is_refused():
     words = SpeakerWords(12, WordOptions(weight=3.0, k=5), ignored=(1,))
     words.set_words(0, [[3, 4]])
@@ -157,6 +167,7 @@ def test_the_record_reads_back_and_a_damaged_one_is_refused():
     (WordOptions(own=0.7, neighbours=0.7), "own + neighbours must be at most 1"),
     (WordOptions(k=0), "k must be a whole number >= 1"),
     (WordOptions(evidence=-2.0), "evidence must be a number >= 0"),
+    (WordOptions(add_to="probs"), "add_to must be one of log_probs, logits, got 'probs'"),
 ])
 def test_bad_options_are_refused(options, message):
     with pytest.raises(UserError) as e:
