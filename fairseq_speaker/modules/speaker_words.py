@@ -24,8 +24,12 @@ al., 1994) and everyone's; the bias is its log ratio to everyone's rate, so a wo
 is not a distribution over the next word: added to every logit it would put a speaker's nouns anywhere. At each
 generation step it is added to the words within ``window`` nats of the step's most probable word only, so it
 chooses among what the network proposes there (the article's noun, a synonym, the participle's agreement) and never
-proposes a word itself. Teacher-forced passes (training, the validation loss, scoring a reference) do not use it;
-generation does, ``fairseq-train --eval-bleu`` included.
+proposes a word itself. It is added to the step's log-probabilities (``add_to`` ``log_probs``), not renormalized, so
+a hypothesis keeps the bias of its words: the score of "le vélo" counts vélo's bias against that of "la bécane",
+although the article came a step before the noun and after "le" the network gives vélo all the probability (added
+to the logits, as records written before the option do, it could only choose among the words of one step).
+Teacher-forced passes (training, the validation loss, scoring a reference) do not use it; generation does,
+``fairseq-train --eval-bleu`` included.
 
 Per speaker: the ids of the distinct words they said (their sentences' vocabulary), no parameters. In a checkpoint
 the memory is the extra state of ``decoder.speaker_words`` (:data:`CHECKPOINT_KEY`); a checkpoint without it
