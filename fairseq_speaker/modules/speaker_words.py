@@ -287,8 +287,8 @@ class SpeakerWords(nn.Module):
         renormalized after the bias, which then only chooses among the words of one step."""
         if self.options.add_to == "logits":
             return self.rerank(logits, rows, index), False
-        scores = torch.log_softmax(logits.float(), dim=-1)
-        return self.rerank(scores, rows, index).to(logits.dtype), True
+        scores = torch.log_softmax(logits.float(), dim=-1)  # in float32, as fairseq's own log-probabilities are
+        return self.rerank(scores, rows, index), True
 
     def rerank(self, logits: Tensor, rows: Tensor, index: Optional[Tensor] = None) -> Tensor:
         """``logits`` ``[B, 1, V]`` with each hypothesis's row of ``rows`` added to its words within ``window`` nats of

@@ -197,7 +197,8 @@ class SpeakerTranslator:
     def translate_nbest(self, sentences: Sequence[str], speakers: Sentences, beam: int = 5, nbest: int = 1,
                         **kwargs) -> List[List[Tuple[str, float]]]:
         """The ``nbest`` best translations of each sentence as its speaker, best first, each with fairseq's score
-        (the mean log-probability of its tokens, with their speaker's words' bias in a model that remembers them); the first is what :meth:`translate` gives."""
+        (the mean log-probability of its tokens, with their speaker's words' bias in a model that remembers them);
+        the first is what :meth:`translate` gives."""
         batch = _as_list(sentences)
         beam = _checked_beam(beam)
         self.task.set_inference_speakers(_per_sentence(speakers, len(batch)))

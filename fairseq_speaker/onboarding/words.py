@@ -9,7 +9,8 @@ copied as they are.
 
 Usage::
 
-    fairseq-speaker-words DATA --path checkpoints/checkpoint_best.pt --save words.pt [--weight 6 --window 2 --add-to log_probs]
+    fairseq-speaker-words DATA --path checkpoints/checkpoint_best.pt --save words.pt \
+        [--weight 6 --window 2 --add-to log_probs]
 """
 
 import argparse
