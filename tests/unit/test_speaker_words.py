@@ -122,6 +122,8 @@ def test_step_scores_add_the_bias_to_the_log_probabilities_or_to_the_logits_as_t
     lp = torch.log_softmax(logits, -1)
     scores, normalized = SpeakerWords(4, WordOptions(window=1.0)).step_scores(logits.clone(), rows)
     assert normalized and torch.allclose(scores, lp + torch.tensor([1.0, 10.0, 0.0, 0.0]), atol=1e-6)
+    half, _ = SpeakerWords(4, WordOptions(window=1.0)).step_scores(logits.half(), rows)
+    assert half.dtype == torch.float32  # summed by the beam as fairseq's own log-probabilities are, in float32
     scores, normalized = SpeakerWords(4, WordOptions(window=1.0, add_to="logits")).step_scores(logits.clone(), rows)
     assert not normalized and scores.tolist() == [[[4.0, 12.5, 0.0, -5.0]]]
 
