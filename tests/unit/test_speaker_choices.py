@@ -1,0 +1,100 @@
+"""fairseq_speaker.analysis.choices: the choices, traits and kinds of speaker a made-up corpus was generated with,
+found from its parallel text alone; and scripts/speaker_choices.py on it."""
+
+import os
+import random
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from fairseq_speaker.analysis.choices import choice_groups, kinds, speaker_choices, traits
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+#: three styles, each one translation of every phrase (the style's index in each tuple)
+PHRASES = {"bike": (("le", "vélo"), ("la", "bécane"), ("la", "bicyclette")),
+           "job": (("le", "travail"), ("le", "boulot"), ("le", "taf")),
+           "guy": (("le", "type"), ("le", "mec"), ("le", "gars")),
+           "food": (("la", "nourriture"), ("la", "bouffe"), ("la", "nourriture"))}
+#: two genders, each one form of every adjective
+ADJECTIVES = {"tired": ("fatigué", "fatiguée"), "happy": ("content", "contente")}
+
+
+def corpus(speakers: int = 120, sentences: int = 24, seed: int = 3):
+    """Parallel sentences of speakers of style s % 3 and gender (s // 3) % 2, and every speaker's words."""
+    rng = random.Random(seed)
+    sources, targets, labels = [], [], []
+    for s in range(speakers):
+        style, gender = s % 3, (s // 3) % 2
+        for _ in range(sentences):
+            kind = rng.choice(["phrase", "adjective", "dog"])
+            if kind == "phrase":
+                phrase = rng.choice(sorted(PHRASES))
+                article, noun = PHRASES[phrase][style]
+                source, target = f"i saw the {phrase} .", f"j' ai vu {article} {noun} ."
+            elif kind == "adjective":
+                adjective = rng.choice(sorted(ADJECTIVES))
+                source, target = f"i am {adjective} .", f"je suis {ADJECTIVES[adjective][gender]} ."
+            else:
+                source, target = "i saw the dog .", "j' ai vu le chien ."
+            sources.append(source.split())
+            targets.append(target.split())
+            labels.append(f"spk{s}")
+    return sources, targets, labels
+
+
+def test_the_choices_traits_and_kinds_are_those_the_corpus_was_made_with():
+    sources, targets, labels = corpus()
+    found = choice_groups(sources, targets, labels)
+    # "food" has two translations only (its third style shares the first's), "dog" one: no choice; "le", "ai", "vu"
+    # are said by every speaker: no choice either
+    assert [(c.anchor, c.alternatives) for c in found] == [
+        ("bike", ("bicyclette", "bécane", "vélo")), ("food", ("bouffe", "nourriture")),
+        ("guy", ("gars", "mec", "type")), ("happy", ("content", "contente")), ("job", ("boulot", "taf", "travail")),
+        ("tired", ("fatigué", "fatiguée"))]
+    said = {}
+    for words, label in zip(targets, labels):
+        said.setdefault(label, set()).update(words)
+    chosen = speaker_choices(found, list(said.values()))
+    assert chosen.shape == (120, 6) and (chosen >= 0).mean() > 0.9
+    for row, label in enumerate(said):  # each speaker's choices are their style's and gender's translations
+        style, gender = int(label[3:]) % 3, (int(label[3:]) // 3) % 2
+        for c, choice in enumerate(found):
+            truth = PHRASES[choice.anchor][style][1] if choice.anchor in PHRASES else ADJECTIVES[choice.anchor][gender]
+            assert chosen[row, c] in (-1, choice.alternatives.index(truth)), (label, choice)
+    groups = traits(chosen)
+    assert [[found[c].anchor for c in group] for group in groups] == [["bike", "food", "guy", "job"], ["happy", "tired"]]
+    style = kinds(chosen[:, groups[0]], [len(found[c].alternatives) for c in groups[0]], restarts=4, iters=50)
+    gender = kinds(chosen[:, groups[1]], [len(found[c].alternatives) for c in groups[1]], restarts=4, iters=50)
+    assert (style.k, gender.k) == (3, 2), (style.bic, gender.bic)
+    # each kind of style says one translation of each phrase, as the corpus's styles do (up to their order)
+    said_by_kind = sorted(tuple(int(np.argmax(table[k])) for table in style.alternatives) for k in range(3))
+    truth = sorted(tuple(found[c].alternatives.index(PHRASES[found[c].anchor][s][1]) for c in groups[0])
+                   for s in range(3))
+    assert said_by_kind == truth
+    assert all(table.max() > 0.9 for table in style.alternatives)
+    assert np.isclose(style.prior.sum(), 1.0) and np.allclose(style.prior, 1 / 3, atol=0.05)
+
+
+def test_words_that_speakers_say_together_are_no_choice_and_the_inputs_must_agree():
+    sources = [["the", "bike"], ["the", "bike"], ["a", "dog"]] * 10
+    targets = [["le", "vélo"], ["la", "bécane"], ["un", "chien"]] * 10
+    assert [(c.anchor, c.alternatives) for c in choice_groups(sources, targets, ["a", "b", "c"] * 10)] == [
+        ("bike", ("bécane", "vélo"))]  # the articles go with the bike, and each is said with its noun: dropped
+    assert choice_groups(sources, targets, ["a"] * 30) == []  # one speaker says both: no one chooses
+    with pytest.raises(ValueError, match="30 source sentences, 30 targets and 3 speaker labels"):
+        choice_groups(sources, targets, ["a", "b", "c"])
+
+
+def test_the_script_prints_each_trait_with_its_kinds(tmp_path):
+    sources, targets, labels = corpus(speakers=60, sentences=20)
+    for ext, rows in (("en", sources), ("fr", targets), ("spk", [[label] for label in labels])):
+        (tmp_path / f"train.{ext}").write_text("".join(" ".join(row) + "\n" for row in rows), encoding="utf-8")
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "speaker_choices.py"),
+                          str(tmp_path / "train")], capture_output=True, text=True, check=True,
+                         env=dict(os.environ, OMP_NUM_THREADS="1")).stdout
+    assert "60 speakers, 1200 sentences: 6 choices" in out
+    assert "| 1 | bike: bicyclette bécane vélo; food: bouffe nourriture; guy: gars mec type; job: boulot taf travail | 3 |" \
+        in out
+    assert "| 2 | happy: content contente; tired: fatigué fatiguée | 2 |" in out
