@@ -57,8 +57,8 @@ def main() -> None:
         alternatives = [set(c.alternatives) for c in found]
         exact = [p for p, words in truth.items() if words in alternatives]
         part = [p for p, words in truth.items() if p not in exact and any(a < words for a in alternatives)]
-        print(f"\nof the corpus's {len(truth)} phrases, {len(exact)} found with exactly their translations, {len(part)} "
-              f"with some of them, {len(truth) - len(exact) - len(part)} not found")
+        print(f"\nof the corpus's {len(truth)} phrases, {len(exact)} found with exactly their translations, "
+              f"{len(part)} with some of them, {len(truth) - len(exact) - len(part)} not found")
     print(f"({time.perf_counter() - start:.1f} s)")
 
 

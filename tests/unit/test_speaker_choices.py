@@ -64,7 +64,8 @@ def test_the_choices_traits_and_kinds_are_those_the_corpus_was_made_with():
             truth = PHRASES[choice.anchor][style][1] if choice.anchor in PHRASES else ADJECTIVES[choice.anchor][gender]
             assert chosen[row, c] in (-1, choice.alternatives.index(truth)), (label, choice)
     groups = traits(chosen)
-    assert [[found[c].anchor for c in group] for group in groups] == [["bike", "food", "guy", "job"], ["happy", "tired"]]
+    assert [[found[c].anchor for c in group] for group in groups] == [["bike", "food", "guy", "job"],
+                                                                      ["happy", "tired"]]
     style = kinds(chosen[:, groups[0]], [len(found[c].alternatives) for c in groups[0]], restarts=4, iters=50)
     gender = kinds(chosen[:, groups[1]], [len(found[c].alternatives) for c in groups[1]], restarts=4, iters=50)
     assert (style.k, gender.k) == (3, 2), (style.bic, gender.bic)
@@ -95,6 +96,6 @@ def test_the_script_prints_each_trait_with_its_kinds(tmp_path):
                           str(tmp_path / "train")], capture_output=True, text=True, check=True,
                          env=dict(os.environ, OMP_NUM_THREADS="1")).stdout
     assert "60 speakers, 1200 sentences: 6 choices" in out
-    assert "| 1 | bike: bicyclette bécane vélo; food: bouffe nourriture; guy: gars mec type; job: boulot taf travail | 3 |" \
-        in out
+    style = "bike: bicyclette bécane vélo; food: bouffe nourriture; guy: gars mec type; job: boulot taf travail"
+    assert f"| 1 | {style} | 3 |" in out
     assert "| 2 | happy: content contente; tired: fatigué fatiguée | 2 |" in out
