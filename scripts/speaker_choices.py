@@ -20,6 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from fairseq_speaker.analysis.choices import choice_groups, kinds, speaker_choices, traits  # noqa: E402
 from fairseq_speaker.data import read_lines  # noqa: E402
+from fairseq_speaker.errors import UserError  # noqa: E402
 
 
 def main() -> None:
@@ -32,9 +33,12 @@ def main() -> None:
     args = parser.parse_args()
 
     start = time.perf_counter()
-    sources = [line.split() for line in read_lines(f"{args.prefix}.{args.source_lang}")]
-    targets = [line.split() for line in read_lines(f"{args.prefix}.{args.target_lang}")]
-    speakers = [line.strip() for line in read_lines(f"{args.prefix}.{args.speaker_suffix}")]
+    try:
+        sources = [line.split() for line in read_lines(f"{args.prefix}.{args.source_lang}")]
+        targets = [line.split() for line in read_lines(f"{args.prefix}.{args.target_lang}")]
+        speakers = [line.strip() for line in read_lines(f"{args.prefix}.{args.speaker_suffix}")]
+    except UserError as e:  # a file missing or not UTF-8: the message names it
+        sys.exit(str(e))
     if not len(sources) == len(targets) == len(speakers):
         sys.exit(f"{args.prefix}: {len(sources)} source lines, {len(targets)} target lines and {len(speakers)} "
                  f"speaker labels; they must be as many")

@@ -99,3 +99,14 @@ def test_the_script_prints_each_trait_with_its_kinds(tmp_path):
     style = "bike: bicyclette bécane vélo; food: bouffe nourriture; guy: gars mec type; job: boulot taf travail"
     assert f"| 1 | {style} | 3 |" in out
     assert "| 2 | happy: content contente; tired: fatigué fatiguée | 2 |" in out
+
+
+def test_the_script_names_a_missing_file_or_files_that_do_not_agree(tmp_path):
+    script = os.path.join(ROOT, "scripts", "speaker_choices.py")
+    missing = subprocess.run([sys.executable, script, str(tmp_path / "train")], capture_output=True, text=True)
+    assert missing.returncode == 1 and f"file not found: expected {tmp_path / 'train'}.en" in missing.stderr
+    assert "Traceback" not in missing.stderr
+    for ext, lines in (("en", "a\nb\n"), ("fr", "x\ny\n"), ("spk", "s\n")):
+        (tmp_path / f"train.{ext}").write_text(lines, encoding="utf-8")
+    short = subprocess.run([sys.executable, script, str(tmp_path / "train")], capture_output=True, text=True)
+    assert short.returncode == 1 and "2 source lines, 2 target lines and 1 speaker labels" in short.stderr
