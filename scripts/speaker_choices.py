@@ -18,7 +18,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from fairseq_speaker.analysis.choices import choice_groups, kinds, speaker_choices, traits  # noqa: E402
+from fairseq_speaker.analysis.choices import corpus_kinds  # noqa: E402
 from fairseq_speaker.data import read_lines  # noqa: E402
 from fairseq_speaker.errors import UserError  # noqa: E402
 
@@ -42,23 +42,19 @@ def main() -> None:
     if not len(sources) == len(targets) == len(speakers):
         sys.exit(f"{args.prefix}: {len(sources)} source lines, {len(targets)} target lines and {len(speakers)} "
                  f"speaker labels; they must be as many")
-    found = choice_groups(sources, targets, speakers)
-    said = {}
-    for words, speaker in zip(targets, speakers):
-        said.setdefault(speaker, set()).update(words)
-    chosen = speaker_choices(found, list(said.values()))
-    print(f"{len(said)} speakers, {len(sources)} sentences: {len(found)} choices")
+    found = corpus_kinds(sources, targets, speakers)
+    choices = [choice for trait, _ in found for choice in trait]
+    print(f"{len(set(speakers))} speakers, {len(sources)} sentences: {len(choices)} choices")
     print("\n| trait | choices (source word: alternatives) | kinds | BIC by kinds |\n|---|---|---|---|")
-    for i, trait in enumerate(traits(chosen), 1):
-        model = kinds(chosen[:, trait], [len(found[c].alternatives) for c in trait])
-        listed = "; ".join(f"{found[c].anchor}: {' '.join(found[c].alternatives)}" for c in trait)
+    for i, (trait, model) in enumerate(found, 1):
+        listed = "; ".join(f"{choice.anchor}: {' '.join(choice.alternatives)}" for choice in trait)
         bic = ", ".join(f"{k}: {value:.0f}" for k, value in model.bic.items())
         print(f"| {i} | {listed} | {model.k} | {bic} |")
     if args.oracle:
         with open(args.oracle, encoding="utf-8") as f:
             items = json.load(f)["items"]
         truth = {phrase: {t.split()[-1] for t in translations} for phrase, translations in items.items()}
-        alternatives = [set(c.alternatives) for c in found]
+        alternatives = [set(c.alternatives) for c in choices]
         exact = [p for p, words in truth.items() if words in alternatives]
         part = [p for p, words in truth.items() if p not in exact and any(a < words for a in alternatives)]
         print(f"\nof the corpus's {len(truth)} phrases, {len(exact)} found with exactly their translations, "

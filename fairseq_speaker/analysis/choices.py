@@ -200,3 +200,15 @@ def kinds(chosen: np.ndarray, sizes: Sequence[int], ks: Sequence[int] = KINDS, r
         if best is None or bic[k] < best.bic[best.k]:
             best = Kinds(k, prior, tables, log_likelihood, bic)
     return best
+
+
+def corpus_kinds(sources: Sequence[Sequence[str]], targets: Sequence[Sequence[str]], speakers: Sequence[str]
+                 ) -> List[Tuple[List[Choice], Kinds]]:
+    """Every trait of a parallel corpus (arguments as :func:`choice_groups`): its choices and its kinds of speaker."""
+    found = choice_groups(sources, targets, speakers)
+    said: "OrderedDict[str, set]" = OrderedDict()
+    for words, speaker in zip(targets, speakers):
+        said.setdefault(speaker, set()).update(words)
+    chosen = speaker_choices(found, list(said.values()))
+    return [([found[c] for c in trait], kinds(chosen[:, trait], [len(found[c].alternatives) for c in trait]))
+            for trait in traits(chosen)]

@@ -110,6 +110,16 @@ class WordOptions:
         return out
 
 
+@dataclass
+class TraitKinds:
+    """One trait's kinds of speaker (:func:`fairseq_speaker.analysis.choices.corpus_kinds`): the word ids of each of
+    its choices' alternatives, the kinds' prior ``[K]`` and, for each choice, p(alternative | kind) ``[K, m]``."""
+
+    choices: List[np.ndarray]
+    prior: np.ndarray
+    tables: List[np.ndarray]
+
+
 class SpeakerWords(nn.Module):
     """The words of every speaker row (``words[i]``: the sorted distinct ids speaker i said; empty: none known),
     over a target vocabulary of ``vocab`` words, of which ``ignored`` (padding, unknown) are never remembered."""
@@ -123,6 +133,8 @@ class SpeakerWords(nn.Module):
             raise UserError(f"speaker words: {'; '.join(problems)}")
         self.ignored = sorted({int(i) for i in ignored})
         self.words: List[np.ndarray] = []
+        #: the traits' kinds of speaker (``fairseq-speaker-words --kinds``; empty: the neighbours alone)
+        self.kinds: List[TraitKinds] = []
         self._reset()
 
     def __deepcopy__(self, memo) -> "SpeakerWords":
@@ -130,6 +142,7 @@ class SpeakerWords(nn.Module):
         words are shared, as nothing changes one in place."""
         other = SpeakerWords(self.vocab, dataclasses.replace(self.options), self.ignored)
         other.words = list(self.words)
+        other.kinds = self.kinds  # never changed in place
         other._base, other._changed = self._base, set(self._changed)  # neither is ever changed in place
         other._index = self._index
         other.train(self.training)
@@ -227,6 +240,8 @@ class SpeakerWords(nn.Module):
                 for t, weight in zip(nearest.tolist(), weights.tolist()):  # k rows of distinct ids each
                     neighbours[self.words[t]] += weight
                 neighbours /= weights.sum()
+            if self.kinds:
+                neighbours = self._with_kinds(ids, np.asarray(neighbours, dtype=np.float64))
             own = np.zeros(self.vocab, dtype=np.float64)
             own[ids] = 1.0
             rate = o.own * own + o.neighbours * neighbours + (1.0 - o.own - o.neighbours) * p
@@ -237,6 +252,23 @@ class SpeakerWords(nn.Module):
         self._rows[row] = out
         while len(self._rows) > CACHED_ROWS:
             self._rows.popitem(last=False)
+        return out
+
+    def _with_kinds(self, ids: np.ndarray, neighbours: np.ndarray) -> np.ndarray:
+        """``neighbours`` with the alternatives of every choice of a trait replaced by the speaker's posterior
+        predictive over the trait's kinds, given the alternatives they said (``ids``), times the neighbours' rate of
+        the choice (the sum of its alternatives' rates: how often speakers like them make it at all)."""
+        said = np.zeros(self.vocab, dtype=bool)
+        said[ids] = True
+        out = neighbours.copy()
+        for trait in self.kinds:
+            log_posterior = np.log(trait.prior)
+            for words, table in zip(trait.choices, trait.tables):
+                log_posterior = log_posterior + np.log(table[:, said[words]]).sum(1)
+            posterior = np.exp(log_posterior - log_posterior.max())
+            posterior /= posterior.sum()
+            for words, table in zip(trait.choices, trait.tables):
+                out[words] = (posterior @ table) * neighbours[words].sum()
         return out
 
     def _nearest(self, similarity: np.ndarray):
@@ -324,12 +356,17 @@ class SpeakerWords(nn.Module):
     def get_extra_state(self) -> Dict:
         lengths = torch.tensor([len(w) for w in self.words], dtype=torch.long)
         ids = torch.from_numpy(np.concatenate(self.words).astype(np.int32)) if self.words else torch.zeros(0, dtype=torch.int32)
-        return {"version": FORMAT_VERSION, "vocab": self.vocab, "options": dataclasses.asdict(self.options),
-                "ignored": list(self.ignored), "lengths": lengths, "words": ids}
+        state = {"version": FORMAT_VERSION, "vocab": self.vocab, "options": dataclasses.asdict(self.options),
+                 "ignored": list(self.ignored), "lengths": lengths, "words": ids}
+        if self.kinds:
+            state["kinds"] = [{"choices": [torch.from_numpy(w.astype(np.int64)) for w in t.choices],
+                               "prior": torch.from_numpy(t.prior.astype(np.float64)),
+                               "tables": [torch.from_numpy(x.astype(np.float64)) for x in t.tables]} for t in self.kinds]
+        return state
 
     def set_extra_state(self, state: Dict) -> None:
         other = from_state(state, self.vocab, "the checkpoint")
-        self.options, self.ignored, self.words = other.options, other.ignored, other.words
+        self.options, self.ignored, self.words, self.kinds = other.options, other.ignored, other.words, other.kinds
         self._reset()
 
 
@@ -432,7 +469,33 @@ def from_state(state, vocab: int, where: str, speakers: Optional[int] = None) ->
     bounds = np.concatenate([[0], np.cumsum(lengths.numpy().astype(np.int64))])
     flat = ids.numpy().astype(np.int64)
     words.words = [np.unique(flat[bounds[i]:bounds[i + 1]]) for i in range(len(lengths))]
+    words.kinds = _kinds_of(state.get("kinds", []), vocab, bad)
     return words
+
+
+def _kinds_of(records, vocab: int, bad) -> List[TraitKinds]:
+    """The traits' kinds of a record (see :meth:`SpeakerWords.get_extra_state`), checked: the choices name words of
+    the vocabulary, and the prior and every table are distributions of the same number of kinds."""
+    out = []
+    damaged = bad("are damaged (their kinds of speaker are not distributions over the words of the model)")
+    if not isinstance(records, (list, tuple)):
+        raise damaged
+    for record in records:
+        try:
+            choices = [np.asarray(w.numpy(), dtype=np.int64) for w in record["choices"]]
+            prior = np.asarray(record["prior"].numpy(), dtype=np.float64)
+            tables = [np.asarray(x.numpy(), dtype=np.float64) for x in record["tables"]]
+        except (TypeError, KeyError, AttributeError):
+            raise damaged from None
+        if prior.ndim != 1 or not len(prior) or len(tables) != len(choices) or not choices or not all(
+                w.ndim == 1 and len(w) >= 2 and w.min() >= 0 and w.max() < vocab and x.shape == (len(prior), len(w))
+                for w, x in zip(choices, tables)):
+            raise damaged
+        for p in [prior] + tables:
+            if not np.all(np.isfinite(p)) or np.any(p <= 0) or not np.allclose(p.sum(-1), 1.0, atol=1e-6):
+                raise damaged
+        out.append(TraitKinds(choices, prior, tables))
+    return out
 
 
 def remembered(dictionary, speakers: int, said: Dict[int, Sequence], options: Optional[WordOptions] = None

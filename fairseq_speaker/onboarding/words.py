@@ -17,8 +17,11 @@ import argparse
 import math
 import os
 import time
-from typing import Optional, Sequence
+from typing import List, Optional, Sequence
 
+import numpy as np
+
+from fairseq_speaker.analysis.choices import corpus_kinds
 from fairseq_speaker.errors import command
 from fairseq_speaker.modules import speaker_words
 from fairseq_speaker.modules.speaker_words import WordOptions
@@ -75,10 +78,29 @@ def build_parser() -> argparse.ArgumentParser:
                         help="what a generation step's bias is added to: the step's log-probabilities, so that a "
                         "speaker's noun also chooses the article before it (default), or its logits, renormalized "
                         "at the step (0.6.0 and before)")
+    parser.add_argument("--kinds", action="store_true",
+                        help="also learn the word choices the speakers make, the traits that group them and each "
+                        "trait's kinds of speaker from the split's sentence pairs (docs/speaker_learning.md, \"The "
+                        "choices a corpus shows\"): a speaker's rivals they never said then follow their posterior "
+                        "over the kinds instead of their neighbours' votes")
     parser.add_argument("--user-dir", default=None,
                         help="a package registering more speaker bias variants or model families")
     add_runtime_arguments(parser)
     return parser
+
+
+def learned_kinds(sentences) -> List[speaker_words.TraitKinds]:
+    """The traits' kinds of speaker of the sentence pairs of each speaker (name -> [(source ids, target ids)]), their
+    choices as target word ids (:func:`fairseq_speaker.analysis.choices.corpus_kinds`, on the ids as words)."""
+    sources, targets, labels = [], [], []
+    for name, pairs in sentences.items():
+        for source, target in pairs:
+            sources.append([str(i) for i in source.tolist()])
+            targets.append([str(i) for i in target.tolist()])
+            labels.append(name)
+    return [speaker_words.TraitKinds([np.array([int(w) for w in c.alternatives]) for c in trait], model.prior,
+                                     model.alternatives)
+            for trait, model in corpus_kinds(sources, targets, labels)]
 
 
 @command("fairseq-speaker-words")
@@ -112,6 +134,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             if row not in split and len(before.words_of(row)):
                 words.set_words(row, [before.words_of(row)])
                 kept.append(row)
+    if args.kinds:
+        words.kinds = learned_kinds(sentences)
+        print("kinds of speaker: " + ("; ".join(f"trait {i}: {len(t.choices)} choices, {len(t.prior)} kinds"
+                                                for i, t in enumerate(words.kinds, 1)) or "no choice found"))
     speaker_words.attach(checkpoint.model, words)
     checkpoint.save(args.save)
     counts = sorted(len(words.words_of(speakers.index(name))) for name in sentences)

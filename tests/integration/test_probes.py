@@ -445,6 +445,9 @@ COMMAND_PROBES = {
         (["{data}", "--path", "{badaddto}", *GENERATE], 2,
          "its speakers' words (decoder.speaker_words._extra_state) have bad options (speaker words: add_to must be "
          "one of log_probs, logits"),
+        (["{data}", "--path", "{badkinds}", *GENERATE], 2,
+         "its speakers' words (decoder.speaker_words._extra_state) are damaged (their kinds of speaker are not "
+         "distributions over the words of the model)"),
         (["{data}", "--path", "{otherwords}", *GENERATE], 2,
          "the checkpoint: its speakers' words (decoder.speaker_words._extra_state) are over 99 target words, and "
          "the model has"),
@@ -713,6 +716,12 @@ class Places:
     def make_badaddto(self):
         """A record of the speakers' words whose bias is added to something that is not a step's scores."""
         return self._words("badaddto.pt", lambda record: record["options"].update(add_to="probs"))
+
+    def make_badkinds(self):
+        """A record of the speakers' words whose kinds of speaker name a word beyond the vocabulary."""
+        trait = {"choices": [torch.tensor([4, 10 ** 6])], "prior": torch.tensor([1.0], dtype=torch.float64),
+                 "tables": [torch.tensor([[0.5, 0.5]], dtype=torch.float64)]}
+        return self._words("badkinds.pt", lambda record: record.update(kinds=[trait]))
 
     def make_otherwords(self):
         """A record of the speakers' words over another vocabulary than the model's."""

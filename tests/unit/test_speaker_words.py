@@ -26,8 +26,9 @@ def _idf_unit(said, vocab):
     return unit
 
 
-def _by_hand(said, row, vocab, o: WordOptions):
-    """The module docstring's equation in plain Python: ``said`` a list of sets of word ids per speaker."""
+def _by_hand(said, row, vocab, o: WordOptions, kinds=()):
+    """The module docstring's equation in plain Python: ``said`` a list of sets of word ids per speaker; ``kinds``
+    the traits' kinds (choices: lists of word ids, prior, tables: lists of rows per kind)."""
     S = len([s for s in said if s])
     df = [sum(1 for s in said if w in s) for w in range(vocab)]
     unit = _idf_unit(said, vocab)
@@ -40,11 +41,23 @@ def _by_hand(said, row, vocab, o: WordOptions):
     sims.sort(key=lambda st: -st[0])
     top = sims[:o.k]
     weights = [sim ** o.power if sim > 0 else 0.0 for sim, _ in top]
+    neighbour = []
+    for w in range(vocab):
+        p = max(df[w], 1) / S
+        neighbour.append(sum(wt * (w in said[t]) for wt, (_, t) in zip(weights, top)) / sum(weights)
+                         if sum(weights) else p)
+    for choices, prior, tables in kinds:  # p(kind | the alternatives said) by Bayes' rule, one product per kind
+        joint = [prior[k] * math.prod(tables[c][k][j] for c, ws in enumerate(choices) for j, w in enumerate(ws)
+                                      if w in said[row]) for k in range(len(prior))]
+        posterior = [x / sum(joint) for x in joint]
+        before = list(neighbour)
+        for c, ws in enumerate(choices):
+            for j, w in enumerate(ws):
+                neighbour[w] = sum(posterior[k] * tables[c][k][j] for k in range(len(prior))) * sum(before[v] for v in ws)
     out = []
     for w in range(vocab):
         p = max(df[w], 1) / S
-        neighbour = sum(wt * (w in said[t]) for wt, (_, t) in zip(weights, top)) / sum(weights) if sum(weights) else p
-        rate = o.own * (w in said[row]) + o.neighbours * neighbour + (1 - o.own - o.neighbours) * p
+        rate = o.own * (w in said[row]) + o.neighbours * neighbour[w] + (1 - o.own - o.neighbours) * p
         shrink = len(said[row]) / (len(said[row]) + o.evidence)
         out.append(0.0 if df[w] == 0 else o.weight * shrink * math.log(max(rate, 1e-12) / p))
     return out
@@ -66,6 +79,34 @@ def test_the_bias_is_the_equation_computed_by_hand(seed):
             assert torch.equal(got, torch.zeros(vocab))
         else:
             assert got.tolist() == pytest.approx(_by_hand(said, row, vocab, options), abs=1e-4), row
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_with_kinds_a_speakers_rivals_follow_their_posterior_over_the_kinds_computed_by_hand(seed):
+    rng = random.Random(seed)
+    vocab, speakers = 16, 10
+    said = [set(rng.sample(range(2, vocab), rng.randint(3, 8))) for _ in range(speakers)]
+    choices = [[2, 3, 4], [5, 6], [7, 8]]
+
+    def dist(n):
+        v = [rng.uniform(0.1, 1.0) for _ in range(n)]
+        return [x / sum(v) for x in v]
+
+    prior = dist(2)
+    tables = [[dist(len(ws)) for _ in range(2)] for ws in choices]
+    options = WordOptions(weight=2.0, own=0.3, neighbours=0.6, k=4, power=2.0, evidence=5.0)
+    words = SpeakerWords(vocab, options)
+    for row, s in enumerate(said):
+        words.set_words(row, [torch.tensor(sorted(s))])
+    words.kinds = [speaker_words.TraitKinds([np.array(ws) for ws in choices], np.array(prior),
+                                            [np.array(t) for t in tables])]
+    words.set_words(0, [torch.tensor(sorted(said[0]))])  # a change: the rows are made again with the kinds
+    for row in range(speakers):
+        assert words.bias_row(row).tolist() == pytest.approx(
+            _by_hand(said, row, vocab, options, [(choices, prior, tables)]), abs=1e-4), row
+    # the record keeps them
+    back = from_state(words.get_extra_state(), vocab, "x.pt")
+    assert [w.tolist() for w in back.kinds[0].choices] == choices and torch.equal(back.bias_row(3), words.bias_row(3))
 
 
 def test_a_speaker_like_no_other_takes_everyones_rate_from_the_neighbours_and_common_words_get_nothing():
@@ -158,6 +199,12 @@ def test_the_record_reads_back_and_a_damaged_one_is_refused():
     assert "damaged" in refused(lambda s: s.update(lengths=s["lengths"] > 0))
     assert "damaged" in refused(lambda s: s.update(ignored="1"))
     assert "damaged" in refused(lambda s: s.update(ignored=[10 ** 9]))
+    trait = {"choices": [torch.tensor([3, 4])], "prior": torch.tensor([0.5, 0.5], dtype=torch.float64),
+             "tables": [torch.tensor([[0.9, 0.1], [0.2, 0.8]], dtype=torch.float64)]}
+    assert from_state(dict(state, kinds=[trait]), 12, "x.pt").kinds[0].prior.tolist() == [0.5, 0.5]
+    for broken in (dict(trait, choices=[torch.tensor([3, 12])]), dict(trait, prior=torch.tensor([0.7, 0.7])),
+                   dict(trait, tables=[torch.tensor([[0.9, 0.1]])]), dict(trait, tables=[]), {"prior": 1}):
+        assert "their kinds of speaker" in refused(lambda s: s.update(kinds=[broken]))
     assert "bad options" in refused(lambda s: s.update(options=dict(s["options"], k="5")))
     with pytest.raises(UserError, match="are of 3 speakers, and the checkpoint's speaker table has 4"):
         from_state(state, 12, "x.pt", speakers=4)
