@@ -20,8 +20,10 @@ parallel corpus with speaker labels, without being told what they are:
    speakers' choices (a choice a speaker never made is left out of their likelihood), K chosen by BIC.
 
 On the styles corpus of the toy (``--styles 6``) this finds gender (8 choices, 2 kinds), address (4 choices, 2 kinds)
-and style (15 of the 16 phrases, 6 kinds): the corpus's generative model, which it was not given. The speakers'
-words memory (:mod:`fairseq_speaker.modules.speaker_words`) does not use it (yet): it is an analysis.
+and style (the 16 phrases, 13 with exactly their translations, 6 kinds): the corpus's generative model, which it
+was not given. ``fairseq-speaker-words`` keeps it in the memory of the speakers' words
+(:mod:`fairseq_speaker.modules.speaker_words`), where a speaker's posterior over the kinds chooses the rivals they
+never said.
 """
 
 from collections import OrderedDict

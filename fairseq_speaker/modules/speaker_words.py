@@ -14,6 +14,13 @@ sentences, S the speakers with sentences, df(w) the speakers who said w and p(w)
     bias_s(w) = weight * m_s / (m_s + evidence) * log(p_s(w) / p(w))
                 (0 for words no speaker said, and for speakers without sentences)
 
+With the traits' kinds of speaker (``fairseq-speaker-words --kinds``, :mod:`fairseq_speaker.analysis.choices`), the
+words that are the alternatives a of a choice c take, instead of their neighbours' votes, the speaker's posterior
+over the kinds k of the choice's trait, from the alternatives A_s they said (:meth:`SpeakerWords._with_kinds`)::
+
+    q_s(k)    ∝ prior(k) * prod over the trait's choices c', alternatives a' in A_s of p(a' | k, c')
+    n_s(a)    = sum_k q_s(k) p(a | k, c) * sum over c's alternatives a'' of n_s(a'')
+
 m_s is the number of distinct words speaker s said: a speaker known from one sentence (m_s about 6) has their bias
 shrunk ten-fold, one of thirty sentences (about 50) not even halved, since the speakers most like someone of a few
 words are a guess.

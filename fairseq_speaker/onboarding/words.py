@@ -78,11 +78,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="what a generation step's bias is added to: the step's log-probabilities, so that a "
                         "speaker's noun also chooses the article before it (default), or its logits, renormalized "
                         "at the step (0.6.0 and before)")
-    parser.add_argument("--kinds", action="store_true",
-                        help="also learn the word choices the speakers make, the traits that group them and each "
-                        "trait's kinds of speaker from the split's sentence pairs (docs/speaker_learning.md, \"The "
-                        "choices a corpus shows\"): a speaker's rivals they never said then follow their posterior "
-                        "over the kinds instead of their neighbours' votes")
+    parser.add_argument("--kinds", action=argparse.BooleanOptionalAction, default=True,
+                        help="learn the word choices the speakers make, the traits that group them and each trait's "
+                        "kinds of speaker from the split's sentence pairs (docs/speaker_learning.md, \"The choices a "
+                        "corpus shows\"), so that a speaker's rivals they never said follow their posterior over the "
+                        "kinds rather than their neighbours' votes (default; --no-kinds: the neighbours alone)")
     parser.add_argument("--user-dir", default=None,
                         help="a package registering more speaker bias variants or model families")
     add_runtime_arguments(parser)

@@ -148,20 +148,23 @@ def test_a_hypothesiss_score_is_the_networks_log_probability_plus_its_speakers_b
 
 
 def test_kinds_are_learned_from_the_sentence_pairs_and_decoded_with(remembered, toy, tmp_path):
-    """``--kinds`` on the toy corpus: its professions' words (médicaments / drogues, ...) and its gender agreements
-    are choices, found from the binarized pairs; generation reads the record back."""
-    checkpoint, out, _ = remembered
-    kinds = str(tmp_path / "kinds.pt")
-    proc = run("fairseq-speaker-words", [toy["bin"], "--path", checkpoint, "--save", kinds, "--kinds", "--threads", "1"])
+    """The kinds of speaker (the default) on the toy corpus: its professions' words (médicaments / drogues, ...) and
+    its gender agreements are choices, found from the binarized pairs; generation reads the record back.
+    ``--no-kinds`` remembers the same words without them."""
+    checkpoint, out, proc = remembered
     assert "kinds of speaker: trait 1:" in proc.stdout
     ids = _dictionary(os.path.join(toy["bin"], "dict.fr.txt"))
     names = {i: w for w, i in ids.items()}
-    memory = from_state(torch.load(kinds, weights_only=False)["model"][CHECKPOINT_KEY], len(ids), kinds)
+    memory = from_state(torch.load(out, weights_only=False)["model"][CHECKPOINT_KEY], len(ids), out)
     found = {tuple(sorted(names[int(i)] for i in w)) for t in memory.kinds for w in t.choices}
     assert ("fatigué", "fatiguée") in found and ("drogues", "médicaments") in found, found
-    assert [w.tolist() for w in memory.words] == [w.tolist() for w in from_state(
-        torch.load(out, weights_only=False)["model"][CHECKPOINT_KEY], len(ids), out).words]  # the same words
-    assert "H-" in run("generate", generate_args(toy["bin"], kinds, "--gen-subset", "test")).stdout
+    plain = str(tmp_path / "no-kinds.pt")
+    no_kinds = run("fairseq-speaker-words", [toy["bin"], "--path", checkpoint, "--save", plain, "--no-kinds",
+                                             "--threads", "1"])
+    assert "kinds of speaker" not in no_kinds.stdout
+    without = from_state(torch.load(plain, weights_only=False)["model"][CHECKPOINT_KEY], len(ids), plain)
+    assert without.kinds == [] and [w.tolist() for w in without.words] == [w.tolist() for w in memory.words]
+    assert "H-" in run("generate", generate_args(toy["bin"], out, "--gen-subset", "test")).stdout
 
 
 def test_a_record_written_before_add_to_existed_adds_the_bias_to_the_logits_as_it_did(remembered):
