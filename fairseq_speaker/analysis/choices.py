@@ -35,6 +35,12 @@ import scipy.sparse
 
 #: the numbers of kinds :func:`kinds` tries for a trait
 KINDS = (1, 2, 3, 4, 6, 8, 12)
+#: :func:`corpus_kinds` reads at most MAX_PAIRS sentence pairs for the anchors, keeps the MAX_CHOICES choices the
+#: most speakers make, and fits the traits and kinds on at most MAX_SPEAKERS speakers (each evenly spaced through the
+#: corpus), so that a large corpus costs what a mid-sized one does
+MAX_PAIRS = 200_000
+MAX_CHOICES = 200
+MAX_SPEAKERS = 20_000
 
 
 @dataclass
@@ -204,13 +210,25 @@ def kinds(chosen: np.ndarray, sizes: Sequence[int], ks: Sequence[int] = KINDS, r
     return best
 
 
-def corpus_kinds(sources: Sequence[Sequence[str]], targets: Sequence[Sequence[str]], speakers: Sequence[str]
+def _evenly(n: int, most: int) -> np.ndarray:
+    """At most ``most`` indices of ``range(n)``, evenly spaced."""
+    return np.arange(n) if n <= most else np.linspace(0, n - 1, most).round().astype(np.int64)
+
+
+def corpus_kinds(sources: Sequence[Sequence[str]], targets: Sequence[Sequence[str]], speakers: Sequence[str],
+                 max_pairs: int = MAX_PAIRS, max_choices: int = MAX_CHOICES, max_speakers: int = MAX_SPEAKERS
                  ) -> List[Tuple[List[Choice], Kinds]]:
-    """Every trait of a parallel corpus (arguments as :func:`choice_groups`): its choices and its kinds of speaker."""
-    found = choice_groups(sources, targets, speakers)
+    """Every trait of a parallel corpus (arguments as :func:`choice_groups`): its choices and its kinds of speaker
+    (the caps: :data:`MAX_PAIRS`, :data:`MAX_CHOICES`, :data:`MAX_SPEAKERS`)."""
+    read = _evenly(len(sources), max_pairs)
+    found = choice_groups([sources[i] for i in read], [targets[i] for i in read], [speakers[i] for i in read])
     said: "OrderedDict[str, set]" = OrderedDict()
     for words, speaker in zip(targets, speakers):
         said.setdefault(speaker, set()).update(words)
-    chosen = speaker_choices(found, list(said.values()))
+    everyone = list(said.values())
+    chosen = speaker_choices(found, [everyone[i] for i in _evenly(len(everyone), max_speakers)])
+    if len(found) > max_choices:
+        kept = sorted(np.argsort(-(chosen >= 0).sum(0), kind="stable")[:max_choices].tolist())
+        found, chosen = [found[c] for c in kept], chosen[:, kept]
     return [([found[c] for c in trait], kinds(chosen[:, trait], [len(found[c].alternatives) for c in trait]))
             for trait in traits(chosen)]

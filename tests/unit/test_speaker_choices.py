@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from fairseq_speaker.analysis.choices import choice_groups, kinds, speaker_choices, traits
+from fairseq_speaker.analysis.choices import choice_groups, corpus_kinds, kinds, speaker_choices, traits
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 #: three styles, each one translation of every phrase (the style's index in each tuple)
@@ -110,3 +110,15 @@ def test_the_script_names_a_missing_file_or_files_that_do_not_agree(tmp_path):
         (tmp_path / f"train.{ext}").write_text(lines, encoding="utf-8")
     short = subprocess.run([sys.executable, script, str(tmp_path / "train")], capture_output=True, text=True)
     assert short.returncode == 1 and "2 source lines, 2 target lines and 1 speaker labels" in short.stderr
+
+
+def test_a_large_corpus_is_read_within_the_caps_and_gives_the_same_traits():
+    """The caps on the pairs read for the anchors, the choices kept and the speakers fitted: a quarter of each here
+    finds the traits and kinds of the whole."""
+    sources, targets, labels = corpus()
+    whole = corpus_kinds(sources, targets, labels)
+    capped = corpus_kinds(sources, targets, labels, max_pairs=len(sources) // 4, max_choices=5, max_speakers=60)
+    assert [[c.anchor for c in trait] for trait, _ in whole] == [["bike", "food", "guy", "job"], ["happy", "tired"]]
+    assert [m.k for _, m in whole] == [3, 2]
+    # the choice fewest speakers make (one of the phrases or agreements) goes; the kinds stay
+    assert sum(len(trait) for trait, _ in capped) == 5 and [m.k for _, m in capped] == [3, 2]
