@@ -3,6 +3,7 @@ found from its parallel text alone; and scripts/speaker_choices.py on it."""
 
 import os
 import random
+import runpy
 import subprocess
 import sys
 
@@ -88,28 +89,34 @@ def test_words_that_speakers_say_together_are_no_choice_and_the_inputs_must_agre
         choice_groups(sources, targets, ["a", "b", "c"])
 
 
-def test_the_script_prints_each_trait_with_its_kinds(tmp_path):
+def _script(argv, monkeypatch):
+    """scripts/speaker_choices.py run in this process (its start-up is fairseq's import, seconds in a new one)."""
+    monkeypatch.setattr(sys, "argv", ["speaker_choices.py", *argv])
+    runpy.run_path(os.path.join(ROOT, "scripts", "speaker_choices.py"), run_name="__main__")
+
+
+def test_the_script_prints_each_trait_with_its_kinds(tmp_path, monkeypatch, capsys):
     sources, targets, labels = corpus(speakers=60, sentences=20)
     for ext, rows in (("en", sources), ("fr", targets), ("spk", [[label] for label in labels])):
         (tmp_path / f"train.{ext}").write_text("".join(" ".join(row) + "\n" for row in rows), encoding="utf-8")
-    out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "speaker_choices.py"),
-                          str(tmp_path / "train")], capture_output=True, text=True, check=True,
-                         env=dict(os.environ, OMP_NUM_THREADS="1")).stdout
+    _script([str(tmp_path / "train")], monkeypatch)
+    out = capsys.readouterr().out
     assert "60 speakers, 1200 sentences: 6 choices" in out
     style = "bike: bicyclette bécane vélo; food: bouffe nourriture; guy: gars mec type; job: boulot taf travail"
     assert f"| 1 | {style} | 3 |" in out
     assert "| 2 | happy: content contente; tired: fatigué fatiguée | 2 |" in out
 
 
-def test_the_script_names_a_missing_file_or_files_that_do_not_agree(tmp_path):
+def test_the_script_names_a_missing_file_or_files_that_do_not_agree(tmp_path, monkeypatch):
     script = os.path.join(ROOT, "scripts", "speaker_choices.py")
     missing = subprocess.run([sys.executable, script, str(tmp_path / "train")], capture_output=True, text=True)
     assert missing.returncode == 1 and f"file not found: expected {tmp_path / 'train'}.en" in missing.stderr
     assert "Traceback" not in missing.stderr
     for ext, lines in (("en", "a\nb\n"), ("fr", "x\ny\n"), ("spk", "s\n")):
         (tmp_path / f"train.{ext}").write_text(lines, encoding="utf-8")
-    short = subprocess.run([sys.executable, script, str(tmp_path / "train")], capture_output=True, text=True)
-    assert short.returncode == 1 and "2 source lines, 2 target lines and 1 speaker labels" in short.stderr
+    with pytest.raises(SystemExit) as short:
+        _script([str(tmp_path / "train")], monkeypatch)
+    assert "2 source lines, 2 target lines and 1 speaker labels" in str(short.value.code)
 
 
 def test_a_large_corpus_is_read_within_the_caps_and_gives_the_same_traits():
