@@ -277,13 +277,18 @@ def epoch_iterator_is_cached(task, dataset) -> bool:
     return dataset in task.dataset_to_epoch_iter
 
 
+def log_softmax_when_teacher_forced(method):
+    """Marks a decoder's ``get_normalized_probs`` that is fairseq's own in teacher-forced passes (it differs at
+    generation steps only), so that :func:`uses_default_log_softmax` accepts it."""
+    method.log_softmax_when_teacher_forced = True
+    return method
+
+
 def uses_default_log_softmax(model) -> bool:
     """Whether ``model``'s log-probabilities are fairseq's default, ``log_softmax`` of its logits (the
     Transformer's ``get_normalized_probs`` only re-exports the default for TorchScript), in teacher-forced passes."""
     from fairseq.models import BaseFairseqModel, FairseqDecoder
     from fairseq.models.transformer import TransformerModelBase
-
-    from fairseq_speaker.modules.speaker_plumbing import SpeakerDecoderMixin  # here: it imports this module
 
     while isinstance(getattr(model, "module", None), torch.nn.Module):  # data-parallel wrappers
         model = model.module
@@ -293,9 +298,8 @@ def uses_default_log_softmax(model) -> bool:
             and getattr(decoder, "adaptive_softmax", None) is None
             and type(model).get_normalized_probs in defaults
             and type(model).get_normalized_probs_scriptable is BaseFairseqModel.get_normalized_probs_scriptable
-            # the speaker decoders' differs at generation steps only (their speakers' words)
-            and type(decoder).get_normalized_probs in (FairseqDecoder.get_normalized_probs,
-                                                       SpeakerDecoderMixin.get_normalized_probs)
+            and (type(decoder).get_normalized_probs is FairseqDecoder.get_normalized_probs
+                 or getattr(type(decoder).get_normalized_probs, "log_softmax_when_teacher_forced", False))
             and type(decoder).get_normalized_probs_scriptable is FairseqDecoder.get_normalized_probs_scriptable)
 
 

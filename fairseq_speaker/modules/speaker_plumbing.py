@@ -55,7 +55,7 @@ from torch import Tensor, nn
 
 from fairseq_speaker.checkpoints import SPEAKER_NAMES_KEY
 from fairseq_speaker.errors import UserError
-from fairseq_speaker.fairseq_patches import parser_option_names, set_model_options
+from fairseq_speaker.fairseq_patches import log_softmax_when_teacher_forced, parser_option_names, set_model_options
 from fairseq_speaker.modules import gemm, speaker_words
 from fairseq_speaker.optim.speaker_rows import pad_grown_optimizer_state
 from fairseq_speaker.modules.speaker_bias import (
@@ -268,6 +268,7 @@ class SpeakerDecoderMixin:
             logits += bias.unsqueeze(1).to(logits)  # in place: no second B x T x V tensor
         return logits, extra
 
+    @log_softmax_when_teacher_forced
     def get_normalized_probs(self, net_output, log_probs: bool, sample: Optional[Dict[str, Tensor]] = None):
         """fairseq's, except for a generation step whose speakers' words were added to its log-probabilities
         (:meth:`~fairseq_speaker.modules.speaker_words.SpeakerWords.step_scores`): those are its scores as they are."""
