@@ -15,11 +15,21 @@ sentences, S the speakers with sentences, df(w) the speakers who said w and p(w)
                 (0 for words no speaker said, and for speakers without sentences)
 
 With the traits' kinds of speaker (``fairseq-speaker-words --kinds``, :mod:`fairseq_speaker.analysis.choices`), the
-words that are the alternatives a of a choice c take, instead of their neighbours' votes, the speaker's posterior
-over the kinds k of the choice's trait, from the alternatives A_s they said (:meth:`SpeakerWords._with_kinds`)::
+words that are the alternatives a of a choice c are ranked by the speaker's posterior predictive instead
+(:meth:`SpeakerWords._choices`): the posterior over the kinds k of the choice's trait, from the alternatives A_s they
+said, predicts the alternatives they never said, and the alternatives they said count ``kinds_prior`` (alpha) to one
+against it (a Dirichlet posterior predictive with the kinds' prediction as its mean: MacKay & Peto, 1995)::
 
-    q_s(k)    ∝ prior(k) * prod over the trait's choices c', alternatives a' in A_s of p(a' | k, c')
-    n_s(a)    = sum_k q_s(k) p(a | k, c) * sum over c's alternatives a'' of n_s(a'')
+    post_s(k) ∝ prior(k) * prod over the trait's choices c', alternatives a' in A_s of p(a' | k, c')
+    q_s(a)    = sum_k post_s(k) p(a | k, c)
+    r_s(a)    = (x_s(a) + alpha q_s(a)) / (sum over c's alternatives a' of x_s(a') + alpha)
+    bias_s(a) = max over c's alternatives a' of bias_s(a') + weight * log(r_s(a) / max over a' of r_s(a'))
+
+The choice as a whole keeps the level the equation above gives its likeliest alternative (in which the neighbours'
+votes n_s of c's alternatives are q_s(a) times the sum of their votes), and every other alternative is lowered by how
+much less likely the speaker's posterior makes it. Without the shrinking m_s / (m_s + evidence): a posterior says
+itself how little is known of a speaker, and ranks by it from their first sentence. A record written before
+``rank_choices`` (0.7.0) ranks them by the equation above alone, as it did (``rank_choices`` ``rates``).
 
 m_s is the number of distinct words speaker s said: a speaker known from one sentence (m_s about 6) has their bias
 shrunk ten-fold, one of thirty sentences (about 50) not even halved, since the speakers most like someone of a few
@@ -64,6 +74,9 @@ logger = logging.getLogger(__name__)
 #: what a step's bias can be added to (:attr:`WordOptions.add_to`); a record written before the option existed
 #: (0.6.0 and before) added it to the logits, and keeps doing so
 ADD_TO = ("log_probs", "logits")
+#: how the alternatives of a choice of the kinds are ranked (:attr:`WordOptions.rank_choices`); a record written before
+#: the option existed (0.7.0) ranked them by their rate ratio, and keeps doing so
+RANK_CHOICES = ("posterior", "rates")
 #: the key of a generation step's output (its extra dict) whose scores are log-probabilities already, the memory's
 #: bias added to them: fairseq must not normalize them again (SpeakerDecoderMixin.get_normalized_probs)
 NORMALIZED = "speaker_words_log_probs"
@@ -101,15 +114,25 @@ class WordOptions:
     #: hypothesis keeps its word's bias and the words of the speaker can choose the article before them; or ``logits``
     #: (0.6.0 and before), renormalized at the step, where a noun's bias cannot undo its article
     add_to: str = "log_probs"
+    #: how the alternatives of a choice of the traits' kinds are ranked: by the speaker's posterior predictive
+    #: (``posterior``, the module docstring), or by their rate ratio alone, as everything else (``rates``, 0.7.0)
+    rank_choices: str = "posterior"
+    #: how many of a speaker's own choices the kinds' prediction of a choice counts as (alpha): below 1, an
+    #: alternative the speaker said outranks any they did not
+    kinds_prior: float = 0.3
 
     def problems(self) -> List[str]:
         out = []
         if self.add_to not in ADD_TO:
             out.append(f"add_to must be one of {', '.join(ADD_TO)}, got {self.add_to!r}")
-        for name in ("weight", "window", "own", "neighbours", "power", "evidence"):
+        if self.rank_choices not in RANK_CHOICES:
+            out.append(f"rank_choices must be one of {', '.join(RANK_CHOICES)}, got {self.rank_choices!r}")
+        for name in ("weight", "window", "own", "neighbours", "power", "evidence", "kinds_prior"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
                 out.append(f"{name} must be a number >= 0, got {value!r}")
+        if not out and self.kinds_prior == 0:
+            out.append("kinds_prior must be above 0 (the kinds' prediction of the alternatives a speaker never said)")
         if not out and self.own + self.neighbours > 1:
             out.append(f"own + neighbours must be at most 1, got {self.own} + {self.neighbours}")
         if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:
@@ -247,13 +270,20 @@ class SpeakerWords(nn.Module):
                 for t, weight in zip(nearest.tolist(), weights.tolist()):  # k rows of distinct ids each
                     neighbours[self.words[t]] += weight
                 neighbours /= weights.sum()
-            if self.kinds:
-                neighbours = self._with_kinds(ids, np.asarray(neighbours, dtype=np.float64))
             own = np.zeros(self.vocab, dtype=np.float64)
             own[ids] = 1.0
+            choices = self._choices(own > 0)
+            if choices:  # each choice's votes shared by the speaker's posterior predictive
+                neighbours = np.array(neighbours, dtype=np.float64)
+                for words, predicted in choices:
+                    neighbours[words] = predicted * neighbours[words].sum()
             rate = o.own * own + o.neighbours * neighbours + (1.0 - o.own - o.neighbours) * p
             said = len(ids)
             bias = o.weight * said / (said + o.evidence) * np.log(np.maximum(rate, 1e-12) / p)
+            if o.rank_choices == "posterior":
+                for words, predicted in choices:
+                    r = own[words] + o.kinds_prior * predicted
+                    bias[words] = bias[words].max() + o.weight * np.log(r / r.max())
             bias[~anyone] = 0.0
             out = torch.from_numpy(bias.astype(np.float32))
         self._rows[row] = out
@@ -261,21 +291,17 @@ class SpeakerWords(nn.Module):
             self._rows.popitem(last=False)
         return out
 
-    def _with_kinds(self, ids: np.ndarray, neighbours: np.ndarray) -> np.ndarray:
-        """``neighbours`` with the alternatives of every choice of a trait replaced by the speaker's posterior
-        predictive over the trait's kinds, given the alternatives they said (``ids``), times the neighbours' rate of
-        the choice (the sum of its alternatives' rates: how often speakers like them make it at all)."""
-        said = np.zeros(self.vocab, dtype=bool)
-        said[ids] = True
-        out = neighbours.copy()
+    def _choices(self, said: np.ndarray) -> List[Tuple[np.ndarray, np.ndarray]]:
+        """Every choice of the traits' kinds: its alternatives' word ids and the speaker's posterior predictive over
+        them, given the alternatives they said (``said``: a mask over the vocabulary)."""
+        out = []
         for trait in self.kinds:
             log_posterior = np.log(trait.prior)
             for words, table in zip(trait.choices, trait.tables):
                 log_posterior = log_posterior + np.log(table[:, said[words]]).sum(1)
             posterior = np.exp(log_posterior - log_posterior.max())
             posterior /= posterior.sum()
-            for words, table in zip(trait.choices, trait.tables):
-                out[words] = (posterior @ table) * neighbours[words].sum()
+            out.extend((words, posterior @ table) for words, table in zip(trait.choices, trait.tables))
         return out
 
     def _nearest(self, similarity: np.ndarray):
@@ -460,7 +486,7 @@ def from_state(state, vocab: int, where: str, speakers: Optional[int] = None) ->
     options = state["options"]
     if not isinstance(options, dict) or not set(options) <= known:
         raise bad(f"have options {sorted(options) if isinstance(options, dict) else options!r}, not {sorted(known)}")
-    options = {"add_to": "logits", **options}  # written before add_to existed: decoded as it was
+    options = {"add_to": "logits", "rank_choices": "rates", **options}  # written before the options: as it was
     lengths, ids, ignored = state["lengths"], state["words"], state.get("ignored", [])
     if not _ids_tensor(lengths) or not _ids_tensor(ids) or int(lengths.sum()) != ids.numel() \
             or bool((lengths < 0).any()) or (ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab)) \

@@ -10,7 +10,7 @@ copied as they are.
 Usage::
 
     fairseq-speaker-words DATA --path checkpoints/checkpoint_best.pt --save words.pt \
-        [--weight 6 --window 2 --add-to log_probs]
+        [--weight 6 --window 2 --add-to log_probs --rank-choices posterior --kinds-prior 0.3]
 """
 
 import argparse
@@ -36,6 +36,13 @@ def _non_negative(value: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value!r}") from None
     if not (math.isfinite(number) and number >= 0):
         raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value!r}")
+    return number
+
+
+def _positive(value: str) -> float:
+    number = _non_negative(value)
+    if number == 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {value!r}")
     return number
 
 
@@ -83,6 +90,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "kinds of speaker from the split's sentence pairs (docs/speaker_learning.md, \"The choices a "
                         "corpus shows\"), so that a speaker's rivals they never said follow their posterior over the "
                         "kinds rather than their neighbours' votes (default; --no-kinds: the neighbours alone)")
+    parser.add_argument("--rank-choices", choices=speaker_words.RANK_CHOICES, default=defaults.rank_choices,
+                        help="how the alternatives of a choice of the kinds are ranked: by the speaker's posterior "
+                        "predictive, their own choices first (default), or by their rate ratio as every other word "
+                        "(0.7.0)")
+    parser.add_argument("--kinds-prior", type=_positive, default=defaults.kinds_prior, metavar="ALPHA",
+                        help="how many of a speaker's own choices the kinds' prediction of a choice counts as (below "
+                        "1: an alternative the speaker said outranks any they did not)")
     parser.add_argument("--user-dir", default=None,
                         help="a package registering more speaker bias variants or model families")
     add_runtime_arguments(parser)
@@ -121,7 +135,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     checkpoint, sentences = open_with_sentences(args)
     dictionary = checkpoint.task.target_dictionary
     options = WordOptions(weight=args.weight, window=args.window, own=args.own, neighbours=args.neighbours,
-                          k=args.neighbours_k, power=args.power, evidence=args.evidence, add_to=args.add_to)
+                          k=args.neighbours_k, power=args.power, evidence=args.evidence, add_to=args.add_to,
+                          rank_choices=args.rank_choices, kinds_prior=args.kinds_prior)
     speakers = checkpoint.task.speaker_dictionary
     words = speaker_words.remembered(dictionary, checkpoint.speaker_bias.num_speakers,
                                      {speakers.index(name): [target for _, target in pairs]

@@ -231,6 +231,10 @@ COMMAND_PROBES = {
          "argument --add-to: invalid choice: 'probs' (choose from"),
         (["{data}", "--path", "{badaddto}", "--save", "{tmp}/o.pt"], 2,
          "have bad options (speaker words: add_to must be one of log_probs, logits, got 'probs')"),
+        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--rank-choices", "votes"], 2,
+         "argument --rank-choices: invalid choice: 'votes' (choose from"),
+        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--kinds-prior", "0"], 2,
+         "argument --kinds-prior: expected a number > 0, got '0'"),
         (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--threads", "0"], 2, "--threads must be at least 1"),
         (["{data}", "--path", "{lstmbase}", "--save", "{tmp}/o.pt"], 2, "has no parameters per speaker"),
     ],
@@ -445,6 +449,9 @@ COMMAND_PROBES = {
         (["{data}", "--path", "{badaddto}", *GENERATE], 2,
          "its speakers' words (decoder.speaker_words._extra_state) have bad options (speaker words: add_to must be "
          "one of log_probs, logits"),
+        (["{data}", "--path", "{badrank}", *GENERATE], 2,
+         "its speakers' words (decoder.speaker_words._extra_state) have bad options (speaker words: rank_choices must "
+         "be one of posterior, rates, got 'votes'; kinds_prior must be a number >= 0, got -1.0)"),
         (["{data}", "--path", "{badkinds}", *GENERATE], 2,
          "its speakers' words (decoder.speaker_words._extra_state) are damaged (their kinds of speaker are not "
          "distributions over the words of the model)"),
@@ -716,6 +723,10 @@ class Places:
     def make_badaddto(self):
         """A record of the speakers' words whose bias is added to something that is not a step's scores."""
         return self._words("badaddto.pt", lambda record: record["options"].update(add_to="probs"))
+
+    def make_badrank(self):
+        """A record of the speakers' words whose choices are ranked by no known rule, with a negative prior."""
+        return self._words("badrank.pt", lambda record: record["options"].update(rank_choices="votes", kinds_prior=-1.0))
 
     def make_badkinds(self):
         """A record of the speakers' words whose kinds of speaker name a word beyond the vocabulary."""

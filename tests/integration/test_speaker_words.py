@@ -167,12 +167,15 @@ def test_kinds_are_learned_from_the_sentence_pairs_and_decoded_with(remembered, 
     assert "H-" in run("generate", generate_args(toy["bin"], out, "--gen-subset", "test")).stdout
 
 
-def test_a_record_written_before_add_to_existed_adds_the_bias_to_the_logits_as_it_did(remembered):
+def test_a_record_written_before_its_options_existed_decodes_as_it_did(remembered):
     _, out, _ = remembered
     record = dict(torch.load(out, weights_only=False)["model"][CHECKPOINT_KEY])
-    assert record["options"]["add_to"] == "log_probs"  # what fairseq-speaker-words writes now
-    record["options"] = {k: v for k, v in record["options"].items() if k != "add_to"}
-    assert from_state(record, record["vocab"], out).options.add_to == "logits"
+    # what fairseq-speaker-words writes now
+    assert (record["options"]["add_to"], record["options"]["rank_choices"]) == ("log_probs", "posterior")
+    before = {"add_to": "logits", "rank_choices": "rates"}  # 0.6.0 wrote neither; 0.7.0 no rank_choices
+    for option, then in before.items():
+        old = dict(record, options={k: v for k, v in record["options"].items() if k != option})
+        assert getattr(from_state(old, record["vocab"], out).options, option) == then
 
 
 def test_onboarding_gives_a_new_speaker_their_words_and_an_update_adds_its_own(remembered, toy, tmp_path):

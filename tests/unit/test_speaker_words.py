@@ -46,21 +46,30 @@ def _by_hand(said, row, vocab, o: WordOptions, kinds=()):
         p = max(df[w], 1) / S
         neighbour.append(sum(wt * (w in said[t]) for wt, (_, t) in zip(weights, top)) / sum(weights)
                          if sum(weights) else p)
+    predicted = {}  # each choice's alternatives -> the speaker's posterior predictive over them
     for choices, prior, tables in kinds:  # p(kind | the alternatives said) by Bayes' rule, one product per kind
         joint = [prior[k] * math.prod(tables[c][k][j] for c, ws in enumerate(choices) for j, w in enumerate(ws)
                                       if w in said[row]) for k in range(len(prior))]
         posterior = [x / sum(joint) for x in joint]
         before = list(neighbour)
         for c, ws in enumerate(choices):
+            predicted[tuple(ws)] = [sum(posterior[k] * tables[c][k][j] for k in range(len(prior)))
+                                    for j in range(len(ws))]
             for j, w in enumerate(ws):
-                neighbour[w] = sum(posterior[k] * tables[c][k][j] for k in range(len(prior))) * sum(before[v] for v in ws)
+                neighbour[w] = predicted[tuple(ws)][j] * sum(before[v] for v in ws)
     out = []
     for w in range(vocab):
         p = max(df[w], 1) / S
         rate = o.own * (w in said[row]) + o.neighbours * neighbour[w] + (1 - o.own - o.neighbours) * p
         shrink = len(said[row]) / (len(said[row]) + o.evidence)
-        out.append(0.0 if df[w] == 0 else o.weight * shrink * math.log(max(rate, 1e-12) / p))
-    return out
+        out.append(o.weight * shrink * math.log(max(rate, 1e-12) / p))
+    if o.rank_choices == "posterior":  # the level of the likeliest, lowered by the posterior's odds against each
+        for ws, q in predicted.items():
+            r = [(w in said[row]) + o.kinds_prior * qj for w, qj in zip(ws, q)]
+            level = max(out[w] for w in ws)
+            for w, rj in zip(ws, r):
+                out[w] = level + o.weight * math.log(rj / max(r))
+    return [0.0 if df[w] == 0 else out[w] for w in range(vocab)]
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -81,8 +90,9 @@ def test_the_bias_is_the_equation_computed_by_hand(seed):
             assert got.tolist() == pytest.approx(_by_hand(said, row, vocab, options), abs=1e-4), row
 
 
+@pytest.mark.parametrize("rank", ["posterior", "rates"])
 @pytest.mark.parametrize("seed", [0, 1])
-def test_with_kinds_a_speakers_rivals_follow_their_posterior_over_the_kinds_computed_by_hand(seed):
+def test_with_kinds_a_speakers_rivals_follow_their_posterior_over_the_kinds_computed_by_hand(seed, rank):
     rng = random.Random(seed)
     vocab, speakers = 16, 10
     said = [set(rng.sample(range(2, vocab), rng.randint(3, 8))) for _ in range(speakers)]
@@ -94,7 +104,8 @@ def test_with_kinds_a_speakers_rivals_follow_their_posterior_over_the_kinds_comp
 
     prior = dist(2)
     tables = [[dist(len(ws)) for _ in range(2)] for ws in choices]
-    options = WordOptions(weight=2.0, own=0.3, neighbours=0.6, k=4, power=2.0, evidence=5.0)
+    options = WordOptions(weight=2.0, own=0.3, neighbours=0.6, k=4, power=2.0, evidence=5.0, rank_choices=rank,
+                          kinds_prior=0.4)
     words = SpeakerWords(vocab, options)
     for row, s in enumerate(said):
         words.set_words(row, [torch.tensor(sorted(s))])
@@ -217,6 +228,9 @@ def test_the_record_reads_back_and_a_damaged_one_is_refused():
     (WordOptions(k=0), "k must be a whole number >= 1"),
     (WordOptions(evidence=-2.0), "evidence must be a number >= 0"),
     (WordOptions(add_to="probs"), "add_to must be one of log_probs, logits, got 'probs'"),
+    (WordOptions(rank_choices="votes"), "rank_choices must be one of posterior, rates, got 'votes'"),
+    (WordOptions(kinds_prior=0.0), "kinds_prior must be above 0"),
+    (WordOptions(kinds_prior=-1.0), "kinds_prior must be a number >= 0"),
 ])
 def test_bad_options_are_refused(options, message):
     with pytest.raises(UserError) as e:
