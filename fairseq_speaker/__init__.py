@@ -12,7 +12,7 @@ this registers the task ``speaker_translation``, the models ``speaker_lstm``
 
 import os
 
-__version__ = "0.7.0"
+__version__ = "0.8.0"
 
 #: the folder to pass as ``--user-dir``
 USER_DIR = os.path.dirname(os.path.abspath(__file__))
