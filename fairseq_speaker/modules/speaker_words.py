@@ -28,7 +28,10 @@ against it (a Dirichlet posterior predictive with the kinds' prediction as its m
 The choice as a whole keeps the level the equation above gives its likeliest alternative (in which the neighbours'
 votes n_s of c's alternatives are q_s(a) times the sum of their votes), and every other alternative is lowered by how
 much less likely the speaker's posterior makes it. Without the shrinking m_s / (m_s + evidence): a posterior says
-itself how little is known of a speaker, and ranks by it from their first sentence. A record written before
+itself how little is known of a speaker, and ranks by it from their first sentence. The choices then rank the
+rivals, and every other word's bias is only ever a rise, max(bias_s(w), 0): that a speaker of a few sentences has not
+said a word yet is no evidence that they would not, and its penalties, added up along a hypothesis, let one that
+leaves words out win. A record written before
 ``rank_choices`` (0.7.0) ranks them by the equation above alone, as it did (``rank_choices`` ``rates``).
 
 m_s is the number of distinct words speaker s said: a speaker known from one sentence (m_s about 6) has their bias
@@ -280,7 +283,10 @@ class SpeakerWords(nn.Module):
             rate = o.own * own + o.neighbours * neighbours + (1.0 - o.own - o.neighbours) * p
             said = len(ids)
             bias = o.weight * said / (said + o.evidence) * np.log(np.maximum(rate, 1e-12) / p)
-            if o.rank_choices == "posterior":
+            if o.rank_choices == "posterior" and choices:
+                # the choices rank the rivals: any other word is only ever raised (that a speaker of a few sentences
+                # has not said it yet is no evidence that they would not, and lowered, it adds up along a hypothesis)
+                np.maximum(bias, 0.0, out=bias)
                 for words, predicted in choices:
                     r = own[words] + o.kinds_prior * predicted
                     bias[words] = bias[words].max() + o.weight * np.log(r / r.max())

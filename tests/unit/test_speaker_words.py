@@ -63,7 +63,8 @@ def _by_hand(said, row, vocab, o: WordOptions, kinds=()):
         rate = o.own * (w in said[row]) + o.neighbours * neighbour[w] + (1 - o.own - o.neighbours) * p
         shrink = len(said[row]) / (len(said[row]) + o.evidence)
         out.append(o.weight * shrink * math.log(max(rate, 1e-12) / p))
-    if o.rank_choices == "posterior":  # the level of the likeliest, lowered by the posterior's odds against each
+    if o.rank_choices == "posterior" and predicted:  # other words only raised; each choice at the level of its
+        out = [max(b, 0.0) for b in out]                # likeliest, lowered by the posterior's odds against each
         for ws, q in predicted.items():
             r = [(w in said[row]) + o.kinds_prior * qj for w, qj in zip(ws, q)]
             level = max(out[w] for w in ws)
