@@ -117,8 +117,9 @@ class WordOptions:
     #: hypothesis keeps its word's bias and the words of the speaker can choose the article before them; or ``logits``
     #: (0.6.0 and before), renormalized at the step, where a noun's bias cannot undo its article
     add_to: str = "log_probs"
-    #: how the alternatives of a choice of the traits' kinds are ranked: by the speaker's posterior predictive
-    #: (``posterior``, the module docstring), or by their rate ratio alone, as everything else (``rates``, 0.7.0)
+    #: how the alternatives of a choice of the traits' kinds are ranked: by the speaker's posterior predictive, every
+    #: other word then only raised (``posterior``, the module docstring), or by their rate ratio alone, as everything
+    #: else (``rates``, 0.7.0)
     rank_choices: str = "posterior"
     #: how many of a speaker's own choices the kinds' prediction of a choice counts as (alpha): below 1, an
     #: alternative the speaker said outranks any they did not

@@ -92,8 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "kinds rather than their neighbours' votes (default; --no-kinds: the neighbours alone)")
     parser.add_argument("--rank-choices", choices=speaker_words.RANK_CHOICES, default=defaults.rank_choices,
                         help="how the alternatives of a choice of the kinds are ranked: by the speaker's posterior "
-                        "predictive, their own choices first (default), or by their rate ratio as every other word "
-                        "(0.7.0)")
+                        "predictive, their own choices first, every other word then only raised (default), or by "
+                        "their rate ratio as every other word (0.7.0)")
     parser.add_argument("--kinds-prior", type=_positive, default=defaults.kinds_prior, metavar="ALPHA",
                         help="how many of a speaker's own choices the kinds' prediction of a choice counts as (below "
                         "1: an alternative the speaker said outranks any they did not)")
