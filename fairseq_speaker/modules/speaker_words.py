@@ -23,7 +23,7 @@ against it (a Dirichlet posterior predictive with the kinds' prediction as its m
     post_s(k) ∝ prior(k) * prod over the trait's choices c', alternatives a' in A_s of p(a' | k, c')
     q_s(a)    = sum_k post_s(k) p(a | k, c)
     r_s(a)    = (x_s(a) + alpha q_s(a)) / (sum over c's alternatives a' of x_s(a') + alpha)
-    bias_s(a) = max over c's alternatives a' of bias_s(a') + weight * log(r_s(a) / max over a' of r_s(a'))
+    bias_s(a) = max(0, max over c's alternatives a' of bias_s(a')) + weight * log(r_s(a) / max over a' of r_s(a'))
 
 The choice as a whole keeps the level the equation above gives its likeliest alternative (in which the neighbours'
 votes n_s of c's alternatives are q_s(a) times the sum of their votes), and every other alternative is lowered by how
