@@ -31,8 +31,8 @@ much less likely the speaker's posterior makes it. Without the shrinking m_s / (
 itself how little is known of a speaker, and ranks by it from their first sentence. The choices then rank the
 rivals, and every other word's bias is only ever a rise, max(bias_s(w), 0): that a speaker of a few sentences has not
 said a word yet is no evidence that they would not, and its penalties, added up along a hypothesis, let one that
-leaves words out win. A record written before
-``rank_choices`` (0.7.0) ranks them by the equation above alone, as it did (``rank_choices`` ``rates``).
+leaves words out win. A record written before ``rank_choices`` (0.7.0) ranks them by the equation above alone, and
+lowers the other words too, as it did (``rank_choices`` ``rates``).
 
 m_s is the number of distinct words speaker s said: a speaker known from one sentence (m_s about 6) has their bias
 shrunk ten-fold, one of thirty sentences (about 50) not even halved, since the speakers most like someone of a few
