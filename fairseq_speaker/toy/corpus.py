@@ -34,11 +34,19 @@ speaker's gender, address, style and deviations, which the Bayes oracle of
 :mod:`fairseq_speaker.toy.oracle` reads (the model only; a speaker's own style it infers). Without
 ``--styles`` the corpus is byte for byte what it was before the mode existed.
 
+**The corpus suite** (``--structure NAME``, ``--list-structures``): corpora of many structures, each a point in
+independent dimensions (correlated traits, binary or multi-way choices, rare or frequent words, early commitment,
+words chosen by the sentence's topic, speakers of very different sizes, speakers who choose at random, many styles
+with few speakers each), split into a half to design on and a half to judge on; see
+:mod:`fairseq_speaker.toy.structures`. They write the same files as the styles mode.
+
 Usage::
 
     python -m fairseq_speaker.toy.corpus --out raw --train 6000 --valid 300 --test 300 [--heldout]
     python -m fairseq_speaker.toy.corpus --out raw --styles 6 --deviation 0.1 \\
         --speakers 400 --sentences-per-speaker 30 --valid 800 --test 800 --heldout
+    python -m fairseq_speaker.toy.corpus --list-structures
+    python -m fairseq_speaker.toy.corpus --out raw --structure early
 """
 
 import argparse
@@ -47,12 +55,16 @@ import math
 import os
 import random
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple, Union
 
 from fairseq_speaker.analysis.speaker_words import Trait, read_traits, trait_accuracy  # noqa: F401  (also here before 0.5.0)
 
-#: the corpus's traits, in the order of the tables (profession in the default mode, style in the styles mode)
-TRAITS = ("gender", "address", "profession", "style")
+if TYPE_CHECKING:
+    from fairseq_speaker.toy.structures import StructureModel
+
+#: the corpus's traits, in the order of the tables (profession in the default mode, style in the styles mode and
+#: the structures of :mod:`fairseq_speaker.toy.structures`, topic in those whose sentences' topics choose words)
+TRAITS = ("gender", "address", "profession", "style", "topic")
 GENDERS = ("f", "m")
 ADDRESSES = ("informal", "formal")
 PROFESSIONS = ("doctor", "police", "teacher")
@@ -221,10 +233,17 @@ def make_styles(num_styles: int, seed: int = 1, deviation: float = DEFAULT_DEVIA
     return Styles(dict(STYLE_ITEMS), table, deviation, [1.0 / num_styles] * num_styles)
 
 
-def read_styles(path: str) -> Styles:
-    """The styles model of a corpus's ``speakers.json`` (written in the styles mode)."""
+def read_styles(path: str) -> Union["Styles", "StructureModel"]:
+    """The model of a corpus's ``speakers.json``: the styles mode's (:class:`Styles`), or a structure's of the
+    corpus suite (:class:`~fairseq_speaker.toy.structures.StructureModel`, written with ``--structure NAME``); the
+    Bayes oracle of :mod:`fairseq_speaker.toy.oracle` takes either."""
     with open(path, encoding="utf-8") as f:
-        return Styles.from_json(json.load(f))
+        data = json.load(f)
+    if isinstance(data, dict) and "structure" in data:
+        from fairseq_speaker.toy.structures import StructureModel  # the suite builds on this module
+
+        return StructureModel.from_json(data)
+    return Styles.from_json(data)
 
 
 #: every combination of (gender, address, profession)
@@ -384,7 +403,7 @@ def write_corpus(out: str, sizes: Dict[str, int], num_speakers: int = 24, seed: 
     rng = random.Random(seed)
     os.makedirs(out, exist_ok=True)
     for split, size in sizes.items():
-        _write_split(out, split, _deal(rng, speakers, size, model), src, tgt)
+        write_split(out, split, _deal(rng, speakers, size, model), src, tgt)
     if model is None:
         heldout = make_heldout_speakers(heldout_speakers)
     else:
@@ -392,7 +411,7 @@ def write_corpus(out: str, sizes: Dict[str, int], num_speakers: int = 24, seed: 
                                       heldout=True)
     if heldout:
         rng = random.Random(f"heldout-{seed}")
-        _write_split(out, "heldout", _deal(rng, heldout, heldout_speakers * heldout_sentences, model), src, tgt)
+        write_split(out, "heldout", _deal(rng, heldout, heldout_speakers * heldout_sentences, model), src, tgt)
     with open(os.path.join(out, "speakers.tsv"), "w", encoding="utf-8") as f:
         if model is None:
             f.write("speaker\tgender\taddress\tprofession\n")
@@ -428,7 +447,8 @@ def _deal(rng: random.Random, speakers: Sequence[Speaker], size: int, styles: Op
     return rows
 
 
-def _write_split(out: str, split: str, rows: Sequence[Row], src: str, tgt: str) -> None:
+def write_split(out: str, split: str, rows: Sequence[Row], src: str, tgt: str) -> None:
+    """Write ``{split}.{src,tgt,spk,traits}`` of ``rows`` (English, French, speaker, speaker words) in ``out``."""
     files = {ext: open(os.path.join(out, f"{split}.{ext}"), "w", encoding="utf-8")
              for ext in (src, tgt, "spk", "traits")}
     try:
@@ -444,7 +464,12 @@ def _write_split(out: str, split: str, rows: Sequence[Row], src: str, tgt: str) 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", required=True, help="folder to write the corpus to")
+    parser.add_argument("--out", help="folder to write the corpus to (required)")
+    parser.add_argument("--structure", metavar="NAME",
+                        help="write the corpus of a structure of the corpus suite instead (its sizes, model and seed "
+                        "are its own; speakers.json for the Bayes oracle): see --list-structures")
+    parser.add_argument("--list-structures", action="store_true",
+                        help="list the corpus suite's structures, their half (design or judge) and dimensions, and exit")
     parser.add_argument("--train", type=int, help="training sentences (default: 6000)")
     parser.add_argument("--sentences-per-speaker", type=int, metavar="N",
                         help="training sentences of each speaker, instead of --train (which is then N x --speakers)")
@@ -465,6 +490,10 @@ def main(argv=None) -> None:
     parser.add_argument("--heldout-sentences", type=int, default=40, metavar="M",
                         help="sentences of each held-out speaker (--heldout)")
     args = parser.parse_args(argv)
+    if args.list_structures or args.structure is not None:
+        return _structure_main(parser, args)
+    if args.out is None:
+        parser.error("the following arguments are required: --out")
     if args.heldout and (args.heldout_speakers < 1 or args.heldout_sentences < 1):
         parser.error("--heldout-speakers and --heldout-sentences must be at least 1")
     if args.sentences_per_speaker is not None:
@@ -498,6 +527,36 @@ def main(argv=None) -> None:
     if args.heldout:
         print(f"wrote {args.heldout_sentences} sentences of each of {args.heldout_speakers} held-out speakers "
               f"to {args.out}/heldout.*")
+
+
+def _structure_main(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """``--list-structures`` and ``--structure NAME``: a structure fixes every other option but ``--out``."""
+    from fairseq_speaker.toy.structures import get_structure, list_structures, write_structure
+
+    if args.list_structures and args.structure is not None:
+        parser.error("give --list-structures or --structure NAME, not both")
+    given = [a.option_strings[0] for a in parser._actions
+             if a.option_strings and a.dest not in ("help", "out", "structure", "list_structures")
+             and getattr(args, a.dest) != parser.get_default(a.dest)]
+    option = "--list-structures" if args.list_structures else f"--structure {args.structure}"
+    if given:
+        parser.error(f"{option} takes no {' '.join(given)}: a structure's sizes, model and seed are its own")
+    if args.list_structures:
+        if args.out is not None:
+            parser.error("--list-structures writes nothing: drop --out")
+        print(list_structures())
+        return
+    try:
+        structure = get_structure(args.structure)
+    except ValueError as e:
+        parser.error(f"--structure: {e}")
+    if args.out is None:
+        parser.error("the following arguments are required: --out")
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        parser.error(f"--out {args.out} is a file: give a folder for the corpus")
+    speakers = write_structure(args.out, structure)
+    print(f"wrote the structure {structure.name} ({structure.half} half: {structure.describe()}) to {args.out}: "
+          f"{structure.speakers} speakers and {len(speakers) - structure.speakers} held-out ones")
 
 
 if __name__ == "__main__":

@@ -41,6 +41,11 @@ The corpus's styles mode (:mod:`fairseq_speaker.toy.corpus`, ``--styles K``) add
   speaker as known once one is shown, deviations included (which nothing can know), ``words seen``
   guesses on every phrase the speaker did not say (where the styles tell more).
 
+The structures of the corpus suite (:mod:`fairseq_speaker.toy.structures`, ``--structure NAME``) have the same
+oracle over all their traits at once (:class:`StructurePosterior`): a posterior over the joint of the speaker's
+values (traits may be correlated), speakers who choose at random, and words chosen by the sentence's topic, which
+it predicts from the source. :func:`bayes_accuracy` and :func:`onboarding_oracle` take either model.
+
 :func:`bayes_accuracy` scores a test split of the training speakers; :func:`onboarding_oracle`
 scores held-out speakers from their first n sentences (``heldout.*``, as
 ``fairseq-speaker-onboarding-eval`` adapts on them). From the command line::
@@ -51,10 +56,11 @@ scores held-out speakers from their first n sentences (``heldout.*``, as
 import argparse
 import os
 from fractions import Fraction
-from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
 from fairseq_speaker.analysis.speaker_words import Trait, read_traits
 from fairseq_speaker.toy.corpus import TRAITS, Styles, read_styles, style_word
+from fairseq_speaker.toy.structures import RANDOM, TOPIC, StructureModel, TraitModel
 
 ORACLES = ("traits revealed", "words seen")
 #: the exact oracle of the styles mode
@@ -192,15 +198,128 @@ class SpeakerPosterior:
         return Fraction(int(t.expected in argmax), len(argmax))
 
 
-def _bayes_scores(styles: Optional[Styles], observed: Dict[str, List[Trait]],
+class StructurePosterior:
+    """The Bayes oracle of a structure of the corpus suite (:mod:`fairseq_speaker.toy.structures`): what a
+    speaker's sentences D_s tell of their traits, all at once.
+
+    The speaker's values z = (z_1, ..., z_T), one per trait, are drawn from the joint prior π(z) (a product when
+    the traits are independent, not when an address or a gender belongs to a style). A value v of trait t either
+    fixes a choice a_i per phrase i, once (p(a_i = y | v) as in the styles mode, with the trait's deviation rate),
+    or is ``random``: every occurrence drawn uniformly anew. With o_i the word said for phrase i in D_s and m_i
+    the times it was said:
+
+    - L_t(v) = Π_{i said} p(a_i = o_i | v) (0 if i was said with two words) for a fixed value; Π_{i said}
+      (1 / n_i)^{m_i} for ``random`` (one factor per occurrence, not per phrase);
+    - the posterior over the joint: q_s(z) ∝ π(z) Π_t L_t(z_t), and its marginal q_t(v) per trait;
+    - the predictive of a word of phrase i of trait t: Σ_v q_t(v) p(y | v, D_s), where p(y | v, D_s) is
+      1[y = o_i] if the speaker said i (fixed values), p(a_i = y | v) if not, and 1 / n_i for ``random``.
+
+    Words of the trait ``topic`` are chosen by the topic of their sentence, which the source shows: the oracle
+    predicts them from the source (right, p = 1) and does not count them as evidence of the speaker. Decisions
+    and scores as :class:`SpeakerPosterior`'s; the arithmetic is exact.
+    """
+
+    def __init__(self, model: StructureModel, traits: Iterable[Trait] = ()):
+        self.model = model
+        self._items = {(t.name, frozenset(t.words(item))): item for t in model.traits for item in t.items}
+        self._topic_words = {frozenset(style_word(o) for o in options) for options in model.topic_items.values()}
+        #: trait -> phrase -> the words said for it, one per occurrence
+        self.said: Dict[str, Dict[str, List[str]]] = {t.name: {} for t in model.traits}
+        for t in traits:
+            if t.trait == TOPIC:
+                self._topic(t)
+                continue
+            self.said[t.trait].setdefault(self._item(t), []).append(t.expected)
+        names = [t.name for t in model.traits]
+        likelihood = {t.name: {v: self._likelihood(t, v) for v in t.values} for t in model.traits}
+        weights = {z: p * _product(likelihood[name][v] for name, v in zip(names, z)) for z, p in model.joint.items()}
+        total = sum(weights.values())
+        if not total > 0:
+            raise ValueError(f"the speaker words {self.said} are impossible under the structure {model.name}: the "
+                             f"traits and speakers.json are of different corpora")
+        self.joint = {z: w / total for z, w in weights.items()}
+        self.marginals: Dict[str, Dict[str, Fraction]] = {name: {v: Fraction(0) for v in t.values}
+                                                          for name, t in zip(names, model.traits)}
+        for z, q in self.joint.items():
+            for name, v in zip(names, z):
+                self.marginals[name][v] += q
+
+    def _item(self, t: Trait) -> str:
+        if t.trait not in self.said:
+            raise ValueError(f"a word of the trait {t.trait!r} ({t.expected!r}), which the structure "
+                             f"{self.model.name} does not have: the traits and speakers.json are of different corpora")
+        item = self._items.get((t.trait, frozenset((t.expected, *t.alternatives))))
+        if item is None:
+            raise ValueError(f"the {t.trait} word {t.expected!r} (rivals {', '.join(t.alternatives)}) is no phrase of "
+                             f"the structure {self.model.name}: the traits and speakers.json are of different corpora")
+        return item
+
+    def _topic(self, t: Trait) -> None:
+        if frozenset((t.expected, *t.alternatives)) not in self._topic_words:
+            raise ValueError(f"the topic word {t.expected!r} is no topic phrase of the structure {self.model.name}: "
+                             f"the traits and speakers.json are of different corpora")
+
+    def _likelihood(self, trait: TraitModel, value: str) -> Fraction:
+        out = Fraction(1)
+        for item, words in self.said[trait.name].items():
+            if value == RANDOM:
+                out *= Fraction(1, len(trait.items[item])) ** len(words)
+            elif len(set(words)) > 1:
+                return Fraction(0)
+            else:
+                out *= trait.choice(value, item, words[0])
+        return out
+
+    def predictive(self, t: Trait) -> Dict[str, Fraction]:
+        """p(y | D_s) over the words of a test sentence's speaker word ``t`` (its expected word and rivals)."""
+        if t.trait == TOPIC:
+            self._topic(t)
+            return {w: Fraction(int(w == t.expected)) for w in (t.expected, *t.alternatives)}
+        item = self._item(t)
+        trait = self.model.trait(t.trait)
+        words = trait.words(item)
+        said = self.said[t.trait].get(item)
+        out = {w: Fraction(0) for w in words}
+        for value, q in self.marginals[t.trait].items():
+            if not q:
+                continue
+            for w in words:
+                if value == RANDOM:
+                    p = Fraction(1, len(words))
+                elif said:
+                    p = Fraction(int(w == said[0]))
+                else:
+                    p = trait.choice(value, item, w)
+                out[w] += q * p
+        return out
+
+    score = SpeakerPosterior.score
+
+
+def _product(factors: Iterable[Fraction]) -> Fraction:
+    out = Fraction(1)
+    for f in factors:
+        out *= f
+    return out
+
+
+def speaker_posterior(model, traits: Iterable[Trait] = ()):
+    """The Bayes oracle's posterior of a speaker: :class:`SpeakerPosterior` for the styles mode's model (or None),
+    :class:`StructurePosterior` for a structure's."""
+    if isinstance(model, StructureModel):
+        return StructurePosterior(model, traits)
+    return SpeakerPosterior(model, traits)
+
+
+def _bayes_scores(styles: Union[Styles, StructureModel, None], observed: Dict[str, List[Trait]],
                   evaluated: Iterable[Tuple[str, Sequence[Trait]]], score: str) -> Dict[str, float]:
-    posteriors: Dict[str, SpeakerPosterior] = {}
+    posteriors: Dict[str, Union[SpeakerPosterior, StructurePosterior]] = {}
     right: Dict[str, Fraction] = {}
     total: Dict[str, int] = {}
     for speaker, traits in evaluated:
         for t in traits:
             if speaker not in posteriors:
-                posteriors[speaker] = SpeakerPosterior(styles, observed.get(speaker, ()))
+                posteriors[speaker] = speaker_posterior(styles, observed.get(speaker, ()))
             value = posteriors[speaker].score(t, score)
             for key in ("all", t.trait):
                 total[key] = total.get(key, 0) + 1
@@ -208,12 +327,13 @@ def _bayes_scores(styles: Optional[Styles], observed: Dict[str, List[Trait]],
     return {key: float(right[key] / total[key]) for key in total}
 
 
-def bayes_accuracy(styles: Optional[Styles], train_speakers: Sequence[str], train_traits: Sequence[Sequence[Trait]],
+def bayes_accuracy(styles: Union[Styles, StructureModel, None], train_speakers: Sequence[str], train_traits: Sequence[Sequence[Trait]],
                    test_speakers: Sequence[str], test_traits: Sequence[Sequence[Trait]],
                    score: str = "decision") -> Dict[str, float]:
     """The ``Bayes`` oracle's share of the test's speaker words, overall and per trait: each test speaker
     known from all their training sentences (see the module's docstring; ``score``: ``decision`` or
-    ``posterior``). ``styles``: the corpus's model (:func:`~fairseq_speaker.toy.corpus.read_styles`)."""
+    ``posterior``). ``styles``: the corpus's model (:func:`~fairseq_speaker.toy.corpus.read_styles`: the styles
+    mode's or a structure's)."""
     if len(train_speakers) != len(train_traits) or len(test_speakers) != len(test_traits):
         raise ValueError("speaker labels and trait lines differ in number")
     observed: Dict[str, List[Trait]] = {}
@@ -222,7 +342,7 @@ def bayes_accuracy(styles: Optional[Styles], train_speakers: Sequence[str], trai
     return _bayes_scores(styles, observed, zip(test_speakers, test_traits), score)
 
 
-def onboarding_oracle(styles: Optional[Styles], speakers: Sequence[str], traits: Sequence[Sequence[Trait]], n: int,
+def onboarding_oracle(styles: Union[Styles, StructureModel, None], speakers: Sequence[str], traits: Sequence[Sequence[Trait]], n: int,
                       evaluated_after: Optional[int] = None, score: str = "decision") -> Dict[str, float]:
     """The ``Bayes`` oracle for new speakers known from their first ``n`` sentences (in file order, as
     ``fairseq-speaker-onboarding-eval`` adapts on them), scored on each speaker's sentences after their
@@ -268,7 +388,8 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     path = os.path.join(args.raw, "speakers.json")
     if not os.path.exists(path):
-        parser.error(f"{path} not found: the Bayes oracle needs a corpus of the styles mode (--styles K)")
+        parser.error(f"{path} not found: the Bayes oracle needs a corpus of the styles mode (--styles K) or of the "
+                     f"corpus suite (--structure NAME)")
     styles = read_styles(path)
     rows = [("test", bayes_accuracy(
         styles, _lines(os.path.join(args.raw, "train.spk")), read_traits(os.path.join(args.raw, "train.traits")),
