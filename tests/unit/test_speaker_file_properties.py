@@ -8,6 +8,7 @@ The oracle below is docs/usage.md's rules written again, not the code under test
 import errno
 import os
 import tempfile
+import unicodedata
 from collections import Counter
 from typing import List, NamedTuple, Set, Union
 
@@ -31,11 +32,26 @@ class Refused(NamedTuple):
     problems: Set[str]  # any of them may be the one reported
 
 
+#: docs/reliability.md "Speaker labels": characters that show nothing although they are letters or symbols
+INVISIBLE = {0x115F, 0x1160, 0x3164, 0xFFA0, 0x2800, 0x034F, 0x17B4, 0x17B5, 0x180B, 0x180C, 0x180D, 0x180F, 0xFFFC,
+             0xFFFD, *range(0xFE00, 0xFE10), *range(0xE0100, 0xE01F0)}
+MAX_LABEL = 200
+
+
 def refused_character(c: str) -> bool:
-    """Control characters, line and paragraph separators, a byte-order mark (and surrogates, which no
-    UTF-8 file holds but a Python string may)."""
+    """Control characters, line and paragraph separators, format characters (a byte-order mark, zero-width
+    ones, direction overrides), invisible letters and symbols, spaces other than U+0020, noncharacters (and
+    surrogates, which no UTF-8 file holds but a Python string may)."""
     o = ord(c)
-    return o < 0x20 or 0x7F <= o < 0xA0 or o in (0x2028, 0x2029, 0xFEFF) or 0xD800 <= o < 0xE000
+    return (o < 0x20 or 0x7F <= o < 0xA0 or o in (0x2028, 0x2029, 0xFEFF) or 0xD800 <= o < 0xE000
+            or unicodedata.category(c) == "Cf" or o in INVISIBLE or (unicodedata.category(c) == "Zs" and c != " ")
+            or o % 0x10000 in (0xFFFE, 0xFFFF) or 0xFDD0 <= o <= 0xFDEF)
+
+
+def label_problems(label: str) -> Set[str]:
+    """What the character rules and the length bound say of a label (stripped, not empty)."""
+    problems = {"refused"} if any(map(refused_character, label)) else set()
+    return problems | ({"long"} if len(label) > MAX_LABEL else set())
 
 
 def strip_whitespace(text: str) -> str:
@@ -66,8 +82,8 @@ def expected_speaker_file(data: bytes) -> Union[List[str], Refused]:
             return Refused(lineno, {"utf8"})
         if not label:
             return Refused(lineno, {"empty"})
-        if any(map(refused_character, label)):
-            return Refused(lineno, {"refused"})
+        if label_problems(label):
+            return Refused(lineno, label_problems(label))
         labels.append(label)
     return labels
 
@@ -77,8 +93,7 @@ def entry_problems(label: str) -> Set[str]:
     problems = set()
     if not label:
         problems.add("empty")
-    if any(map(refused_character, label)):
-        problems.add("refused")
+    problems |= label_problems(label) if label else set()
     if label != strip_whitespace(label):
         problems.add("whitespace")
     return problems
@@ -110,7 +125,8 @@ def expected_dictionary(data: bytes) -> Union[SpeakerDictionary, Refused]:
 PHRASES = {
     "utf8": "not valid UTF-8",
     "empty": "empty speaker label",
-    "refused": "(tabs and control characters are not allowed in a label)",
+    "refused": "are not allowed in a label)",
+    "long": "is longer than 200 characters",
     "format": "expected 'label<TAB>count'",
     "whitespace": "with surrounding whitespace",
 }
