@@ -143,6 +143,22 @@ def test_the_default_corpus_is_byte_for_byte_what_it_was_before_the_styles_mode(
         assert not os.path.exists(os.path.join(out, "speakers.json"))
 
 
+#: sha256 of styles corpora (names and bytes of every file), written before the corpus suite existed
+STYLES_CORPORA = [
+    ({"train": 240, "valid": 24, "test": 48},
+     dict(num_speakers=24, seed=3, styles=4, deviation=0.25, heldout_speakers=5, heldout_sentences=6),
+     "78db8df1423d202ef389132c27b20363738eaad80db2940da8d1a41b259e9040"),
+    ({"train": 96, "test": 24}, dict(num_speakers=12, seed=7, styles=6),
+     "61040655c0bade6b3ab8c42c751e891b0ca840bacad2b200293d9dcfe5f8d04b"),
+]
+
+
+@pytest.mark.parametrize("sizes,options,digest", STYLES_CORPORA)
+def test_the_styles_corpus_is_byte_for_byte_what_it_was_before_the_corpus_suite(tmp_path, sizes, options, digest):
+    write_corpus(str(tmp_path), sizes, **options)
+    assert corpus_digest(str(tmp_path)) == digest
+
+
 @pytest.fixture(scope="module")
 def styles_corpus(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("styles"))
