@@ -164,6 +164,15 @@ COMMAND_PROBES = {
         (["--out", "{tmp}/c", "--deviation", "0.2"], 2, "--deviation is the styles mode's: give --styles K too"),
         (["--out", "{tmp}/c", "--heldout", "--heldout-speakers", "0"], 2,
          "--heldout-speakers and --heldout-sentences must be at least 1"),
+        (["--out", "{tmp}/c", "--structure", "nope"], 2, "--structure: no structure 'nope'; the structures: base, "
+                                                         "correlated-address, binary-many,"),
+        (["--out", "{tmp}/c", "--structure", "drawn-7-0"], 2, "no structure 'drawn-7-0'; the structures: base,"),
+        (["--structure", "base"], 2, "the following arguments are required: --out"),
+        (["--out", "{afile}", "--structure", "early"], 2, "--out {afile} is a file: give a folder for the corpus"),
+        (["--out", "{tmp}/c", "--structure", "base", "--speakers", "5", "--styles", "3"], 2,
+         "--structure base takes no --speakers --styles: a structure's sizes, model and seed are its own"),
+        (["--list-structures", "--out", "{tmp}/c"], 2, "--list-structures writes nothing: drop --out"),
+        (["--list-structures", "--structure", "base"], 2, "give --list-structures or --structure NAME, not both"),
     ],
     "fairseq-speaker-params": [
         (["--tgt-vocab", "40000", "--speakers", "-5"], 2, "--speakers must not be negative, got -5"),
