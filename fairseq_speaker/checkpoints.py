@@ -20,7 +20,7 @@ import contextlib
 import os
 import pickle
 import re
-from typing import Callable, List, Optional
+from typing import Callable, Dict, List, Optional
 
 import numpy as np
 import torch
@@ -185,48 +185,133 @@ def atomic_copies(path_manager: type) -> type:
 
 #: the key of a task state under which :func:`note_vocabulary` leaves what the task checks once its model is built
 AS_READ_KEY = "_fairseq_speaker_checkpoint_as_read"
+#: the task-state key (so in every checkpoint written since 0.9.0) of the dictionaries the model was built with, as
+#: its data folder's files hold them: side -> {"sha1": the SHA-1 of the symbols in order, "symbols": [...]}
+DICTIONARIES_KEY = "dictionaries"
 #: the embedding tables whose rows are the words of the source and the target dictionary
 EMBEDDINGS = {"source": "encoder.embed_tokens.weight", "target": "decoder.embed_tokens.weight"}
 
 
+def dictionaries_record(source, target) -> Dict[str, dict]:
+    """The record of :data:`DICTIONARIES_KEY` for two fairseq dictionaries (either may be None: not recorded)."""
+    from fairseq_speaker.data.dictionary_hash import dictionary_hash
+
+    return {side: {"sha1": dictionary_hash(d), "symbols": list(d.symbols), "nspecial": int(d.nspecial)}
+            for side, d in (("source", source), ("target", target)) if d is not None}
+
+
 def note_vocabulary(state: dict, path: Optional[str] = None) -> dict:
-    """Leave in the task state of a checkpoint being read its path and the shapes of its embedding tables, for
-    :func:`check_vocabulary` (the task's ``load_state_dict`` takes them out: they are never saved again)."""
+    """Leave in the task state of a checkpoint being read its path, the shapes of its embedding tables and its
+    record of its dictionaries (none before 0.9.0), for :func:`check_vocabulary` (the task's ``load_state_dict``
+    takes them out: they are never saved again)."""
     model = state.get("model") if isinstance(state, dict) else None
     task_state = state.get("task_state") if isinstance(state, dict) else None
     if not isinstance(model, dict) or not isinstance(task_state, dict):
         return state
     shapes = {side: list(model[key].shape) for side, key in EMBEDDINGS.items()
               if key in model and hasattr(model[key], "shape")}
-    task_state[AS_READ_KEY] = {"path": path, "shapes": shapes}
+    recorded = task_state.get(DICTIONARIES_KEY)
+    task_state[AS_READ_KEY] = {"path": path, "shapes": shapes,
+                               "dictionaries": recorded if isinstance(recorded, dict) else None}
     return state
+
+
+def dictionary_problems(theirs: Dict[str, dict], ours: Dict[str, dict], files: Dict[str, str]) -> List[str]:
+    """How a checkpoint's dictionaries (``theirs``) differ from a data folder's (``ours``), one phrase a side.
+
+    Each side maps to ``{"size": symbols}`` and, where known, the record of :func:`dictionaries_record`
+    (``sha1``, ``symbols``, ``nspecial``); ``files`` names each side's file in the data folder. Sizes are
+    compared first; then, where both sides have a record, the symbols in order (the first line that differs)."""
+    problems = []
+    for side in ("source", "target"):
+        mine, other = theirs.get(side), ours.get(side)
+        if not mine or not other:
+            continue
+        if mine.get("size") is not None and other.get("size") is not None and mine["size"] != other["size"]:
+            problems.append(f"its {side} dictionary has {mine['size']:,} symbols, {files[side]} has "
+                            f"{other['size']:,}")
+            continue
+        if not mine.get("sha1") or not other.get("sha1") or mine["sha1"] == other["sha1"]:
+            continue
+        a, b = list(mine.get("symbols") or []), list(other.get("symbols") or [])
+        i = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        nspecial = int(other.get("nspecial", 4))
+        where = f"line {i - nspecial + 1} of {files[side]}" if i >= nspecial else f"symbol {i} of {files[side]}"
+        said = (f"{where} is {b[i]!r}" if i < len(b) else f"{files[side]} ends before line {i - nspecial + 1}")
+        problems.append(f"{said}, the model's {side} dictionary has {a[i]!r} there" if i < len(a) else
+                        f"{said}, past the end of the model's {side} dictionary")
+    return problems
+
+
+def dictionary_mismatch(path: str, data: str, problems: List[str]) -> CheckpointError:
+    """The refusal of a checkpoint paired with a data folder of other dictionaries (:func:`dictionary_problems`)."""
+    return CheckpointError(
+        f"{path} was trained with the dictionaries of another data folder than {data}: {'; '.join(problems)}. "
+        f"Give the data folder the model was trained on (its dict.*.txt), or binarize this data with the model's "
+        f"dictionaries (fairseq-preprocess --srcdict DICT --tgtdict DICT)")
 
 
 def check_vocabulary(as_read: Optional[dict], model, task) -> None:
     """Refuse (:class:`CheckpointError`) a checkpoint (``as_read``: what :func:`note_vocabulary` noted) whose
-    embedding tables do not have the rows of the dictionaries of ``task``'s data folder, which ``model`` was
-    just built with: the checkpoint was trained on another data folder (another dictionary)."""
-    if not as_read or not as_read.get("shapes"):
+    dictionaries are not those of ``task``'s data folder, which ``model`` was just built with: the checkpoint was
+    trained on another data folder (another dictionary). A checkpoint that records its dictionaries (0.9.0 and
+    later) is compared symbol by symbol with the data folder's files (``task.data_dictionaries``); an older one
+    by the rows of its embedding tables only."""
+    if not as_read or not (as_read.get("shapes") or as_read.get("dictionaries")):
         return
     built = model.state_dict()
     cfg = getattr(task, "cfg", None)
     data = str(getattr(cfg, "data", "") or "").split(os.pathsep)[0] or "the data folder"
     langs = {"source": getattr(cfg, "source_lang", None), "target": getattr(cfg, "target_lang", None)}
-    problems = []
-    for side, shape in as_read["shapes"].items():
-        key = EMBEDDINGS[side]
-        if key not in built or list(built[key].shape) == shape or not shape:
-            continue
-        theirs, ours = int(shape[0]), int(built[key].shape[0])
+    recorded = as_read.get("dictionaries") or {}
+    in_data = getattr(task, "data_dictionaries", None) or {}
+    theirs: Dict[str, dict] = {}
+    ours: Dict[str, dict] = {}
+    for side, key in EMBEDDINGS.items():
+        shape = (as_read.get("shapes") or {}).get(side)
         added = 0  # the speaker tokens a --speaker-token model adds to the target dictionary, not in its file
         if side == "target" and getattr(task, "uses_speaker_token", False):
             added = len(task.speaker_token_ids())
-        where = f"dict.{langs[side]}.txt" if langs[side] else f"its {side} dictionary"
-        problems.append(f"its {side} dictionary has {theirs - added:,} symbols, {data}/{where} has {ours - added:,}")
-    if not problems:
+        theirs[side] = dict(recorded.get(side) or {}, size=int(shape[0]) - added if shape else None)
+        ours[side] = dict(in_data.get(side) or {},
+                          size=int(built[key].shape[0]) - added if key in built and shape else None)
+    files = {side: f"{data}/dict.{langs[side]}.txt" if langs[side] else f"{data}'s {side} dictionary"
+             for side in EMBEDDINGS}
+    problems = dictionary_problems(theirs, ours, files)
+    if problems:
+        raise dictionary_mismatch(as_read.get("path") or "the checkpoint", data, problems)
+
+
+def check_data_folder(state: dict, path: str, data: str) -> None:
+    """Refuse (:class:`CheckpointError`) a data folder whose ``dict.SRC.txt`` and ``dict.TGT.txt`` are not the
+    dictionaries of the checkpoint ``state`` (read from ``path``), for a reader that pairs the two without building
+    the model (``fairseq-speaker-speakers --data``); dictionary files the folder lacks are not compared."""
+    from fairseq.data import Dictionary
+
+    model, task_state, cfg = state.get("model"), state.get("task_state"), state.get("cfg")
+    if not isinstance(model, dict) or not isinstance(task_state, dict) or cfg is None:
         return
-    path = as_read.get("path") or "the checkpoint"
-    raise CheckpointError(
-        f"{path} was trained with the dictionaries of another data folder than {data}: {'; '.join(problems)}. "
-        f"Give the data folder the model was trained on (its dict.*.txt), or binarize this data with the model's "
-        f"dictionaries (fairseq-preprocess --srcdict DICT --tgtdict DICT)")
+    task = cfg["task"] if not isinstance(cfg, argparse.Namespace) else cfg
+    task = vars(task) if isinstance(task, argparse.Namespace) else dict(task or {})
+    langs = {"source": task.get("source_lang"), "target": task.get("target_lang")}
+    if not langs["source"] or not langs["target"]:  # trained without them: fairseq inferred the pair from the files
+        from fairseq.data import data_utils
+
+        langs["source"], langs["target"] = data_utils.infer_language_pair(data)
+    recorded = task_state.get(DICTIONARIES_KEY) if isinstance(task_state.get(DICTIONARIES_KEY), dict) else {}
+    theirs: Dict[str, dict] = {}
+    ours: Dict[str, dict] = {}
+    files: Dict[str, str] = {}
+    for side, key in EMBEDDINGS.items():
+        files[side] = os.path.join(data, f"dict.{langs[side]}.txt")
+        if not langs[side] or not os.path.isfile(files[side]):
+            continue
+        dictionary = Dictionary.load(files[side])
+        ours[side] = dict(dictionaries_record(dictionary, None)["source"], size=len(dictionary))
+        size = int(model[key].shape[0]) if key in model and hasattr(model[key], "shape") else None
+        if side == "target" and task_state.get("speaker_token"):
+            size = None  # its rows include the speakers' tokens, which the file does not hold
+        theirs[side] = dict(recorded.get(side) or {}, size=size)
+    problems = dictionary_problems(theirs, ours, files)
+    if problems:
+        raise dictionary_mismatch(path, data, problems)

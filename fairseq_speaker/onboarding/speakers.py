@@ -25,7 +25,7 @@ from typing import Dict, List, Optional, Sequence
 import torch
 from fairseq.data import Dictionary
 
-from fairseq_speaker.checkpoints import read_checkpoint
+from fairseq_speaker.checkpoints import check_data_folder, read_checkpoint
 from fairseq_speaker.data import SpeakerDictionary
 from fairseq_speaker.errors import command
 from fairseq_speaker.modules.speaker_words import CHECKPOINT_KEY as WORDS_KEY
@@ -123,6 +123,8 @@ def list_speakers(path: str, data: Optional[str] = None) -> SpeakerListing:
                               f"speaker model, written by fairseq-train or fairseq-speaker-adapt")
     check_registered(state, path)
     dictionary = _speaker_dictionary(state, path, data)
+    if data is not None:  # its dict.spk.txt fills in counts: a folder of other word dictionaries is another corpus
+        check_data_folder(state, path, data)
     names, counts = list(dictionary.names), list(dictionary.counts)
     model_options = _options(state["cfg"]["model"])
     task_options = _options(state["cfg"]["task"])

@@ -23,7 +23,7 @@ from fairseq_speaker.data import (
     read_speaker_file,
 )
 from fairseq_speaker.data.speaker_dictionary import label_problem
-from fairseq_speaker.checkpoints import AS_READ_KEY, check_vocabulary
+from fairseq_speaker.checkpoints import AS_READ_KEY, DICTIONARIES_KEY, check_vocabulary, dictionaries_record
 from fairseq_speaker.fairseq_patches import epoch_iterator_is_cached
 from fairseq_speaker.optim.speaker_progress import SpeakerProgress
 from fairseq_speaker.runtime import threads_for_fairseq_command
@@ -104,6 +104,10 @@ class SpeakerTranslationTask(TranslationTask):
         super().__init__(cfg, src_dict, tgt_dict)
         threads_for_fairseq_command()  # fairseq-train/-generate/-interactive: threads that do not oversubscribe
         self.state.add_factory("speaker_dictionary", self._build_speaker_dictionary)
+        #: the dictionaries as the data folder's files hold them (before any speaker token is added): kept in every
+        #: checkpoint, and compared with a loaded checkpoint's record of its own (checkpoints.check_vocabulary)
+        self.data_dictionaries = dictionaries_record(src_dict, tgt_dict)
+        self.state.merge_state_dict({DICTIONARIES_KEY: self.data_dictionaries})
         self._speaker_dictionary: Optional[Tuple[dict, SpeakerDictionary]] = None
         self._speaker_tokens: Optional[Tuple[SpeakerDictionary, torch.Tensor]] = None
         if cfg.speaker_token:

@@ -78,6 +78,11 @@ GENERATE = ["--user-dir", USER_DIR, "--task", "speaker_translation", "--beam", "
             "--gen-subset", "test"]
 REPORT = ["--out", "{tmp}/report", "--tokenize", "none", "--bootstrap", "10"]
 
+#: a checkpoint with a data folder whose target dictionary has two lines swapped: same size, other words
+SWAPPED = ("{ckpt} was trained with the dictionaries of another data folder than {swapped}: line 5 of "
+           "{swapped}/dict.fr.txt is '{fr6}', the model's target dictionary has '{fr5}' there. Give the data folder "
+           "the model was trained on")
+
 #: the rows of the commands that read a checkpoint's training sentences and save a new checkpoint (refit, words:
 #: onboarding.refit.open_with_sentences and their --save check)
 TRAINED_SPEAKERS_TO_SAVE = [
@@ -88,6 +93,7 @@ TRAINED_SPEAKERS_TO_SAVE = [
         (["{tmp}/nowhere", "--path", "{ckpt}", "--save", "{tmp}/o.pt"], 2, "data directory not found: {tmp}/nowhere"),
         (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--subset", "nosuch"], 2,
          "no binarized 'nosuch' split; --subset names the split"),
+        (["{swapped}", "--path", "{ckpt}", "--save", "{tmp}/o.pt"], 2, SWAPPED),
 ]
 
 #: surface -> (arguments, exit status, text the last line of standard error contains)
@@ -257,6 +263,7 @@ COMMAND_PROBES = {
         (["{ckpt}", "--data", "{tmp}/nowhere"], 2, "--data {tmp}/nowhere: no such folder"),
         (["{ckpt}", "--user-dir", "{tmp}/nowhere"], 2, "--user-dir {tmp}/nowhere: no such folder"),
         (["{ckpt}", "--no-such-option"], 2, "unrecognized arguments: --no-such-option"),
+        (["{ckpt}", "--data", "{swapped}"], 2, SWAPPED),
     ],
     "fairseq-speaker-report": [
         ([*REPORT, "--references", "{refs}", "--system", "nameless"], 2, "--system takes NAME=PATH, got 'nameless'"),
@@ -287,6 +294,10 @@ COMMAND_PROBES = {
           "{latin1}.spk", "--test-speakers", "{refs}"], 2, "{latin1}.spk:1: not valid UTF-8"),
         ([*REPORT, "--references", "{refs}", "--system", "a={refs}", "--threads", "0"], 2,
          "--threads must be at least 1, got 0"),
+        ([*REPORT, "--references", "{refs}", "--system", "a={refs}", "--checkpoint", "m={ckpt}", "--data",
+          "{swapped}"], 2, "--checkpoint m: {swapped}/dict.fr.txt is not the target dictionary {ckpt} was trained "
+                           "with: line 5 of {swapped}/dict.fr.txt is '{fr6}', the model's target dictionary has "
+                           "'{fr5}' there"),
     ],
     "fairseq-speaker-topics": [
         (["{tmp}/missing", "--out", "{tmp}/t.npz"], 2, "data directory not found: {tmp}/missing (a folder binarized "
@@ -339,6 +350,7 @@ COMMAND_PROBES = {
          "100% of the words (24 of 24) are not in the model's dictionaries (more than 10%): the text is probably not in "
          "the form of the training data"),
         ([*ADAPT, "--threads", "0"], 2, "--threads must be at least 1, got 0"),
+        (["{swapped}", "--path", "{ckpt}", "--adapt-prefix", "{adapt}", "--save", "{tmp}/o.pt"], 2, SWAPPED),
     ],
     "fairseq-speaker-vectors": [
         (["export", "{other}", "--path", "{ckpt}", "--out", "{tmp}/v.npz"], 2,
@@ -361,6 +373,7 @@ COMMAND_PROBES = {
         (["import", "{data}", "--path", "m.pt", "--vectors", "v.npz", "--save", "m.pt"], 2,
          "--save must not be the checkpoint given by --path: write the new model to another file"),
         (["export", "{data}"], 2, "the following arguments are required: --path, --out"),
+        (["export", "{swapped}", "--path", "{ckpt}", "--out", "{tmp}/v.npz"], 2, SWAPPED),
     ],
     "fairseq-speaker-onboarding-eval": [
         ([*EVAL, "--adapt-l2", "nan"], 2, "--adapt-l2 at least 0"),
@@ -375,6 +388,7 @@ COMMAND_PROBES = {
          "{latin1}.en:2: not valid UTF-8 (byte 0xe9 at column 4): text files must be UTF-8"),
         (["{other}", "--path", "{ckpt}", "--heldout-prefix", "{adapt}", "--out", "{tmp}/e"], 2,
          "{ckpt} was trained with the dictionaries of another data folder than {other}"),
+        (["{swapped}", "--path", "{ckpt}", "--heldout-prefix", "{adapt}", "--out", "{tmp}/e"], 2, SWAPPED),
         ([*EVAL_ON, "--heldout-prefix", "{tmp}/none", "--out", "{tmp}/e"], 2, "file not found: expected {tmp}/none.en"),
         ([*EVAL_ON, "--heldout-prefix", "{badtraits}", "--out", "{tmp}/e"], 2,
          "{badtraits}.traits:1: not valid UTF-8"),
@@ -410,6 +424,7 @@ COMMAND_PROBES = {
         (["model.pt", "--data", "no/such/data"], 2, "data directory not found: no/such/data"),
         (["{ckpt}", "--data", "{other}"], 2, "{ckpt} was trained with the dictionaries of another data folder than "
                                              "{other}"),
+        (["{ckpt}", "--data", "{swapped}"], 2, SWAPPED),
         (["{lostbpe}", "--data", "{data}"], 2, "{lostbpe}: the text preprocessing saved with the model needs the file "
                                                "codes.txt (--bpe subword_nmt --bpe-codes), which is missing"),
         ([*SERVE, "--preprocessing", "raw"], 2, "argument --preprocessing: invalid choice: 'raw'"),
@@ -451,6 +466,10 @@ COMMAND_PROBES = {
         (["{other}", "--path", "{ckpt}", *GENERATE], 2,
          "{ckpt} was trained with the dictionaries of another data folder than {other}: its source dictionary has "
          "64 symbols, {other}/dict.en.txt has 56"),
+        (["{swapped}", "--path", "{ckpt}", *GENERATE], 2, SWAPPED),
+        (["{swappedsrc}", "--path", "{ckpt}", *GENERATE], 2,
+         "{ckpt} was trained with the dictionaries of another data folder than {swappedsrc}: line 5 of "
+         "{swappedsrc}/dict.en.txt is '{en6}', the model's source dictionary has '{en5}' there"),
         (["{data}", "--path", "{garbage}", *GENERATE], 2, "{garbage}: not a readable fairseq checkpoint"),
         (["{data}", "--path", "{notckpt}", *GENERATE], 2, "{notckpt}: not a fairseq checkpoint"),
         (["{data}", "--path", "{badwords}", *GENERATE], 2,
@@ -548,6 +567,39 @@ class Places:
             lines = open(dictionary, encoding="utf-8").read().splitlines(keepends=True)
             open(dictionary, "w", encoding="utf-8").writelines(lines[:-8])
         return dest
+
+    def _swapped(self, name: str, lang: str) -> str:
+        """The toy data folder with lines 5 and 6 of ``dict.LANG.txt`` swapped: the same size, other words."""
+        dest = self.path(name)
+        shutil.copytree(self["data"], dest)
+        dictionary = os.path.join(dest, f"dict.{lang}.txt")
+        lines = open(dictionary, encoding="utf-8").read().splitlines(keepends=True)
+        lines[4], lines[5] = lines[5], lines[4]
+        open(dictionary, "w", encoding="utf-8").writelines(lines)
+        return dest
+
+    def make_swapped(self):
+        return self._swapped("swapped", "fr")
+
+    def make_swappedsrc(self):
+        return self._swapped("swappedsrc", "en")
+
+    def _word(self, lang: str, line: int) -> str:
+        """The word on ``line`` (from 1) of the toy data's ``dict.LANG.txt``."""
+        with open(os.path.join(self["data"], f"dict.{lang}.txt"), encoding="utf-8") as f:
+            return f.read().splitlines()[line - 1].rsplit(" ", 1)[0]
+
+    def make_fr5(self):
+        return self._word("fr", 5)
+
+    def make_fr6(self):
+        return self._word("fr", 6)
+
+    def make_en5(self):
+        return self._word("en", 5)
+
+    def make_en6(self):
+        return self._word("en", 6)
 
     # text
     @property
@@ -883,6 +935,15 @@ def test_fairseq_interactive_refuses_bad_speakers(toy, trained, stdin, extra, me
     assert message in proc.stderr
 
 
+def test_fairseq_interactive_refuses_a_data_folder_of_other_dictionaries(places):
+    """The same size, two words swapped: every id would be read as another word."""
+    proc = run("interactive", [places["swapped"], "--user-dir", USER_DIR, "--task", "speaker_translation", "--path",
+                               places["ckpt"], "--speaker", "spk000"], stdin="i am tired .\n", check=False)
+    assert proc.returncode == 2
+    assert_user_error(proc)
+    assert places.fill(SWAPPED) in proc.stderr
+
+
 @pytest.mark.parametrize("flag", ["--fp16", "--bf16", "--memory-efficient-fp16"])
 def test_half_precision_without_a_gpu_is_refused(toy, tmp_path, flag, capsys):
     if torch.cuda.is_available():
@@ -971,13 +1032,14 @@ def test_a_bad_api_call_is_refused_with_one_message(translator, places, name, ca
     ("another dictionary", "{other}", "{ckpt} was trained with the dictionaries of another data folder than {other}: "
      "its source dictionary has 64 symbols, {other}/dict.en.txt has 56; its target dictionary has 88 symbols, "
      "{other}/dict.fr.txt has 80"),
+    ("a dictionary of the same size", "{swapped}", SWAPPED),
     ("no such checkpoint", "{data}", "checkpoint not found: {tmp}/none.pt"),
-], ids=["another dictionary", "no such checkpoint"])
+], ids=["another dictionary", "a dictionary of the same size", "no such checkpoint"])
 def test_from_pretrained_refuses_what_it_cannot_load(places, name, data, message):
     from fairseq_speaker.errors import UserError
     from fairseq_speaker.serving import SpeakerTranslator
 
-    checkpoint = places["ckpt"] if name == "another dictionary" else places.path("none.pt")
+    checkpoint = places.path("none.pt") if name == "no such checkpoint" else places["ckpt"]
     with pytest.raises(UserError) as refused:
         SpeakerTranslator.from_pretrained(checkpoint, data=places.fill(data))
     assert places.fill(message) in str(refused.value)
