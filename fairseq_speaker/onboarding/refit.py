@@ -230,14 +230,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--path", required=True, help="the trained checkpoint")
     parser.add_argument("--save", required=True, help="where to write the refitted checkpoint (a new file)")
     parser.add_argument("--subset", default="train", help="the split whose sentences the speakers are refitted on")
-    parser.add_argument("--components", type=parse_components, default="auto",
-                        help="components of the mixture prior: a number, or 'auto' (1 to 32, by BIC)")
+    parser.add_argument("--components", type=parse_components, default=None,
+                        help="components of the mixture prior fitted to the speakers' rows: a number, or 'auto' (the "
+                        "default: 1 to 32, by BIC); not with --styles")
     parser.add_argument("--styles", type=parse_components, default=None, metavar="K",
                         help="learn the prior as K styles of speakers from the speakers' sentences by EM (a number, or "
                         "'auto': by BIC) instead of fitting it to their rows; default: the rows' mixture "
                         "(--components)")
-    parser.add_argument("--style-precision", type=parse_precision, default="fit",
-                        help="with --styles: how hard a speaker is pulled to their style, in nats per squared unit "
+    parser.add_argument("--style-precision", type=parse_precision, default=None,
+                        help="with --styles only: how hard a speaker is pulled to their style, in nats per squared unit "
                         "of their rows ('fit': from the spread of the speakers' rows around their styles)")
     parser.add_argument("--iterations", type=int, default=1, help="rounds of prior fit and speaker refit")
     parser.add_argument("--shared", choices=("auto", "keep", "fit"), default="auto",
@@ -279,6 +280,15 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         parser.error(f"--l2 must be a number >= 0, got {args.l2}")
     if not args.max_cache_gb > 0:
         parser.error(f"--max-cache-gb must be positive, got {args.max_cache_gb}")
+    # options of one prior given with the other's would be ignored without a word
+    if args.styles is not None and args.components is not None:
+        parser.error(f"--components {args.components} sets the mixture fitted to the speakers' rows, and --styles "
+                     f"{args.styles} learns the prior as styles instead: give one or the other")
+    if args.style_precision is not None and args.styles is None:
+        parser.error(f"--style-precision {args.style_precision} is the pull of the --styles prior: give --styles K "
+                     f"(or auto) too, or drop --style-precision")
+    args.components = "auto" if args.components is None else args.components
+    args.style_precision = "fit" if args.style_precision is None else args.style_precision
     check_threads(parser, args)
     if os.path.abspath(args.save) == os.path.abspath(args.path):
         parser.error("--save must not be the checkpoint given by --path: write the refitted model to a new file")

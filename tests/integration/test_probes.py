@@ -213,6 +213,12 @@ COMMAND_PROBES = {
          "argument --style-precision: must be 'fit' or a positive number, got '-1'"),
         (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--styles", "2", "--style-precision", "inf"], 2,
          "argument --style-precision: must be 'fit' or a positive number, got 'inf'"),
+        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--style-precision", "3"], 2,
+         "--style-precision 3.0 is the pull of the --styles prior: give --styles K (or auto) too, or drop "
+         "--style-precision"),
+        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--styles", "2", "--components", "auto"], 2,
+         "--components auto sets the mixture fitted to the speakers' rows, and --styles 2 learns the prior as styles "
+         "instead: give one or the other"),
         (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--l2", "-1"], 2, "--l2 must be a number >= 0, got -1.0"),
         (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--l2", "nan"], 2, "--l2 must be a number >= 0, got nan"),
         (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--label-smoothing", "1"], 2,
