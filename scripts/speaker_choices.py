@@ -19,8 +19,30 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from fairseq_speaker.analysis.choices import corpus_kinds  # noqa: E402
-from fairseq_speaker.data import read_lines  # noqa: E402
-from fairseq_speaker.errors import UserError  # noqa: E402
+from fairseq_speaker.data import check_utf8, read_lines, read_speaker_file  # noqa: E402
+from fairseq_speaker.errors import UserError, fail  # noqa: E402
+
+PROG = "speaker_choices.py"
+ORACLE_FIX = "give the speakers.json of a styles-mode toy corpus (python -m fairseq_speaker.toy.corpus --styles K)"
+
+
+def read_oracle(path: str) -> dict:
+    """The ambiguous phrases of a styles-mode toy corpus's ``speakers.json`` and their translations (its
+    ``items``); a :class:`UserError` naming the file when it is missing or not such a file."""
+    if not os.path.isfile(path):
+        raise UserError(f"--oracle {path}: not found; {ORACLE_FIX}")
+    check_utf8(path)
+    with open(path, encoding="utf-8") as f:
+        try:
+            items = json.load(f).get("items")
+        except json.JSONDecodeError as e:
+            raise UserError(f"{path}:{e.lineno}: not JSON ({e.msg}); {ORACLE_FIX}") from None
+        except AttributeError:  # JSON, but not an object
+            items = None
+    if not isinstance(items, dict) or not all(isinstance(t, list) for t in items.values()):
+        raise UserError(f"{path}: not the speakers.json of a styles-mode toy corpus (no 'items': phrase -> "
+                        f"translations); {ORACLE_FIX}")
+    return items
 
 
 def main() -> None:
@@ -36,12 +58,15 @@ def main() -> None:
     try:
         sources = [line.split() for line in read_lines(f"{args.prefix}.{args.source_lang}")]
         targets = [line.split() for line in read_lines(f"{args.prefix}.{args.target_lang}")]
-        speakers = [line.strip() for line in read_lines(f"{args.prefix}.{args.speaker_suffix}")]
-    except UserError as e:  # a file missing or not UTF-8: the message names it
-        sys.exit(str(e))
+        # the speaker files' one reader and rules (docs/usage.md, "File formats"): a byte-order mark starting the
+        # file is dropped, one inside a label refused
+        speakers = read_speaker_file(f"{args.prefix}.{args.speaker_suffix}")
+        items = read_oracle(args.oracle) if args.oracle else None
+    except UserError as e:  # a file missing, not UTF-8 or not what it should be: the message names it
+        fail(str(e), PROG)
     if not len(sources) == len(targets) == len(speakers):
-        sys.exit(f"{args.prefix}: {len(sources)} source lines, {len(targets)} target lines and {len(speakers)} "
-                 f"speaker labels; they must be as many")
+        fail(f"{args.prefix}: {len(sources)} source lines, {len(targets)} target lines and {len(speakers)} "
+             f"speaker labels; they must be as many", PROG)
     found = corpus_kinds(sources, targets, speakers)
     choices = [choice for trait, _ in found for choice in trait]
     print(f"{len(set(speakers))} speakers, {len(sources)} sentences: {len(choices)} choices")
@@ -50,9 +75,7 @@ def main() -> None:
         listed = "; ".join(f"{choice.anchor}: {' '.join(choice.alternatives)}" for choice in trait)
         bic = ", ".join(f"{k}: {value:.0f}" for k, value in model.bic.items())
         print(f"| {i} | {listed} | {model.k} | {bic} |")
-    if args.oracle:
-        with open(args.oracle, encoding="utf-8") as f:
-            items = json.load(f)["items"]
+    if items is not None:
         truth = {phrase: {t.split()[-1] for t in translations} for phrase, translations in items.items()}
         alternatives = [set(c.alternatives) for c in choices]
         exact = [p for p, words in truth.items() if words in alternatives]

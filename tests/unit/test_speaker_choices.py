@@ -107,16 +107,62 @@ def test_the_script_prints_each_trait_with_its_kinds(tmp_path, monkeypatch, caps
     assert "| 2 | happy: content contente; tired: fatigué fatiguée | 2 |" in out
 
 
-def test_the_script_names_a_missing_file_or_files_that_do_not_agree(tmp_path, monkeypatch):
+def test_the_script_names_a_missing_file_or_files_that_do_not_agree(tmp_path, monkeypatch, capsys):
     script = os.path.join(ROOT, "scripts", "speaker_choices.py")
     missing = subprocess.run([sys.executable, script, str(tmp_path / "train")], capture_output=True, text=True)
-    assert missing.returncode == 1 and f"file not found: expected {tmp_path / 'train'}.en" in missing.stderr
+    assert missing.returncode == 2 and f"file not found: expected {tmp_path / 'train'}.en" in missing.stderr
     assert "Traceback" not in missing.stderr
     for ext, lines in (("en", "a\nb\n"), ("fr", "x\ny\n"), ("spk", "s\n")):
         (tmp_path / f"train.{ext}").write_text(lines, encoding="utf-8")
     with pytest.raises(SystemExit) as short:
         _script([str(tmp_path / "train")], monkeypatch)
-    assert "2 source lines, 2 target lines and 1 speaker labels" in str(short.value.code)
+    assert short.value.code == 2
+    assert "2 source lines, 2 target lines and 1 speaker labels" in capsys.readouterr().err
+
+
+def _written(tmp_path, labels: str) -> str:
+    """A corpus of 60 speakers whose speaker file is ``labels`` (bytes as text, BOM and all) when given."""
+    sources, targets, names = corpus(speakers=60, sentences=20)
+    for ext, rows in (("en", sources), ("fr", targets), ("spk", [[name] for name in names])):
+        (tmp_path / f"train.{ext}").write_text("".join(" ".join(row) + "\n" for row in rows), encoding="utf-8")
+    if labels:
+        spk = tmp_path / "train.spk"
+        spk.write_text(labels.format(spk.read_text(encoding="utf-8")), encoding="utf-8")
+    return str(tmp_path / "train")
+
+
+def test_the_script_reads_a_speaker_file_as_every_reader_does(tmp_path, monkeypatch, capsys):
+    """A byte-order mark starting the file is no part of the first label (it made a 61st speaker); one inside a
+    label is refused, naming the line."""
+    _script([_written(tmp_path, "\ufeff{}")], monkeypatch)
+    assert "60 speakers, 1200 sentences" in capsys.readouterr().out
+    prefix = _written(tmp_path, "")
+    spk = tmp_path / "train.spk"
+    lines = spk.read_text(encoding="utf-8").splitlines(keepends=True)
+    spk.write_text("".join(lines[:2] + ["spk\ufeff0\n"] + lines[3:]), encoding="utf-8")
+    with pytest.raises(SystemExit) as refused:
+        _script([prefix], monkeypatch)
+    assert refused.value.code == 2
+    err = capsys.readouterr().err
+    assert f"{spk}:3: speaker label 'spk\\ufeff0' contains '\\ufeff'" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("content,message", [
+    (None, "--oracle {oracle}: not found; give the speakers.json of a styles-mode toy corpus"),
+    ("items: {}\n", "{oracle}:1: not JSON (Expecting value); give the speakers.json of a styles-mode toy corpus"),
+    ('{"speakers": {}}', "{oracle}: not the speakers.json of a styles-mode toy corpus (no 'items'"),
+    ("[1, 2]", "{oracle}: not the speakers.json of a styles-mode toy corpus (no 'items'"),
+], ids=["missing", "not JSON", "no items", "a list"])
+def test_the_script_names_an_oracle_it_cannot_read(tmp_path, monkeypatch, capsys, content, message):
+    oracle = tmp_path / "speakers.json"
+    if content is not None:
+        oracle.write_text(content, encoding="utf-8")
+    with pytest.raises(SystemExit) as refused:
+        _script([_written(tmp_path, ""), "--oracle", str(oracle)], monkeypatch)
+    assert refused.value.code == 2
+    err = capsys.readouterr()
+    assert message.format(oracle=oracle) in err.err.strip().splitlines()[-1]
+    assert "speakers," not in err.out  # refused before the corpus is analysed
 
 
 def test_a_large_corpus_is_read_within_the_caps_and_gives_the_same_traits():
