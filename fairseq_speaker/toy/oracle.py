@@ -232,17 +232,31 @@ class StructurePosterior:
             self.said[t.trait].setdefault(self._item(t), []).append(t.expected)
         names = [t.name for t in model.traits]
         likelihood = {t.name: {v: self._likelihood(t, v) for v in t.values} for t in model.traits}
-        weights = {z: p * _product(likelihood[name][v] for name, v in zip(names, z)) for z, p in model.joint.items()}
-        total = sum(weights.values())
-        if not total > 0:
+        # unnormalized, and normalized once where asked: exact either way, and sums of fractions of one
+        # denominator's factors stay cheap
+        self._weights = {z: p * _product(likelihood[name][v] for name, v in zip(names, z))
+                         for z, p in model.joint.items()}
+        self._total = sum(self._weights.values())
+        if not self._total > 0:
             raise ValueError(f"the speaker words {self.said} are impossible under the structure {model.name}: the "
                              f"traits and speakers.json are of different corpora")
-        self.joint = {z: w / total for z, w in weights.items()}
-        self.marginals: Dict[str, Dict[str, Fraction]] = {name: {v: Fraction(0) for v in t.values}
-                                                          for name, t in zip(names, model.traits)}
-        for z, q in self.joint.items():
-            for name, v in zip(names, z):
-                self.marginals[name][v] += q
+        self._mass: Dict[str, Dict[str, Fraction]] = {name: {v: Fraction(0) for v in t.values}
+                                                      for name, t in zip(names, model.traits)}
+        for z, w in self._weights.items():
+            if w:
+                for name, v in zip(names, z):
+                    self._mass[name][v] += w
+        self._predictive: Dict[Tuple[str, str], Dict[str, Fraction]] = {}
+
+    @property
+    def joint(self) -> Dict[Tuple[str, ...], Fraction]:
+        """q_s(z) for every joint value z of the traits (in the order of the model's traits)."""
+        return {z: w / self._total for z, w in self._weights.items()}
+
+    @property
+    def marginals(self) -> Dict[str, Dict[str, Fraction]]:
+        """q_t(v) for every value v of every trait t."""
+        return {name: {v: m / self._total for v, m in mass.items()} for name, mass in self._mass.items()}
 
     def _item(self, t: Trait) -> str:
         if t.trait not in self.said:
@@ -260,15 +274,19 @@ class StructurePosterior:
                              f"the traits and speakers.json are of different corpora")
 
     def _likelihood(self, trait: TraitModel, value: str) -> Fraction:
-        out = Fraction(1)
-        for item, words in self.said[trait.name].items():
-            if value == RANDOM:
-                out *= Fraction(1, len(trait.items[item])) ** len(words)
-            elif len(set(words)) > 1:
-                return Fraction(0)
+        said = self.said[trait.name]
+        if value == RANDOM:
+            return _product(Fraction(1, len(trait.items[item])) ** len(words) for item, words in said.items())
+        if any(len(set(words)) > 1 for words in said.values()):
+            return Fraction(0)
+        kept, left = 0, {}  # phrases said as the value says them; the others, by their number of translations
+        for item, words in said.items():
+            if words[0] == style_word(trait.table[value][item]):
+                kept += 1
             else:
-                out *= trait.choice(value, item, words[0])
-        return out
+                left[len(trait.items[item])] = left.get(len(trait.items[item]), 0) + 1
+        d = trait.deviation
+        return (1 - d) ** kept * _product((d / (n - 1)) ** count for n, count in left.items())
 
     def predictive(self, t: Trait) -> Dict[str, Fraction]:
         """p(y | D_s) over the words of a test sentence's speaker word ``t`` (its expected word and rivals)."""
@@ -276,22 +294,26 @@ class StructurePosterior:
             self._topic(t)
             return {w: Fraction(int(w == t.expected)) for w in (t.expected, *t.alternatives)}
         item = self._item(t)
-        trait = self.model.trait(t.trait)
+        if (t.trait, item) not in self._predictive:
+            self._predictive[(t.trait, item)] = self._phrase_predictive(self.model.trait(t.trait), item)
+        return dict(self._predictive[(t.trait, item)])
+
+    def _phrase_predictive(self, trait: TraitModel, item: str) -> Dict[str, Fraction]:
+        """Σ_v q_t(v) p(y | v, D_s), summed by what the values say: the mass of the fixed values that choose y
+        (or, for a phrase said, all of them for the word said), and ``random``'s 1 / n_i."""
         words = trait.words(item)
-        said = self.said[t.trait].get(item)
-        out = {w: Fraction(0) for w in words}
-        for value, q in self.marginals[t.trait].items():
-            if not q:
-                continue
-            for w in words:
-                if value == RANDOM:
-                    p = Fraction(1, len(words))
-                elif said:
-                    p = Fraction(int(w == said[0]))
-                else:
-                    p = trait.choice(value, item, w)
-                out[w] += q * p
-        return out
+        said = self.said[trait.name].get(item)
+        mass = self._mass[trait.name]
+        fixed = {w: Fraction(0) for w in words}
+        for value, m in mass.items():
+            if value != RANDOM and m:
+                fixed[said[0] if said else style_word(trait.table[value][item])] += m
+        anywhere = mass.get(RANDOM, Fraction(0)) / len(words)
+        if said:
+            return {w: (fixed[w] + anywhere) / self._total for w in words}
+        keep, leave = 1 - trait.deviation, trait.deviation / (len(words) - 1)
+        others = sum(fixed.values())
+        return {w: (keep * fixed[w] + leave * (others - fixed[w]) + anywhere) / self._total for w in words}
 
     score = SpeakerPosterior.score
 
@@ -299,6 +321,8 @@ class StructurePosterior:
 def _product(factors: Iterable[Fraction]) -> Fraction:
     out = Fraction(1)
     for f in factors:
+        if not f:
+            return Fraction(0)
         out *= f
     return out
 
