@@ -58,6 +58,16 @@ def _as_list(x: Sentences, what: str = "sentences") -> List[str]:
     return list(x)
 
 
+def _not_blank(sentences: List[str], what: str = "sentences") -> List[str]:
+    """``sentences`` if none is empty or only whitespace: the model would answer one with an invented sentence, and
+    a speaker fitted on one learns the end of sentence alone."""
+    for i, sentence in enumerate(sentences):
+        if not sentence.strip():
+            raise OnboardingError(f"{what}[{i}] is {'empty' if not sentence else 'only whitespace'}: give a sentence "
+                                  f"(or leave it out)")
+    return sentences
+
+
 def _per_sentence(speakers: Sentences, n: int) -> List[str]:
     """One speaker label per sentence of ``n``, from one label for all or one per sentence."""
     labels = _as_list(speakers, "speakers")
@@ -187,7 +197,7 @@ class SpeakerTranslator:
         """Translate each sentence as its speaker (one name for all, or one per sentence). Speakers the
         model does not know get what the task's ``unknown_speaker`` says (the mean speaker by default).
         A single sentence gives a single translation."""
-        batch = _as_list(sentences)
+        batch = _not_blank(_as_list(sentences))
         beam = _checked_beam(beam)
         self.task.set_inference_speakers(_per_sentence(speakers, len(batch)))
         out = self.hub.translate(batch, beam=beam, **kwargs)
@@ -199,7 +209,7 @@ class SpeakerTranslator:
         """The ``nbest`` best translations of each sentence as its speaker, best first, each with fairseq's score
         (the mean log-probability of its tokens, with their speaker's words' bias in a model that remembers them);
         the first is what :meth:`translate` gives."""
-        batch = _as_list(sentences)
+        batch = _not_blank(_as_list(sentences))
         beam = _checked_beam(beam)
         self.task.set_inference_speakers(_per_sentence(speakers, len(batch)))
         hypotheses = self.hub.generate([self.hub.encode(sentence) for sentence in batch], beam, **kwargs)
@@ -224,9 +234,9 @@ class SpeakerTranslator:
         if self._target_tokenizer is None or self._target_tokenizer[0] is not tokenizer:
             self._target_tokenizer = (tokenizer, preprocessing.for_target(tokenizer))
         target_tokenizer = self._target_tokenizer[1]
-        sources = [self.hub.apply_bpe(self.hub.tokenize(x)) for x in _as_list(sources, "sources")]
+        sources = [self.hub.apply_bpe(self.hub.tokenize(x)) for x in _not_blank(_as_list(sources, "sources"), "sources")]
         targets = [self.hub.apply_bpe(target_tokenizer.encode(x) if target_tokenizer is not None else x)
-                   for x in _as_list(targets, "targets")]
+                   for x in _not_blank(_as_list(targets, "targets"), "targets")]
         return self.adapter.encode(sources, targets)
 
     @_serialized
@@ -262,7 +272,12 @@ class SpeakerTranslator:
 
     @_serialized
     def update_speaker(self, name: str, sources: Sentences, targets: Sentences) -> FitReport:
-        """One or a few more sentences of a speaker (a post-edit, a correction): a warm-started refit."""
+        """One or a few more sentences of a speaker the model knows (a post-edit, a correction): a warm-started refit.
+        A name the model does not know is refused (a misspelt name would become a new speaker): :meth:`add_speaker`
+        adds one."""
+        if not isinstance(name, str) or name not in self.task.speaker_dictionary:
+            raise OnboardingError(f"update_speaker: no speaker {name!r} in the model ({len(self.speakers)} speakers: "
+                                  f"translator.speakers lists them); add_speaker(name, sources, targets) adds a new one")
         return self.adapter.update(name, self.encode_pairs(sources, targets))
 
     @_serialized
@@ -305,10 +320,20 @@ class SpeakerTranslator:
     @_serialized
     def forget_words(self, names: Sequence[str]) -> None:
         """The model's memory of its speakers' words (``fairseq-speaker-words``; nothing without one) forgets those
-        of ``names``: a speaker deleted from a service must not shape the others' neighbours."""
+        of ``names`` (a list of speakers the model knows): a speaker deleted from a service must not shape the others'
+        neighbours. A string instead of a list, or a name the model does not know, is refused: nothing would be
+        forgotten."""
+        if not isinstance(names, (list, tuple)) or not all(isinstance(name, str) for name in names):
+            raise OnboardingError(f"forget_words: give a list of speaker names, got {type(names).__name__} "
+                                  f"{names!r:.80}" + (f" (forget_words([{names!r:.60}]) for one)"
+                                                      if isinstance(names, str) else ""))
+        unknown = [name for name in names if name not in self.task.speaker_dictionary]
+        if unknown:
+            raise OnboardingError(f"forget_words: no speaker(s) {', '.join(map(repr, unknown[:5]))} in the model "
+                                  f"(translator.speakers lists them): nothing was forgotten")
         words = speaker_words_of(self.model)
         if words is not None:
-            words.forget([i for i in map(self.task.speaker_dictionary.index, names) if i is not None])
+            words.forget([self.task.speaker_dictionary.index(name) for name in names])
 
     @_serialized
     def save(self, path: str) -> None:

@@ -20,7 +20,9 @@ import hmac
 import importlib.resources
 import json
 import logging
+import math
 import os
+import re
 import sys
 import time
 import warnings
@@ -40,6 +42,7 @@ from fairseq_speaker.data.speaker_dictionary import UNKNOWN_SPEAKER_POLICIES
 from fairseq_speaker.errors import UserError, fail
 from fairseq_speaker.service import schema
 from fairseq_speaker.service.batcher import BatchOptions
+from fairseq_speaker.service.connections import bounded_http_protocol
 from fairseq_speaker.service.metrics import Metrics
 from fairseq_speaker.service.speaker_service import Limits, ServiceError, SpeakerService, timed_out
 from fairseq_speaker.service.store import SpeakerStore
@@ -105,12 +108,20 @@ async def _invalid_request(request: Request, exc: RequestValidationError) -> JSO
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}
 
 
+class BodyRefused(HTTPException):
+    """A request body refused as it is read (:class:`_Observed`): too large, too slow, not UTF-8, nested too deep."""
+
+    def __init__(self, status: int, code: str, message: str, headers: Optional[Dict[str, str]] = None):
+        super().__init__(status, message, headers)
+        self.code = code
+
+
 async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
-    code = _HTTP_CODES.get(exc.status_code, "http_error")
+    code = getattr(exc, "code", None) or _HTTP_CODES.get(exc.status_code, "http_error")
     message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
     if exc.status_code == 404:
         message = f"no endpoint {request.url.path}: see /docs"
-    return _error(request, exc.status_code, code, message)
+    return _error(request, exc.status_code, code, message, exc.headers)
 
 
 async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
@@ -149,27 +160,75 @@ class _WriteRoute(APIRoute):
 # -- the size of a request, the metrics of every request -------------------------------------------------
 
 
-class _Observed:
-    """ASGI middleware: refuses bodies over ``max_body_bytes`` (413) before they are read whole, and records
-    each request's endpoint, status and latency."""
+#: the deepest nesting of arrays and objects a request body may have (the requests' own is 2)
+MAX_JSON_DEPTH = 32
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_BRACKETS = re.compile(rb"[\[\]{}]")
 
-    def __init__(self, app, metrics: Metrics, max_body_bytes: int):
-        self.app, self.metrics, self.max_body_bytes = app, metrics, max_body_bytes
+
+def body_problem(body: bytes) -> Optional[Tuple[int, str, str]]:
+    """Why a request body cannot be JSON the service reads, before it is parsed, or None: ``(status, code,
+    message)``. Bytes that are not UTF-8 (400), and arrays and objects nested deeper than :data:`MAX_JSON_DEPTH`
+    (422: Python's parser would recurse once a level, and fail on 100,000 of them)."""
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return 400, "not_utf8", (f"the body is not UTF-8 text (byte 0x{body[e.start]:02x} at position {e.start}): "
+                                 f"send JSON encoded in UTF-8")
+    if body.count(b"[") + body.count(b"{") <= MAX_JSON_DEPTH:  # cannot nest deeper: no need to look
+        return None
+    depth = 0
+    for bracket in _BRACKETS.findall(_JSON_STRING.sub(b'""', body)):
+        depth += 1 if bracket in (b"[", b"{") else -1
+        if depth > MAX_JSON_DEPTH:
+            return 422, "invalid_json", (f"the body nests arrays and objects more than {MAX_JSON_DEPTH} deep: the "
+                                         f"service's requests nest 2 deep")
+    return None
+
+
+class _Observed:
+    """ASGI middleware: reads request bodies under bounds, and records each request's endpoint, status and latency.
+
+    A body is refused as it arrives: over ``max_body_bytes`` (413, before it is read whole), not arrived whole
+    within ``body_timeout`` seconds of the request (408, the connection closed: a client that announces more than it
+    sends holds nothing longer), not UTF-8 (400), nested too deep (422: :func:`body_problem`). The body is read by the
+    endpoint, not here: a write's token is checked before its body is read."""
+
+    def __init__(self, app, metrics: Metrics, max_body_bytes: int, body_timeout: float = 30.0):
+        self.app, self.metrics, self.max_body_bytes, self.body_timeout = app, metrics, max_body_bytes, body_timeout
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        start, status, received = time.perf_counter(), [500], [0]
+        start, status, received, chunks, done = time.perf_counter(), [500], [0], [], [False]
+        deadline = time.monotonic() + self.body_timeout
         too_large = (f"the request body is over {self.max_body_bytes} bytes (set by --max-sentences, --max-chars and "
                      f"--max-pairs)")
 
         async def limited_receive():
-            message = await receive()
+            if done[0]:  # the body was read: what comes now is a disconnect, waited for without a deadline
+                return await receive()
+            try:
+                message = await asyncio.wait_for(receive(), max(deadline - time.monotonic(), 0.0))
+            except asyncio.TimeoutError:
+                raise BodyRefused(408, "request_timeout", f"the request body did not arrive whole within "
+                                  f"{self.body_timeout:g} s (fairseq-speaker-serve --request-timeout): send the "
+                                  f"whole body, as long as its Content-Length says", {"Connection": "close"}) from None
             if message["type"] == "http.request":
-                received[0] += len(message.get("body", b""))
+                body = message.get("body", b"")
+                received[0] += len(body)
                 if received[0] > self.max_body_bytes:
                     raise HTTPException(413, too_large)
+                chunks.append(body)
+                if not message.get("more_body", False):
+                    done[0] = True
+                    problem = body_problem(b"".join(chunks)) if received[0] else None
+                    chunks.clear()
+                    if problem:
+                        raise BodyRefused(*problem)
+            else:
+                done[0] = True
             return message
 
         async def observed_send(message):
@@ -340,16 +399,17 @@ def _page() -> HTMLResponse:
 
 def create_app(translator, store: Optional[SpeakerStore] = None, token: Optional[str] = None,
                limits: Limits = Limits(), beam: int = 5, generate: Optional[Dict] = None,
-               batching: BatchOptions = BatchOptions()) -> FastAPI:
+               batching: BatchOptions = BatchOptions(), skip_broken_speakers: bool = False) -> FastAPI:
     """The service of ``translator`` (a loaded :class:`SpeakerTranslator`; its speakers now are the trained
     ones) and ``store`` (default: one in memory, gone with the process). Without ``token`` the write endpoints
     answer 403. ``beam`` (the default of a request) and ``generate`` (fairseq generation options) apply to every
-    translation; ``batching`` says how concurrent translations share beam searches, and the requests' timeout.
-    The app closes the store when it shuts down."""
+    translation; ``batching`` says how concurrent translations share beam searches, and the requests' timeout (a body
+    must arrive within it too). ``skip_broken_speakers``: start without the stored speakers that cannot be read or
+    used (logged), instead of refusing the store. The app closes the store when it shuts down."""
     store = store if store is not None else SpeakerStore(":memory:")
     metrics = Metrics()
     service = SpeakerService(translator, store, limits, beam=beam, generate=generate, batching=batching,
-                             on_batch=metrics.batch)
+                             on_batch=metrics.batch, skip_broken_speakers=skip_broken_speakers)
     page = _page()
 
     @contextlib.asynccontextmanager
@@ -368,7 +428,8 @@ def create_app(translator, store: Optional[SpeakerStore] = None, token: Optional
     routers = {prefix: (_reads(), _writes()) for prefix in ("", "/v1")}
     translate = next(route for route in routers[""][0].routes if route.path == "/translate")
     app.add_middleware(_TranslateDirectly, route=translate)  # inside _Observed: limits and metrics apply
-    app.add_middleware(_Observed, metrics=app.state.metrics, max_body_bytes=limits.max_body_bytes)
+    app.add_middleware(_Observed, metrics=app.state.metrics, max_body_bytes=limits.max_body_bytes,
+                       body_timeout=batching.request_timeout)
     app.add_exception_handler(ServiceError, _service_error)
     app.add_exception_handler(RequestValidationError, _invalid_request)
     app.add_exception_handler(HTTPException, _http_error)
@@ -436,6 +497,10 @@ def build_parser(tokenizer: Optional[str] = None, bpe: Optional[str] = None) -> 
     net.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s, this machine "
                      "only)")
     net.add_argument("--port", type=int, default=8000, help="port to listen on (default: %(default)s)")
+    net.add_argument("--header-timeout", type=float, default=10.0, metavar="X",
+                     help="seconds a client has to send a request's line and headers, from its connection or the "
+                     "request's first byte; then 408 and the connection is closed (default: %(default)s; the body must "
+                     "arrive within --request-timeout)")
     auth = parser.add_argument_group("writes (onboarding, updating, deleting speakers)")
     auth.add_argument("--token-file", metavar="FILE", help="a file holding the token that write requests must send "
                       "as 'Authorization: Bearer <token>'; without a token writes are disabled")
@@ -443,6 +508,10 @@ def build_parser(tokenizer: Optional[str] = None, bpe: Optional[str] = None) -> 
                       "(instead of --token-file)")
     auth.add_argument("--store", metavar="FILE", help="the SQLite file keeping onboarded speakers (created if "
                       "missing; processes may share it); required with a token")
+    auth.add_argument("--skip-broken-speakers", action="store_true",
+                      help="start even when some stored speakers cannot be read (a damaged store) or used, serving "
+                      "without them and logging their names; without it such a store is refused at start-up, saying "
+                      "how to recover")
     model = parser.add_argument_group("translation")
     model.add_argument("--beam", type=int, default=5, help="beam size (default: %(default)s)")
     model.add_argument("--max-len-a", type=float, help="fairseq's: at most a*source length + b target tokens")
@@ -487,6 +556,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> Tuple[argparse.Namespace
     args = parser.parse_args(argv)
     if not 1 <= args.port <= 65535:
         parser.error(f"--port must be between 1 and 65535, got {args.port}")
+    if not (args.header_timeout > 0 and math.isfinite(args.header_timeout)):
+        parser.error(f"--header-timeout must be a positive number of seconds, got {args.header_timeout}")
     for option in ("beam", "threads"):
         value = getattr(args, option)
         if value is not None and value < 1:
@@ -575,7 +646,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
 
         translator = SpeakerTranslator.from_pretrained(args.checkpoint, data=args.data, **overrides)
         store = SpeakerStore(args.store or ":memory:")
-        app = create_app(translator, store, token, limits, beam=args.beam, batching=args.batching)
+        app = create_app(translator, store, token, limits, beam=args.beam, batching=args.batching,
+                         skip_broken_speakers=args.skip_broken_speakers)
     except UserError as e:
         if store is not None:
             store.close()
@@ -587,7 +659,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                 f"writes {'enabled' if token else 'disabled (no token)'}; store {args.store or '(none: in memory)'}")
     freeze_loaded_objects()
     try:  # uvicorn stops on SIGTERM or SIGINT after the requests under way (the store is closed at its shutdown)
-        uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="info")).run()
+        protocol = bounded_http_protocol(args.header_timeout)  # slow clients' headers bounded: connections.py
+        uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="info",
+                                      http=protocol or "auto")).run()
     finally:
         store.close()
 

@@ -1,6 +1,8 @@
 """The bodies of the service's requests and answers (pydantic models: validated on the way in, described at /docs).
 
-Requests refuse fields they do not define, so that a misspelt field (``speakrs``) is an error, not ignored.
+Requests refuse fields they do not define, so that a misspelt field (``speakrs``) is an error, not ignored, and
+take every field in its own JSON type (``strict``): ``"beam": true`` is not a beam of 1, ``"replace": "yes"`` or
+``1`` is not ``true``, ``"beam": 5.0`` is not an integer.
 """
 
 from typing import Dict, List, Literal, Optional
@@ -9,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class _Request(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class TranslateRequest(_Request):

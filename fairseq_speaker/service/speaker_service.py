@@ -34,7 +34,8 @@ from fairseq_speaker.onboarding.translator import SpeakerTranslator
 from fairseq_speaker.onboarding.vectors import SpeakerVectors, describe, read_speaker_vectors, vectors_bytes
 from fairseq_speaker.service import schema
 from fairseq_speaker.service.batcher import Batcher, BatchOptions, Hypotheses, QueueFull
-from fairseq_speaker.service.store import SpeakerStore, StoreConflict, StoredSpeaker, StoreError, fingerprint_of
+from fairseq_speaker.service.store import (SpeakerStore, StoreConflict, StoreDamaged, StoredSpeaker, StoreError,
+                                           fingerprint_of)
 
 logger = logging.getLogger(__name__)
 
@@ -109,12 +110,16 @@ class SpeakerService:
         generate: more of fairseq's generation options for every translation (``max_len_b=...``).
         batching: how concurrent translations are gathered, the queue's size, the requests' timeout.
         on_batch: called with the sentences and the requests of every batch translated (the metrics).
+        skip_broken_speakers: start even when stored speakers cannot be read or used (a damaged record, rows of
+            another model), logging their names, instead of refusing the store; later such records are always logged
+            and left unused.
     """
 
     def __init__(self, translator: SpeakerTranslator, store: SpeakerStore, limits: Limits = Limits(), beam: int = 5,
                  generate: Optional[Dict] = None, batching: BatchOptions = BatchOptions(),
-                 on_batch: Optional[Callable[[int, int], None]] = None):
+                 on_batch: Optional[Callable[[int, int], None]] = None, skip_broken_speakers: bool = False):
         self.translator, self.store, self.limits = translator, store, limits
+        self.skip_broken_speakers = skip_broken_speakers
         self.beam, self.generate, self.batching = beam, dict(generate or {}), batching
         if not 1 <= beam <= limits.max_beam:
             raise ValueError(f"--beam must be between 1 and --max-beam ({limits.max_beam}), got {beam}")
@@ -148,9 +153,12 @@ class SpeakerService:
 
     def _bind(self) -> None:
         where = self.translator.checkpoint
-        if self.not_adaptable is None:
-            self.store.bind(self.fingerprint, where)
-        held = [s.name for s in self.store.speakers()]
+        try:
+            if self.not_adaptable is None:
+                self.store.bind(self.fingerprint, where)
+            held = list(self._readable_versions(strict=True)[1])
+        except sqlite3.Error as e:
+            raise _unreadable(self.store, e) from None
         if held and self.not_adaptable is not None:
             raise StoreError(f"--store {self.store.path} holds {len(held)} onboarded speakers, but "
                              f"{self.not_adaptable}")
@@ -163,25 +171,59 @@ class SpeakerService:
         self.sync(strict=True)
 
     # -- keeping the translator in step with the store -------------------------------------------------
+    def _readable_versions(self, strict: bool) -> Tuple[int, Dict[str, int], Dict[str, str]]:
+        """The store's generation, its speakers' versions and those whose records cannot be read (with why): the
+        last only with ``--skip-broken-speakers`` or after the start, the start refusing a damaged store otherwise."""
+        try:
+            generation, versions = self.store.versions()
+            return generation, versions, {}
+        except sqlite3.DatabaseError as e:
+            if isinstance(e, sqlite3.OperationalError) or (strict and not self.skip_broken_speakers):
+                raise
+        return self.store.readable_versions()
+
+    def _broken(self, name: str, version: int, problem: str, strict: bool) -> None:
+        """A stored speaker that cannot be used: the start is refused (``strict``, without --skip-broken-speakers),
+        otherwise it is logged and left unused."""
+        if strict and not self.skip_broken_speakers:
+            raise StoreDamaged(self.store.path, problem, name)
+        logger.error(f"--store {self.store.path}: skipped speaker {name!r}: {problem}; it is left unused (restore the "
+                     f"store from a backup, or onboard the speaker again)")
+        self._skipped[name] = version
+
     def sync(self, strict: bool = False) -> None:
         """Bring the translator's onboarded speakers in step with the store (see the module documentation).
-        Rows this model refuses stop the start-up (``strict``); later they are logged and left unused."""
+        Stored speakers that cannot be read, or whose rows this model refuses, stop the start-up (``strict``) unless
+        ``skip_broken_speakers``; later they are logged and left unused."""
         with self._lock:
             try:
                 if self.store.generation() == self._seen_generation:
                     return
-                generation, versions = self.store.versions()
+                generation, versions, broken = self._readable_versions(strict)
+                for name, problem in broken.items():
+                    if name not in self._skipped:
+                        self._broken(name, -1, problem, strict)
                 changed = [name for name, version in versions.items()
                            if self._loaded.get(name) != version and self._skipped.get(name) != version]
-                records = [record for record in map(self.store.get, changed) if record is not None]  # None: deleted
+                records = []
+                for name in changed:
+                    try:
+                        record = self.store.get(name)
+                    except StoreDamaged as e:
+                        self._broken(name, versions[name], e.what, strict)
+                        continue
+                    if record is not None:  # None: deleted meanwhile
+                        records.append(record)
                 self._install(records, strict)
-                deleted = [n for n in self._loaded if n not in versions]
+                deleted = [n for n in self._loaded if n not in versions and n not in broken]
                 for name in deleted:
                     del self._loaded[name]
-                if deleted:
-                    self.translator.forget_words(deleted)
+                if any(name in self._imported for name in deleted):
+                    self.translator.forget_words([name for name in deleted if name in self._imported])
                 self._seen_generation = generation
             except sqlite3.Error as e:
+                if strict:
+                    raise _unreadable(self.store, e) from None
                 raise _unavailable(self.store, e) from None
 
     def _install(self, records: List[StoredSpeaker], strict: bool) -> None:
@@ -196,10 +238,7 @@ class SpeakerService:
                     raise StoreError(f"{self.store.path}: the rows of speaker {record.name!r} are not this model's "
                                      f"(named {vectors.names}): the store is damaged")
             except UserError as e:
-                if strict:
-                    raise
-                logger.error(f"{e}: the speaker is left unused")
-                self._skipped[record.name] = record.version
+                self._broken(record.name, record.version, str(e), strict)
                 continue
             usable.append((record, vectors))
         if not usable:
@@ -255,6 +294,7 @@ class SpeakerService:
                                f"{len(sentences)} sentences in one request; at most {self.limits.max_sentences} "
                                f"(fairseq-speaker-serve --max-sentences): split the request")
         self._check_lengths(sentences, "sentences")
+        self._check_not_blank(sentences, "sentences")
         beam = request.beam if request.beam is not None else self.beam
         if beam > self.limits.max_beam:
             raise ServiceError(422, "invalid_request", f"beam: {beam} is over this service's largest beam, "
@@ -433,6 +473,8 @@ class SpeakerService:
             raise ServiceError(409, "conflict", f"{e}: nothing was changed; read the speaker again and retry") from None
         except sqlite3.Error as e:
             raise _unavailable(self.store, e) from None
+        except StoreError as e:
+            raise ServiceError(422, "invalid_speaker", str(e)) from None
         with self._lock:
             try:
                 self.translator.import_speakers(vectors, replace=True)  # a deleted name's unused rows are overwritten
@@ -448,6 +490,10 @@ class SpeakerService:
             return method(*args)
         except sqlite3.Error as e:
             raise _unavailable(self.store, e) from None
+        except StoreDamaged as e:
+            logger.error(str(e))
+            raise ServiceError(503, "store_damaged", f"the speaker store cannot read this speaker's record "
+                               f"({e.what}): the service's log says how to recover") from None
 
     def _check_writable(self) -> None:
         if self.not_adaptable is not None:
@@ -479,6 +525,15 @@ class SpeakerService:
                                f"(fairseq-speaker-serve --max-pairs)")
         self._check_lengths(request.sources, "sources")
         self._check_lengths(request.targets, "targets")
+        self._check_not_blank(request.sources, "sources")
+        self._check_not_blank(request.targets, "targets")
+
+    def _check_not_blank(self, sentences: Sequence[str], field: str) -> None:
+        """An empty sentence would be answered with an invented one, and a speaker fitted on the end of sentence."""
+        for i, sentence in enumerate(sentences):
+            if not sentence.strip():
+                kind = "empty" if not sentence else "only whitespace"
+                raise ServiceError(422, "invalid_request", f"{field}[{i}] is {kind}: give a sentence (or leave it out)")
 
     def _trained_speaker(self, name: str) -> schema.Speaker:
         return schema.Speaker(name=name, kind="trained", sentences=self._counts.get(name, 0))
@@ -492,6 +547,14 @@ def _onboarded(record: StoredSpeaker) -> schema.Speaker:
 def _fit(report: FitReport) -> schema.Fit:
     return schema.Fit(tokens=report.tokens, loss_before=report.loss_before, loss_after=report.loss_after,
                       iterations=report.iterations, seconds=report.seconds)
+
+
+def _unreadable(store: SpeakerStore, error: sqlite3.Error) -> StoreError:
+    """The refusal of a store that cannot be read as the service starts."""
+    if isinstance(error, sqlite3.DatabaseError) and not isinstance(error, sqlite3.OperationalError):
+        return StoreDamaged(store.path, f"the file is damaged ({error})")
+    return StoreError(f"--store {store.path}: cannot be read ({error}): is another program holding it? Retry, or "
+                      f"check it with sqlite3 {store.path} 'PRAGMA integrity_check'")
 
 
 def _unavailable(store: SpeakerStore, error: Exception) -> ServiceError:

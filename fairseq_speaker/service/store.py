@@ -24,6 +24,7 @@ import threading
 from dataclasses import dataclass
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
+from fairseq_speaker.data.speaker_dictionary import new_label_problem
 from fairseq_speaker.errors import UserError
 
 SCHEMA_VERSION = 1
@@ -48,6 +49,29 @@ CREATE TABLE IF NOT EXISTS speakers (
 
 class StoreError(UserError):
     """A store that cannot be used as asked (unreadable, of another model or a newer schema); the message says why."""
+
+
+class StoreDamaged(StoreError):
+    """A store whose file, or one speaker's record in it, cannot be read: the message names the file, what is wrong
+    and how to recover."""
+
+    def __init__(self, path: str, what: str, speaker: Optional[str] = None, skippable: bool = True):
+        recover = (f"restore {path} from a backup (sqlite3 FILE '.backup COPY' makes one of a live store), check it "
+                   f"with sqlite3 {path} 'PRAGMA integrity_check'")
+        if skippable:
+            recover += (", or start fairseq-speaker-serve with --skip-broken-speakers to serve without the speakers "
+                        "whose records cannot be read (it logs their names; their sentences are lost unless restored)")
+        else:
+            recover += ", or start with a new --store file (the onboarded speakers are then lost unless restored)"
+        super().__init__(f"--store {path}: {what}. To recover: {recover}")
+        self.speaker = speaker
+        self.what = what
+
+
+def _damage(error: sqlite3.Error) -> bool:
+    """Whether ``error`` says the file is damaged (not busy, locked or closed: those pass)."""
+    return isinstance(error, sqlite3.DatabaseError) and not isinstance(error, (sqlite3.OperationalError,
+                                                                                sqlite3.ProgrammingError))
 
 
 class StoreConflict(Exception):
@@ -117,6 +141,8 @@ class SpeakerStore:
                 schema = db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()[0]
         except sqlite3.DatabaseError as e:
             self._db.close()
+            if _is_sqlite(path):
+                raise StoreDamaged(path, f"the file is damaged ({e})", skippable=False) from None
             raise StoreError(f"--store {path}: not a speaker store ({e}): give a new file name, or the store of "
                              f"this model") from None
         if int(schema) > SCHEMA_VERSION:
@@ -152,7 +178,13 @@ class SpeakerStore:
                 db.execute("INSERT INTO meta VALUES ('fingerprint', ?)", (json.dumps(fingerprint, sort_keys=True),))
                 db.execute("INSERT OR REPLACE INTO meta VALUES ('model', ?)", (model,))
                 return
-            theirs = json.loads(row[0])
+            try:
+                theirs = json.loads(row[0])
+                if not isinstance(theirs, dict):
+                    raise ValueError(f"a {type(theirs).__name__}, not an object")
+            except ValueError as e:
+                raise StoreDamaged(self.path, f"the record of the model it was made for (its fingerprint) is not "
+                                   f"readable ({e})", skippable=False) from None
             made_for = db.execute("SELECT value FROM meta WHERE key = 'model'").fetchone()
         if theirs != fingerprint:
             differ = [key for key in FINGERPRINT_KEYS if theirs.get(key) != fingerprint.get(key)]
@@ -181,19 +213,60 @@ class SpeakerStore:
             generation = int(db.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()[0])
             return generation, dict(db.execute("SELECT name, version FROM speakers"))
 
+    def readable_versions(self) -> Tuple[int, Dict[str, int], Dict[str, str]]:
+        """As :meth:`versions`, each speaker read alone: also the speakers whose record cannot be read, with why (for
+        ``--skip-broken-speakers``, where :meth:`versions` fails on a damaged file). Not one snapshot: each statement
+        is a transaction of its own (a transaction that met a damaged page cannot be committed)."""
+        with self._lock:
+            db = self._db
+            generation = int(db.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()[0])
+            names = [name for (name,) in db.execute("SELECT name FROM speakers INDEXED BY sqlite_autoindex_speakers_1")]
+            versions, broken = {}, {}
+            for name in names:
+                try:
+                    versions[name] = int(db.execute("SELECT version FROM speakers WHERE name = ?", (name,)).fetchone()[0])
+                except sqlite3.Error as e:
+                    if not _damage(e):
+                        raise
+                    broken[name] = f"its record cannot be read ({e})"
+        return generation, versions, broken
+
     def get(self, name: str, contents: bool = True) -> Optional[StoredSpeaker]:
-        """The speaker ``name`` (with its rows and sentence pairs if ``contents``), or None."""
+        """The speaker ``name`` (with its rows and sentence pairs if ``contents``), or None. Raises
+        :class:`StoreDamaged` for a record that cannot be read."""
         columns = "name, sentences, created, updated, version" + (", rows, pairs" if contents else "")
-        with self._transaction(write=False) as db:
-            row = db.execute(f"SELECT {columns} FROM speakers WHERE name = ?", (name,)).fetchone()
-        return _speaker(row) if row else None
+        try:
+            with self._transaction(write=False) as db:
+                row = db.execute(f"SELECT {columns} FROM speakers WHERE name = ?", (name,)).fetchone()
+        except sqlite3.Error as e:
+            if not _damage(e):
+                raise
+            raise StoreDamaged(self.path, f"the record of speaker {name!r} cannot be read ({e})", name) from None
+        return _speaker(row, self.path) if row else None
 
     def speakers(self) -> List[StoredSpeaker]:
-        """Every speaker, without rows and sentences, oldest first."""
-        with self._transaction(write=False) as db:
-            rows = db.execute("SELECT name, sentences, created, updated, version FROM speakers "
-                              "ORDER BY created, name").fetchall()
-        return [_speaker(row) for row in rows]
+        """Every speaker, without rows and sentences, oldest first (in a damaged file: those that can be read)."""
+        columns = "name, sentences, created, updated, version"
+        try:
+            with self._transaction(write=False) as db:
+                rows = db.execute(f"SELECT {columns} FROM speakers ORDER BY created, name").fetchall()
+        except sqlite3.Error as e:
+            if not _damage(e):
+                raise
+            rows = sorted(self._readable_rows(columns), key=lambda row: (row[2], row[0]))
+        return [_speaker(row, self.path) for row in rows]
+
+    def _readable_rows(self, columns: str) -> List[tuple]:
+        """``columns`` of each speaker whose record can be read, one statement each (see :meth:`readable_versions`)."""
+        rows = []
+        with self._lock:
+            for (name,) in self._db.execute("SELECT name FROM speakers INDEXED BY sqlite_autoindex_speakers_1").fetchall():
+                try:
+                    rows.append(self._db.execute(f"SELECT {columns} FROM speakers WHERE name = ?", (name,)).fetchone())
+                except sqlite3.Error as e:
+                    if not _damage(e):
+                        raise
+        return rows
 
     # -- writing ----------------------------------------------------------------------------------------
     def put(self, name: str, rows: bytes, pairs: Sequence[Tuple[str, str]], expect: Optional[int] = None,
@@ -204,6 +277,9 @@ class SpeakerStore:
         (whatever its version), or when its version is ``expect`` (nobody changed it since it was read).
         Raises :class:`StoreConflict` otherwise.
         """
+        problem = new_label_problem(name)
+        if problem:
+            raise StoreError(f"--store {self.path}: cannot store speaker {name!r}: {problem}")
         pairs = [[source, target] for source, target in pairs]
         now = _now()
         with self._transaction(write=True) as db:
@@ -238,9 +314,26 @@ class SpeakerStore:
                 self._closed = True
 
 
-def _speaker(row) -> StoredSpeaker:
+def _is_sqlite(path: str) -> bool:
+    """Whether ``path`` begins as an SQLite file does (so that an error reading it means damage, not another kind of
+    file)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(16) == b"SQLite format 3\x00"
+    except OSError:
+        return False
+
+
+def _speaker(row, path: str) -> StoredSpeaker:
     speaker = StoredSpeaker(*row[:5])
     if len(row) > 5:
-        speaker.rows = bytes(row[5])
-        speaker.pairs = [(source, target) for source, target in json.loads(row[6])]
+        try:
+            speaker.rows = bytes(row[5])
+            pairs = json.loads(row[6])
+            speaker.pairs = [(source, target) for source, target in pairs]
+            if not all(isinstance(x, str) for pair in speaker.pairs for x in pair):
+                raise ValueError("a sentence is not a string")
+        except (TypeError, ValueError) as e:
+            raise StoreDamaged(path, f"the record of speaker {speaker.name!r} is damaged: its sentence pairs are not "
+                               f"a JSON list of [source, target] strings ({e})", speaker.name) from None
     return speaker

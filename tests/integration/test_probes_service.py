@@ -1,0 +1,483 @@
+"""Bad input to the Python API and the HTTP service, as a careless client or an unlucky operator would give it:
+empty sentences, names that look like others, typos, loose JSON types, malformed and slow clients, a store that
+cannot be read. Each case ends in one message naming what is wrong and what to do (a :class:`UserError` from the
+API, ``{"error": {"code", "message"}}`` with a fitting status from the service, one line and exit status 2 from the
+command), never a traceback, and changes nothing. The command lines' rows are in test_probes.py.
+"""
+
+import asyncio
+import json
+import logging
+import os
+import re
+import shutil
+import socket
+import sqlite3
+import statistics
+import threading
+import time
+import urllib.request
+
+import pytest
+from fastapi.testclient import TestClient
+
+from fairseq_speaker.errors import UserError
+from fairseq_speaker.onboarding.vectors import SpeakerVectors
+from fairseq_speaker.service import app as serve
+from fairseq_speaker.service.app import create_app
+from fairseq_speaker.service.batcher import BatchOptions
+from fairseq_speaker.service.connections import bounded_http_protocol
+from fairseq_speaker.service.speaker_service import Limits
+from fairseq_speaker.service.store import SpeakerStore, StoreError
+from fairseq_speaker.serving import SpeakerTranslator
+from tests.helpers import refused
+
+TOKEN = "test-token-0123456789abcdef"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+PAIRS = {"sources": ["i am tired .", "you want the drugs ."],
+         "targets": ["je suis fatiguée .", "vous voulez les médicaments ."]}
+MORE = {"sources": ["i went to the station ."], "targets": ["je suis allée à la gare ."]}
+S, T = PAIRS["sources"][:1], PAIRS["targets"][:1]
+
+
+@pytest.fixture(scope="module")
+def translator(toy, trained):
+    return SpeakerTranslator.from_pretrained(trained("lstm_fact_bias"), data=toy["bin"], max_len_b=4)
+
+
+def _renamed(t, name):
+    """The rows of spk000 under another name (a vectors file someone edited)."""
+    vectors = t.speaker_vectors(["spk000"])
+    return SpeakerVectors([name], vectors.rows, vectors.meta, vectors.path, vectors.words)
+
+
+# -- the Python API ---------------------------------------------------------------------------------------
+
+#: (what, the call on translator ``t``, text of the refusal)
+API_PROBES = [
+    ("translate an empty sentence", lambda t: t.translate([""], "spk000"),
+     "sentences[0] is empty: give a sentence (or leave it out)"),
+    ("translate a blank sentence", lambda t: t.translate(["   "], "spk000"), "sentences[0] is only whitespace"),
+    ("translate one string, empty", lambda t: t.translate("", "spk000"), "sentences[0] is empty"),
+    ("translate the second sentence blank", lambda t: t.translate(["i am tired .", "\t "], "spk000"),
+     "sentences[1] is only whitespace"),
+    ("translate_nbest blank", lambda t: t.translate_nbest([" "], "spk000", beam=2, nbest=2),
+     "sentences[0] is only whitespace"),
+    ("add_speaker empty pair", lambda t: t.add_speaker("e", [""], [""]), "sources[0] is empty"),
+    ("add_speaker blank target", lambda t: t.add_speaker("e", S, [" "]), "targets[0] is only whitespace"),
+    ("add_speaker blank held-out", lambda t: t.add_speaker("e", S, T, [" "], T), "sources[0] is only whitespace"),
+    ("fit_speaker empty pair", lambda t: t.fit_speaker("e", [""], [""]), "sources[0] is empty"),
+    ("update_speaker empty pair", lambda t: t.update_speaker("spk000", [""], [""]), "sources[0] is empty"),
+    ("update_speaker an unknown name", lambda t: t.update_speaker("ghost", S, T),
+     "update_speaker: no speaker 'ghost' in the model (8 speakers: translator.speakers lists them); "
+     "add_speaker(name, sources, targets) adds a new one"),
+    ("update_speaker a name that is not a string", lambda t: t.update_speaker(None, S, T),
+     "update_speaker: no speaker None in the model"),
+    ("forget_words an unknown name", lambda t: t.forget_words(["zzz"]),
+     "forget_words: no speaker(s) 'zzz' in the model (translator.speakers lists them): nothing was forgotten"),
+    ("forget_words a string", lambda t: t.forget_words("spk000"),
+     "forget_words: give a list of speaker names, got str 'spk000' (forget_words(['spk000']) for one)"),
+    ("add_speaker zero-width space", lambda t: t.add_speaker("lee\u200b", S, T),
+     "cannot add a speaker: speaker label 'lee\\u200b' contains '\\u200b' (U+200B ZERO WIDTH SPACE)"),
+    ("add_speaker right-to-left override of a known name", lambda t: t.add_speaker("\u202espk000", S, T),
+     "U+202E RIGHT-TO-LEFT OVERRIDE"),
+    ("add_speaker a known name with a zero-width joiner", lambda t: t.add_speaker("spk\u200d000", S, T),
+     "it looks like 'spk000', a known speaker: use that name, or one that looks different"),
+    ("add_speaker a known name with a no-break space", lambda t: t.add_speaker("spk\u00a0000", S, T),
+     "U+00A0 NO-BREAK SPACE"),
+    ("add_speaker Hangul filler", lambda t: t.add_speaker("\u3164", S, T), "U+3164 HANGUL FILLER"),
+    ("add_speaker Braille blank", lambda t: t.add_speaker("lee\u2800", S, T), "U+2800 BRAILLE PATTERN BLANK"),
+    ("add_speaker Cyrillic a among Latin letters", lambda t: t.add_speaker("spk\u0430", S, T),
+     "mixes the scripts Latin and Cyrillic in the word"),
+    ("add_speaker decomposed", lambda t: t.add_speaker("Zoe\u0308", S, T),
+     "is not in Unicode's NFC form: write it as 'Zoë'"),
+    ("add_speaker 201 characters", lambda t: t.add_speaker("x" * 201, S, T), "is longer than 200 characters"),
+    ("import_speakers a name with a zero-width space", lambda t: t.import_speakers(_renamed(t, "spk\u200b000")),
+     "cannot add a speaker: speaker label 'spk\\u200b000' contains '\\u200b'"),
+    ("import_speakers a name with a byte-order mark", lambda t: t.import_speakers(_renamed(t, "\ufeffnew")),
+     "U+FEFF ZERO WIDTH NO-BREAK SPACE"),
+]
+
+
+@pytest.mark.parametrize("name,call,message", API_PROBES, ids=[row[0] for row in API_PROBES])
+def test_a_bad_api_call_is_refused_with_one_message(translator, name, call, message):
+    before = translator.speakers
+    with pytest.raises(UserError) as refused_call:
+        call(translator)
+    assert message in str(refused_call.value)
+    assert translator.speakers == before  # nothing half-added, no typo onboarded
+
+
+# -- HTTP: one service with small limits, which has onboarded dr-lee ---------------------------------------
+
+LIMITS = Limits(max_sentences=3, max_chars=40, max_pairs=2, max_speaker_pairs=3)
+DEEP = b"[" * 60_000  # under the body limit of LIMITS (66,496 bytes); json.loads would recurse 60,000 deep
+
+#: (method, path, body (JSON, or bytes sent as application/json), status, error code, text of the message)
+HTTP_PROBES = [
+    ("post", "/translate", {"sentences": [""], "speaker": "spk000"}, 422, "invalid_request",
+     "sentences[0] is empty: give a sentence"),
+    ("post", "/translate", {"sentences": ["   "], "speaker": "spk000"}, 422, "invalid_request",
+     "sentences[0] is only whitespace"),
+    ("post", "/v1/translate", {"sentences": ["i .", "\n"], "speaker": "spk000"}, 422, "invalid_request",
+     "sentences[1] is only whitespace"),
+    ("put", "/speakers/e", {"sources": [""], "targets": [""]}, 422, "invalid_request", "sources[0] is empty"),
+    ("put", "/speakers/e", {"sources": ["i ."], "targets": ["  "]}, 422, "invalid_request",
+     "targets[0] is only whitespace"),
+    ("post", "/speakers/dr-lee/sentences", {"sources": [" "], "targets": ["je ."]}, 422, "invalid_request",
+     "sources[0] is only whitespace"),
+    # names
+    ("put", "/speakers/lee%E2%80%8B", PAIRS, 422, "invalid_speaker", "U+200B ZERO WIDTH SPACE"),
+    ("put", "/speakers/%E2%80%AEdr-lee", PAIRS, 422, "invalid_speaker", "it looks like 'dr-lee', a known speaker"),
+    ("put", "/speakers/spk000%EF%BB%BF", PAIRS, 422, "invalid_speaker", "it looks like 'spk000'"),
+    ("put", "/speakers/dr%C2%A0lee", PAIRS, 422, "invalid_speaker", "U+00A0 NO-BREAK SPACE"),
+    ("put", "/speakers/%E3%85%A4", PAIRS, 422, "invalid_speaker", "U+3164 HANGUL FILLER"),
+    ("put", "/speakers/dr-l%D0%B5e", PAIRS, 422, "invalid_speaker", "mixes the scripts Latin and Cyrillic"),
+    ("put", "/speakers/Zoe%CC%88", PAIRS, 422, "invalid_speaker", "is not in Unicode's NFC form"),
+    ("put", "/speakers/" + "x" * 201, PAIRS, 422, "invalid_speaker", "is longer than 200 characters"),
+    ("put", "/speakers/a%FFb", PAIRS, 422, "invalid_speaker", "U+FFFD REPLACEMENT CHARACTER"),
+    ("post", "/translate", {"sentences": ["i ."], "speaker": "spk000\u200b"}, 422, "invalid_speaker",
+     "it looks like 'spk000'"),
+    ("post", "/translate", {"sentences": ["i ."], "speakers": ["dr-lee\u2060"]}, 422, "invalid_speaker",
+     "U+2060 WORD JOINER"),
+    # types
+    ("post", "/translate", {"sentences": ["i ."], "speaker": "spk000", "beam": True}, 422, "invalid_request",
+     "beam: Input should be a valid integer"),
+    ("post", "/translate", {"sentences": ["i ."], "speaker": "spk000", "beam": 2.0}, 422, "invalid_request",
+     "beam: Input should be a valid integer"),
+    ("post", "/translate", {"sentences": ["i ."], "speaker": "spk000", "nbest": "1"}, 422, "invalid_request",
+     "nbest: Input should be a valid integer"),
+    ("post", "/translate", {"sentences": ["i ."], "speaker": 0}, 422, "invalid_request",
+     "speaker: Input should be a valid string"),
+    ("put", "/speakers/dr-lee", {**MORE, "replace": "yes"}, 422, "invalid_request",
+     "replace: Input should be a valid boolean"),
+    ("put", "/speakers/dr-lee", {**MORE, "replace": 1}, 422, "invalid_request",
+     "replace: Input should be a valid boolean"),
+    ("put", "/speakers/dr-lee", {**MORE, "replace": "true"}, 422, "invalid_request",
+     "replace: Input should be a valid boolean"),
+    # bytes
+    ("post", "/translate", b'{"sentences": ["\xff"], "speaker": "spk000"}', 400, "not_utf8",
+     "the body is not UTF-8 text (byte 0xff at position 16)"),
+    ("put", "/speakers/zoe", b'{"sources": ["\xc3("], "targets": ["a"]}', 400, "not_utf8", "byte 0xc3"),
+    ("post", "/translate", DEEP, 422, "invalid_json", "nests arrays and objects more than 32 deep"),
+    ("post", "/translate", b'{"sentences": ' + DEEP, 422, "invalid_json", "more than 32 deep"),
+    ("put", "/speakers/zoe", b'{"sources": ' + b"{" * 50_000, 422, "invalid_json", "more than 32 deep"),
+    ("post", "/speakers/dr-lee/sentences", b"[" * 33 + b"]" * 33, 422, "invalid_json", "more than 32 deep"),
+]
+
+
+@pytest.fixture(scope="module")
+def service(toy, trained):
+    translator = SpeakerTranslator.from_pretrained(trained("lstm_fact_bias"), data=toy["bin"], max_len_b=6)
+    with TestClient(create_app(translator, token=TOKEN, limits=LIMITS), raise_server_exceptions=False) as client:
+        assert client.put("/speakers/dr-lee", json=PAIRS, headers=AUTH).status_code == 201
+        yield client
+
+
+@pytest.mark.parametrize("method,path,body,status,code,message", HTTP_PROBES,
+                         ids=[f"{r[0]} {r[1][:40]} {r[3]} {r[4]} {r[5][:40]}" for r in HTTP_PROBES])
+@pytest.mark.parametrize("directly", [True, False], ids=["as served", "through FastAPI's route"])
+def test_a_bad_request_gets_one_json_error(service, method, path, body, status, code, message, directly):
+    service.app.state.translate_directly = directly
+    try:
+        if isinstance(body, bytes):
+            response = service.request(method, path, content=body,
+                                       headers={"Content-Type": "application/json", **AUTH})
+        else:
+            response = service.request(method, path, json=body, headers=AUTH)
+    finally:
+        service.app.state.translate_directly = True
+    assert response.status_code == status, response.text
+    assert set(response.json()) == {"error"} and response.json()["error"]["code"] == code, response.text
+    assert message in response.json()["error"]["message"], response.text
+
+
+def test_the_refused_requests_changed_nothing(service):
+    """No speaker onboarded under a refused name, dr-lee still fitted on its two pairs (not replaced by a loose
+    "replace"), and the metrics count the refusals as such (no 500)."""
+    speakers = service.get("/speakers").json()["speakers"]
+    assert [(s["name"], s["sentences"]) for s in speakers if s["kind"] == "onboarded"] == [("dr-lee", 2)]
+    metrics = service.get("/metrics").text
+    assert 'status="500"' not in metrics
+    assert 'code="not_utf8"' in metrics and 'code="invalid_json"' in metrics
+
+
+# -- a real server: slow and malformed clients ---------------------------------------------------------------
+
+
+class _Server:
+    """The service under uvicorn on 127.0.0.1, as fairseq-speaker-serve runs it, in a thread of this process."""
+
+    def __init__(self, app, header_timeout: float):
+        import uvicorn
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
+                                http=bounded_http_protocol(header_timeout))
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        deadline = time.monotonic() + 60
+        while not self.server.started:
+            assert self.thread.is_alive() and time.monotonic() < deadline, "the server did not start"
+            time.sleep(0.05)
+        return self
+
+    def __exit__(self, *exc):
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+
+    def post(self, path: str, body: dict):
+        request = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"}, method="POST")
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, json.loads(response.read())
+
+
+def _answer_of(sock: socket.socket, limit: float):
+    """What the server sends on ``sock`` until it closes it: (seconds waited, status, JSON body), or (limit, None,
+    None) if it is still open after ``limit`` seconds."""
+    start, data = time.monotonic(), b""
+    sock.settimeout(0.2)
+    while time.monotonic() - start < limit:
+        try:
+            chunk = sock.recv(65536)
+        except socket.timeout:
+            continue
+        except ConnectionError:
+            break
+        if not chunk:
+            break
+        data += chunk
+    else:
+        return limit, None, None
+    head, _, body = data.partition(b"\r\n\r\n")
+    status = int(head.split()[1]) if head else None
+    return time.monotonic() - start, status, json.loads(body) if body else None
+
+
+def _slow_client(port: int, kind: str) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port))
+    if kind == "headers":  # a request line and half the headers, then nothing
+        sock.sendall(b"POST /translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: appl")
+    elif kind == "body":  # whole headers announcing 100 bytes, then 10
+        sock.sendall(b"POST /translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 100\r\n\r\n" + b'{"sentenc')
+    elif kind == "huge headers":
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n" + b"X-Filler: " + b"a" * 70_000)
+    return sock  # "silent": connects and sends nothing
+
+
+@pytest.mark.parametrize("kind,status,code,within", [
+    ("headers", 408, "request_timeout", 1.0), ("silent", 408, "request_timeout", 1.0),
+    ("body", 408, "request_timeout", 2.0), ("huge headers", 431, "headers_too_large", 0.0),
+])
+def test_a_slow_or_oversized_client_gets_its_answer_and_its_connection_closed_in_time(toy, trained, kind, status,
+                                                                                        code, within):
+    """A client that never finishes its headers, one that sends nothing, one whose Content-Length promises more than
+    it sends, one whose headers have no end: each is answered and let go within its bound (--header-timeout 1,
+    --request-timeout 2 here), not held for ever."""
+    translator = SpeakerTranslator.from_pretrained(trained("lstm_fact_bias"), data=toy["bin"], max_len_b=6)
+    app = create_app(translator, batching=BatchOptions(request_timeout=2.0))
+    with _Server(app, header_timeout=1.0) as server:
+        with _slow_client(server.port, kind) as sock:
+            waited, got, body = _answer_of(sock, limit=within + 5.0)
+    assert got == status, (kind, waited, body)
+    assert body["error"]["code"] == code and waited < within + 2.0, (waited, body)
+
+
+def test_normal_clients_are_answered_at_their_usual_speed_beside_slow_clients(toy, trained):
+    """A bounded load test on 127.0.0.1: one client sending one-sentence requests in turn, alone and then beside
+    six slow clients (half that never finish their headers, half whose bodies stop short, each reconnecting once
+    let go); its median latency stays within a factor of 3 (and 50 ms) of its own, and every slow client is let go
+    in time."""
+    translator = SpeakerTranslator.from_pretrained(trained("lstm_fact_bias"), data=toy["bin"], max_len_b=6)
+    app = create_app(translator, batching=BatchOptions(request_timeout=1.5, max_wait_ms=0))
+    request = {"sentences": ["i am tired ."], "speaker": "spk000"}
+    with _Server(app, header_timeout=1.0) as server:
+        def latencies(n):
+            times = []
+            for _ in range(n):
+                start = time.perf_counter()
+                assert server.post("/translate", request)[0] == 200
+                times.append(time.perf_counter() - start)
+            return times
+
+        latencies(3)  # warm
+        alone = latencies(20)
+        stop, let_go, held = threading.Event(), [], []
+
+        def slow(kind):
+            while not stop.is_set() and len(let_go) < 60:
+                with _slow_client(server.port, kind) as sock:
+                    waited, got, _ = _answer_of(sock, limit=6.0)
+                (let_go if got == 408 else held).append(waited)
+
+        slow_threads = [threading.Thread(target=slow, args=(kind,), daemon=True) for kind in ["headers", "body"] * 3]
+        for thread in slow_threads:
+            thread.start()
+        time.sleep(0.3)
+        beside = latencies(20)
+        deadline = time.monotonic() + 10  # long enough for each slow client to be let go at least once
+        while len(let_go) < 6 and time.monotonic() < deadline:
+            beside += latencies(1)
+        stop.set()
+        for thread in slow_threads:
+            thread.join(timeout=10)
+    median_alone, median_beside = statistics.median(alone), statistics.median(beside)
+    print(f"median latency alone {1000 * median_alone:.1f} ms, beside 6 slow clients {1000 * median_beside:.1f} ms "
+          f"({len(beside)} requests); slow clients let go {len(let_go)} times, after at most "
+          f"{max(let_go, default=0):.2f} s; held past 6 s: {len(held)}")
+    assert not held and len(let_go) >= 6
+    assert max(let_go) < 1.5 + 2.0
+    assert median_beside < 3 * median_alone + 0.05
+
+
+# -- a store that cannot be read -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def stored(toy, trained, tmp_path_factory):
+    """A store holding dr-lee and dr-kim, onboarded through the service; dr-lee's sentences are long, so that its
+    record runs over several pages of the file."""
+    folder = tmp_path_factory.mktemp("stores")
+    path = str(folder / "speakers.db")
+    translator = SpeakerTranslator.from_pretrained(trained("lstm_fact_bias"), data=toy["bin"], max_len_b=6)
+    with TestClient(create_app(translator, SpeakerStore(path), token=TOKEN)) as client:
+        assert client.put("/speakers/dr-kim", json=MORE, headers=AUTH).status_code == 201
+        long = {"sources": ["i am tired . " * 70] * 16, "targets": ["je suis fatiguée . " * 50] * 16}
+        assert client.put("/speakers/dr-lee", json=long, headers=AUTH).status_code == 201, "fit"
+        expected = client.post("/translate", json={"sentences": MORE["sources"], "speaker": "dr-kim"}).json()
+    return {"path": path, "folder": folder, "dr-kim": expected}
+
+
+def _damaged(stored, name, damage):
+    path = str(stored["folder"] / name)
+    shutil.copy(stored["path"], path)
+    damage(path)
+    return path
+
+
+def _sql(statement):
+    def damage(path):
+        with sqlite3.connect(path) as db:
+            db.execute(statement)
+        db.close()
+    return damage
+
+
+def _broken_page(path):
+    """A page in the middle of dr-lee's sentences (an overflow page of its record: 4,096 bytes, the first 4 the number
+    of the next) gets an impossible next page."""
+    with open(path, "r+b") as f:
+        data = f.read()
+        pages = sorted({m.start() // 4096 for m in re.finditer("fatiguée . je suis".encode("utf-8"), data)})
+        assert len(pages) >= 3, pages
+        f.seek(pages[len(pages) // 2] * 4096)
+        f.write(b"\xff\xff\xff\xf0")
+
+
+DAMAGES = {
+    "pairs that are not JSON": (_sql("UPDATE speakers SET pairs = 'not json [' WHERE name = 'dr-lee'"),
+                                "the record of speaker 'dr-lee' is damaged: its sentence pairs are not a JSON list",
+                                True),
+    "pairs of another shape": (_sql("UPDATE speakers SET pairs = '[1, 2]' WHERE name = 'dr-lee'"),
+                               "the record of speaker 'dr-lee' is damaged", True),
+    "rows that are no speaker vectors": (_sql("UPDATE speakers SET rows = x'00ff' WHERE name = 'dr-lee'"),
+                                         "speaker 'dr-lee'", True),
+    "a damaged page": (_broken_page, "database disk image is malformed", True),
+    "a fingerprint that is not JSON": (_sql("UPDATE meta SET value = '{\"variant' WHERE key = 'fingerprint'"),
+                                       "the record of the model it was made for (its fingerprint) is not readable",
+                                       False),
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGES))
+def test_a_store_that_cannot_be_read_is_refused_with_how_to_recover_and_can_be_served_without_its_broken_speakers(
+        toy, trained, stored, damage, caplog):
+    make, what, skippable = DAMAGES[damage]
+    path = _damaged(stored, damage.replace(" ", "-") + ".db", make)
+    translator = SpeakerTranslator.from_pretrained(trained("lstm_fact_bias"), data=toy["bin"], max_len_b=6)
+    with pytest.raises(StoreError) as refusal:
+        create_app(translator, SpeakerStore(path))
+    message = str(refusal.value)
+    assert message.startswith(f"--store {path}: ") and what in message, message
+    assert f"sqlite3 {path} 'PRAGMA integrity_check'" in message and "backup" in message
+    assert ("--skip-broken-speakers" in message) == skippable
+    if not skippable:
+        return
+    with caplog.at_level(logging.ERROR, logger="fairseq_speaker.service.speaker_service"):
+        app = create_app(translator, SpeakerStore(path), skip_broken_speakers=True)
+    assert "skipped speaker 'dr-lee'" in caplog.text
+    with TestClient(app) as client:
+        names = [s["name"] for s in client.get("/speakers").json()["speakers"] if s["kind"] == "onboarded"]
+        kim = client.post("/translate", json={"sentences": MORE["sources"], "speaker": "dr-kim"}).json()
+        lee = client.post("/translate", json={"sentences": MORE["sources"], "speaker": "dr-lee"}).json()
+    assert names == ["dr-kim"] and kim == stored["dr-kim"]
+    assert lee["translations"][0]["unknown_speaker_policy_applied"] is True
+
+
+def test_the_command_refuses_a_damaged_store_in_one_line_and_starts_with_skip_broken_speakers(toy, trained, stored,
+                                                                                               capsys, monkeypatch):
+    path = _damaged(stored, "command.db", DAMAGES["pairs that are not JSON"][0])
+    argv = [trained("lstm_fact_bias"), "--data", toy["bin"], "--store", path, "--threads", "1"]
+    line = refused(serve.main, argv, capsys)
+    assert line.startswith(f"fairseq-speaker-serve: error: --store {path}: the record of speaker 'dr-lee' is damaged"), line
+    assert "--skip-broken-speakers" in line
+    served = []
+
+    class Started(Exception):
+        pass
+
+    def run(self):  # the port would open here: what the service holds is what matters
+        served.append(self.config.app.state.service.onboarded)
+        raise Started
+
+    import uvicorn
+    monkeypatch.setattr(uvicorn.Server, "run", run)
+    with pytest.raises(Started):
+        serve.main(argv + ["--skip-broken-speakers"])
+    assert served == [["dr-kim"]]
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["m.pt", "--data", "d", "--header-timeout", "0"], "--header-timeout must be a positive number of seconds, got 0.0"),
+    (["m.pt", "--data", "d", "--header-timeout", "nan"], "--header-timeout must be a positive number of seconds"),
+])
+def test_the_commands_new_options_are_checked(argv, message, capsys):
+    assert message in refused(serve.main, argv, capsys)
+
+
+def test_a_body_that_never_ends_is_refused_by_the_middleware_within_the_request_timeout():
+    """The bound on a body, without a server: the endpoint reading it gets 408 once --request-timeout has passed."""
+    async def endpoint(scope, receive, send):
+        await receive()
+        await receive()  # never comes
+        raise AssertionError("the body was never refused")
+
+    from fairseq_speaker.service.metrics import Metrics
+
+    observed = serve._Observed(endpoint, Metrics(), max_body_bytes=1000, body_timeout=0.3)
+    messages = [{"type": "http.request", "body": b'{"sen', "more_body": True}]
+
+    async def receive():
+        if messages:
+            return messages.pop()
+        await asyncio.sleep(60)
+
+    async def send(message):
+        pass
+
+    async def main():
+        start = time.monotonic()
+        with pytest.raises(serve.BodyRefused) as refusal:
+            await observed({"type": "http", "method": "POST", "path": "/translate", "headers": []}, receive, send)
+        return time.monotonic() - start, refusal.value
+
+    waited, refusal = asyncio.run(main())
+    assert refusal.status_code == 408 and refusal.code == "request_timeout" and refusal.headers == {"Connection": "close"}
+    assert 0.25 < waited < 2.0
