@@ -329,7 +329,7 @@ class SpeakerDecoderMixin:
         words = words_of = None
         memory = getattr(self, "speaker_words", None)
         speakers = encoder_speakers(encoder_out)
-        if memory is not None and speakers is not None:  # the speakers' words (modules/speaker_words.py): a row per
+        if memory is not None and speakers is not None and memory.options.weight > 0:  # the speakers' words: a row per
             distinct, words_of = speakers.unique(return_inverse=True)  # speaker, and the row of each sentence
             words = memory.bias(distinct).to(speakers.device)
             if index is None:

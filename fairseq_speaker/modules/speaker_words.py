@@ -56,6 +56,14 @@ the memory is the extra state of ``decoder.speaker_words`` (:data:`CHECKPOINT_KE
 decodes as before. Rows follow the speaker table: onboarding (``fairseq-speaker-adapt``, ``SpeakerTranslator``)
 gives a new speaker the words of their sentences, an update adds its sentences' words, and rows replaced from a
 vectors file lose theirs (the words were another estimate's).
+
+**The known speakers stay as they were built.** Everyone's words make every row (idf, p(w), the neighbours), so a
+speaker onboarded would move every other speaker's bias a little. The memory keeps the words as they were at its
+last build (:meth:`SpeakerWords.rebuild`: ``fairseq-speaker-words`` builds it; a record read is its own build), and a
+speaker whose words have not changed since is biased by the build's estimate: onboarding and updating speakers
+change their own rows only, and the known speakers translate as before. A speaker whose words are forgotten
+(:meth:`SpeakerWords.forget`) is taken out of the build too, so their words no longer count among anyone's
+neighbours. ``fairseq-speaker-words`` on a checkpoint builds it again from every speaker's words.
 """
 
 import dataclasses
@@ -83,6 +91,10 @@ RANK_CHOICES = ("posterior", "rates")
 #: the key of a generation step's output (its extra dict) whose scores are log-probabilities already, the memory's
 #: bias added to them: fairseq must not normalize them again (SpeakerDecoderMixin.get_normalized_probs)
 NORMALIZED = "speaker_words_log_probs"
+
+#: the largest weight accepted: beyond it the memory overrides every word the network proposes (a weight of 1e30
+#: makes every output one repeated word)
+MAX_WEIGHT = 100.0
 
 #: where a checkpoint keeps the memory (the model's state dict)
 CHECKPOINT_KEY = "decoder.speaker_words._extra_state"
@@ -124,6 +136,10 @@ class WordOptions:
     #: how many of a speaker's own choices the kinds' prediction of a choice counts as (alpha): below 1, an
     #: alternative the speaker said outranks any they did not
     kinds_prior: float = 0.3
+    #: whether a word within the window is kept at or above the window's edge (the step's best minus ``window``), so
+    #: that the memory only re-ranks the words the network proposes and a word outside the window never wins by the
+    #: network's best being lowered (records written before the option existed, 0.8.0 and before, do not)
+    floor: bool = True
 
     def problems(self) -> List[str]:
         out = []
@@ -135,10 +151,14 @@ class WordOptions:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
                 out.append(f"{name} must be a number >= 0, got {value!r}")
+        if not out and self.weight > MAX_WEIGHT:
+            out.append(f"weight must be at most {MAX_WEIGHT:g}, got {self.weight!r}")
         if not out and self.kinds_prior == 0:
             out.append("kinds_prior must be above 0 (the kinds' prediction of the alternatives a speaker never said)")
         if not out and self.own + self.neighbours > 1:
             out.append(f"own + neighbours must be at most 1, got {self.own} + {self.neighbours}")
+        if not isinstance(self.floor, bool):
+            out.append(f"floor must be true or false, got {self.floor!r}")
         if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:
             out.append(f"k must be a whole number >= 1, got {self.k!r}")
         return out
@@ -169,6 +189,9 @@ class SpeakerWords(nn.Module):
         self.words: List[np.ndarray] = []
         #: the traits' kinds of speaker (``fairseq-speaker-words --kinds``; empty: the neighbours alone)
         self.kinds: List[TraitKinds] = []
+        #: the words of the rows at the last build (:meth:`rebuild`); None: never built, every row as it is now
+        self._built_words: Optional[List[np.ndarray]] = None
+        self._built_index: Optional[WordsIndex] = None
         self._reset()
 
     def __deepcopy__(self, memo) -> "SpeakerWords":
@@ -179,6 +202,7 @@ class SpeakerWords(nn.Module):
         other.kinds = self.kinds  # never changed in place
         other._base, other._changed = self._base, set(self._changed)  # neither is ever changed in place
         other._index = self._index
+        other._built_words, other._built_index = self._built_words, self._built_index  # never changed in place
         other.train(self.training)
         memo[id(self)] = other
         return other
@@ -201,11 +225,21 @@ class SpeakerWords(nn.Module):
             return
         if speakers < self.num_speakers:
             del self.words[speakers:]
+            if self._built_words is not None and speakers < len(self._built_words):
+                self._built_words, self._built_index = self._built_words[:speakers], None
             if self._base is not None and speakers < self._base.speakers:  # rare (a table cut): built in full
                 self._reset()
         else:
             self.words.extend(np.zeros(0, dtype=np.int64) for _ in range(speakers - self.num_speakers))
         self._forget()
+
+    def set_options(self, options: WordOptions) -> None:
+        """Estimate with ``options`` from now on (the rows made with the earlier ones are dropped)."""
+        problems = options.problems()
+        if problems:
+            raise UserError(f"speaker words: {'; '.join(problems)}")
+        self.options = options
+        self._rows = OrderedDict()
 
     def set_words(self, row: int, sentences: Iterable) -> None:
         """Speaker ``row``'s words are those of ``sentences`` (token id tensors or lists) alone."""
@@ -225,6 +259,9 @@ class SpeakerWords(nn.Module):
         for row in forgotten:
             self.words[row] = np.zeros(0, dtype=np.int64)
             self._changed.add(row)
+            if self._built_words is not None and row < len(self._built_words):  # out of everyone's neighbours too
+                self._built_words = list(self._built_words)
+                self._built_words[row], self._built_index = self.words[row], None
         if forgotten:  # the estimate of everyone is made again only when a speaker's words changed
             self._forget()
 
@@ -243,6 +280,24 @@ class SpeakerWords(nn.Module):
         self._changed: set = set()
         self._forget()
 
+    def rebuild(self) -> None:
+        """Make the words as they are now the build that the known speakers' rows are estimated from."""
+        self._built_words, self._built_index = list(self.words), None
+        self._forget()
+
+    def _frozen(self, row: int) -> bool:
+        """Whether ``row``'s bias comes from the last build: its words are those it had then."""
+        built = self._built_words
+        return built is not None and row < len(built) and built[row] is self.words[row]
+
+    def _estimate_index(self, row: int) -> "WordsIndex":
+        """The index ``row``'s bias is estimated from: the last build's for a row unchanged since, else the current."""
+        if not self._frozen(row):
+            return self._built()
+        if self._built_index is None:
+            self._built_index = WordsIndex(_Base(self._built_words, self.vocab), self._built_words, (), self.vocab)
+        return self._built_index
+
     def _built(self) -> "WordsIndex":
         if self._index is None:
             if self._base is None or len(self._changed) > max(REBUILD_ROWS, self._base.speakers // REBUILD_SHARE):
@@ -260,7 +315,7 @@ class SpeakerWords(nn.Module):
         if not len(self.words_of(row)) or o.weight == 0:
             out = torch.zeros(self.vocab)
         else:
-            index = self._built()
+            index = self._estimate_index(row)
             p, anyone = index.p, index.anyone
             ids = self.words_of(row)
             query = np.zeros(self.vocab, dtype=np.float32)
@@ -271,8 +326,9 @@ class SpeakerWords(nn.Module):
             neighbours = p  # a speaker like no other: everyone's rate
             if len(nearest):
                 neighbours = np.zeros(self.vocab)
+                said_by = self._built_words if index is self._built_index else self.words
                 for t, weight in zip(nearest.tolist(), weights.tolist()):  # k rows of distinct ids each
-                    neighbours[self.words[t]] += weight
+                    neighbours[said_by[t]] += weight
                 neighbours /= weights.sum()
             own = np.zeros(self.vocab, dtype=np.float64)
             own[ids] = 1.0
@@ -372,20 +428,24 @@ class SpeakerWords(nn.Module):
         a few per hypothesis, found among its best ``FEW_NEAR``) the bias is added to those only, by their indices;
         where many are (a random network's flat steps: all of them), as one masked ``B x V`` sum."""
         scores = logits.float()
-        window = self.options.window
+        window, floor = self.options.window, self.options.floor
         if scores.size(-1) > FEW_NEAR:  # a trained model's step: the words within the window are among the best few
             top, words = scores.topk(FEW_NEAR, dim=-1)  # [B, 1, FEW_NEAR], best first
             if not bool((top[..., -1] >= top[..., 0] - window).any()):  # every hypothesis's near words are there
                 hypotheses, _, rank = (top >= top[..., :1] - window).nonzero(as_tuple=True)
                 words = words[hypotheses, 0, rank]
                 row = hypotheses if index is None else index.index_select(0, hypotheses)
-                logits[:, 0].index_put_((hypotheses, words), rows[row, words].to(logits.dtype), accumulate=True)
+                added = rows[row, words].float()
+                if floor:  # kept at the window's edge: top - window - score <= added
+                    edge = top[hypotheses, 0, 0] - window
+                    added = torch.maximum(added, edge - top[hypotheses, 0, rank])
+                logits[:, 0].index_put_((hypotheses, words), added.to(logits.dtype), accumulate=True)
                 return logits
-        mask = scores >= scores.max(dim=-1, keepdim=True).values - window
-        if int(mask.count_nonzero()) * DENSE_SHARE > mask.numel():
-            gathered = rows.to(logits.dtype, copy=True) if index is None else rows.index_select(0, index).to(logits.dtype)
-            gathered.masked_fill_(~mask.squeeze(1), 0.0)  # a copy of the rows of this step: changed in place, as logits
-            return logits.add_(gathered.unsqueeze(1))
+        best = scores.max(dim=-1, keepdim=True).values
+        mask = scores >= best - window
+        if int(mask.count_nonzero()) * DENSE_SHARE > mask.numel() or floor:
+            gathered = rows if index is None else rows.index_select(0, index)
+            return logits.copy_(fused(scores, gathered.unsqueeze(1), best, mask, window, floor))
         near = mask.nonzero(as_tuple=True)
         hypotheses, words = near[0], near[2]
         row = hypotheses if index is None else index.index_select(0, hypotheses)
@@ -398,6 +458,13 @@ class SpeakerWords(nn.Module):
         ids = torch.from_numpy(np.concatenate(self.words).astype(np.int32)) if self.words else torch.zeros(0, dtype=torch.int32)
         state = {"version": FORMAT_VERSION, "vocab": self.vocab, "options": dataclasses.asdict(self.options),
                  "ignored": list(self.ignored), "lengths": lengths, "words": ids}
+        built = self._built_words
+        if built is not None:  # the build the known speakers' rows come from: the rows whose words changed since
+            moved = [r for r in range(len(built)) if not self._frozen(r)]
+            state["built"] = {"speakers": len(built), "rows": torch.tensor(moved, dtype=torch.long),
+                              "lengths": torch.tensor([len(built[r]) for r in moved], dtype=torch.long),
+                              "words": torch.from_numpy(np.concatenate([built[r] for r in moved]).astype(np.int32))
+                              if moved else torch.zeros(0, dtype=torch.int32)}
         if self.kinds:
             state["kinds"] = [{"choices": [torch.from_numpy(w.astype(np.int64)) for w in t.choices],
                                "prior": torch.from_numpy(t.prior.astype(np.float64)),
@@ -407,7 +474,17 @@ class SpeakerWords(nn.Module):
     def set_extra_state(self, state: Dict) -> None:
         other = from_state(state, self.vocab, "the checkpoint")
         self.options, self.ignored, self.words, self.kinds = other.options, other.ignored, other.words, other.kinds
+        self._built_words, self._built_index = other._built_words, None
         self._reset()
+
+
+def fused(scores: Tensor, bias: Tensor, best: Tensor, near: Tensor, window: float, floor: bool) -> Tensor:
+    """``scores`` (float) with ``bias`` added to the ``near`` words, those within ``window`` of the ``best`` score (the
+    last dimension's maximum, kept); with ``floor``, a near word is kept at or above ``best - window``. A new tensor."""
+    out = scores + bias.to(scores.dtype) * near
+    if floor:
+        out = torch.where(near, torch.maximum(out, best - window), out)
+    return out
 
 
 def _ones(words: Sequence[np.ndarray], vocab: int) -> scipy.sparse.csr_matrix:
@@ -493,7 +570,7 @@ def from_state(state, vocab: int, where: str, speakers: Optional[int] = None) ->
     options = state["options"]
     if not isinstance(options, dict) or not set(options) <= known:
         raise bad(f"have options {sorted(options) if isinstance(options, dict) else options!r}, not {sorted(known)}")
-    options = {"add_to": "logits", "rank_choices": "rates", **options}  # written before the options: as it was
+    options = {"add_to": "logits", "rank_choices": "rates", "floor": False, **options}  # written before: as it was
     lengths, ids, ignored = state["lengths"], state["words"], state.get("ignored", [])
     if not _ids_tensor(lengths) or not _ids_tensor(ids) or int(lengths.sum()) != ids.numel() \
             or bool((lengths < 0).any()) or (ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab)) \
@@ -510,7 +587,32 @@ def from_state(state, vocab: int, where: str, speakers: Optional[int] = None) ->
     flat = ids.numpy().astype(np.int64)
     words.words = [np.unique(flat[bounds[i]:bounds[i + 1]]) for i in range(len(lengths))]
     words.kinds = _kinds_of(state.get("kinds", []), vocab, bad)
+    words._built_words = _built_of(state.get("built"), words.words, vocab, bad)
     return words
+
+
+def _built_of(record, words: List[np.ndarray], vocab: int, bad) -> List[np.ndarray]:
+    """The build of a record (see :meth:`SpeakerWords.get_extra_state`): its rows' words where they changed since,
+    the rows' own otherwise (the same arrays); a record written before builds were kept (0.8.0) is its own build."""
+    if record is None:
+        return list(words)
+    damaged = bad("are damaged (their build's rows do not add up)")
+    try:
+        count, rows, lengths, ids = record["speakers"], record["rows"], record["lengths"], record["words"]
+    except (TypeError, KeyError):
+        raise damaged from None
+    if not isinstance(count, int) or isinstance(count, bool) or not 0 <= count <= len(words) \
+            or not all(_ids_tensor(x) for x in (rows, lengths, ids)) or len(rows) != len(lengths) \
+            or int(lengths.sum()) != ids.numel() or bool((lengths < 0).any()) \
+            or (rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= count)) \
+            or (ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab)):
+        raise damaged
+    built = list(words[:count])
+    bounds = np.concatenate([[0], np.cumsum(lengths.numpy().astype(np.int64))])
+    flat = ids.numpy().astype(np.int64)
+    for i, row in enumerate(rows.tolist()):
+        built[row] = np.unique(flat[bounds[i]:bounds[i + 1]])
+    return built
 
 
 def _kinds_of(records, vocab: int, bad) -> List[TraitKinds]:

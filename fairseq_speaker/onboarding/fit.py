@@ -88,8 +88,8 @@ class TokenScores:
         return sum(t.numel() * t.element_size() for t in vars(self).values() if t is not None)
 
 
-def _batches(pairs: Sequence[Pair], source_dictionary, target_dictionary, left_pad_source: bool,
-             left_pad_target: bool, batch_size: int):
+def collated_batches(pairs: Sequence[Pair], source_dictionary, target_dictionary, left_pad_source: bool,
+                     left_pad_target: bool, batch_size: int):
     """``(start, batch)``: fairseq's collated batches of ``batch_size`` consecutive pairs, the first being
     ``pairs[start]`` (a batch is sorted by length; ``batch["id"]`` gives each row's place in its chunk)."""
     for start in range(0, len(pairs), batch_size):
@@ -112,8 +112,8 @@ def score_tokens(model, pairs: Sequence[Pair], source_dictionary, target_diction
     pad = source_dictionary.pad()
     device = next(model.parameters()).device
     parts, sources = [], [None] * len(pairs)
-    for start, batch in _batches(pairs, source_dictionary, target_dictionary, left_pad_source, left_pad_target,
-                                 batch_size):
+    for start, batch in collated_batches(pairs, source_dictionary, target_dictionary, left_pad_source,
+                                         left_pad_target, batch_size):
         net = batch["net_input"]
         src = net["src_tokens"].to(device)
         speakers = torch.full((src.size(0),), NO_SPEAKER, dtype=torch.long, device=device)
@@ -184,8 +184,8 @@ def decoder_batches(model, pairs: Sequence[Pair], source_dictionary, target_dict
     frozen = {name: p.detach() for name, p in decoder.named_parameters() if not name.startswith("speaker_bias.")}
     output_names = _output_layer_names(decoder)
     out = []
-    for start, batch in _batches(pairs, source_dictionary, target_dictionary, left_pad_source, left_pad_target,
-                                 batch_size):
+    for start, batch in collated_batches(pairs, source_dictionary, target_dictionary, left_pad_source,
+                                         left_pad_target, batch_size):
         net = batch["net_input"]
         src = net["src_tokens"].to(device)
         speakers = torch.zeros(src.size(0), dtype=torch.long, device=device)

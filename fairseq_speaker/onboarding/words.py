@@ -7,13 +7,23 @@ the network finds plausible by what each speaker and the speakers most like them
 written checkpoint get the words of their own sentences. Nothing is trained; the network and the speakers' rows are
 copied as they are.
 
+The weight, the window and whether the traits' kinds of speaker are used are chosen on held-out sentences of the
+corpus (:mod:`fairseq_speaker.onboarding.calibrate`): the ``valid`` split where it holds enough sentences of the
+speakers, else held-out sentences of each speaker (cross-fitted). The network alone (weight 0) is a candidate: where
+no setting beats it on the held-out sentences, the memory is written with weight 0, decoding as the network alone,
+and the command says so. ``--weight``, ``--window`` and ``--kinds``/``--no-kinds`` fix their setting instead.
+
 Usage::
 
     fairseq-speaker-words DATA --path checkpoints/checkpoint_best.pt --save words.pt \
-        [--weight 6 --window 2 --add-to log_probs --rank-choices posterior --kinds-prior 0.3]
+        [--calibrate auto --heldout-subset valid] [--weight 6 --window 2 --no-kinds] \
+        [--add-to log_probs --rank-choices posterior --kinds-prior 0.3]
 """
 
 import argparse
+import copy
+import dataclasses
+import logging
 import math
 import os
 import time
@@ -22,10 +32,11 @@ from typing import List, Optional, Sequence
 import numpy as np
 
 from fairseq_speaker.analysis.choices import corpus_kinds
-from fairseq_speaker.errors import command
+from fairseq_speaker.errors import UserError, command
 from fairseq_speaker.modules import speaker_words
-from fairseq_speaker.modules.speaker_words import WordOptions
-from fairseq_speaker.onboarding.refit import open_with_sentences
+from fairseq_speaker.modules.speaker_words import MAX_WEIGHT, WordOptions
+from fairseq_speaker.onboarding import calibrate
+from fairseq_speaker.onboarding.refit import open_with_sentences, training_sentences
 from fairseq_speaker.runtime import add_runtime_arguments, check_threads, configure_output, start_threads
 
 
@@ -46,11 +57,25 @@ def _positive(value: str) -> float:
     return number
 
 
+def _bounded(most: float):
+    def parse(value: str) -> float:
+        number = _non_negative(value)
+        if number > most:
+            raise argparse.ArgumentTypeError(f"expected a number between 0 and {most:g}, got {value!r} (beyond it the "
+                                             f"memory overrides every word the network proposes)")
+        return number
+    return parse
+
+
 def _share(value: str) -> float:
     number = _non_negative(value)
     if number > 1:
         raise argparse.ArgumentTypeError(f"expected a share between 0 and 1, got {value!r}")
     return number
+
+
+#: the choices of --calibrate
+CALIBRATE = ("auto", "split", "cross-fit", "off")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -66,10 +91,28 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--save", required=True, help="where to write the checkpoint with its speakers' words (a new file)")
     parser.add_argument("--subset", default="train", help="the split whose target sentences are remembered (the one the "
                         "speakers were trained on)")
-    parser.add_argument("--weight", type=_non_negative, default=defaults.weight,
-                        help="nats per unit of log ratio of a speaker's rate of a word to everyone's (0: no effect)")
-    parser.add_argument("--window", type=_non_negative, default=defaults.window,
-                        help="a generation step re-ranks the words within this many nats of its most probable word")
+    parser.add_argument("--calibrate", choices=CALIBRATE, default="auto",
+                        help="where the weight, the window and the kinds' use are chosen: on --heldout-subset where "
+                        f"it holds at least {calibrate.MIN_SENTENCES} sentences of the speakers, else on held-out "
+                        "sentences of each speaker (auto, the default); on the split only (split); on held-out "
+                        "sentences of each speaker, the memory built from the others (cross-fit); or not at all, "
+                        f"the defaults then (weight {defaults.weight:g}, window {defaults.window:g}, kinds on) taken "
+                        "as they are (off)")
+    parser.add_argument("--heldout-subset", default="valid", metavar="SPLIT",
+                        help="the split of held-out sentences of the same speakers that --calibrate reads")
+    parser.add_argument("--calibrate-by", choices=("decoding", "tokens"), default="decoding",
+                        help="what chooses: the reference's words that the beam's translations of the held-out "
+                        f"sentences get (at most {calibrate.MAX_DECODED} sentences, each setting the held-out tokens "
+                        "do not reject; default), or the held-out tokens alone, teacher-forced (faster; blind to a "
+                        "word's bias choosing the article before it)")
+    parser.add_argument("--calibration-beam", type=int, default=5, metavar="N",
+                        help="the beam of --calibrate-by decoding (the beam you decode with)")
+    parser.add_argument("--weight", type=_bounded(MAX_WEIGHT), default=None,
+                        help="nats per unit of log ratio of a speaker's rate of a word to everyone's (0: no effect); "
+                        "given, it is not chosen on held-out sentences")
+    parser.add_argument("--window", type=_non_negative, default=None,
+                        help="a generation step re-ranks the words within this many nats of its most probable word; "
+                        "given, it is not chosen on held-out sentences")
     parser.add_argument("--own", type=_share, default=defaults.own,
                         help="the share of a speaker's rate of a word taken from their own sentences")
     parser.add_argument("--neighbours", type=_share, default=defaults.neighbours,
@@ -85,11 +128,12 @@ def build_parser() -> argparse.ArgumentParser:
                         help="what a generation step's bias is added to: the step's log-probabilities, so that a "
                         "speaker's noun also chooses the article before it (default), or its logits, renormalized "
                         "at the step (0.6.0 and before)")
-    parser.add_argument("--kinds", action=argparse.BooleanOptionalAction, default=True,
+    parser.add_argument("--kinds", action=argparse.BooleanOptionalAction, default=None,
                         help="learn the word choices the speakers make, the traits that group them and each trait's "
                         "kinds of speaker from the split's sentence pairs (docs/speaker_learning.md, \"The choices a "
                         "corpus shows\"), so that a speaker's rivals they never said follow their posterior over the "
-                        "kinds rather than their neighbours' votes (default; --no-kinds: the neighbours alone)")
+                        "kinds rather than their neighbours' votes (--no-kinds: the neighbours alone; neither: "
+                        "chosen on held-out sentences)")
     parser.add_argument("--rank-choices", choices=speaker_words.RANK_CHOICES, default=defaults.rank_choices,
                         help="how the alternatives of a choice of the kinds are ranked: by the speaker's posterior "
                         "predictive, their own choices first, every other word then only raised (default), or by "
@@ -97,6 +141,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--kinds-prior", type=_positive, default=defaults.kinds_prior, metavar="ALPHA",
                         help="how many of a speaker's own choices the kinds' prediction of a choice counts as (below "
                         "1: an alternative the speaker said outranks any they did not)")
+    parser.add_argument("--floor", action=argparse.BooleanOptionalAction, default=defaults.floor,
+                        help="keep the words within the window at or above its edge, so that the memory only re-ranks "
+                        "the words the network proposes (default; --no-floor: as 0.8.0, where lowering the network's "
+                        "best word could let a word outside the window win)")
     parser.add_argument("--user-dir", default=None,
                         help="a package registering more speaker bias variants or model families")
     add_runtime_arguments(parser)
@@ -117,6 +165,102 @@ def learned_kinds(sentences) -> List[speaker_words.TraitKinds]:
             for trait, model in corpus_kinds(sources, targets, labels)]
 
 
+def _memory(dictionary, speakers, table_size: int, sentences, options: WordOptions, kinds: bool
+            ) -> speaker_words.SpeakerWords:
+    """A memory of the target sentences of ``sentences`` (name -> pairs), with the traits' kinds learned from them
+    when ``kinds``."""
+    words = speaker_words.remembered(dictionary, table_size, {speakers.index(name): [target for _, target in pairs]
+                                                              for name, pairs in sentences.items()}, options)
+    if kinds:
+        words.kinds = learned_kinds(sentences)
+    return words
+
+
+def _describe_kinds(kinds: List[speaker_words.TraitKinds]) -> str:
+    return "; ".join(f"trait {i}: {len(t.choices)} choices, {len(t.prior)} kinds"
+                     for i, t in enumerate(kinds, 1)) or "no choice found"
+
+
+def _heldout(args, checkpoint, sentences):
+    """The held-out sentences ``(name -> pairs)`` of the remembered speakers and how they were made, and the sentences
+    the memory is built from while choosing (``sentences`` itself, or its cross-fitted part)."""
+    if args.calibrate in ("auto", "split") and args.heldout_subset != args.subset:
+        try:
+            split = training_sentences(checkpoint.task, args.heldout_subset)
+        except (FileNotFoundError, UserError):
+            split = {}
+        split = {name: pairs for name, pairs in split.items() if name in sentences}
+        count = sum(map(len, split.values()))
+        if count >= calibrate.MIN_SENTENCES:
+            return split, f"the {args.heldout_subset!r} split", sentences
+        if args.calibrate == "split":
+            raise UserError(f"{args.data}: the {args.heldout_subset!r} split holds {count} sentences of the speakers "
+                            f"of {args.subset!r}, and --calibrate split needs at least {calibrate.MIN_SENTENCES}: "
+                            f"name another with --heldout-subset, or pass --calibrate cross-fit")
+    kept, held = calibrate.cross_fit_split(sentences)
+    if sum(map(len, held.values())) == 0:
+        raise UserError(f"{args.data}: no speaker of the {args.subset!r} split has two sentences, so none can be held "
+                        f"out to choose the memory's settings: give a --heldout-subset of the same speakers, or "
+                        f"fix --weight, --window and --kinds/--no-kinds (or --calibrate off)")
+    return held, f"1 in {calibrate.FOLDS} sentences of each speaker held out (cross-fitted)", kept
+
+
+def _calibrated(args, checkpoint, sentences, options: WordOptions):
+    """The options and the kinds' use chosen on held-out sentences, and the :class:`~calibrate.Calibration`."""
+    task, speakers = checkpoint.task, checkpoint.task.speaker_dictionary
+    held, how, built_from = _heldout(args, checkpoint, sentences)
+    unit = dataclasses.replace(options, weight=1.0)
+    memory = _memory(task.target_dictionary, speakers, checkpoint.speaker_bias.num_speakers, built_from, unit,
+                     kinds=args.kinds is not False)
+    unit_bias = {}
+    if args.kinds is not False and memory.kinds:
+        unit_bias[True] = memory.bias_row
+    if args.kinds is not True or not memory.kinds:
+        plain = copy.deepcopy(memory)
+        plain.kinds = []
+        unit_bias[False] = plain.bias_row
+    weights = calibrate.WEIGHTS if args.weight is None else [args.weight]
+    windows = calibrate.WINDOWS if args.window is None else [args.window]
+    choice_words = [int(w) for t in memory.kinds for c in t.choices for w in c]
+    pairs = [(speakers.index(name), pair) for name, ps in held.items() for pair in ps]
+    result = calibrate.calibrate(checkpoint.model, task, pairs, unit_bias, how, weights=weights, windows=windows,
+                                 choice_words=choice_words, network=args.weight is None, floor=options.floor)
+    if args.calibrate_by == "decoding":
+        memories = {True: memory, False: plain if False in unit_bias else None}
+        result = _decoded(args, checkpoint, result, calibrate.evenly(pairs, calibrate.MAX_DECODED), memories, unit)
+    chosen = result.chosen
+    chosen_options = dataclasses.replace(options, weight=chosen.weight, window=chosen.window if chosen.weight else
+                                         options.window)
+    return chosen_options, chosen.kinds if chosen.weight else (args.kinds is not False and bool(memory.kinds)), result
+
+
+def _decoded(args, checkpoint, result, pairs, memories, unit: WordOptions):
+    """:func:`calibrate.choose_by_decoding` with the checkpoint's model, each candidate's memory attached in turn."""
+    from fairseq import hub_utils
+
+    task, model = checkpoint.task, checkpoint.model
+    names = [task.speaker_dictionary.names[row] for row, _ in pairs]
+    sources = [source for _, (source, _) in pairs]
+    eos = task.target_dictionary.eos()
+    references = [[w for w in target.tolist() if w != eos] for _, (_, target) in pairs]
+    hub = hub_utils.GeneratorHubInterface(checkpoint.state["cfg"], task, [model])
+    hub.eval()
+
+    def decode(candidate: calibrate.Candidate):
+        memory = memories.get(candidate.kinds) if candidate.weight else None
+        if memory is not None:
+            memory.set_options(dataclasses.replace(unit, weight=candidate.weight, window=candidate.window))
+        speaker_words.attach(model, memory)
+        task.set_inference_speakers(names)
+        best = hub.generate(sources, beam=args.calibration_beam)
+        return [[w for w in hypotheses[0]["tokens"].tolist() if w != eos] for hypotheses in best]
+
+    try:
+        return calibrate.choose_by_decoding(result, decode, references, network=args.weight is None)
+    finally:
+        speaker_words.attach(model, None)
+
+
 @command("fairseq-speaker-words")
 def main(argv: Optional[Sequence[str]] = None) -> None:
     parser = build_parser()
@@ -130,18 +274,42 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     check_threads(parser, args)
     if os.path.abspath(args.save) == os.path.abspath(args.path):
         parser.error("--save must not be the checkpoint given by --path: write the new model to a new file")
+    if args.calibration_beam < 1:
+        parser.error(f"--calibration-beam must be at least 1, got {args.calibration_beam}")
+    if args.calibrate == "split" and args.heldout_subset == args.subset:
+        parser.error(f"--heldout-subset {args.heldout_subset} is the split remembered (--subset): held-out sentences "
+                     f"must be others")
     start_threads(args.threads)
     start = time.perf_counter()
     checkpoint, sentences = open_with_sentences(args)
     dictionary = checkpoint.task.target_dictionary
-    options = WordOptions(weight=args.weight, window=args.window, own=args.own, neighbours=args.neighbours,
-                          k=args.neighbours_k, power=args.power, evidence=args.evidence, add_to=args.add_to,
-                          rank_choices=args.rank_choices, kinds_prior=args.kinds_prior)
+    before = speaker_words.speaker_words_of(checkpoint.model)  # read before the calibration attaches its own
+    defaults = WordOptions()
+    options = WordOptions(weight=defaults.weight if args.weight is None else args.weight,
+                          window=defaults.window if args.window is None else args.window, own=args.own,
+                          neighbours=args.neighbours, k=args.neighbours_k, power=args.power, evidence=args.evidence,
+                          add_to=args.add_to, rank_choices=args.rank_choices, kinds_prior=args.kinds_prior,
+                          floor=args.floor)
+    use_kinds = args.kinds is not False
+    fixed = args.weight is not None and args.window is not None and args.kinds is not None
+    if args.calibrate != "off" and not (fixed or args.weight == 0):
+        options, use_kinds, result = _calibrated(args, checkpoint, sentences, options)
+        print(result.table())
+        chosen = result.chosen
+        if chosen.weight == 0:
+            logging.getLogger("fairseq_speaker.words").warning(
+                "no setting of the memory beat the network alone on %s held-out tokens (%s): the memory is written "
+                "with weight 0 and decoding is the network's; --weight fixes one anyway", result.tokens, result.heldout)
+        else:
+            ours, theirs = result.score(chosen), result.score(result.network.candidate)
+            if ours < theirs:
+                logging.getLogger("fairseq_speaker.words").warning(
+                    "with --weight %g the memory does worse than the network alone on the held-out sentences (%s): "
+                    "%.2f%% against %.2f%%; without --weight the command chooses", chosen.weight, result.heldout,
+                    100 * ours, 100 * theirs)
+        print(f"chosen: {chosen.describe()}")
     speakers = checkpoint.task.speaker_dictionary
-    words = speaker_words.remembered(dictionary, checkpoint.speaker_bias.num_speakers,
-                                     {speakers.index(name): [target for _, target in pairs]
-                                      for name, pairs in sentences.items()}, options)
-    before = speaker_words.speaker_words_of(checkpoint.model)
+    words = _memory(dictionary, speakers, checkpoint.speaker_bias.num_speakers, sentences, options, kinds=use_kinds)
     kept = []  # a checkpoint that remembers words already: its speakers onboarded since keep theirs
     if before is not None:
         split = {speakers.index(name) for name in sentences}
@@ -149,10 +317,16 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             if row not in split and len(before.words_of(row)):
                 words.set_words(row, [before.words_of(row)])
                 kept.append(row)
-    if args.kinds:
-        words.kinds = learned_kinds(sentences)
-        print("kinds of speaker: " + ("; ".join(f"trait {i}: {len(t.choices)} choices, {len(t.prior)} kinds"
-                                                for i, t in enumerate(words.kinds, 1)) or "no choice found"))
+    if use_kinds:
+        print("kinds of speaker: " + _describe_kinds(words.kinds))
+        single = [i for i, t in enumerate(words.kinds, 1) if len(t.prior) == 1]
+        if single:
+            logging.getLogger("fairseq_speaker.words").warning(
+                "%d of the %d traits found have one kind of speaker only in the %r split (%s): their speakers' "
+                "choices do not differ there (too few sentences per speaker?), so the kinds rank those choices as "
+                "everyone's", len(single), len(words.kinds), args.subset, ", ".join(map(str, single[:10]))
+                + (", ..." if len(single) > 10 else ""))
+    words.rebuild()
     speaker_words.attach(checkpoint.model, words)
     checkpoint.save(args.save)
     counts = sorted(len(words.words_of(speakers.index(name))) for name in sentences)

@@ -21,7 +21,8 @@ from tests.cli import generate_args, run
 def remembered(trained, toy, tmp_path_factory):
     checkpoint = trained("lstm_fact_bias")
     out = str(tmp_path_factory.mktemp("words") / "words.pt")
-    proc = run("fairseq-speaker-words", [toy["bin"], "--path", checkpoint, "--save", out, "--threads", "1"])
+    proc = run("fairseq-speaker-words", [toy["bin"], "--path", checkpoint, "--save", out, "--threads", "1",
+                                           "--calibrate", "off"])
     return checkpoint, out, proc
 
 
@@ -138,10 +139,14 @@ def test_a_hypothesiss_score_is_the_networks_log_probability_plus_its_speakers_b
             lp = torch.log_softmax(logits, -1)
             near = lp >= lp.max(-1, keepdim=True).values - window
             added = torch.where(near, bias.unsqueeze(0), torch.zeros(()))
+            # the floor: a near word lowered stays at the window's edge
+            scored = lp if add_to == "log_probs" else logits
+            kept = torch.where(near, torch.maximum(scored + added, scored.max(-1, keepdim=True).values - window),
+                               scored + added)
             if add_to == "log_probs":
-                expected = (lp + added).gather(1, target.unsqueeze(1)).squeeze(1)
+                expected = kept.gather(1, target.unsqueeze(1)).squeeze(1)
             else:
-                expected = torch.log_softmax(logits + added, -1).gather(1, target.unsqueeze(1)).squeeze(1)
+                expected = torch.log_softmax(kept, -1).gather(1, target.unsqueeze(1)).squeeze(1)
             assert torch.allclose(h["positional_scores"].float(), expected, atol=1e-4), (add_to, sentence, name)
             biased += int((added.gather(1, target.unsqueeze(1)).abs() > 0.1).sum())
     assert biased > 0  # the bias was there to be counted
@@ -280,3 +285,19 @@ def test_the_demo_remembers_the_words_of_systems_whose_speakers_have_parameters_
         assert (written is not None) == remembers and (folder / "words.pt").exists() == remembers, system
         if remembers:
             assert written == str(folder / "words.pt") and CHECKPOINT_KEY in torch.load(written, weights_only=False)["model"]
+
+
+def test_onboarding_leaves_the_trained_speakers_bias_rows_and_translations_as_they_were(remembered, toy):
+    """docs/onboarding.md: the known speakers translate bit-identically after a new speaker is onboarded, their
+    speakers' words included (the memory keeps the build their rows were estimated from)."""
+    _, out, _ = remembered
+    translator = SpeakerTranslator.from_pretrained(out, data=toy["bin"], max_len_b=6)
+    memory = speaker_words_of(translator.model)
+    names = translator.speakers[:8]
+    sentences = ["i am tired .", "you want the drugs .", "i saw the dog yesterday .", "you are happy ."] * 2
+    rows = [memory.bias_row(r).clone() for r in range(8)]
+    before = translator.translate(sentences, names)
+    translator.add_speaker("dr-new", ["i am tired .", "you want the drugs ."],
+                           ["je suis fatiguée .", "vous voulez les médicaments ."])
+    assert all(torch.equal(memory.bias_row(r), rows[r]) for r in range(8))
+    assert translator.translate(sentences, names) == before

@@ -1,6 +1,7 @@
 """The speakers' words (modules/speaker_words.py): the estimate against the equation computed by hand, the
 re-ranking window, and the saved record."""
 
+import copy
 import math
 import random
 
@@ -329,14 +330,16 @@ def test_the_speakers_most_like_a_new_ones_words_are_the_equations_neighbours_co
     assert words.most_like([torch.tensor([vocab - 1])], among=among)[0].size == 0  # no known speaker said it
 
 
+@pytest.mark.parametrize("floor", [True, False])
 @pytest.mark.parametrize("case", ["peaked", "a flat hypothesis", "flat"])
-def test_rerank_in_place_by_indices_is_the_dense_sum_over_the_window_of_the_log_probabilities(case):
+def test_rerank_in_place_by_indices_is_the_dense_sum_over_the_window_of_the_log_probabilities(case, floor):
     """The fast rerank (the window on the logits, the bias added at the words' indices, rows shared by a speaker's
     hypotheses) gives the plain form: log-softmax, the window's mask, the rows added densely; on each of its paths:
     a trained model's peaked steps (the near words among the best few), one hypothesis with many near words (by
-    indices over the vocabulary), a random network's flat steps (a dense sum)."""
+    indices over the vocabulary), a random network's flat steps (a dense sum). With ``floor`` a near word lowered is
+    kept at the window's edge."""
     generator = torch.Generator().manual_seed(0)
-    words = SpeakerWords(300, WordOptions(window=2.0))
+    words = SpeakerWords(300, WordOptions(window=2.0, floor=floor))
     logits = torch.randn(12, 1, 300, generator=generator) * (0.01 if case == "flat" else 20.0)
     if case == "a flat hypothesis":
         logits[3, 0, :40] = logits[3].max() + torch.rand(40, generator=generator)
@@ -344,10 +347,74 @@ def test_rerank_in_place_by_indices_is_the_dense_sum_over_the_window_of_the_log_
     index = torch.randint(0, 3, (12,), generator=generator)
     scores = torch.log_softmax(logits, dim=-1)
     near = scores >= scores.max(dim=-1, keepdim=True).values - 2.0
-    plain = logits + rows.index_select(0, index).unsqueeze(1) * near
+    plain = logits + rows.index_select(0, index).unsqueeze(1) * 8.0 * near
+    if floor:
+        edge = logits.max(dim=-1, keepdim=True).values - 2.0
+        plain = torch.where(near, torch.maximum(plain, edge), plain)
+        assert bool((plain[near] == edge.expand_as(plain)[near]).any())  # the floor was there to be met
+    rows = rows * 8.0
     assert torch.allclose(words.rerank(logits.clone(), rows, index), plain, atol=1e-6)
     assert torch.allclose(words.rerank(logits.clone(), rows.index_select(0, index)), plain, atol=1e-6)
     few = int(near.sum(-1).max()) < speaker_words.FEW_NEAR
     by_indices = int(near.sum()) * speaker_words.DENSE_SHARE <= near.numel()
     assert (few, by_indices) == {"peaked": (True, True), "a flat hypothesis": (False, True),
                                  "flat": (False, False)}[case]
+
+
+def _five_speakers() -> SpeakerWords:
+    words = SpeakerWords(20, WordOptions(weight=2.0, k=3, own=0.3, neighbours=0.6, evidence=1.0))
+    for row, said in enumerate([[4, 5, 6], [4, 5, 7], [6, 7, 8], [8, 9, 10], [4, 9, 11]]):
+        words.set_words(row, [said])
+    words.rebuild()
+    return words
+
+
+def test_onboarding_and_updating_a_speaker_leave_the_known_speakers_rows_as_they_were_built():
+    words = _five_speakers()
+    built = [words.bias_row(r).clone() for r in range(5)]
+    words.set_words(5, [[4, 5, 12]])  # a new speaker, whose words would move everyone's idf and neighbours
+    words.add_words(1, [[13]])  # and a known speaker's update
+    assert all(torch.equal(words.bias_row(r), built[r]) for r in (0, 2, 3, 4))
+    assert not torch.equal(words.bias_row(1), built[1])  # the updated speaker's own row moves
+    assert words.bias_row(5).abs().sum() > 0
+    # without the build, the new speaker moves the others: what the build is there to prevent
+    unbuilt = copy.deepcopy(words)
+    unbuilt.rebuild()
+    assert any(not torch.equal(unbuilt.bias_row(r), built[r]) for r in (0, 2, 3, 4))
+    # the record keeps the build: read back, the rows are the same, the new speaker's too
+    back = from_state(words.get_extra_state(), 20, "x.pt")
+    assert all(torch.equal(back.bias_row(r), words.bias_row(r)) for r in range(6))
+
+
+def test_a_forgotten_speaker_leaves_the_build_too():
+    words = _five_speakers()
+    neighbours_before = words.bias_row(0).clone()
+    words.forget([1])  # speaker 1 shares words 4 and 5 with speaker 0: no longer one of their neighbours
+    assert not torch.equal(words.bias_row(0), neighbours_before)
+    alone = _five_speakers()
+    alone.forget([1])
+    alone.rebuild()
+    assert torch.equal(words.bias_row(0), alone.bias_row(0))
+    assert words.bias_row(1).abs().sum() == 0
+
+
+def test_a_record_of_0_8_0_is_its_own_build_and_a_damaged_build_is_refused():
+    words = _five_speakers()
+    state = words.get_extra_state()
+    assert state["built"]["speakers"] == 5 and state["built"]["rows"].numel() == 0
+    old = {k: v for k, v in state.items() if k != "built"}
+    back = from_state(old, 20, "old.pt")
+    assert all(torch.equal(back.bias_row(r), words.bias_row(r)) for r in range(5))
+    nothing = torch.zeros(0, dtype=torch.long)
+    for damaged in ({"speakers": 9, "rows": nothing, "lengths": nothing, "words": torch.zeros(0, dtype=torch.int32)},
+                    {"speakers": 5, "rows": torch.tensor([7]), "lengths": torch.tensor([1]),
+                     "words": torch.tensor([3], dtype=torch.int32)},
+                    "not a build"):
+        with pytest.raises(UserError, match="build"):
+            from_state(dict(state, built=damaged), 20, "x.pt")
+
+
+def test_weights_beyond_the_bound_are_refused():
+    with pytest.raises(UserError, match="weight must be at most"):
+        SpeakerWords(4, WordOptions(weight=1e30))
+    SpeakerWords(4, WordOptions(weight=speaker_words.MAX_WEIGHT))
