@@ -19,10 +19,11 @@ import importlib
 import os
 import platform
 import sys
+import traceback
 from importlib import metadata
 from typing import List, Optional, Sequence, Tuple
 
-from fairseq_speaker.errors import command
+from fairseq_speaker.errors import UserError, command
 from fairseq_speaker.runtime import THREADS_VARIABLE, add_runtime_arguments, choose_threads, configure_output, usable_cores
 from fairseq_speaker.user_dir import add_user_dir_argument, import_user_dir
 
@@ -191,12 +192,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def user_dir_problem(user_dir: str, error: BaseException) -> str:
+    """What to say of a ``--user-dir`` package whose import raised ``error`` (its own code failed)."""
+    frames = traceback.extract_tb(error.__traceback__)
+    where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+    detail = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    return (f"--user-dir {user_dir} does not import: {type(error).__name__}{': ' + detail if detail else ''}{where}; "
+            f"fix the package (python -c 'import NAME' from its parent folder shows the traceback), then run the "
+            f"doctor again; the lines above check the package without it")
+
+
 @command(PROG)
 def main(argv: Optional[Sequence[str]] = None) -> None:
     args = build_parser().parse_args(argv)
     configure_output(args.verbose)
-    import_user_dir(args.user_dir)
-    lines, problems = report(args.user_dir)
+    user_dir, broken = args.user_dir, None
+    try:
+        import_user_dir(user_dir)
+    except UserError:  # no such folder: the command line is wrong
+        raise
+    except Exception as e:  # noqa: BLE001  (the package's own code raised: a problem of the installation to report)
+        user_dir, broken = None, user_dir_problem(args.user_dir, e)
+    lines, problems = report(user_dir)
+    if broken:
+        problems.insert(0, broken)
     for name, text in lines:
         print(f"{name + ':':<{WIDTH}} {text}")
     if problems:

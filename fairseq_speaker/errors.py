@@ -32,16 +32,28 @@ FAIRSEQ_OPTION_ASSERTIONS = {
     "Must specify batch size either with --max-tokens or --batch-size": "give --max-tokens N or --batch-size N",
 }
 
+#: fairseq's own refusals of a file named on the command line that end in an ``OSError``: the start of its message
+#: -> ours, given the rest of its message (the path)
+FAIRSEQ_FILE_ERRORS = {
+    "Model file not found: ": "checkpoint not found: {}; give --path the checkpoint file that fairseq-train wrote "
+                              "(checkpoint_best.pt or checkpoint_last.pt in its --save-dir; several joined with ':')",
+}
+
 
 def user_error_in(exc: Optional[BaseException]) -> Optional[UserError]:
     """The :class:`UserError` that caused ``exc`` (fairseq wraps some, e.g. "Cannot load model
-    parameters"; one of fairseq's option checks, :data:`FAIRSEQ_OPTION_ASSERTIONS`, becomes one), or None."""
+    parameters"; one of fairseq's option checks, :data:`FAIRSEQ_OPTION_ASSERTIONS`, or of its file checks,
+    :data:`FAIRSEQ_FILE_ERRORS`, becomes one), or None."""
     seen = set()
     while exc is not None and id(exc) not in seen:
         if isinstance(exc, UserError):
             return exc
         if isinstance(exc, AssertionError) and str(exc) in FAIRSEQ_OPTION_ASSERTIONS:
             return UserError(f"{exc}: {FAIRSEQ_OPTION_ASSERTIONS[str(exc)]}")
+        if isinstance(exc, OSError):
+            for start, message in FAIRSEQ_FILE_ERRORS.items():
+                if str(exc).startswith(start):
+                    return UserError(message.format(str(exc)[len(start):]))
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__
     return None

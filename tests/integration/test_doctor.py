@@ -60,6 +60,20 @@ def test_a_package_of_ones_own_registers_too():
     assert taken == total
 
 
+def test_a_package_of_ones_own_that_does_not_import_is_a_problem_not_a_traceback(tmp_path):
+    package = tmp_path / "half_written_variant"
+    package.mkdir()
+    (package / "__init__.py").write_text("import fairseq_speaker\n\nraise RuntimeError('not finished')\n")
+    proc = run("fairseq-speaker-doctor", ["--user-dir", str(package)], check=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr + proc.stdout, proc.stderr[-3000:]
+    problems = [line for line in proc.stdout.splitlines() if line.startswith("problem: ")]
+    assert problems == [f"problem: --user-dir {package} does not import: RuntimeError: not finished at "
+                        f"{package / '__init__.py'}:3; fix the package (python -c 'import NAME' from its parent "
+                        f"folder shows the traceback), then run the doctor again; the lines above check the package "
+                        f"without it"], proc.stdout
+    assert list(parts(proc.stdout)) == PARTS  # the rest is checked all the same
+
+
 def test_a_missing_extension_is_a_problem_with_what_to_do(monkeypatch, capsys):
     monkeypatch.setitem(doctor.NEEDED_EXTENSIONS, "fairseq.no_such_extension", "what the test needs")
     with pytest.raises(SystemExit) as ended:

@@ -477,6 +477,8 @@ COMMAND_PROBES = {
          "{ckpt} was trained with the dictionaries of another data folder than {swappedsrc}: line 5 of "
          "{swappedsrc}/dict.en.txt is '{en6}', the model's source dictionary has '{en5}' there"),
         (["{data}", "--path", "{garbage}", *GENERATE], 2, "{garbage}: not a readable fairseq checkpoint"),
+        (["{data}", "--path", "{tmp}/none.pt", *GENERATE], 2,
+         "checkpoint not found: {tmp}/none.pt; give --path the checkpoint file that fairseq-train wrote"),
         (["{data}", "--path", "{notckpt}", *GENERATE], 2, "{notckpt}: not a fairseq checkpoint"),
         (["{data}", "--path", "{badwords}", *GENERATE], 2,
          "the checkpoint: its speakers' words (decoder.speaker_words._extra_state) are damaged"),
@@ -941,13 +943,16 @@ def test_fairseq_interactive_refuses_bad_speakers(toy, trained, stdin, extra, me
     assert message in proc.stderr
 
 
-def test_fairseq_interactive_refuses_a_data_folder_of_other_dictionaries(places):
-    """The same size, two words swapped: every id would be read as another word."""
-    proc = run("interactive", [places["swapped"], "--user-dir", USER_DIR, "--task", "speaker_translation", "--path",
-                               places["ckpt"], "--speaker", "spk000"], stdin="i am tired .\n", check=False)
+@pytest.mark.parametrize("data,path,message", [
+    ("{swapped}", "{ckpt}", SWAPPED),  # the same size, two words swapped: every id would be read as another word
+    ("{data}", "{tmp}/none.pt", "checkpoint not found: {tmp}/none.pt; give --path the checkpoint file"),
+], ids=["a data folder of other dictionaries", "no such checkpoint"])
+def test_fairseq_interactive_refuses_what_it_cannot_pair(places, data, path, message):
+    proc = run("interactive", [places.fill(data), "--user-dir", USER_DIR, "--task", "speaker_translation", "--path",
+                               places.fill(path), "--speaker", "spk000"], stdin="i am tired .\n", check=False)
     assert proc.returncode == 2
     assert_user_error(proc)
-    assert places.fill(SWAPPED) in proc.stderr
+    assert places.fill(message) in proc.stderr
 
 
 @pytest.mark.parametrize("flag", ["--fp16", "--bf16", "--memory-efficient-fp16"])
