@@ -469,7 +469,8 @@ def main(argv=None) -> None:
                         help="write the corpus of a structure of the corpus suite instead (its sizes, model and seed "
                         "are its own; speakers.json for the Bayes oracle): see --list-structures")
     parser.add_argument("--list-structures", action="store_true",
-                        help="list the corpus suite's structures, their half (design or judge) and dimensions, and exit")
+                        help="list the corpus suite's structures, their half (design or judge) and dimensions; "
+                        "then exit")
     parser.add_argument("--train", type=int, help="training sentences (default: 6000)")
     parser.add_argument("--sentences-per-speaker", type=int, metavar="N",
                         help="training sentences of each speaker, instead of --train (which is then N x --speakers)")

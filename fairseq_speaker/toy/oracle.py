@@ -351,7 +351,8 @@ def _bayes_scores(styles: Union[Styles, StructureModel, None], observed: Dict[st
     return {key: float(right[key] / total[key]) for key in total}
 
 
-def bayes_accuracy(styles: Union[Styles, StructureModel, None], train_speakers: Sequence[str], train_traits: Sequence[Sequence[Trait]],
+def bayes_accuracy(styles: Union[Styles, StructureModel, None], train_speakers: Sequence[str],
+                   train_traits: Sequence[Sequence[Trait]],
                    test_speakers: Sequence[str], test_traits: Sequence[Sequence[Trait]],
                    score: str = "decision") -> Dict[str, float]:
     """The ``Bayes`` oracle's share of the test's speaker words, overall and per trait: each test speaker
@@ -366,7 +367,8 @@ def bayes_accuracy(styles: Union[Styles, StructureModel, None], train_speakers: 
     return _bayes_scores(styles, observed, zip(test_speakers, test_traits), score)
 
 
-def onboarding_oracle(styles: Union[Styles, StructureModel, None], speakers: Sequence[str], traits: Sequence[Sequence[Trait]], n: int,
+def onboarding_oracle(styles: Union[Styles, StructureModel, None], speakers: Sequence[str],
+                      traits: Sequence[Sequence[Trait]], n: int,
                       evaluated_after: Optional[int] = None, score: str = "decision") -> Dict[str, float]:
     """The ``Bayes`` oracle for new speakers known from their first ``n`` sentences (in file order, as
     ``fairseq-speaker-onboarding-eval`` adapts on them), scored on each speaker's sentences after their

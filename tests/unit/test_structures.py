@@ -144,7 +144,8 @@ def check_against_brute_force(model: StructureModel, speaker, occurrences, extra
                 if t.name == "style" else t.table[value][item]
             test_word = word_of(model, t.name, item, truth)
             expected = expected_words[(t.name, item)]
-            assert {w: float(p) for w, p in posterior.predictive(test_word).items()} == pytest.approx(expected, abs=1e-9)
+            predictive = {w: float(p) for w, p in posterior.predictive(test_word).items()}
+            assert predictive == pytest.approx(expected, abs=1e-9)
             best = max(expected.values())
             argmax = [w for w, p in expected.items() if p > best - 1e-12]
             assert float(posterior.score(test_word)) == pytest.approx((test_word.expected in argmax) / len(argmax))
@@ -304,8 +305,8 @@ def test_every_structure_writes_files_the_readers_and_the_oracle_accept(name, tm
     found = ceilings(out)  # the demo's table
     assert set(found) == {"traits revealed", "words seen", BAYES}
     assert f"| oracle: {BAYES} | - |" in format_table(oracle_rows(found))
-    assert found[BAYES] == bayes_accuracy(model, lines(out, "train.spk"), read_traits(os.path.join(out, "train.traits")),
-                                          *test)
+    train = (lines(out, "train.spk"), read_traits(os.path.join(out, "train.traits")))
+    assert found[BAYES] == bayes_accuracy(model, *train, *test)
     heldout = (lines(out, "heldout.spk"), read_traits(os.path.join(out, "heldout.traits")))
     limits = bayes_oracle(os.path.join(out, "speakers.json"), *heldout, [0, 1, 3])  # fairseq-speaker-onboarding-eval's
     assert [row["n"] for row in limits] == [0, 1, 3] and all(0 <= row["traits"]["all"] <= 1 for row in limits)
