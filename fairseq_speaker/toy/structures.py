@@ -142,6 +142,8 @@ HALVES = ("design", "judge")
 JUDGE_SEED = 20261127
 #: the number of structures of the judging half
 JUDGE_COUNT = 6
+#: the most structures one draw makes (``drawn-SEED-I``: I up to this)
+MOST_DRAWN = 100
 
 #: the design half: ``base`` and one dimension changed at a time, each with a fixed seed
 DESIGN = [
@@ -165,6 +167,8 @@ def draw_structures(seed: int, count: int, prefix: Optional[str] = None, avoid: 
     equally often and the axes are independent of each other); a point of ``avoid`` or one already drawn is
     drawn again. Each has a corpus seed of its own (from 1,000 up: the design half's are below). Named
     ``{prefix}-{i}`` (default ``drawn-{seed}-{i}``), i from 1."""
+    if not 0 <= count <= MOST_DRAWN:
+        raise ValueError(f"{count} structures drawn: 0 to {MOST_DRAWN}")
     rng = random.Random(f"suite-{seed}")
     taken = {s.point() for s in avoid}
     decks: Dict[str, List] = {axis: [] for axis in DIMENSIONS}
@@ -195,10 +199,11 @@ def get_structure(name: str) -> Structure:
     if name in SUITE:
         return SUITE[name]
     parts = name.split("-")
-    if len(parts) == 3 and parts[0] == "drawn" and parts[1].isdigit() and parts[2].isdigit() and int(parts[2]) >= 1:
+    if len(parts) == 3 and parts[0] == "drawn" and parts[1].isdigit() and parts[2].isdigit() and \
+            1 <= int(parts[2]) <= MOST_DRAWN:
         return draw_structures(int(parts[1]), int(parts[2]))[-1]
-    raise ValueError(f"no structure {name!r}; the structures: {', '.join(SUITE)} (or drawn-SEED-I, a fresh draw "
-                     f"of the judging dimensions)")
+    raise ValueError(f"no structure {name!r}; the structures: {', '.join(SUITE)} (or drawn-SEED-I, I from 1 to "
+                     f"{MOST_DRAWN}: a fresh draw of the judging half's dimensions)")
 
 
 # -- the generative model -------------------------------------------------------------------------------------

@@ -363,7 +363,8 @@ def test_a_fresh_judging_half_is_drawn_from_any_seed():
     assert get_structure("drawn-7-3") == drawn[2] and draw_structures(7, 5) == drawn
     assert not {s.point() for s in drawn} & {s.point() for s in DESIGN}
     assert draw_structures(8, 5) != drawn
-    for wrong in ("nope", "drawn-7", "drawn-7-0", "drawn-x-1"):
+    assert get_structure("drawn-7-100").name == "drawn-7-100"
+    for wrong in ("nope", "drawn-7", "drawn-7-0", "drawn-x-1", "drawn-7-101"):
         with pytest.raises(ValueError, match="the structures: base, correlated-address"):
             get_structure(wrong)
     with pytest.raises(ValueError, match="not one of"):
