@@ -154,6 +154,7 @@ def main(argv=None) -> None:
     import torch
 
     from fairseq_speaker.service.app import create_app, freeze_loaded_objects
+    from fairseq_speaker.service.connections import bounded_http_protocol
     from fairseq_speaker.serving import SpeakerTranslator
 
     logging.disable(logging.WARNING)  # fairseq's per-batch lines and the unknown-speaker warnings
@@ -180,7 +181,9 @@ def main(argv=None) -> None:
         freeze_loaded_objects()  # as fairseq-speaker-serve does before it serves
     collections = _Collections()
     port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    protocol = bounded_http_protocol(10.0)  # as fairseq-speaker-serve runs it (its default --header-timeout)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error",
+                                           http=protocol or "auto"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     while not server.started:

@@ -4,9 +4,13 @@ A speaker file has one label per line, aligned with the sentences of a split
 (``train.spk`` beside ``train.en``/``train.fr``; SATED names it ``.usr``).
 The file is UTF-8 (a byte-order mark at its start is ignored); lines end with
 ``\n`` or ``\r\n``. A label is the whole line, surrounding whitespace removed;
-it may contain inner spaces, but not be empty nor contain a tab or another
-control character (a lone ``\r``, for instance): such a line is an error that
-names the file and the line. docs/usage.md ("File formats") states the rules in full.
+it may contain inner spaces (U+0020), but not be empty, be longer than 200 code
+points, nor contain a control character (a tab, a lone ``\r``), a format or
+invisible character, or another space: such a line is an error that names the
+file and the line (:func:`label_problem`, the one check of every door). A new
+speaker's name meets more rules (:func:`new_label_problem`: NFC, one script a
+word, not a lookalike of a known name). docs/usage.md ("File formats") and
+docs/reliability.md ("Speaker labels") state the rules in full.
 
 The speaker dictionary maps labels to the rows of the model's speaker
 parameters. It is built from the training labels, saved as ``dict.spk.txt``

@@ -234,7 +234,8 @@ class SpeakerTranslator:
         if self._target_tokenizer is None or self._target_tokenizer[0] is not tokenizer:
             self._target_tokenizer = (tokenizer, preprocessing.for_target(tokenizer))
         target_tokenizer = self._target_tokenizer[1]
-        sources = [self.hub.apply_bpe(self.hub.tokenize(x)) for x in _not_blank(_as_list(sources, "sources"), "sources")]
+        sources = [self.hub.apply_bpe(self.hub.tokenize(x))
+                   for x in _not_blank(_as_list(sources, "sources"), "sources")]
         targets = [self.hub.apply_bpe(target_tokenizer.encode(x) if target_tokenizer is not None else x)
                    for x in _not_blank(_as_list(targets, "targets"), "targets")]
         return self.adapter.encode(sources, targets)
@@ -277,7 +278,8 @@ class SpeakerTranslator:
         adds one."""
         if not isinstance(name, str) or name not in self.task.speaker_dictionary:
             raise OnboardingError(f"update_speaker: no speaker {name!r} in the model ({len(self.speakers)} speakers: "
-                                  f"translator.speakers lists them); add_speaker(name, sources, targets) adds a new one")
+                                  f"translator.speakers lists them); add_speaker(name, sources, targets) adds a new "
+                                  f"one")
         return self.adapter.update(name, self.encode_pairs(sources, targets))
 
     @_serialized

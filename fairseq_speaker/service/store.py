@@ -224,7 +224,8 @@ class SpeakerStore:
             versions, broken = {}, {}
             for name in names:
                 try:
-                    versions[name] = int(db.execute("SELECT version FROM speakers WHERE name = ?", (name,)).fetchone()[0])
+                    row = db.execute("SELECT version FROM speakers WHERE name = ?", (name,)).fetchone()
+                    versions[name] = int(row[0])
                 except sqlite3.Error as e:
                     if not _damage(e):
                         raise
@@ -260,7 +261,8 @@ class SpeakerStore:
         """``columns`` of each speaker whose record can be read, one statement each (see :meth:`readable_versions`)."""
         rows = []
         with self._lock:
-            for (name,) in self._db.execute("SELECT name FROM speakers INDEXED BY sqlite_autoindex_speakers_1").fetchall():
+            names = self._db.execute("SELECT name FROM speakers INDEXED BY sqlite_autoindex_speakers_1").fetchall()
+            for (name,) in names:
                 try:
                     rows.append(self._db.execute(f"SELECT {columns} FROM speakers WHERE name = ?", (name,)).fetchone())
                 except sqlite3.Error as e:

@@ -8,7 +8,6 @@ command), never a traceback, and changes nothing. The command lines' rows are in
 import asyncio
 import json
 import logging
-import os
 import re
 import shutil
 import socket
@@ -426,7 +425,8 @@ def test_the_command_refuses_a_damaged_store_in_one_line_and_starts_with_skip_br
     path = _damaged(stored, "command.db", DAMAGES["pairs that are not JSON"][0])
     argv = [trained("lstm_fact_bias"), "--data", toy["bin"], "--store", path, "--threads", "1"]
     line = refused(serve.main, argv, capsys)
-    assert line.startswith(f"fairseq-speaker-serve: error: --store {path}: the record of speaker 'dr-lee' is damaged"), line
+    assert line.startswith(f"fairseq-speaker-serve: error: --store {path}: the record of speaker 'dr-lee' is "
+                           f"damaged"), line
     assert "--skip-broken-speakers" in line
     served = []
 
@@ -445,7 +445,8 @@ def test_the_command_refuses_a_damaged_store_in_one_line_and_starts_with_skip_br
 
 
 @pytest.mark.parametrize("argv,message", [
-    (["m.pt", "--data", "d", "--header-timeout", "0"], "--header-timeout must be a positive number of seconds, got 0.0"),
+    (["m.pt", "--data", "d", "--header-timeout", "0"],
+     "--header-timeout must be a positive number of seconds, got 0.0"),
     (["m.pt", "--data", "d", "--header-timeout", "nan"], "--header-timeout must be a positive number of seconds"),
 ])
 def test_the_commands_new_options_are_checked(argv, message, capsys):
@@ -479,5 +480,6 @@ def test_a_body_that_never_ends_is_refused_by_the_middleware_within_the_request_
         return time.monotonic() - start, refusal.value
 
     waited, refusal = asyncio.run(main())
-    assert refusal.status_code == 408 and refusal.code == "request_timeout" and refusal.headers == {"Connection": "close"}
+    assert refusal.status_code == 408 and refusal.code == "request_timeout"
+    assert refusal.headers == {"Connection": "close"}
     assert 0.25 < waited < 2.0

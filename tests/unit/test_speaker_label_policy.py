@@ -32,9 +32,10 @@ def test_every_door_refuses_invisible_format_control_characters_odd_spaces_and_l
     assert problem in new_label_problem(label, KNOWN)
 
 
-@pytest.mark.parametrize("label", ["Ann", "dr-lee", "Zo\u00eb 3", "O\u2019Brien", "\u0414\u043c\u0438\u0442\u0440\u0438\u0439",
-                                   "\u6771\u4eac\u30bf\u30ef\u30fcabc", "\u5f20\u4f1f", "\uae40\ubbfc\uc900 Kim",
-                                   "\u03b1\u03b8\u03b7\u03bd\u03ac", "x" * MAX_LABEL_CHARS, "Dr. Lee (talk 12)"])
+@pytest.mark.parametrize("label", [
+    "Ann", "dr-lee", "Zo\u00eb 3", "O\u2019Brien", "\u0414\u043c\u0438\u0442\u0440\u0438\u0439",
+    "\u6771\u4eac\u30bf\u30ef\u30fcabc", "\u5f20\u4f1f", "\uae40\ubbfc\uc900 Kim", "\u03b1\u03b8\u03b7\u03bd\u03ac",
+    "x" * MAX_LABEL_CHARS, "Dr. Lee (talk 12)"])
 def test_names_in_one_script_a_word_and_of_allowed_length_are_accepted(label):
     assert label_problem(label) is None and new_label_problem(label, KNOWN) is None
 
