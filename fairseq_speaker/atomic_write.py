@@ -18,6 +18,7 @@ temporary file is written, after cutting it to half its size: what a kill in the
 """
 
 import contextlib
+import errno
 import fnmatch
 import itertools
 import json
@@ -26,7 +27,7 @@ import re
 import shutil
 import signal
 import socket
-from typing import Any, Iterator, List
+from typing import Any, Iterator, List, Optional
 
 from fairseq_speaker.errors import UserError
 
@@ -130,12 +131,35 @@ def check_writable(path: str) -> None:
         raise UserError(f"cannot write {path}: the folder {folder} is not writable")
 
 
+#: the system's errors of a disk with no room left for the file (a full disk, a quota reached)
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+class NoSpaceLeft(UserError):
+    """A write that found no space on its disk; the earlier file is kept."""
+
+
+def _no_space(error: BaseException) -> Optional[OSError]:
+    """The :data:`NO_SPACE` error behind ``error`` (torch's writer wraps its file's ``OSError`` in a
+    ``RuntimeError``), or None."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, OSError) and error.errno in NO_SPACE:
+            return error
+        if isinstance(error, RuntimeError) and "No space left on device" in str(error):
+            return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
+
+
 @contextlib.contextmanager
 def atomic_path(path: str) -> Iterator[str]:
     """A temporary path beside ``path`` (see the module's text), moved onto ``path`` when the block ends without
     error and removed when it does not. A ``path`` that is a directory, or whose folder is missing or not
     writable, is refused (:class:`UserError`) before anything is written; leftovers of earlier writers of
-    ``path`` that were killed are removed first."""
+    ``path`` that were killed are removed first. A disk that fills up during the write ends it with
+    :class:`NoSpaceLeft` (a user error: one message), the temporary file removed and the earlier file kept."""
     check_writable(path)
     remove_leftovers(path)
     tmp = temporary_path(path)
@@ -145,6 +169,14 @@ def atomic_path(path: str) -> Iterator[str]:
         _sync(tmp)  # on disk before the rename: a power cut leaves the old file or the new one, never an empty one
         os.replace(tmp, path)
         _sync(os.path.dirname(os.path.abspath(path)))  # the rename itself
+    except (OSError, RuntimeError) as e:
+        full = _no_space(e)
+        if full is None:
+            raise
+        kept = "the earlier file is kept" if os.path.exists(path) else "no file was written"
+        quota = " (a disk quota reached)" if full.errno == errno.EDQUOT else ""
+        raise NoSpaceLeft(f"no space left on device writing {path}{quota}; {kept}. Free space in "
+                          f"{os.path.dirname(os.path.abspath(path))} (or write elsewhere) and run again") from None
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)

@@ -12,6 +12,7 @@ arguments may name files by ``{placeholder}``: :class:`Places` makes each on fir
 tiny trained model the fixtures share, broken files in the test's folder).
 """
 
+import errno
 import os
 import re
 import shutil
@@ -888,6 +889,24 @@ def test_the_real_command_line_ends_likewise(command, places):
     proc = run(name, [places.fill(a) for a in args], check=False, cwd=places.tmp)
     assert proc.returncode == status and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert places.fill(message) in proc.stderr.strip().splitlines()[-1]
+
+
+def test_a_full_disk_during_a_save_ends_in_one_message(places, capsys, monkeypatch):
+    """fairseq-speaker-words --save over an earlier file, on a disk that fills up half way through the write."""
+    save = places.write("o.pt", b"the earlier checkpoint")
+
+    def full_disk(obj, f, *args, **kwargs):
+        with open(f, "wb") as out:
+            out.write(b"half a checkpoint")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    code, err = run_in_process(words.main, [places["data"], "--path", places["ckpt"], "--save", save, "--threads",
+                                            "1"], capsys)
+    assert code == 2 and "Traceback" not in err, err[-2000:]
+    assert f"no space left on device writing {save}; the earlier file is kept" in err.strip().splitlines()[-1]
+    assert open(save, "rb").read() == b"the earlier checkpoint"
+    assert os.listdir(places.tmp) == ["o.pt"]  # no temporary file left
 
 
 def test_params_counts_speakers_by_arithmetic(capsys):

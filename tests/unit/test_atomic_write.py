@@ -1,10 +1,13 @@
 """Files written whole or not at all (fairseq_speaker/atomic_write.py), and refused before anything is written."""
 
+import builtins
+import errno
 import os
 
 import pytest
 
-from fairseq_speaker.atomic_write import atomic_path, write_text
+from fairseq_speaker import atomic_write
+from fairseq_speaker.atomic_write import NoSpaceLeft, atomic_path, write_text
 from fairseq_speaker.errors import UserError
 
 
@@ -25,3 +28,51 @@ def test_a_directory_or_a_missing_folder_is_refused_before_writing(tmp_path):
     with pytest.raises(UserError, match="cannot write .*: the folder .*nowhere does not exist"):
         write_text(str(tmp_path / "nowhere" / "out.txt"), "x")
     assert sorted(os.listdir(tmp_path)) == ["adir"] and os.listdir(tmp_path / "adir") == []
+
+
+class _FullDisk:
+    """A file whose disk fills up: a write puts half its data down, then fails as the system does."""
+
+    def __init__(self, f, code: int):
+        self.f, self.code = f, code
+
+    def write(self, data):
+        self.f.write(data[: len(data) // 2])
+        raise OSError(self.code, os.strerror(self.code))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.f.close()
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EDQUOT], ids=["ENOSPC", "EDQUOT"])
+@pytest.mark.parametrize("earlier", [True, False], ids=["over an earlier file", "a new file"])
+def test_a_full_disk_ends_in_one_message_and_keeps_the_earlier_file(tmp_path, monkeypatch, code, earlier):
+    path = str(tmp_path / "model.pt")
+    if earlier:
+        write_text(path, "the earlier model\n")
+    monkeypatch.setattr(atomic_write, "open", lambda name, *args, **kwargs: _FullDisk(builtins.open(name, *args,
+                                                                                                       **kwargs), code),
+                        raising=False)
+    with pytest.raises(NoSpaceLeft) as full:
+        write_text(path, "a model larger than the disk\n")
+    assert isinstance(full.value, UserError)
+    kept = "the earlier file is kept" if earlier else "no file was written"
+    assert str(full.value).startswith(f"no space left on device writing {path}")
+    assert f"; {kept}. Free space in {tmp_path} (or write elsewhere) and run again" in str(full.value)
+    assert (open(path).read() == "the earlier model\n") if earlier else not os.path.exists(path)
+    assert os.listdir(tmp_path) == (["model.pt"] if earlier else [])  # no temporary file left
+
+
+def test_a_full_disk_under_torch_s_writer_is_recognized(tmp_path):
+    """torch.save reports its file's failed write as a RuntimeError."""
+    path = str(tmp_path / "model.pt")
+    with pytest.raises(NoSpaceLeft, match="no space left on device writing"):
+        with atomic_path(path):
+            raise RuntimeError("[enforce fail at inline_container.cc:778] . PytorchStreamWriter failed writing file "
+                               "data/0: file write failed: No space left on device")
+    with pytest.raises(RuntimeError, match="another failure"):  # any other failure is left as it is
+        with atomic_path(path):
+            raise RuntimeError("another failure")
