@@ -192,6 +192,19 @@ class SpeakerTranslator:
         with self._lock:
             return list(self.task.speaker_dictionary.names)
 
+    def _not_lookalikes(self, labels: List[str]) -> List[str]:
+        """``labels`` if none looks like a speaker of the model without being it (invisible characters added, another
+        normalization, another space: docs/reliability.md, "Speaker labels"): such a label would silently get the
+        unknown-speaker policy instead of the speaker meant."""
+        dictionary = self.task.speaker_dictionary
+        for i, label in enumerate(labels):
+            twin = dictionary.lookalike(label) if label not in dictionary else None
+            if twin is not None:
+                raise OnboardingError(f"speakers[{i}]: {label!r} looks like {twin!r}, a speaker of the model, but is "
+                                      f"not it (invisible characters, another space or another Unicode normalization): "
+                                      f"write {twin!r}")
+        return labels
+
     @_serialized
     def translate(self, sentences: Sentences, speakers: Sentences, beam: int = 5, **kwargs) -> Union[str, List[str]]:
         """Translate each sentence as its speaker (one name for all, or one per sentence). Speakers the
@@ -199,7 +212,7 @@ class SpeakerTranslator:
         A single sentence gives a single translation."""
         batch = _not_blank(_as_list(sentences))
         beam = _checked_beam(beam)
-        self.task.set_inference_speakers(_per_sentence(speakers, len(batch)))
+        self.task.set_inference_speakers(self._not_lookalikes(_per_sentence(speakers, len(batch))))
         out = self.hub.translate(batch, beam=beam, **kwargs)
         return out[0] if isinstance(sentences, str) else out
 
@@ -211,7 +224,7 @@ class SpeakerTranslator:
         the first is what :meth:`translate` gives."""
         batch = _not_blank(_as_list(sentences))
         beam = _checked_beam(beam)
-        self.task.set_inference_speakers(_per_sentence(speakers, len(batch)))
+        self.task.set_inference_speakers(self._not_lookalikes(_per_sentence(speakers, len(batch))))
         hypotheses = self.hub.generate([self.hub.encode(sentence) for sentence in batch], beam, **kwargs)
         return [[(self.hub.decode(h["tokens"]), float(h["score"])) for h in best[:nbest]] for best in hypotheses]
 
