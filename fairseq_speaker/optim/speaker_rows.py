@@ -58,11 +58,23 @@ logger = logging.getLogger(__name__)
 OWNER = "_speaker_rows_owner"
 
 
-def mark_row_sparse(param: Tensor, variant) -> None:
+#: the attribute of a variant's shared parameter (``fact``'s shared bias vectors) that points (weakly) at the
+#: speaker table whose rows it is multiplied with: under ``auto`` it takes the rows' mean rate (:func:`shared_scale`)
+SHARED_OF = "_speaker_rows_shared_of"
+#: the attribute of such a shared parameter holding the multiple of the learning rate of its last step
+LAST_SHARED_SCALE = "_speaker_rows_shared_scale"
+
+
+def mark_row_sparse(param: Tensor, variant, shared: Sequence[Tensor] = ()) -> None:
     """Let the optimizers update ``param`` (``[S, ...]``) row by row; ``variant`` is told with
-    ``variant.row_sparse_ready(True/False)`` whether its lookups may give row-sparse gradients."""
+    ``variant.row_sparse_ready(True/False)`` whether its lookups may give row-sparse gradients. ``shared``: the
+    variant's shared parameters that act together with the rows (they follow the table's scale, see
+    :func:`shared_scale`)."""
     if getattr(param, OWNER, None) is None or getattr(param, OWNER)() is not variant:
         setattr(param, OWNER, weakref.ref(variant))
+    for other in shared:
+        if getattr(other, SHARED_OF, None) is None or getattr(other, SHARED_OF)() is None:
+            setattr(other, SHARED_OF, weakref.ref(param))
 
 
 def optimizer_kind(optimizer: torch.optim.Optimizer) -> Optional[str]:
@@ -129,16 +141,54 @@ def parse_lr_scale(value) -> Optional[str]:
 AUTO = 0.0
 
 
-def _lr_scale_mode(state: dict, setting: Optional[str]) -> str:
+def _lr_scale_mode(state: dict, setting: Optional[str], steps_key: str = "step") -> str:
     """The learning-rate scale of a table, recorded in its optimizer state (``lr_scale``: :data:`AUTO` or the
     number) so that a resumed run keeps the one it started with: the option when given, else the recorded
-    one, else 1 for a state written before the option existed (a resumed 0.4.0 run), else ``"auto"``."""
+    one, else 1 for a state written before the option existed (a resumed 0.4.0 run), else ``"auto"``.
+
+    Beside it, ``shared_lr_scale`` records whether the variant's shared parameters follow the rows' rate
+    (:func:`shared_scale`; 1.0 yes, 0.0 no): yes for ``auto`` given or new, no for a number, and no for a
+    state of ``auto`` written before 0.9.0 (a resumed run of 0.5.0-0.8.0 keeps its shared rate)."""
     if setting is not None:
         state["lr_scale"] = AUTO if setting == "auto" else float(setting)
+        state[SHARED_KEY] = 1.0 if setting == "auto" else 0.0
     elif "lr_scale" not in state:
-        state["lr_scale"] = 1.0 if state.get("step", 0) else AUTO
+        fresh = not state.get(steps_key, 0)
+        state["lr_scale"] = AUTO if fresh else 1.0
+        state[SHARED_KEY] = 1.0 if fresh else 0.0
+    elif SHARED_KEY not in state:
+        state[SHARED_KEY] = 0.0
     recorded = float(state["lr_scale"])
     return "auto" if recorded == AUTO else repr(recorded)
+
+
+#: the key of a table's optimizer state recording whether the variant's shared parameters follow its rows' rate
+SHARED_KEY = "shared_lr_scale"
+
+
+def shared_scale(counters: dict) -> float:
+    """The multiple of the learning rate that a variant's shared parameters take under ``auto``: one over the mean
+    share of updates in which a speaker (of those seen so far) was in the batch, from the table's counters
+    (``counters``: its optimizer state, with ``row_step`` and ``step`` or ``table_step``); 1 where they do not
+    follow the rows (``shared_lr_scale`` 0 or missing, see :func:`_lr_scale_mode`) or nothing was counted yet.
+
+    Why: a speaker's contribution is the product of its rows and the shared parameters (``fact``: b_s = B~ w_s;
+    ``proj``, ``hyper_lhuc``: a shared map of the speaker's vector, which starts at zero). With the rows at the
+    rate of their share of updates and the shared parameters at the shared rate, the speakers' biases grow only
+    as fast as the slower factor lets them: at a learning rate sized for the shared network the shared vectors
+    barely leave their random start (docs/speaker_learning.md). Every speaker in every batch (the demo): 1."""
+    if not float(counters.get(SHARED_KEY, 0.0)) or float(counters.get("lr_scale", 1.0)) != AUTO:
+        return 1.0
+    rows = counters.get("row_step")
+    table = counters.get("table_step", counters.get("step", 0))
+    if rows is None:
+        return 1.0
+    rows = rows.double()
+    seen = rows.gt(0)
+    total = float(rows.sum())
+    if total <= 0:
+        return 1.0
+    return max(1.0, float(table) * int(seen.sum()) / total)
 
 
 def row_lr_scales(mode: str, kind: str, table_steps: int, row_steps: Tensor) -> Optional[Tensor]:
@@ -259,6 +309,14 @@ def _step_pre_hook(optimizer, args, kwargs) -> None:
                 if param.grad is not None:
                     _scale_copied_tables(optimizer, param, layout)
                 continue
+            shared_of = getattr(param, SHARED_OF, None)
+            if shared_of is not None and param.grad is not None:  # a variant's shared parameter: its table's rate
+                table = shared_of()
+                owner = getattr(table, OWNER, None) if table is not None else None
+                variant = owner() if owner is not None else None
+                if variant is not None:
+                    _keep_shared_before_step(optimizer, param, table, _setting(variant), dense_kind(optimizer))
+                continue
             owner = getattr(param, OWNER, None)
             variant = owner() if owner is not None else None
             if variant is None or param.grad is None:
@@ -322,22 +380,76 @@ def _scale_dense_step(optimizer, param: Tensor, setting: Optional[str], offset: 
         recorded = state.get(COPIED_TABLES, {}).get(offset, {})
     if setting is not None:
         mode = setting
+        follow = setting == "auto"
     elif "lr_scale" in recorded:
         mode = "auto" if float(recorded["lr_scale"]) == AUTO else repr(float(recorded["lr_scale"]))
+        follow = bool(float(recorded.get(SHARED_KEY, 0.0)))  # a state of 0.5.0-0.8.0: the shared rate
     else:  # a fresh table (no optimizer state yet): auto; a state of a run without the scale (0.4.0; 0.5.0's
         mode = "auto" if len(state) == 0 else "1.0"  # --fp16/--bf16 copies): 1
+        follow = mode == "auto"
     if not dense_scale_applies(dense_kind(optimizer), mode):
         return False
     touched = grad.reshape(grad.size(0), -1).ne(0).any(dim=1)
     if table.dtype not in (torch.float32, torch.float64):  # half precision (--memory-efficient-fp16): not scaled
         return False
+    pending = _pending(optimizer)
+    pending[id(param), offset] = (param, offset, table.clone(), touched, mode, follow)
+    return True
+
+
+def _pending(optimizer) -> dict:
+    """The optimizer's tables and shared parameters to scale after its step (the post-hook registered once)."""
     pending = getattr(optimizer, _PENDING, None)
     if pending is None:
         pending = {}
         setattr(optimizer, _PENDING, pending)
         optimizer.register_step_post_hook(_dense_step_post_hook)
-    pending[id(param), offset] = (param, offset, table.clone(), touched, mode)
-    return True
+    return pending
+
+
+def _counters_of(optimizer, holder: Tensor, table_offset: Optional[int]) -> dict:
+    """A speaker table's counters: the optimizer state of the table ``holder``, or (``table_offset``) those of its
+    slice of the fp32 copy ``holder``."""
+    if table_offset is None:
+        return optimizer.state.get(holder, {})
+    return optimizer.state.get(holder, {}).get(COPIED_TABLES, {}).get(table_offset, {})
+
+
+def _where_stepped(optimizer, table: Tensor):
+    """Where ``optimizer`` steps the speaker table ``table``: ``(table, None)``, or ``(copy, offset)`` for its slice of
+    an fp32 copy of --fp16/--bf16; None if it does not."""
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            if param is table:
+                return param, None
+            for where, _, ref in getattr(param, COPIED, ()):
+                if ref() is table:
+                    return param, where
+    return None
+
+
+def _keep_shared_before_step(optimizer, param: Tensor, table: Tensor, setting: Optional[str], kind: Optional[str],
+                             offset: Optional[int] = None, shape: Optional[Sequence[int]] = None) -> None:
+    """Before a step: keep a variant's shared parameter (or, with ``offset``, its slice of an fp32 copy ``param``)
+    for the post-hook to multiply its change by :func:`shared_scale` of its speaker table ``table`` (whose counters
+    are, with ``table_offset``, those of its slice of the copy). Nothing is kept (and the step is the optimizer's,
+    untouched) where the scale is a number (``--speaker-lr-scale 1``: the paper's recipe), the optimizer is not of
+    the Adam family, or a resumed run's state says its shared parameters took the shared rate."""
+    setattr(_shared_parameter(param, offset), LAST_SHARED_SCALE, 1.0)  # unless the post-hook says otherwise
+    if kind != "adam" or (setting is not None and setting != "auto"):
+        return
+    stepped = _where_stepped(optimizer, table)
+    if stepped is None:
+        return
+    holder, table_offset = stepped
+    counters = _counters_of(optimizer, holder, table_offset)
+    if setting is None and "lr_scale" in counters and not (
+            float(counters["lr_scale"]) == AUTO and float(counters.get(SHARED_KEY, 0.0))):
+        return
+    data = param.data if offset is None else _within(param.data, offset, shape)
+    if data.dtype not in (torch.float32, torch.float64):  # half precision (--memory-efficient-fp16): not scaled
+        return
+    _pending(optimizer)[id(param), offset, "shared"] = (param, offset, data.clone(), holder, table_offset)
 
 
 def _dense_step_post_hook(optimizer, args, kwargs) -> None:
@@ -345,18 +457,43 @@ def _dense_step_post_hook(optimizer, args, kwargs) -> None:
     table's updates ``table_step`` and each row's ``row_step``, as the row-by-row updates do)."""
     pending = getattr(optimizer, _PENDING, {})
     with torch.no_grad():
-        for param, offset, before, touched, mode in pending.values():
+        tables = [(key, value) for key, value in pending.items() if key[-1] != "shared"]
+        for _, (param, offset, before, touched, mode, follow) in tables:
             state, table = optimizer.state[param], param.data
             if offset is not None:  # a table within an fp32 copy: its counters are its own, by offset
                 state = state.setdefault(COPIED_TABLES, {}).setdefault(offset, {})
                 table = _within(param.data, offset, before.shape)
-            _scale_rows_change(table, before, touched, mode, state)
+            _scale_rows_change(table, before, touched, mode, state, follow)
+        # then the shared parameters, at the rate their tables' counters (this update's included) give
+        for key, value in pending.items():
+            if key[-1] != "shared":
+                continue
+            param, offset, before, holder, table_offset = value
+            scale = shared_scale(_counters_of(optimizer, holder, table_offset))
+            setattr(_shared_parameter(param, offset), LAST_SHARED_SCALE, scale)
+            if scale != 1.0:
+                data = param.data if offset is None else _within(param.data, offset, before.shape)
+                data.copy_(before + (data - before) * scale)
     pending.clear()
 
 
-def _scale_rows_change(table: Tensor, before: Tensor, touched: Tensor, mode: str, state: dict) -> None:
-    """Multiply each row's change in ``table`` since ``before`` by its scale, counting the update in ``state``."""
+def _shared_parameter(param: Tensor, offset: Optional[int]) -> Tensor:
+    """The model's parameter whose step was scaled: ``param`` itself, or the one lying at ``offset`` in the fp32
+    copy ``param`` (told by the copy's layout)."""
+    if offset is None:
+        return param
+    for where, _, ref in getattr(param, COPIED, ()):
+        if where == offset and ref() is not None:
+            return ref()
+    return param
+
+
+def _scale_rows_change(table: Tensor, before: Tensor, touched: Tensor, mode: str, state: dict,
+                       follow: bool = False) -> None:
+    """Multiply each row's change in ``table`` since ``before`` by its scale, counting the update in ``state``
+    (``follow``: whether the variant's shared parameters follow the rows' rate, recorded there)."""
     state["lr_scale"] = AUTO if mode == "auto" else float(mode)
+    state[SHARED_KEY] = 1.0 if follow and mode == "auto" else 0.0
     state["table_step"] = int(state.get("table_step", 0)) + 1
     if "row_step" not in state:
         state["row_step"] = torch.zeros(table.size(0), dtype=torch.long, device=table.device)
@@ -412,6 +549,15 @@ def _scale_copied_tables(optimizer, copy: Tensor, layout) -> None:
     marked, :func:`mark_row_sparse`) is kept for the post-hook to scale, as a dense table is."""
     for offset, shape, ref in layout:
         param = ref()
+        shared_of = getattr(param, SHARED_OF, None) if param is not None else None
+        if shared_of is not None:  # a variant's shared parameter: its slice follows its table's slice
+            table = shared_of()
+            owner = getattr(table, OWNER, None) if table is not None else None
+            variant = owner() if owner is not None else None
+            if variant is not None:
+                _keep_shared_before_step(optimizer, copy, table, _setting(variant), dense_kind(optimizer),
+                                         offset=offset, shape=shape)
+            continue
         owner = getattr(param, OWNER, None) if param is not None else None
         variant = owner() if owner is not None else None
         if variant is None:
@@ -422,6 +568,11 @@ def _scale_copied_tables(optimizer, copy: Tensor, layout) -> None:
         _say(f"speaker table {tuple(shape)}: dense updates (--fp16/--bf16 step on an fp32 copy of the parameters); "
              + ("each row's step scaled by --speaker-lr-scale" if scaled else "its rows take the shared learning "
                 "rate (the scale is 1 here)"))
+
+
+def _setting(variant) -> Optional[str]:
+    """The variant's ``--speaker-lr-scale`` (None: not given)."""
+    return parse_lr_scale(getattr(variant.cfg, "speaker_lr_scale", None))
 
 
 def _say(message: str) -> None:

@@ -502,7 +502,9 @@ def test_fp16s_fp32_copies_scale_each_speaker_row_as_the_dense_path_and_leave_th
         flatten, lr_scale, monkeypatch):
     """--fp16/--bf16 (fairseq's FP16Optimizer): the optimizer steps on fp32 copies of the parameters, the speaker
     table a slice of one. Each speaker row changes as in the dense path of an fp32 model with the same gradients
-    (its scale applied); the shared weights take exactly the steps they take without the scale's hook."""
+    (its scale applied); the network's shared weights take exactly the steps they take without the scale's hook,
+    and so do the variant's shared bias vectors unless the scale is ``auto`` (then they take their rows' mean
+    rate, as in the dense path)."""
     data = batches(6, SOME)
     reference, reference_optimizer, grads = dense_run(lr_scale, data)
     names = [name for name, _ in reference.named_parameters()]
@@ -523,7 +525,10 @@ def test_fp16s_fp32_copies_scale_each_speaker_row_as_the_dense_path_and_leave_th
     assert not torch.allclose(scaled[table], unscaled[table], atol=1e-3)  # the scale reached the rows
     for index, name in enumerate(names):
         if index != table:
-            assert torch.equal(scaled[index], unscaled[index]), name
+            if name == "bias.shared_biases" and lr_scale == "auto":
+                assert not torch.allclose(scaled[index], unscaled[index], atol=1e-3), name
+            else:
+                assert torch.equal(scaled[index], unscaled[index]), name
             assert torch.allclose(scaled[index], reference.get_parameter(name), rtol=1e-6, atol=1e-7), name
     assert not half.bias.row_sparse  # the copies' gradients are dense: the lookups stay dense
 
@@ -645,3 +650,83 @@ def test_an_fp32_copys_state_without_counters_resumes_at_the_shared_rate_unless_
         else:
             assert [c["lr_scale"] for c in state["speaker_tables"].values()] == [2.5]
             assert not torch.equal(flat, plain_flat)
+
+
+def quarter_of_the_speakers(i):
+    """8 speakers, two a batch: each is in one batch of four, as a speaker of 30 sentences among 12,000 is."""
+    return [(2 * i) % 8, (2 * i + 1) % 8]
+
+
+def shared_vectors_moved(lr_scale, variant="fact", updates=40, state_hook=None):
+    """How far the variant's shared parameters moved in ``updates`` updates (the speakers of
+    :func:`quarter_of_the_speakers`), with their table's optimizer state."""
+    torch.manual_seed(0)
+    task = make_task(num_speakers=8, num_words=V - 4 - 3)
+    bias = build_bias(variant, task, speaker_lr_scale=lr_scale)
+    bias.train()
+    optimizer = FairseqAdam(bias.parameters(), lr=0.01, betas=(0.9, 0.98), eps=1e-8, weight_decay=0.0)
+    update_speaker_rows(optimizer)
+    before = {name: p.detach().clone() for name, p in bias.shared_parameters().items()}
+    g = torch.Generator().manual_seed(1)
+    for i in range(updates):
+        if state_hook is not None and i == updates // 2:
+            state_hook(optimizer, bias)
+        speakers = torch.tensor(quarter_of_the_speakers(i))
+        targets = torch.randint(0, len(task.target_dictionary), (2,), generator=g)
+        optimizer.zero_grad()
+        F.cross_entropy(bias(speakers), targets, reduction="sum").backward()
+        optimizer.step()
+    (table,) = bias.speaker_parameters().values()
+    moved = sum(float((p.detach() - before[name]).norm()) for name, p in bias.shared_parameters().items())
+    return moved, optimizer.state[table], bias
+
+
+def test_the_shared_scale_is_one_over_the_speakers_mean_share_of_updates():
+    """The regime of docs/speaker_learning.md: 400 speakers of 30 sentences, about 111 sentences a batch, so a
+    speaker is in about one update of four: the shared vectors take four times the shared rate. Every speaker in
+    every batch (the demo): 1. A number, or a state of auto written before the shared vectors followed their rows
+    (0.5.0-0.8.0): 1."""
+    from fairseq_speaker.optim.speaker_rows import AUTO, SHARED_KEY, shared_scale
+
+    rows = torch.full((400,), 30, dtype=torch.long)
+    assert shared_scale({"lr_scale": AUTO, SHARED_KEY: 1.0, "step": 120, "row_step": rows}) == 4.0
+    assert shared_scale({"lr_scale": AUTO, SHARED_KEY: 1.0, "table_step": 120, "row_step": rows}) == 4.0
+    assert shared_scale({"lr_scale": AUTO, SHARED_KEY: 1.0, "step": 30, "row_step": rows}) == 1.0  # the demo
+    unseen = torch.cat([rows, torch.zeros(100, dtype=torch.long)])  # speakers not seen yet do not count
+    assert shared_scale({"lr_scale": AUTO, SHARED_KEY: 1.0, "step": 120, "row_step": unseen}) == 4.0
+    assert shared_scale({"lr_scale": AUTO, "step": 120, "row_step": rows}) == 1.0  # a state of 0.8.0
+    assert shared_scale({"lr_scale": AUTO, SHARED_KEY: 0.0, "step": 120, "row_step": rows}) == 1.0
+    assert shared_scale({"lr_scale": 4.0, SHARED_KEY: 0.0, "step": 120, "row_step": rows}) == 1.0
+    assert shared_scale({}) == 1.0
+
+
+@pytest.mark.parametrize("variant", ["fact", "simplex", "proj"])
+def test_the_shared_vectors_of_a_speaker_variant_learn_at_their_rows_rate_under_auto(variant):
+    """With each speaker in one update of four, ``auto`` gives the rows four times the shared rate; the shared
+    vectors they are multiplied with (``fact``'s B~, eq. 4) follow (before 0.9.0 they kept the shared rate, and
+    the speakers' biases grew only as fast as they did: docs/speaker_learning.md). ``--speaker-lr-scale 1``, the
+    paper's recipe, leaves them at the shared rate."""
+    plain, plain_state, _ = shared_vectors_moved("1", variant)
+    scaled, state, bias = shared_vectors_moved("auto", variant)
+    assert plain_state["shared_lr_scale"] == 0.0 and state["shared_lr_scale"] == 1.0
+    assert state["row_step"].tolist() == [10] * 8 and state["step"] == 40
+    assert scaled > 2.5 * plain, (scaled, plain)  # the scale grows to 4 as the counts settle
+    from fairseq_speaker.optim.speaker_rows import LAST_SHARED_SCALE
+    assert all(getattr(p, LAST_SHARED_SCALE) == 4.0 for p in bias.own_shared_parameters())
+
+
+def test_a_resumed_auto_run_of_before_keeps_its_shared_vectors_at_the_shared_rate():
+    """An optimizer state of ``auto`` written by 0.5.0-0.8.0 (no ``shared_lr_scale``) resumes as it was recorded:
+    rows at their scale, shared vectors at the shared rate; ``--speaker-lr-scale auto`` given again turns it on."""
+    from fairseq_speaker.optim.speaker_rows import LAST_SHARED_SCALE
+
+    def as_of_before(optimizer, bias):
+        (table,) = bias.speaker_parameters().values()
+        del optimizer.state[table]["shared_lr_scale"]
+
+    _, state, bias = shared_vectors_moved(None, state_hook=as_of_before)
+    assert state["lr_scale"] == 0.0 and state["shared_lr_scale"] == 0.0
+    assert all(getattr(p, LAST_SHARED_SCALE, 1.0) == 1.0 for p in bias.own_shared_parameters())
+    _, state, bias = shared_vectors_moved("auto", state_hook=as_of_before)
+    assert state["shared_lr_scale"] == 1.0
+    assert all(getattr(p, LAST_SHARED_SCALE) == 4.0 for p in bias.own_shared_parameters())

@@ -496,8 +496,8 @@ class SpeakerBias(nn.Module):
         param = getattr(self, name)  # a plain tensor under torch.func.functional_call
         trained = (self.training and torch.is_grad_enabled() and isinstance(param, nn.Parameter)
                    and param.requires_grad)
-        if trained:  # the optimizer's step finds the table (and updates it row by row, or densely, scaled)
-            mark_row_sparse(param, self)
+        if trained:  # the optimizer's step finds the table (and updates it row by row, or densely, scaled), and the
+            mark_row_sparse(param, self, self.own_shared_parameters())  # shared parameters that act with its rows
         if trained and self._sparse_updates() and self.row_sparse:
             return F.embedding(speakers, param, sparse=True)
         return param.index_select(0, speakers)
@@ -523,6 +523,19 @@ class SpeakerBias(nn.Module):
             for prefix, variant in self.named_variants()
             for name in variant.speaker_parameter_names
         }
+
+    def own_shared_parameters(self) -> List[nn.Parameter]:
+        """This variant's own shared parameters (not its speaker parameters, not those of variants nested in it):
+        what acts together with its speaker rows (``fact``'s shared bias vectors, ``proj``'s projection,
+        ``hyper_lhuc``'s maps). Under ``--speaker-lr-scale auto`` they take their rows' mean rate
+        (:func:`~fairseq_speaker.optim.speaker_rows.shared_scale`)."""
+        owned = {id(self.get_parameter(name)) for name in self.speaker_parameter_names}
+        found, modules = [], [self]
+        while modules:
+            module = modules.pop()
+            found.extend(p for p in module.parameters(recurse=False) if id(p) not in owned and p.requires_grad)
+            modules.extend(child for child in module.children() if not isinstance(child, SpeakerBias))
+        return found
 
     def shared_parameters(self) -> Dict[str, nn.Parameter]:
         """Every other parameter: shared by all speakers."""
