@@ -259,6 +259,23 @@ COMMAND_PROBES = {
          "argument --kinds-prior: expected a number > 0, got '0'"),
         (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--threads", "0"], 2, "--threads must be at least 1"),
         (["{data}", "--path", "{lstmbase}", "--save", "{tmp}/o.pt"], 2, "has no parameters per speaker"),
+        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--weight", "1e30"], 2,
+         "argument --weight: expected a number between 0 and 100, got '1e30'"),
+        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--calibrate", "guess"], 2,
+         "argument --calibrate: invalid choice: 'guess' (choose from"),
+        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--calibrate-by", "bleu"], 2,
+         "argument --calibrate-by: invalid choice: 'bleu' (choose from"),
+        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--calibration-beam", "0"], 2,
+         "--calibration-beam must be at least 1, got 0"),
+        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--calibrate", "split", "--heldout-subset", "train"],
+         2, "--heldout-subset train is the split remembered (--subset): held-out sentences must be others"),
+        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--calibrate", "split", "--heldout-subset", "nowhere"],
+         2, "the 'nowhere' split holds 0 sentences of the speakers of 'train', and --calibrate split needs at least "
+         "100: name another with --heldout-subset, or pass --calibrate cross-fit"),
+        (["{data}", "--path", "{badweight}", "--save", "{tmp}/o.pt"], 2,
+         "have bad options (speaker words: weight must be at most 100, got 1e+30)"),
+        (["{data}", "--path", "{badbuilt}", "--save", "{tmp}/o.pt"], 2,
+         "are damaged (their build's rows do not add up)"),
     ],
     "fairseq-speaker-speakers": [
         (["{tmp}/missing.pt"], 2, "checkpoint not found: {tmp}/missing.pt"),
@@ -779,7 +796,8 @@ class Places:
         """The shared model with its speakers' words (fairseq-speaker-words), the record changed by ``change``."""
         with_words = self.path("words.pt")
         if not os.path.exists(with_words):
-            words.main([self["data"], "--path", self["ckpt"], "--save", with_words, "--threads", "1"])
+            words.main([self["data"], "--path", self["ckpt"], "--save", with_words, "--threads", "1",
+                        "--calibrate", "off"])
         state = torch.load(with_words, weights_only=False)
         change(state["model"]["decoder.speaker_words._extra_state"])
         path = self.path(name)
@@ -793,6 +811,15 @@ class Places:
     def make_badaddto(self):
         """A record of the speakers' words whose bias is added to something that is not a step's scores."""
         return self._words("badaddto.pt", lambda record: record["options"].update(add_to="probs"))
+
+    def make_badweight(self):
+        """A record of the speakers' words whose weight would turn every output into one repeated word."""
+        return self._words("badweight.pt", lambda record: record["options"].update(weight=1e30))
+
+    def make_badbuilt(self):
+        """A record of the speakers' words whose build names a speaker row beyond its build."""
+        return self._words("badbuilt.pt", lambda record: record["built"].update(rows=torch.tensor([10 ** 6]),
+                                                                                lengths=torch.tensor([0])))
 
     def make_badrank(self):
         """A record of the speakers' words whose choices are ranked by no known rule, with a negative prior."""
