@@ -25,6 +25,7 @@ import math
 import os
 import sys
 import time
+import unicodedata
 from collections import OrderedDict
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -134,30 +135,64 @@ class SpeakerAdapter:
             raise OnboardingError(f"{len(sources)} source sentences but {len(targets)} target sentences")
         encode_fn = encode_fn or (lambda x: x)
         encode_target_fn = encode_target_fn or encode_fn
-        src, tgt = self.task.source_dictionary, self.task.target_dictionary
-        pairs = [(src.encode_line(encode_fn(s), add_if_not_exist=False).long(),
-                  tgt.encode_line(encode_target_fn(t), add_if_not_exist=False).long())
-                 for s, t in zip(sources, targets)]
-        self.check_unknown_words(pairs, where)
+        pairs = self._token_ids(sources, targets, encode_fn, encode_target_fn)
+        self.check_unknown_words(pairs, where, nfd=lambda: self._nfd(sources, targets, encode_fn, encode_target_fn))
         return pairs
 
-    def check_unknown_words(self, pairs: Sequence[Pair], where: str = "the adaptation sentences") -> float:
-        """The share of words of ``pairs`` outside the model's dictionaries (``<unk>``), refused above
-        :attr:`max_unknown_rate`: text in another form than the training data's (not tokenized, other casing,
-        no BPE) would teach the speaker to say ``<unk>``."""
+    def _token_ids(self, sources: Sequence[str], targets: Sequence[str], encode_fn: Callable[[str], str],
+                   encode_target_fn: Callable[[str], str]) -> List[Pair]:
+        src, tgt = self.task.source_dictionary, self.task.target_dictionary
+        return [(src.encode_line(encode_fn(s), add_if_not_exist=False).long(),
+                 tgt.encode_line(encode_target_fn(t), add_if_not_exist=False).long())
+                for s, t in zip(sources, targets)]
+
+    def _unknown(self, pairs: Sequence[Pair]) -> Tuple[int, int]:
+        """``(words outside the model's dictionaries, words)`` of ``pairs``."""
         words = unknown = 0
         for source, target in pairs:
             for tokens, dictionary in ((source, self.task.source_dictionary), (target, self.task.target_dictionary)):
                 body = tokens[:-1]  # </s> is not a word
                 words += int(body.numel())
                 unknown += int((body == dictionary.unk()).sum())
+        return unknown, words
+
+    def _nfd(self, sources: Sequence[str], targets: Sequence[str], encode_fn: Callable[[str], str],
+             encode_target_fn: Callable[[str], str]) -> Optional[str]:
+        """Why the words of text with many unknown words are unknown, when it is that the text is not in Unicode
+        NFC (an accent written as a character of its own, NFD: macOS file names, some editors) and the same text in
+        NFC has fewer unknown words: which side and line, and how to convert it; None otherwise."""
+        first = {side: next((i for i, text in enumerate(texts, 1) if not unicodedata.is_normalized("NFC", text)), None)
+                 for side, texts in (("source", sources), ("target", targets))}
+        if not any(first.values()):
+            return None
+        nfc = [unicodedata.normalize("NFC", text) for text in sources], [unicodedata.normalize("NFC", text)
+                                                                           for text in targets]
+        if self._unknown(self._token_ids(*nfc, encode_fn, encode_target_fn))[0] >= \
+                self._unknown(self._token_ids(sources, targets, encode_fn, encode_target_fn))[0]:
+            return None
+        sides = " and ".join(f"the {side} text (from its line {line})" for side, line in first.items() if line)
+        return (f"{sides} is in Unicode NFD, an accent written as a character of its own, while the model's words are "
+                f"NFC: convert the file(s) to NFC, e.g. python -c \"import sys, unicodedata; "
+                f"sys.stdout.write(unicodedata.normalize('NFC', sys.stdin.read()))\" < FILE > FILE.nfc "
+                f"(or uconv -x NFC < FILE > FILE.nfc), and give those")
+
+    def check_unknown_words(self, pairs: Sequence[Pair], where: str = "the adaptation sentences",
+                            nfd: Optional[Callable[[], Optional[str]]] = None) -> float:
+        """The share of words of ``pairs`` outside the model's dictionaries (``<unk>``), refused above
+        :attr:`max_unknown_rate`: text in another form than the training data's (not tokenized, other casing,
+        no BPE, NFD rather than NFC: ``nfd`` tells that one) would teach the speaker to say ``<unk>``."""
+        unknown, words = self._unknown(pairs)
         rate = unknown / max(words, 1)
         if rate > self.max_unknown_rate:
+            found = f"{where}: {100 * rate:.0f}% of the words ({unknown} of {words}) are not in the model's " \
+                    f"dictionaries (more than {100 * self.max_unknown_rate:.0f}%): "
+            why = nfd() if nfd is not None else None
+            if why:
+                raise OnboardingError(found + why)
             raise OnboardingError(
-                f"{where}: {100 * rate:.0f}% of the words ({unknown} of {words}) are not in the model's dictionaries "
-                f"(more than {100 * self.max_unknown_rate:.0f}%): the text is probably not in the form of the training "
-                f"data (tokenized, lowercased, BPE-encoded); give the model's --tokenizer / --bpe options (and "
-                f"--bpe-codes), or prepare the text as the training data was; --max-unknown-rate 1 accepts it as it is")
+                found + "the text is probably not in the form of the training data (tokenized, lowercased, "
+                "BPE-encoded); give the model's --tokenizer / --bpe options (and --bpe-codes), or prepare the text as "
+                "the training data was; --max-unknown-rate 1 accepts it as it is")
         return rate
 
     def score(self, pairs: Sequence[Pair], batch_size: Optional[int] = None) -> TokenScores:

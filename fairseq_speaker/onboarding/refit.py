@@ -32,13 +32,14 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from fairseq_speaker.errors import UserError, command
+from fairseq_speaker.errors import command
 from fairseq_speaker.onboarding.adapt import SpeakerAdapter, _stack
 from fairseq_speaker.onboarding.checkpoint import OnboardingError, SpeakerCheckpoint, replace_speakers
 from fairseq_speaker.onboarding.fit import FitOptions, Pair, TokenScores, data_nll, fit_speakers
 from fairseq_speaker.onboarding.prior import CHECKPOINT_KEY, SpeakerPrior, best_start, describe, fit_mixture
 from fairseq_speaker.onboarding.styles import candidate_counts, choose_styles, fit_styles
 from fairseq_speaker.runtime import add_runtime_arguments, check_threads, configure_output, start_threads
+from fairseq_speaker.tasks.speaker_translation import SplitNotFound
 
 
 def training_sentences(task, subset: str) -> Dict[str, List[Pair]]:
@@ -68,7 +69,7 @@ def open_with_sentences(args) -> Tuple[SpeakerCheckpoint, Dict[str, List[Pair]]]
     checkpoint.check_adaptable()
     try:
         sentences = training_sentences(checkpoint.task, args.subset)
-    except (FileNotFoundError, UserError):
+    except (FileNotFoundError, SplitNotFound):  # other refusals (its speaker file, its text) say what is wrong
         raise OnboardingError(f"{args.data}: no binarized {args.subset!r} split; --subset names the split the "
                               f"speakers were trained on (default: train)") from None
     if not sentences:
@@ -315,7 +316,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     if shared and args.heldout_subset != "none":
         try:
             heldout = training_sentences(checkpoint.task, args.heldout_subset)
-        except (FileNotFoundError, UserError):
+        except (FileNotFoundError, SplitNotFound):
             raise OnboardingError(f"{args.data}: no binarized {args.heldout_subset!r} split; --heldout-subset "
                                   f"none fits without a held-out stop") from None
     prior = refit_speakers(adapter, sentences, args.components, args.iterations, args.seed,

@@ -37,6 +37,10 @@ PREPROCESSING_KEY = "preprocessing"
 SPEAKER_TOKEN = "<spk:{}>"
 
 
+class SplitNotFound(SpeakerDataError):
+    """A split the data folder has no binarized files of (other errors of a split's files are other user errors)."""
+
+
 @dataclass
 class SpeakerTranslationConfig(TranslationConfig):
     speaker_suffix: str = field(
@@ -311,7 +315,7 @@ class SpeakerTranslationTask(TranslationTask):
         try:
             super().load_dataset(split, epoch=epoch, combine=combine, **kwargs)
         except FileNotFoundError as e:  # fairseq's "Dataset not found: SPLIT (DATA)", a traceback otherwise
-            raise SpeakerDataError(f"{e}: no binarized split {split!r} there (fairseq-preprocess writes train, valid "
+            raise SplitNotFound(f"{e}: no binarized split {split!r} there (fairseq-preprocess writes train, valid "
                                    f"and test); give the split's name (--gen-subset, --valid-subset, "
                                    f"--train-subset) or the data folder that has it") from None
         paths = utils.split_paths(self.cfg.data)
@@ -347,10 +351,12 @@ class SpeakerTranslationTask(TranslationTask):
     def _encode_split(self, split: str, labels: List[str], source: str) -> torch.Tensor:
         if split == self.cfg.train_subset:
             dict_path = os.path.join(os.path.dirname(source), SPEAKER_DICT_FILE)
-            speakers = self.speaker_dictionary.encode(
-                labels, "fail", source=source,
-                advice=f"a training speaker must be in the speaker dictionary: if the training labels changed, "
-                f"delete {dict_path} to rebuild it")
+            advice = (f"a training speaker must be in the speaker dictionary: if the training labels changed, "
+                      f"delete {dict_path} to rebuild it")
+            if self._from_checkpoint:  # the speakers are the checkpoint's, whatever the data folder's dictionary says
+                advice = (f"the {split} split's speakers are those of {self._checkpoint or 'the checkpoint'}: give "
+                          f"the data folder it was trained on, with the speaker file of its training sentences")
+            speakers = self.speaker_dictionary.encode(labels, "fail", source=source, advice=advice)
         else:
             speakers = self.speaker_dictionary.encode(labels, self.cfg.unknown_speaker, source=source)
         unseen = int((speakers < 0).sum())

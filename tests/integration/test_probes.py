@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import sys
+import unicodedata
 from typing import Callable, Dict, List
 
 import numpy as np
@@ -95,6 +96,13 @@ TRAINED_SPEAKERS_TO_SAVE = [
         (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--subset", "nosuch"], 2,
          "no binarized 'nosuch' split; --subset names the split"),
         (["{swapped}", "--path", "{ckpt}", "--save", "{tmp}/o.pt"], 2, SWAPPED),
+        (["{shortspk}", "--path", "{ckpt}", "--save", "{tmp}/o.pt"], 2,
+         "{shortspk}/train.spk: 155 speaker labels but the text has 160 sentences; the speaker file needs exactly one "
+         "label per sentence, in the same order"),
+        (["{strangerspk}", "--path", "{ckpt}", "--save", "{tmp}/o.pt"], 2,
+         "{strangerspk}/train.spk:7: speaker 'stranger' is not among the 8 speakers the model was trained on; the "
+         "train split's speakers are those of {ckpt}: give the data folder it was trained on, with the speaker file "
+         "of its training sentences"),
 ]
 
 #: surface -> (arguments, exit status, text the last line of standard error contains)
@@ -374,6 +382,11 @@ COMMAND_PROBES = {
          "100% of the words (24 of 24) are not in the model's dictionaries (more than 10%): the text is probably not in "
          "the form of the training data"),
         ([*ADAPT, "--threads", "0"], 2, "--threads must be at least 1, got 0"),
+        ([*ADAPT_ON, "--adapt-prefix", "{nfd}", "--save", "{tmp}/o.pt"], 2,
+         "are not in the model's dictionaries (more than 10%): the target text (from its line 1) is in Unicode NFD, an "
+         "accent written as a character of its own, while the model's words are NFC: convert the file(s) to NFC, e.g. "
+         "python -c \"import sys, unicodedata; sys.stdout.write(unicodedata.normalize('NFC', sys.stdin.read()))\" < "
+         "FILE > FILE.nfc (or uconv -x NFC < FILE > FILE.nfc)"),
         (["{swapped}", "--path", "{ckpt}", "--adapt-prefix", "{adapt}", "--save", "{tmp}/o.pt"], 2, SWAPPED),
     ],
     "fairseq-speaker-vectors": [
@@ -675,6 +688,14 @@ class Places:
         words = [b"Zebras Quickly Jumped Over Lazy Dogs!"] * 2
         return self.prefix("untokenized", words, words, ["newbie"] * 2)
 
+    def make_nfd(self):
+        """Three sentence pairs whose targets are accented words of the model, written in Unicode NFD."""
+        with open(os.path.join(self["data"], "dict.fr.txt"), encoding="utf-8") as f:
+            accented = [w for w in (line.rsplit(" ", 1)[0] for line in f) if not w.isascii()][:3]
+        assert len(accented) == 3 and all(unicodedata.normalize("NFD", w) != w for w in accented)
+        target = unicodedata.normalize("NFD", " ".join(accented)).encode("utf-8")
+        return self.prefix("nfd", self._toy_lines("en", 3), [target] * 3, ["newbie"] * 3)
+
     def make_badtraits(self):
         prefix = self.prefix("badtraits", self._toy_lines("en", 3), self._toy_lines("fr", 3), ["newbie"] * 3)
         self.write("badtraits.traits", b'[{"trait": "' + LATIN1 + b'"}]\n' * 3)
@@ -744,6 +765,22 @@ class Places:
         lines[2] = LATIN1 + b"\n"
         open(path, "wb").writelines(lines)
         return dest
+
+    def _spk_lines(self, name: str, change) -> str:
+        """A copy of the toy data whose train.spk lines are ``change(lines)``."""
+        dest = self._data_copy(name)
+        path = os.path.join(dest, "train.spk")
+        lines = open(path, "rb").read().splitlines(keepends=True)
+        open(path, "wb").writelines(change(lines))
+        return dest
+
+    def make_shortspk(self):
+        """train.spk 5 lines short of the sentences."""
+        return self._spk_lines("shortspk", lambda lines: lines[:-5])
+
+    def make_strangerspk(self):
+        """train.spk naming on its line 7 a speaker the model was not trained with."""
+        return self._spk_lines("strangerspk", lambda lines: lines[:6] + [b"stranger\n"] + lines[7:])
 
     def make_nospkdata(self):
         dest = self._data_copy("nospkdata")
