@@ -18,6 +18,7 @@ translator only to copy the model and to put the new rows in: translations go on
 
 import contextlib
 import logging
+import re
 import sqlite3
 import threading
 from concurrent.futures import Future
@@ -38,6 +39,9 @@ from fairseq_speaker.service.store import (SpeakerStore, StoreConflict, StoreDam
                                            fingerprint_of)
 
 logger = logging.getLogger(__name__)
+
+#: a code point of a UTF-16 surrogate: JSON can write one alone (``"\\ud800"``), UTF-8 cannot hold it
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
@@ -529,11 +533,17 @@ class SpeakerService:
         self._check_not_blank(request.targets, "targets")
 
     def _check_not_blank(self, sentences: Sequence[str], field: str) -> None:
-        """An empty sentence would be answered with an invented one, and a speaker fitted on the end of sentence."""
+        """An empty sentence would be answered with an invented one, and a speaker fitted on the end of sentence; a
+        lone surrogate (JSON's ``"\\ud800"``) is no text, and could not be stored."""
         for i, sentence in enumerate(sentences):
             if not sentence.strip():
                 kind = "empty" if not sentence else "only whitespace"
                 raise ServiceError(422, "invalid_request", f"{field}[{i}] is {kind}: give a sentence (or leave it out)")
+            surrogate = _SURROGATE.search(sentence)
+            if surrogate:
+                raise ServiceError(422, "invalid_request", f"{field}[{i}] holds a lone surrogate "
+                                   f"({surrogate.group()!r} at character {surrogate.start()}), which is not text: "
+                                   f"send characters, not halves of UTF-16 pairs")
 
     def _trained_speaker(self, name: str) -> schema.Speaker:
         return schema.Speaker(name=name, kind="trained", sentences=self._counts.get(name, 0))

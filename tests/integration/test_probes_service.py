@@ -129,6 +129,10 @@ HTTP_PROBES = [
      "targets[0] is only whitespace"),
     ("post", "/speakers/dr-lee/sentences", {"sources": [" "], "targets": ["je ."]}, 422, "invalid_request",
      "sources[0] is only whitespace"),
+    ("post", "/translate", b'{"sentences": ["i \\ud800 ."], "speaker": "spk000"}', 422, "invalid_request",
+     "sentences[0] holds a lone surrogate ('\\ud800' at character 2), which is not text"),
+    ("put", "/speakers/e", b'{"sources": ["i ."], "targets": ["je \\udfff ."]}', 422, "invalid_request",
+     "targets[0] holds a lone surrogate"),
     # names
     ("put", "/speakers/lee%E2%80%8B", PAIRS, 422, "invalid_speaker", "U+200B ZERO WIDTH SPACE"),
     ("put", "/speakers/%E2%80%AEdr-lee", PAIRS, 422, "invalid_speaker", "it looks like 'dr-lee', a known speaker"),
