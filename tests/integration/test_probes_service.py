@@ -491,3 +491,25 @@ def test_a_body_that_never_ends_is_refused_by_the_middleware_within_the_request_
     assert refusal.status_code == 408 and refusal.code == "request_timeout"
     assert refusal.headers == {"Connection": "close"}
     assert 0.25 < waited < 2.0
+
+
+@pytest.mark.parametrize("body,problem", [
+    (b'{"sentences": ["' + b"[" * 100 + b'"], "speaker": "spk000"}', None),  # brackets in a string are text
+    (b'{"sentences": ["a \\" ' + b"{" * 100 + b'"], "speaker": "[[["}', None),  # an escaped quote ends no string
+    (b"[" * 32 + b"]" * 32, None),
+    (b"[" * 33, "more than 32 deep"),
+    (b'{"a": "\\\\"' + b", [" * 40, "more than 32 deep"),  # the string ends at the quote after the escaped backslash
+    ("é".encode("latin-1"), "byte 0xe9 at position 0"),
+    (b'"\xed\xa0\x80"', "byte 0xed at position 1"),  # a surrogate written in UTF-8: not UTF-8
+])
+def test_a_body_is_judged_before_it_is_parsed(body, problem):
+    found = serve.body_problem(body)
+    assert (found is None) if problem is None else (problem in found[2]), found
+
+
+def test_the_store_refuses_to_write_a_name_the_label_policy_refuses():
+    store = SpeakerStore(":memory:")
+    with pytest.raises(StoreError, match=r"--store :memory:: cannot store speaker 'lee\\u200b': .*U\+200B"):
+        store.put("lee\u200b", b"rows", [("a .", "b .")])
+    assert store.speakers() == []
+    store.close()
