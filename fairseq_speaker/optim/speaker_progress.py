@@ -5,7 +5,8 @@ schedule sized for the shared weights, its rows can stay near where they started
 falls, and nothing in fairseq's log shows it. :class:`SpeakerProgress` snapshots every speaker table at
 the start of an epoch and, before each validation, logs per table the share of speakers whose rows
 moved and how far (relative to the rows' own size, beside the same figure for the variant's shared
-parameters), and warns when the speakers barely moved while the training loss fell.
+parameters and the multiple of the learning rate they last took: see
+:func:`~fairseq_speaker.optim.speaker_rows.shared_scale`), and warns when the speakers barely moved while the training loss fell.
 """
 
 import logging
@@ -13,6 +14,8 @@ from typing import Dict, List, Optional
 
 import torch
 from torch import Tensor
+
+from fairseq_speaker.optim.speaker_rows import LAST_SHARED_SCALE
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +63,9 @@ class SpeakerProgress:
             line = (f"speaker table {name} {tuple(now.shape)}{where}: {100 * float(moved.float().mean()):.1f}% of "
                     f"the {now.size(0)} speakers moved, by {change:.2e} of the table's size")
             if shared_change is not None:
-                line += f" (the variant's shared parameters: {shared_change:.2e})"
+                scales = {float(getattr(p, LAST_SHARED_SCALE)) for p, _ in shared if hasattr(p, LAST_SHARED_SCALE)}
+                rate = f", at {max(scales):.3g}x the shared learning rate" if scales else ""
+                line += f" (the variant's shared parameters: {shared_change:.2e}{rate})"
             lines.append(line)
             if change < BARELY:
                 barely.append(name)

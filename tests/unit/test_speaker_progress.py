@@ -65,3 +65,19 @@ def test_a_grown_table_is_skipped_until_the_next_snapshot():
     with torch.no_grad():
         bias.speaker_weights[5] += 1.0
     assert "16.7% of the 6 speakers moved" in progress.report(bias, train_loss=1.0)[0]
+
+
+def test_the_line_says_at_what_rate_the_shared_parameters_learned(caplog):
+    """Under ``--speaker-lr-scale auto`` the variant's shared vectors take their rows' mean rate
+    (optim/speaker_rows.py): the line gives the multiple of the learning rate of their last step."""
+    from fairseq_speaker.optim.speaker_rows import LAST_SHARED_SCALE
+
+    bias = _fact()
+    progress = SpeakerProgress()
+    progress.start(bias)
+    setattr(bias.shared_biases, LAST_SHARED_SCALE, 3.9871)
+    with torch.no_grad():
+        bias.speaker_weights[0] += 0.5
+        bias.shared_biases += 0.1
+    line = progress.report(bias, train_loss=2.0, where=" in epoch 2")[0]
+    assert "(the variant's shared parameters: " in line and ", at 3.99x the shared learning rate)" in line
