@@ -96,6 +96,7 @@ def _described(c: str) -> str:
     return repr(c) if unicodedata.category(c) == "Cc" else f"{c!r} (U+{ord(c):04X}{' ' + name if name else ''})"
 
 
+@functools.lru_cache(maxsize=65536)  # a speaker file repeats each label on every line of its speaker
 def label_problem(label: str) -> Optional[str]:
     """Why ``label`` (already stripped) cannot be a speaker label, or None if it can: the rules every door follows
     (speaker files, ``dict.spk.txt``, and every way a speaker is added: :func:`new_label_problem`)."""
