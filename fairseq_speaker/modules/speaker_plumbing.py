@@ -514,7 +514,8 @@ class SpeakerModelMixin:
         bias = self.speaker_bias
         for key in bias.extra_state_keys():  # older checkpoints: no names
             state_dict.setdefault("decoder.speaker_bias." + key, {})
-        saved = (state_dict.get(SPEAKER_NAMES_KEY) or {}).get("speakers")
+        extra = state_dict.get(SPEAKER_NAMES_KEY) or {}
+        saved = extra.get("speakers")
         current = bias.speaker_names
         if saved is None or current is None or list(saved) == current:
             return self._load_fitting(state_dict, strict=strict, model_cfg=model_cfg, args=args)
@@ -535,8 +536,10 @@ class SpeakerModelMixin:
             + (f", {dropped} not in the data kept" if dropped else "")
             + ("; the data lists them in another order: rows follow the checkpoint" if not new and not dropped else "")
         )
-        if task is not None:
-            task.adopt_speaker_names(bias.speaker_names)
+        if task is not None:  # with the sentences of the checkpoint's speakers, as its reader noted them
+            sentences = extra.get("sentences")
+            counts = dict(zip(saved, sentences)) if sentences is not None and len(sentences) == len(saved) else None
+            task.adopt_speaker_names(bias.speaker_names, new_counts=counts)
         return result
 
     def _load_fitting(self, state_dict, **kwargs):

@@ -517,3 +517,15 @@ def test_the_store_refuses_to_write_a_name_the_label_policy_refuses():
         store.put("lee\u200b", b"rows", [("a .", "b .")])
     assert store.speakers() == []
     store.close()
+
+
+def test_a_record_damaged_while_the_service_runs_gets_503_and_the_others_are_served(toy, trained, stored):
+    path = _damaged(stored, "later.db", lambda path: None)
+    translator = SpeakerTranslator.from_pretrained(trained("lstm_fact_bias"), data=toy["bin"], max_len_b=6)
+    with TestClient(create_app(translator, SpeakerStore(path), token=TOKEN)) as client:
+        _sql("UPDATE speakers SET pairs = '{' WHERE name = 'dr-lee'")(path)  # another program, meanwhile
+        more = client.post("/speakers/dr-lee/sentences", json=MORE, headers=AUTH)
+        kim = client.post("/translate", json={"sentences": MORE["sources"], "speaker": "dr-kim"}).json()
+    assert more.status_code == 503 and more.json()["error"]["code"] == "store_damaged", more.text
+    assert "the speaker store cannot read this speaker's record" in more.json()["error"]["message"]
+    assert kim == stored["dr-kim"]
