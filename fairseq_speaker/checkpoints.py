@@ -66,6 +66,12 @@ def allow_fairseq_checkpoints() -> None:
 
 
 SPEAKER_NAMES_KEY = "decoder.speaker_bias._extra_state"
+#: the task-state key of the onboarding record (:mod:`fairseq_speaker.onboarding.checkpoint` keeps it):
+#: ``{"names": [...], "sentences": [int or None, ...], "complete": bool}``, the speakers added after training in the
+#: order they were added, the sentence pairs each was fitted on (None: not recorded, e.g. rows imported from a
+#: vectors file or refitted); ``complete`` False when the checkpoint it was added to did not say which of its
+#: speakers were onboarded before
+ONBOARDED_KEY = "onboarded_speakers"
 
 
 class CheckpointError(UserError):
@@ -86,8 +92,28 @@ def add_speaker_names(state: dict) -> dict:
     return state
 
 
+def add_speaker_sentences(state: dict) -> dict:
+    """Give the speaker rows' names as read (:data:`SPEAKER_NAMES_KEY`) the sentences each speaker was learned from
+    (``sentences``, 0: not known): its task state's speaker dictionary counts them, and the onboarding record
+    (:data:`ONBOARDED_KEY`) the pairs an onboarded speaker was fitted on. fairseq-train ``--restore-file`` and
+    ``--finetune-from-model`` load the model's state but not the task's: the model hands these to the task with the
+    names (``SpeakerTranslationTask.adopt_speaker_names``), so that a speaker the new data lacks keeps its count.
+    Never saved: the model writes its names afresh."""
+    model = state.get("model") if isinstance(state, dict) else None
+    task_state = state.get("task_state") if isinstance(state, dict) else None
+    extra = model.get(SPEAKER_NAMES_KEY) if isinstance(model, dict) else None
+    if not isinstance(extra, dict) or not isinstance(extra.get("speakers"), list) or not isinstance(task_state, dict):
+        return state
+    speakers, record = task_state.get("speaker_dictionary"), task_state.get(ONBOARDED_KEY)
+    counts = dict(zip(speakers.get("names", []), speakers.get("counts", []))) if isinstance(speakers, dict) else {}
+    if isinstance(record, dict):
+        counts.update({name: n for name, n in zip(record.get("names", []), record.get("sentences", [])) if n})
+    extra["sentences"] = [int(counts.get(name) or 0) for name in extra["speakers"]]
+    return state
+
+
 #: functions ``state -> state`` that upgrade or complete every checkpoint as it is read (:func:`upgrade`)
-_ON_LOAD: List[Callable[[dict], dict]] = [add_speaker_names]
+_ON_LOAD: List[Callable[[dict], dict]] = [add_speaker_names, add_speaker_sentences]
 
 
 def on_checkpoint_load(fn: Callable[[dict], dict]) -> None:

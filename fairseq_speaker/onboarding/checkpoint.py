@@ -23,7 +23,7 @@ from omegaconf import OmegaConf
 from torch import Tensor
 
 from fairseq_speaker.atomic_write import atomic_path
-from fairseq_speaker.checkpoints import SPEAKER_NAMES_KEY, on_checkpoint_load
+from fairseq_speaker.checkpoints import ONBOARDED_KEY, SPEAKER_NAMES_KEY, on_checkpoint_load
 from fairseq_speaker.data import SpeakerDataError
 from fairseq_speaker.data.speaker_dictionary import new_label_problem
 from fairseq_speaker.errors import UserError
@@ -190,11 +190,7 @@ def adaptable_bias(model, task, where: str = "the model") -> SpeakerBias:
 
 # -- the onboarding record ------------------------------------------------------------------------------
 
-#: the task-state key of the onboarding record: ``{"names": [...], "sentences": [int or None, ...],
-#: "complete": bool}``, the speakers added after training in the order they were added, the sentence pairs each
-#: was fitted on (None: not recorded, e.g. rows imported from a vectors file or refitted); ``complete`` False when
-#: the checkpoint it was added to did not say which of its speakers were onboarded before
-ONBOARDED_KEY = "onboarded_speakers"
+# the record's key, ONBOARDED_KEY, is defined with the checkpoint reader, which reads it too
 
 
 def onboarded_speakers(state: dict) -> Optional[Dict[str, Optional[int]]]:

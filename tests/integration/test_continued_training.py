@@ -94,3 +94,30 @@ def test_extended_speaker_list(toy, tmp_path, before, flag):
     # every label of the data is a speaker of the new checkpoint
     generated = run("generate", generate_args(data, after, "--gen-subset", "valid", "--unknown-speaker", "fail"))
     assert "unseen in training" not in generated.stderr
+
+
+@pytest.mark.parametrize("flag", ["--restore-file", "--finetune-from-model"])
+def test_an_onboarded_speaker_keeps_its_sentence_count(toy, tmp_path, before, flag):
+    """The data has no sentence of a speaker onboarded into the checkpoint: its count is the checkpoint's (the pairs
+    it was fitted on), not lost because fairseq-train does not load the task state."""
+    from fairseq_speaker.onboarding.speakers import list_speakers
+
+    checkpoint = before[0]
+    raw = os.path.join(toy["raw"], "test")
+    for ext in ("en", "fr"):
+        with open(f"{raw}.{ext}", encoding="utf-8") as f, open(tmp_path / f"new.{ext}", "w", encoding="utf-8") as out:
+            out.writelines(f.readlines()[:3])
+    (tmp_path / "new.spk").write_text("newbie\n" * 3, encoding="utf-8")
+    adapted = str(tmp_path / "adapted.pt")
+    run("fairseq-speaker-adapt", [toy["bin"], "--path", checkpoint, "--adapt-prefix", str(tmp_path / "new"),
+                                  "--save", adapted, "--threads", "1"])
+    assert {s.name: s.sentences for s in list_speakers(adapted).speakers}["newbie"] == 3
+    extra = ["--reset-optimizer", "--reset-dataloader", "--reset-meters"] if flag == "--restore-file" else []
+    save_dir = str(tmp_path / "continued")
+    run("train", train_args(toy["bin"], save_dir, "lstm_full_bias", flag, adapted, *extra, "--lr", "1e-9",
+                            "--max-epoch", "3" if flag == "--restore-file" else "1"))
+    listed = {s.name: s for s in list_speakers(os.path.join(save_dir, "checkpoint_last.pt")).speakers}
+    assert (listed["newbie"].kind, listed["newbie"].sentences) == ("onboarded", 3)
+    trained_in_data = SpeakerDictionary.load(os.path.join(toy["bin"], "dict.spk.txt"))
+    first = before[1][0]
+    assert listed[first].sentences == trained_in_data.counts[trained_in_data.index(first)] > 0  # the data's count
