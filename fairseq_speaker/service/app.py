@@ -192,7 +192,8 @@ class _Observed:
     A body is refused as it arrives: over ``max_body_bytes`` (413, before it is read whole), not arrived whole
     within ``body_timeout`` seconds of the request (408, the connection closed: a client that announces more than it
     sends holds nothing longer), not UTF-8 (400), nested too deep (422: :func:`body_problem`). The body is read by the
-    endpoint, not here: a write's token is checked before its body is read."""
+    endpoint, not here: a write's token is checked before its body is read. A request answered before its body was
+    read whole has its connection closed after the answer."""
 
     def __init__(self, app, metrics: Metrics, max_body_bytes: int, body_timeout: float = 30.0):
         self.app, self.metrics, self.max_body_bytes, self.body_timeout = app, metrics, max_body_bytes, body_timeout
@@ -231,13 +232,19 @@ class _Observed:
                 done[0] = True
             return message
 
+        headers = dict(scope.get("headers") or [])
+        length = headers.get(b"content-length")
+        has_body = (length is not None and length != b"0") or b"transfer-encoding" in headers
+
         async def observed_send(message):
             if message["type"] == "http.response.start":
                 status[0] = message["status"]
+                if has_body and not done[0]:  # answered before its body was read (401, 413): the connection is closed,
+                    # not left to a client that may go on sending the rest slowly
+                    message = dict(message, headers=[*message.get("headers", []), (b"connection", b"close")])
             await send(message)
 
         try:
-            length = dict(scope.get("headers") or []).get(b"content-length")
             if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
                 self.metrics.error("unmatched", "too_large")
                 await JSONResponse({"error": {"code": "too_large", "message": too_large}}, status_code=413)(

@@ -275,6 +275,9 @@ def _slow_client(port: int, kind: str) -> socket.socket:
     elif kind == "body":  # whole headers announcing 100 bytes, then 10
         sock.sendall(b"POST /translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                      b"Content-Length: 100\r\n\r\n" + b'{"sentenc')
+    elif kind == "answered before its body":  # a write refused before its body is read, the body trickling in
+        sock.sendall(b"PUT /speakers/zoe HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 1000\r\n\r\n" + b'{"sources"')
     elif kind == "huge headers":
         sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n" + b"X-Filler: " + b"a" * 70_000)
     return sock  # "silent": connects and sends nothing
@@ -283,12 +286,13 @@ def _slow_client(port: int, kind: str) -> socket.socket:
 @pytest.mark.parametrize("kind,status,code,within", [
     ("headers", 408, "request_timeout", 1.0), ("silent", 408, "request_timeout", 1.0),
     ("body", 408, "request_timeout", 2.0), ("huge headers", 431, "headers_too_large", 0.0),
+    ("answered before its body", 403, "writes_disabled", 0.0),
 ])
 def test_a_slow_or_oversized_client_gets_its_answer_and_its_connection_closed_in_time(toy, trained, kind, status,
                                                                                         code, within):
     """A client that never finishes its headers, one that sends nothing, one whose Content-Length promises more than
-    it sends, one whose headers have no end: each is answered and let go within its bound (--header-timeout 1,
-    --request-timeout 2 here), not held for ever."""
+    it sends, one whose headers have no end, one answered before its body is read (a write without the token): each
+    is answered and let go within its bound (--header-timeout 1, --request-timeout 2 here), not held for ever."""
     translator = SpeakerTranslator.from_pretrained(trained("lstm_fact_bias"), data=toy["bin"], max_len_b=6)
     app = create_app(translator, batching=BatchOptions(request_timeout=2.0))
     with _Server(app, header_timeout=1.0) as server:
