@@ -226,6 +226,18 @@ def dictionaries_record(source, target) -> Dict[str, dict]:
             for side, d in (("source", source), ("target", target)) if d is not None}
 
 
+def recorded_dictionaries(task_state) -> Dict[str, dict]:
+    """The sides of a checkpoint's record of its dictionaries (:data:`DICTIONARIES_KEY`) that are whole: none for a
+    checkpoint of an earlier release, or a record damaged (compared by size then, as an earlier release's)."""
+    recorded = task_state.get(DICTIONARIES_KEY) if isinstance(task_state, dict) else None
+    if not isinstance(recorded, dict):
+        return {}
+    return {side: r for side, r in recorded.items()
+            if side in EMBEDDINGS and isinstance(r, dict) and isinstance(r.get("sha1"), str)
+            and isinstance(r.get("symbols"), list) and all(isinstance(x, str) for x in r["symbols"])
+            and isinstance(r.get("nspecial", 4), int)}
+
+
 def note_vocabulary(state: dict, path: Optional[str] = None) -> dict:
     """Leave in the task state of a checkpoint being read its path, the shapes of its embedding tables and its
     record of its dictionaries (none before 0.9.0), for :func:`check_vocabulary` (the task's ``load_state_dict``
@@ -236,9 +248,7 @@ def note_vocabulary(state: dict, path: Optional[str] = None) -> dict:
         return state
     shapes = {side: list(model[key].shape) for side, key in EMBEDDINGS.items()
               if key in model and hasattr(model[key], "shape")}
-    recorded = task_state.get(DICTIONARIES_KEY)
-    task_state[AS_READ_KEY] = {"path": path, "shapes": shapes,
-                               "dictionaries": recorded if isinstance(recorded, dict) else None}
+    task_state[AS_READ_KEY] = {"path": path, "shapes": shapes, "dictionaries": recorded_dictionaries(task_state)}
     return state
 
 
@@ -324,7 +334,7 @@ def check_data_folder(state: dict, path: str, data: str) -> None:
         from fairseq.data import data_utils
 
         langs["source"], langs["target"] = data_utils.infer_language_pair(data)
-    recorded = task_state.get(DICTIONARIES_KEY) if isinstance(task_state.get(DICTIONARIES_KEY), dict) else {}
+    recorded = recorded_dictionaries(task_state)
     theirs: Dict[str, dict] = {}
     ours: Dict[str, dict] = {}
     files: Dict[str, str] = {}

@@ -24,7 +24,7 @@ from fairseq.data import Dictionary
 from torch import Tensor
 
 import fairseq_speaker.checkpoints  # noqa: F401  (weights_only loading of fairseq checkpoints)
-from fairseq_speaker.checkpoints import DICTIONARIES_KEY, dictionaries_record, dictionary_problems, read_checkpoint
+from fairseq_speaker.checkpoints import dictionaries_record, dictionary_problems, read_checkpoint, recorded_dictionaries
 from fairseq_speaker.data import SpeakerDictionary
 from fairseq_speaker.modules.speaker_bias import SpeakerBias, build_speaker_bias
 from fairseq_speaker.tasks.speaker_translation import SPEAKER_TOKEN
@@ -78,7 +78,7 @@ class BiasInspection:
             target_dictionary = _target_dictionary(data, state)
         speakers = state["task_state"]["speaker_dictionary"]["names"]
         dictionary = Dictionary.load(target_dictionary)
-        recorded = (state["task_state"].get(DICTIONARIES_KEY) or {}).get("target")
+        recorded = recorded_dictionaries(state["task_state"]).get("target")
         problems = dictionary_problems({"target": dict(recorded or {})},
                                        {"target": dictionaries_record(dictionary, None)["source"]},
                                        {"target": target_dictionary})
