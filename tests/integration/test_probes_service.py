@@ -305,8 +305,8 @@ def test_a_slow_or_oversized_client_gets_its_answer_and_its_connection_closed_in
 def test_normal_clients_are_answered_at_their_usual_speed_beside_slow_clients(toy, trained):
     """A bounded load test on 127.0.0.1: one client sending one-sentence requests in turn, alone and then beside
     six slow clients (half that never finish their headers, half whose bodies stop short, each reconnecting once
-    let go); its median latency stays within a factor of 3 (and 50 ms) of its own, and every slow client is let go
-    in time."""
+    let go), and alone again; its median latency beside them stays within a factor of 3 (and 100 ms) of its median
+    alone, and every slow client is let go in time."""
     translator = SpeakerTranslator.from_pretrained(trained("lstm_fact_bias"), data=toy["bin"], max_len_b=6)
     app = create_app(translator, batching=BatchOptions(request_timeout=1.5, max_wait_ms=0))
     request = {"sentences": ["i am tired ."], "speaker": "spk000"}
@@ -340,13 +340,14 @@ def test_normal_clients_are_answered_at_their_usual_speed_beside_slow_clients(to
         stop.set()
         for thread in slow_threads:
             thread.join(timeout=10)
+        alone += latencies(20)  # alone again: the machine's other work weighs on both sides alike
     median_alone, median_beside = statistics.median(alone), statistics.median(beside)
     print(f"median latency alone {1000 * median_alone:.1f} ms, beside 6 slow clients {1000 * median_beside:.1f} ms "
           f"({len(beside)} requests); slow clients let go {len(let_go)} times, after at most "
           f"{max(let_go, default=0):.2f} s; held past 6 s: {len(held)}")
     assert not held and len(let_go) >= 6
     assert max(let_go) < 1.5 + 2.0
-    assert median_beside < 3 * median_alone + 0.05
+    assert median_beside < 3 * median_alone + 0.1
 
 
 # -- a store that cannot be read -----------------------------------------------------------------------------
