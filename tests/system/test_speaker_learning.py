@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 import sacrebleu
@@ -64,3 +65,24 @@ def test_lstm_speaker_learns_the_styles_better_than_the_papers_factored_bias(tmp
     bleu = sacrebleu.corpus_bleu(hypotheses, [references], tokenize="none").score
     assert traits["style"] > fact["traits"]["style"] + 0.10 and traits["style"] > 0.85, (traits, fact["traits"])
     assert bleu >= fact["bleu"] and traits["gender"] > 0.99 and traits["address"] > 0.99, (bleu, traits)
+
+
+@pytest.mark.slow
+def test_the_transformers_factored_bias_learns_the_speakers_at_a_transformers_learning_rate(tmp_path):
+    """The styles corpus in the many-speakers regime (400 speakers of 30 training sentences, 6 styles, deviation
+    0.1), `transformer_fact_bias` at the demo's sizes with lr 1e-3, 500 warm-up updates (inverse square root) and
+    40 epochs, seed 1 (docs/speaker_learning.md, "The shared vectors at their rows' rate"). Measured: before the
+    shared vectors followed their rows' rate 91.2% of the speaker words, 61.8% of the style words, BLEU 92.99;
+    with it 93.2%, 70.4%, 94.34. About 15 minutes on one thread."""
+    workdir = str(tmp_path / "many")
+    sizes = {"train": 12000, "valid": 800, "test": 800}
+    data = demo.prepare(workdir, sizes, 400, 1, topics=0, styles=6, deviation=0.1)
+    options = SimpleNamespace(lr={"transformer": 0.001}, epochs=40, seed=1, threads=1)
+    hypotheses = demo.train_and_translate(workdir, data, "transformer_fact_bias", options,
+                                          extra=["--warmup-updates", "500"], progress=None)
+    traits = trait_accuracy(hypotheses, read_traits(os.path.join(workdir, "raw", "test.traits")))
+    references = [line.rstrip("\n") for line in open(os.path.join(workdir, "raw", "test.fr"), encoding="utf-8")]
+    bleu = sacrebleu.corpus_bleu(hypotheses, [references], tokenize="none").score
+    assert traits["gender"] >= 0.95 and traits["address"] >= 0.95, traits  # chance: one in two
+    assert traits["all"] > 0.92 and traits["style"] > 0.66, traits
+    assert bleu > 93.5, bleu
