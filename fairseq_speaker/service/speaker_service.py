@@ -298,7 +298,7 @@ class SpeakerService:
                                f"{len(sentences)} sentences in one request; at most {self.limits.max_sentences} "
                                f"(fairseq-speaker-serve --max-sentences): split the request")
         self._check_lengths(sentences, "sentences")
-        self._check_not_blank(sentences, "sentences")
+        self._check_text(sentences, "sentences")
         beam = request.beam if request.beam is not None else self.beam
         if beam > self.limits.max_beam:
             raise ServiceError(422, "invalid_request", f"beam: {beam} is over this service's largest beam, "
@@ -529,10 +529,10 @@ class SpeakerService:
                                f"(fairseq-speaker-serve --max-pairs)")
         self._check_lengths(request.sources, "sources")
         self._check_lengths(request.targets, "targets")
-        self._check_not_blank(request.sources, "sources")
-        self._check_not_blank(request.targets, "targets")
+        self._check_text(request.sources, "sources")
+        self._check_text(request.targets, "targets")
 
-    def _check_not_blank(self, sentences: Sequence[str], field: str) -> None:
+    def _check_text(self, sentences: Sequence[str], field: str) -> None:
         """An empty sentence would be answered with an invented one, and a speaker fitted on the end of sentence; a
         lone surrogate (JSON's ``"\\ud800"``) is no text, and could not be stored."""
         for i, sentence in enumerate(sentences):
