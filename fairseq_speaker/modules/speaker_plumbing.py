@@ -55,7 +55,7 @@ from torch import Tensor, nn
 
 from fairseq_speaker.checkpoints import SPEAKER_NAMES_KEY
 from fairseq_speaker.errors import UserError
-from fairseq_speaker.fairseq_patches import log_softmax_when_teacher_forced, parser_option_names, set_model_options
+from fairseq_speaker.fairseq_patches import parser_option_names, set_model_options
 from fairseq_speaker.modules import gemm, speaker_words
 from fairseq_speaker.optim.speaker_rows import pad_grown_optimizer_state
 from fairseq_speaker.modules.speaker_bias import (
@@ -245,13 +245,7 @@ class SpeakerDecoderMixin:
                                                   incremental_state=incremental_state, features_only=True, **kwargs)
             if features_only:
                 return features, extra
-            logits = self._step_logits(features, step)
-            if step.get("words") is not None:
-                hypotheses = step["words_of"].index_select(0, step["index"])
-                logits, normalized = self.speaker_words.step_scores(logits, step["words"], hypotheses)
-                if normalized:
-                    extra[speaker_words.NORMALIZED] = True
-            return logits, extra
+            return self._step_logits(features, step), extra
         bias, state, aux_losses = self.sentence_effects(encoder_out, None)
         with self.applying_speaker_state(state):
             features, extra = super().forward(prev_output_tokens, encoder_out=encoder_out,
@@ -267,15 +261,6 @@ class SpeakerDecoderMixin:
         if bias is not None:
             logits += bias.unsqueeze(1).to(logits)  # in place: no second B x T x V tensor
         return logits, extra
-
-    @log_softmax_when_teacher_forced
-    def get_normalized_probs(self, net_output, log_probs: bool, sample: Optional[Dict[str, Tensor]] = None):
-        """fairseq's, except for a generation step whose speakers' words were added to its log-probabilities
-        (:meth:`~fairseq_speaker.modules.speaker_words.SpeakerWords.step_scores`): those are its scores as they are."""
-        extra = net_output[1] if len(net_output) > 1 else None
-        if isinstance(extra, dict) and extra.get(speaker_words.NORMALIZED):
-            return net_output[0] if log_probs else net_output[0].exp()
-        return super().get_normalized_probs(net_output, log_probs, sample)
 
     def output_weight_and_bias(self) -> Optional[Tuple[Tensor, Optional[Tensor]]]:
         """The output layer as ``(W [V, d], b [V] or None)`` when ``output_layer(x)`` is ``x W^T + b``,
@@ -326,16 +311,7 @@ class SpeakerDecoderMixin:
         if state is not None and index is None:
             first = state.tensors()[0]
             index = torch.arange(first.size(0), device=first.device)
-        words = words_of = None
-        memory = getattr(self, "speaker_words", None)
-        speakers = encoder_speakers(encoder_out)
-        if memory is not None and speakers is not None and memory.options.weight > 0:  # the speakers' words: a row per
-            distinct, words_of = speakers.unique(return_inverse=True)  # speaker, and the row of each sentence
-            words = memory.bias(distinct).to(speakers.device)
-            if index is None:
-                index = torch.arange(speakers.size(0), device=speakers.device)
-        cached = {"rows": rows, "index": index, "gathered": None, "state": state, "hypothesis_state": state,
-                  "words": words, "words_of": words_of}
+        cached = {"rows": rows, "index": index, "gathered": None, "state": state, "hypothesis_state": state}
         self.set_incremental_state(incremental_state, "speaker_bias", cached)
         return cached
 

@@ -88,9 +88,6 @@ ADD_TO = ("log_probs", "logits")
 #: how the alternatives of a choice of the kinds are ranked (:attr:`WordOptions.rank_choices`); a record written before
 #: the option existed (0.7.0) ranked them by their rate ratio, and keeps doing so
 RANK_CHOICES = ("posterior", "rates")
-#: the key of a generation step's output (its extra dict) whose scores are log-probabilities already, the memory's
-#: bias added to them: fairseq must not normalize them again (SpeakerDecoderMixin.get_normalized_probs)
-NORMALIZED = "speaker_words_log_probs"
 
 #: the largest weight accepted: beyond it the memory overrides every word the network proposes (a weight of 1e30
 #: makes every output one repeated word)
@@ -404,19 +401,19 @@ class SpeakerWords(nn.Module):
         rows = [self.bias_row(int(s)) for s in speakers.tolist()]
         return torch.stack(rows) if rows else torch.zeros(0, self.vocab)
 
-    def step_scores(self, logits: Tensor, rows: Tensor, index: Optional[Tensor] = None) -> Tuple[Tensor, bool]:
-        """A generation step's scores ``[B, 1, V]`` with each hypothesis's bias (:meth:`rerank`; arguments as there),
-        and whether they are log-probabilities already (fairseq must not normalize them again).
+    def step_log_probs(self, log_probs: Tensor, rows: Tensor, index: Optional[Tensor] = None) -> Tensor:
+        """A generation step's log-probabilities ``[B, V]`` (the network's, as fairseq's generator computes them) with
+        each hypothesis's bias (:meth:`rerank`; ``rows`` and ``index`` as there): a new float32 tensor, as fairseq's
+        own log-probabilities are, summed by the beam (:class:`fairseq_speaker.sequence_generator.SpeakerWordsEnsemble`).
 
         With ``add_to`` ``log_probs`` the bias is added to the step's log-probabilities, so a hypothesis's score is
         the sum over its words of the network's log-probability and the speaker's bias (shallow fusion: Gulcehre et
         al., 2015, with the speaker's log rate ratio as the second model): "le vélo" keeps vélo's bias against "la
         bécane", although after "le" the network gives vélo all the probability. With ``logits`` the step is
-        renormalized after the bias, which then only chooses among the words of one step."""
-        if self.options.add_to == "logits":
-            return self.rerank(logits, rows, index), False
-        scores = torch.log_softmax(logits.float(), dim=-1)  # in float32, as fairseq's own log-probabilities are
-        return self.rerank(scores, rows, index), True
+        renormalized after the bias (as adding it to the logits would), which then only chooses among the words of
+        one step."""
+        scores = self.rerank(log_probs.float().unsqueeze(1).clone(), rows, index).squeeze(1)
+        return torch.log_softmax(scores, dim=-1) if self.options.add_to == "logits" else scores
 
     def rerank(self, logits: Tensor, rows: Tensor, index: Optional[Tensor] = None) -> Tensor:
         """``logits`` ``[B, 1, V]`` with each hypothesis's row of ``rows`` added to its words within ``window`` nats of

@@ -467,9 +467,31 @@ class SpeakerTranslationTask(TranslationTask):
             extra_gen_cls_kwargs = dict(extra_gen_cls_kwargs or {})
             strip = set(extra_gen_cls_kwargs.get("symbols_to_strip_from_output") or ())
             extra_gen_cls_kwargs["symbols_to_strip_from_output"] = strip | set(self.speaker_token_ids().tolist())
+        models = self._with_speaker_words(models, args, seq_gen_cls)
         return super().build_generator(
             models, args, seq_gen_cls=seq_gen_cls, extra_gen_cls_kwargs=extra_gen_cls_kwargs, **kwargs
         )
+
+    @staticmethod
+    def _with_speaker_words(models, args, seq_gen_cls):
+        """``models`` as the ensemble that fuses the speakers' words into each step (fairseq_speaker/
+        sequence_generator.py), where the generator is fairseq's beam search; a generator of another kind
+        (``--print-alignment``'s, or one a caller passes) is refused for a model whose words would be left out."""
+        from fairseq.sequence_generator import EnsembleModel, SequenceGenerator
+
+        from fairseq_speaker.modules.speaker_words import speaker_words_of
+        from fairseq_speaker.sequence_generator import SpeakerWordsEnsemble
+
+        if isinstance(models, EnsembleModel):
+            return models
+        if seq_gen_cls in (None, SequenceGenerator) and not getattr(args, "print_alignment", False):
+            return SpeakerWordsEnsemble(models)
+        words = speaker_words_of(models[0]) if models else None
+        if words is not None and words.options.weight > 0:
+            raise SpeakerDataError(
+                "this model remembers its speakers' words (fairseq-speaker-words), which only fairseq's beam search "
+                "adds to its steps: leave out --print-alignment, or decode the checkpoint the words were written from")
+        return models
 
     def _inference_with_bleu(self, generator, sample, model):  # a private method of fairseq's (fairseq_patches)
         if self.uses_speaker_token:  # the references start with the speaker token too

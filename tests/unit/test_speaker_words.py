@@ -170,16 +170,18 @@ def test_rerank_adds_the_bias_to_the_words_within_the_window_only():
     assert out.tolist() == [[[4.0, 12.5, 0.0, -5.0]]]
 
 
-def test_step_scores_add_the_bias_to_the_log_probabilities_or_to_the_logits_as_the_options_say():
-    logits = torch.tensor([[[3.0, 2.5, 0.0, -5.0]]])
+def test_a_steps_log_probabilities_get_the_bias_as_they_are_or_renormalized_as_the_options_say():
+    logits = torch.tensor([[3.0, 2.5, 0.0, -5.0]])
     rows = torch.tensor([[1.0, 10.0, 10.0, 10.0]])
     lp = torch.log_softmax(logits, -1)
-    scores, normalized = SpeakerWords(4, WordOptions(window=1.0)).step_scores(logits.clone(), rows)
-    assert normalized and torch.allclose(scores, lp + torch.tensor([1.0, 10.0, 0.0, 0.0]), atol=1e-6)
-    half, _ = SpeakerWords(4, WordOptions(window=1.0)).step_scores(logits.half(), rows)
+    scores = SpeakerWords(4, WordOptions(window=1.0)).step_log_probs(lp, rows)
+    assert torch.allclose(scores, lp + torch.tensor([1.0, 10.0, 0.0, 0.0]), atol=1e-6)
+    assert torch.equal(lp, torch.log_softmax(logits, -1))  # the network's own are left as they were
+    half = SpeakerWords(4, WordOptions(window=1.0)).step_log_probs(lp.half(), rows)
     assert half.dtype == torch.float32  # summed by the beam as fairseq's own log-probabilities are, in float32
-    scores, normalized = SpeakerWords(4, WordOptions(window=1.0, add_to="logits")).step_scores(logits.clone(), rows)
-    assert not normalized and scores.tolist() == [[[4.0, 12.5, 0.0, -5.0]]]
+    # added to the logits and renormalized at the step (0.6.0): the same as renormalizing the biased log-probabilities
+    scores = SpeakerWords(4, WordOptions(window=1.0, add_to="logits")).step_log_probs(lp, rows)
+    assert torch.allclose(scores, torch.log_softmax(torch.tensor([[4.0, 12.5, 0.0, -5.0]]), -1), atol=1e-6)
 
 
 def test_the_record_reads_back_and_a_damaged_one_is_refused():
