@@ -29,7 +29,7 @@ from fairseq_speaker.data import read_lines
 from fairseq_speaker.toy import demo
 from fairseq_speaker.toy.oracle import oracle_accuracy
 
-TRAITS = ("gender", "address", "profession")
+TRAITS = ("gender", "address", "profession", "style")
 
 
 def cell_name(family: str, lr: float, scale: str) -> str:
@@ -56,15 +56,16 @@ def run_cell(args, data: str, family: str, lr: float, scale: str, references, tr
 
 
 def format_table(rows: List[Dict], oracle: Dict[str, float]) -> str:
-    header = ["family", "lr", "--speaker-lr-scale", "speaker words", *TRAITS, "BLEU"]
+    traits = [t for t in TRAITS if any(t in r["traits"] for r in rows)]  # the corpus's (profession or style)
+    header = ["family", "lr", "--speaker-lr-scale", "speaker words", *traits, "BLEU"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in sorted(rows, key=lambda r: (r["family"], r["speaker_lr_scale"], r["lr"])):
         cells = [r["family"], f"{r['lr']:g}", r["speaker_lr_scale"], f"{100 * r['traits']['all']:.1f}%"]
-        cells += [f"{100 * r['traits'].get(t, float('nan')):.1f}%" for t in TRAITS]
+        cells += [f"{100 * r['traits'].get(t, float('nan')):.1f}%" for t in traits]
         cells.append(f"{r['bleu']:.2f}")
         lines.append("| " + " | ".join(cells) + " |")
     cells = ["oracle: traits revealed", "-", "-", f"{100 * oracle['all']:.1f}%"]
-    cells += [f"{100 * oracle.get(t, float('nan')):.1f}%" for t in TRAITS] + ["-"]
+    cells += [f"{100 * oracle.get(t, float('nan')):.1f}%" for t in traits] + ["-"]
     lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -104,6 +105,11 @@ def main(argv=None) -> None:
     parser.add_argument("--family-options", nargs="*", default=["transformer=--warmup-updates 500"],
                         metavar="FAMILY=OPTIONS", help="fairseq-train options added to the demo's for a family (default: "
                         "the Transformer warms up over 500 updates, the regime of the measurement in the docs)")
+    parser.add_argument("--styles", type=int, default=0, metavar="K",
+                        help="the styles corpus: K styles of translating ambiguous phrases instead of professions "
+                        "(default: 0, the default corpus)")
+    parser.add_argument("--deviation", type=float, default=0.1,
+                        help="with --styles: the share of phrases on which a speaker leaves their style")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--threads", type=int, default=1, help="threads of each training run")
     parser.add_argument("--jobs", type=int, default=1, help="training runs at a time")
@@ -116,7 +122,8 @@ def main(argv=None) -> None:
     if not os.path.isdir(data):
         print(f"[sweep] {args.speakers} speakers x {args.sentences} training sentences in {args.workdir}", flush=True)
         sizes = {"train": args.speakers * args.sentences, "valid": args.test, "test": args.test}
-        data = demo.prepare(args.workdir, sizes, args.speakers, args.threads, topics=0)
+        data = demo.prepare(args.workdir, sizes, args.speakers, args.threads, topics=0, styles=args.styles,
+                            deviation=args.deviation)
     raw = os.path.join(args.workdir, "raw")
     references = read_lines(os.path.join(raw, "test.fr"))
     traits = read_traits(os.path.join(raw, "test.traits"))
