@@ -6,7 +6,8 @@ falls, and nothing in fairseq's log shows it. :class:`SpeakerProgress` snapshots
 the start of an epoch and, before each validation, logs per table the share of speakers whose rows
 moved and how far (relative to the rows' own size, beside the same figure for the variant's shared
 parameters and the multiple of the learning rate they last took: see
-:func:`~fairseq_speaker.optim.speaker_rows.shared_scale`), and warns when the speakers barely moved while the training loss fell.
+:func:`~fairseq_speaker.optim.speaker_rows.shared_scale`), and warns when the speakers barely moved while the
+training loss fell.
 """
 
 import logging

@@ -102,9 +102,11 @@ class RowSparseConfig(SpeakerBiasConfig):
         default=None,
         metadata={"help": "the speaker rows' learning rate, as a multiple of the shared one: 'auto' (the default for "
                   "a new run) divides it by the share of updates in which a speaker is in the batch, with Adam, so "
-                  "that a speaker of a few sentences moves as far over training as a shared weight; a number "
-                  "multiplies it (1: the shared rate, as before 0.5.0). A resumed run keeps the scale it started "
-                  "with (its optimizer state records it; runs of 0.4.0 and earlier: 1) unless this is given. "
+                  "that a speaker of a few sentences moves as far over training as a shared weight, and gives the "
+                  "variant's own shared parameters (fact's shared bias vectors) the rows' mean rate; a number "
+                  "multiplies the rows' rate (1: the shared rate, as before 0.5.0). A resumed run keeps the scale "
+                  "it started with (its optimizer state records it; runs of 0.4.0 and earlier: 1) unless this is "
+                  "given. "
                   "Applies to row-by-row and dense updates, --fp16/--bf16's fp32 copies included"},
     )
 
