@@ -78,13 +78,7 @@ class BiasInspection:
             target_dictionary = _target_dictionary(data, state)
         speakers = state["task_state"]["speaker_dictionary"]["names"]
         dictionary = Dictionary.load(target_dictionary)
-        recorded = recorded_dictionaries(state["task_state"]).get("target")
-        problems = dictionary_problems({"target": dict(recorded or {})},
-                                       {"target": dictionaries_record(dictionary, None)["source"]},
-                                       {"target": target_dictionary})
-        if problems:  # the same size, other words or another order: the bias of a word would go to another
-            raise ValueError(f"{target_dictionary} is not the target dictionary {checkpoint} was trained with: "
-                             f"{problems[0]}; give the target dictionary of the model's data directory")
+        in_file = dictionaries_record(dictionary, None)["source"]  # as the file holds it, before any speaker token
         if state["task_state"].get("speaker_token"):
             for name in speakers:
                 dictionary.add_symbol(SPEAKER_TOKEN.format(name))
@@ -92,6 +86,12 @@ class BiasInspection:
         if vocab_size is not None and vocab_size != len(dictionary):
             raise ValueError(f"{target_dictionary} has {len(dictionary)} words but {checkpoint} was trained with "
                              f"{vocab_size}: give the target dictionary of the model's data directory")
+        recorded = recorded_dictionaries(state["task_state"]).get("target")
+        problems = dictionary_problems({"target": dict(recorded or {})}, {"target": in_file},
+                                       {"target": target_dictionary})
+        if problems:  # the same size, other words or another order: the bias of a word would go to another
+            raise ValueError(f"{target_dictionary} is not the target dictionary {checkpoint} was trained with: "
+                             f"{problems[0]}; give the target dictionary of the model's data directory")
         bias = load_speaker_bias(state, dictionary)
         variant = _options(state["cfg"]["model"]).get("speaker_bias") or "none"
         if not bias.speaker_parameters() and not bias.vocabulary_vectors():
