@@ -513,6 +513,9 @@ COMMAND_PROBES = {
         (["{data}", "--path", "{notckpt}", *GENERATE], 2, "{notckpt}: not a fairseq checkpoint"),
         (["{data}", "--path", "{badwords}", *GENERATE], 2,
          "the checkpoint: its speakers' words (decoder.speaker_words._extra_state) are damaged"),
+        (["{data}", "--path", "{withwords}", *GENERATE, "--print-alignment"], 2,
+         "this model remembers its speakers' words (fairseq-speaker-words), which only fairseq's beam search adds to "
+         "its steps: leave out --print-alignment"),
         (["{data}", "--path", "{badaddto}", *GENERATE], 2,
          "its speakers' words (decoder.speaker_words._extra_state) have bad options (speaker words: add_to must be "
          "one of log_probs, logits"),
@@ -849,6 +852,10 @@ class Places:
         """A record of the speakers' words whose bias is added to something that is not a step's scores."""
         return self._words("badaddto.pt", lambda record: record["options"].update(add_to="probs"))
 
+    def make_withwords(self):
+        """The shared model with its speakers' words as fairseq-speaker-words writes them (weight 6)."""
+        return self._words("withwords.pt", lambda record: None)
+
     def make_badweight(self):
         """A record of the speakers' words whose weight would turn every output into one repeated word."""
         return self._words("badweight.pt", lambda record: record["options"].update(weight=1e30))
@@ -1036,6 +1043,17 @@ def test_fairseq_interactive_refuses_what_it_cannot_pair(places, data, path, mes
     assert proc.returncode == 2
     assert_user_error(proc)
     assert places.fill(message) in proc.stderr
+
+
+@pytest.mark.parametrize("flag", ["--restore-file", "--finetune-from-model"])
+def test_continued_training_refuses_a_data_folder_of_other_dictionaries(places, capsys, flag):
+    """fairseq-train loads a checkpoint's model but not its task state: the model's reader compares them."""
+    argv = train_args(places["swapped"], places.path("continued"), "lstm_fact_bias", flag, places["ckpt"],
+                      "--max-epoch", "3")
+    code, err = run_in_process(fairseq_train, argv, capsys)
+    assert code == 2
+    assert places.fill(SWAPPED) in err.strip().splitlines()[-1]
+    assert not os.path.exists(places.path("continued/checkpoint_last.pt"))
 
 
 @pytest.mark.parametrize("flag", ["--fp16", "--bf16", "--memory-efficient-fp16"])
