@@ -211,7 +211,7 @@ def atomic_copies(path_manager: type) -> type:
 
 #: the key of a task state under which :func:`note_vocabulary` leaves what the task checks once its model is built
 AS_READ_KEY = "_fairseq_speaker_checkpoint_as_read"
-#: the task-state key (so in every checkpoint written since 0.9.0) of the dictionaries the model was built with, as
+#: the task-state key (so in every checkpoint written after 0.8.0) of the dictionaries the model was built with, as
 #: its data folder's files hold them: side -> {"sha1": the SHA-1 of the symbols in order, "symbols": [...]}
 DICTIONARIES_KEY = "dictionaries"
 #: the embedding tables whose rows are the words of the source and the target dictionary
@@ -240,8 +240,9 @@ def recorded_dictionaries(task_state) -> Dict[str, dict]:
 
 def note_vocabulary(state: dict, path: Optional[str] = None) -> dict:
     """Leave in the task state of a checkpoint being read its path, the shapes of its embedding tables and its
-    record of its dictionaries (none before 0.9.0), for :func:`check_vocabulary` (the task's ``load_state_dict``
-    takes them out: they are never saved again)."""
+    record of its dictionaries (none up to 0.8.0), for :func:`check_vocabulary` (the task's ``load_state_dict``
+    takes them out: they are never saved again); and the same beside the speaker rows' names, for a model restored
+    without its task state (the model writes its names afresh: never saved either)."""
     model = state.get("model") if isinstance(state, dict) else None
     task_state = state.get("task_state") if isinstance(state, dict) else None
     if not isinstance(model, dict) or not isinstance(task_state, dict):
@@ -249,6 +250,9 @@ def note_vocabulary(state: dict, path: Optional[str] = None) -> dict:
     shapes = {side: list(model[key].shape) for side, key in EMBEDDINGS.items()
               if key in model and hasattr(model[key], "shape")}
     task_state[AS_READ_KEY] = {"path": path, "shapes": shapes, "dictionaries": recorded_dictionaries(task_state)}
+    extra = model.get(SPEAKER_NAMES_KEY)
+    if isinstance(extra, dict):  # the same for the model, which fairseq-train restores without the task state
+        extra["as_read"] = task_state[AS_READ_KEY]
     return state
 
 
@@ -290,8 +294,8 @@ def dictionary_mismatch(path: str, data: str, problems: List[str]) -> Checkpoint
 def check_vocabulary(as_read: Optional[dict], model, task) -> None:
     """Refuse (:class:`CheckpointError`) a checkpoint (``as_read``: what :func:`note_vocabulary` noted) whose
     dictionaries are not those of ``task``'s data folder, which ``model`` was just built with: the checkpoint was
-    trained on another data folder (another dictionary). A checkpoint that records its dictionaries (0.9.0 and
-    later) is compared symbol by symbol with the data folder's files (``task.data_dictionaries``); an older one
+    trained on another data folder (another dictionary). A checkpoint that records its dictionaries (releases after
+    0.8.0) is compared symbol by symbol with the data folder's files (``task.data_dictionaries``); an older one
     by the rows of its embedding tables only."""
     if not as_read or not (as_read.get("shapes") or as_read.get("dictionaries")):
         return

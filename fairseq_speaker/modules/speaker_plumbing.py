@@ -492,13 +492,15 @@ class SpeakerModelMixin:
             state_dict.setdefault("decoder.speaker_bias." + key, {})
         extra = state_dict.get(SPEAKER_NAMES_KEY) or {}
         saved = extra.get("speakers")
+        task = self.speaker_task() if getattr(self, "speaker_task", None) is not None else None
+        if task is not None and hasattr(task, "check_restored_dictionaries"):  # the checkpoint's words are the data's
+            task.check_restored_dictionaries(extra.get("as_read"), self)
         current = bias.speaker_names
         if saved is None or current is None or list(saved) == current:
             return self._load_fitting(state_dict, strict=strict, model_cfg=model_cfg, args=args)
         saved = list(saved)
         known = set(saved)
         new = [name for name in current if name not in known]
-        task = self.speaker_task() if getattr(self, "speaker_task", None) is not None else None
         if task is not None:
             task.check_speaker_table_change(saved, current)
         bias.resize_table(len(saved))

@@ -228,6 +228,12 @@ class SpeakerTranslationTask(TranslationTask):
         check_vocabulary(as_read, model, self)
         return model
 
+    def check_restored_dictionaries(self, as_read: Optional[dict], model) -> None:
+        """Called by ``model`` restoring a checkpoint's parameters (``as_read``: what the checkpoint reader noted of
+        it): fairseq-train ``--restore-file`` and ``--finetune-from-model`` load no task state, so that the
+        checkpoint's dictionaries are compared with this data folder's here (see :meth:`build_model`)."""
+        check_vocabulary(as_read, model, self)
+
     def load_state_dict(self, state_dict):
         """fairseq's, keeping aside what the checkpoint reader noted for :meth:`build_model` (never saved again)."""
         self._checkpoint_as_read = state_dict.pop(AS_READ_KEY, None) if isinstance(state_dict, dict) else None
