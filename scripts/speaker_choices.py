@@ -5,8 +5,9 @@
     python scripts/speaker_choices.py st/raw/train --source-lang en --target-lang fr
 
 reads ``PREFIX.{src}``, ``PREFIX.{tgt}`` and ``PREFIX.spk`` (tokenized text, one sentence a line) and prints each
-trait: its choices (the source word each translates, and the alternatives), the number of kinds of speaker BIC chose,
-and the BIC of every number tried. ``--oracle speakers.json`` (a styles-mode toy corpus's model) also says which of
+trait: its choices (the source word each translates, and the alternatives), the number of kinds of speaker chosen by
+the held-out speakers' choices, how much better than everyone's rates the kinds predict them (nats a choice; a trait
+of 0 is not kept in the memory) and the held-out log-likelihood of every number tried. ``--oracle speakers.json`` (a styles-mode toy corpus's model) also says which of
 the corpus's ambiguous phrases were found with exactly their translations.
 """
 
@@ -67,14 +68,15 @@ def main() -> None:
     if not len(sources) == len(targets) == len(speakers):
         fail(f"{args.prefix}: {len(sources)} source lines, {len(targets)} target lines and {len(speakers)} "
              f"speaker labels; they must be as many", PROG)
-    found = corpus_kinds(sources, targets, speakers)
+    found = corpus_kinds(sources, targets, speakers, keep_everyones=True)
     choices = [choice for trait, _ in found for choice in trait]
     print(f"{len(set(speakers))} speakers, {len(sources)} sentences: {len(choices)} choices")
-    print("\n| trait | choices (source word: alternatives) | kinds | BIC by kinds |\n|---|---|---|---|")
+    print("\n| trait | choices (source word: alternatives) | kinds | held-out gain | held-out by kinds |\n"
+          "|---|---|---|---|---|")
     for i, (trait, model) in enumerate(found, 1):
         listed = "; ".join(f"{choice.anchor}: {' '.join(choice.alternatives)}" for choice in trait)
-        bic = ", ".join(f"{k}: {value:.0f}" for k, value in model.bic.items())
-        print(f"| {i} | {listed} | {model.k} | {bic} |")
+        heldout = ", ".join(f"{k}: {value:.3f}" for k, value in model.heldout.items())
+        print(f"| {i} | {listed} | {model.k} | {model.gain:.3f} | {heldout} |")
     if items is not None:
         truth = {phrase: {t.split()[-1] for t in translations} for phrase, translations in items.items()}
         alternatives = [set(c.alternatives) for c in choices]

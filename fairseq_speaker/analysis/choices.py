@@ -17,17 +17,34 @@ parallel corpus with speaker labels, without being told what they are:
    component of the links.
 3. **Kinds** (:func:`kinds`). Each trait's choices are a mixture of K kinds of speaker (a latent class model:
    Lazarsfeld & Henry, 1968), each kind a distribution over every choice's alternatives, fitted by EM over the
-   speakers' choices (a choice a speaker never made is left out of their likelihood), K chosen by BIC.
+   speakers' choices (a choice a speaker never made is left out of their likelihood). K is chosen by prediction
+   (Smyth, "Model selection for probabilistic clustering using cross-validated likelihood", Statistics and
+   Computing, 2000): 5-fold cross-validation over the speakers, each held-out speaker's every choice scored given
+   their other choices (the leave-one-choice-out posterior predictive, which is how the memory uses the kinds),
+   and of the numbers of kinds the fewest within one standard error of the best (Hastie, Tibshirani & Friedman,
+   *The Elements of Statistical Learning*, 2009, 7.10). K = 1 is a candidate: the choices are then everyone's.
+4. **Traits split by prediction** (:func:`split_traits`). A component of links can join traits that vary
+   independently through a few links made by chance (many rare choices, each pair made by few speakers). A trait
+   is halved, and each half fitted on its own, when the halves predict the held-out speakers' choices better than
+   the whole (the same folds and score); the halves are split again the same way. Two halvings are tried: the
+   choices the kinds predict better than everyone's rates (significantly, on the held-out speakers) against the
+   rest, and the normalized cut of the links weighted by their evidence (NMI times the speakers who made both;
+   the sign of the second eigenvector of the normalized Laplacian, Shi & Malik, "Normalized cuts and image
+   segmentation", IEEE TPAMI 2000).
+5. **A trait kept where its kinds predict** (:func:`corpus_kinds`): a trait whose best number of kinds is 1 (its
+   kinds predict held-out speakers no better than everyone's rates, :attr:`Kinds.gain`) is left out, so that the
+   memory's neighbours choose those words.
 
-On the styles corpus of the toy (``--styles 6``) this finds gender (8 choices, 2 kinds), address (4 choices, 2 kinds)
+On the styles corpus of the toy (``--styles 6``) this finds gender (9 choices, 2 kinds), address (4 choices, 2 kinds)
 and style (the 16 phrases, 13 with exactly their translations, 6 kinds): the corpus's generative model, which it
-was not given. ``fairseq-speaker-words`` keeps it in the memory of the speakers' words
+was not given. Where the links join independent traits (the suite's ``rare-words``: 53 choices in one component),
+the split finds gender and address apart and leaves the rare phrases, which no kinds predict, to the neighbours. ``fairseq-speaker-words`` keeps it in the memory of the speakers' words
 (:mod:`fairseq_speaker.modules.speaker_words`), where a speaker's posterior over the kinds chooses the rivals they
 never said.
 """
 
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -41,6 +58,10 @@ KINDS = (1, 2, 3, 4, 6, 8, 12)
 MAX_PAIRS = 200_000
 MAX_CHOICES = 200
 MAX_SPEAKERS = 20_000
+#: :func:`kinds` chooses the number of kinds by FOLDS-fold cross-validation over the speakers, the best of
+#: FOLD_RESTARTS EM starts in each fold
+FOLDS = 5
+FOLD_RESTARTS = 3
 
 
 @dataclass
@@ -62,6 +83,19 @@ class Kinds:
     alternatives: List[np.ndarray]
     log_likelihood: float
     bic: Dict[int, float]
+    #: the held-out log-likelihood of each number of kinds tried (nats a choice made; :func:`kinds`)
+    heldout: Dict[int, float] = field(default_factory=dict)
+    #: for each choice, whether the kinds predict it better than everyone's rates on held-out speakers (their summed
+    #: difference above twice its standard error); empty when not cross-validated
+    predicted: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+
+    @property
+    def gain(self) -> float:
+        """How much better than everyone's rates (one kind) the kinds predict a held-out speaker's choice from their
+        other choices: nats a choice made, 0 for one kind (nan when not cross-validated)."""
+        if not self.heldout or 1 not in self.heldout:
+            return float("nan")
+        return self.heldout[self.k] - self.heldout[1]
 
 
 def _presence(rows: Sequence[Sequence[str]], vocab: Dict[str, int]) -> scipy.sparse.csr_matrix:
@@ -137,23 +171,60 @@ def speaker_choices(choices: Sequence[Choice], said: Sequence[Sequence[str]]) ->
     return out
 
 
-def _nmi(a: np.ndarray, b: np.ndarray) -> float:
-    """Mutual information of two choices over the same speakers, over the smaller of their entropies."""
-    joint = np.zeros((a.max() + 1, b.max() + 1))
-    np.add.at(joint, (a, b), 1.0)
-    joint /= joint.sum()
-    pa, pb = joint.sum(1), joint.sum(0)
-    nz = joint > 0
-    mi = float((joint[nz] * np.log(joint[nz] / np.outer(pa, pb)[nz])).sum())
-    ha = float(-(pa[pa > 0] * np.log(pa[pa > 0])).sum())
-    hb = float(-(pb[pb > 0] * np.log(pb[pb > 0])).sum())
-    return mi / min(ha, hb) if min(ha, hb) > 0 else 0.0
+def _onehot(chosen: np.ndarray, sizes: Sequence[int]) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The choices of ``chosen`` (speakers x choices, -1: not made) as speakers x alternatives of every choice, 1 where
+    the speaker said it; the first alternative of each choice among the columns [choices], and the index of each made
+    choice's alternative among the columns (speakers x choices, -1: not made)."""
+    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    column = np.where(chosen >= 0, chosen + offsets[None, :], -1)
+    x = np.zeros((chosen.shape[0], int(np.sum(sizes))))
+    rows, cols = np.nonzero(column >= 0)
+    x[rows, column[rows, cols]] = 1.0
+    return x, offsets, column
+
+
+def nmi_matrix(chosen: np.ndarray, sizes: Optional[Sequence[int]] = None) -> Tuple[np.ndarray, np.ndarray]:
+    """Choices x choices: the mutual information of two choices over the speakers who made both, over the smaller of
+    their entropies (0 where either is constant there), and how many speakers made both."""
+    n = chosen.shape[1]
+    if sizes is None:
+        sizes = [int(chosen[:, c].max()) + 1 if (chosen[:, c] >= 0).any() else 1 for c in range(n)]
+    m = max(sizes) if n else 1
+    padded = np.zeros((chosen.shape[0], n, m))  # speakers x choices x alternatives, padded to the most
+    rows, cols = np.nonzero(chosen >= 0)
+    padded[rows, cols, chosen[rows, cols]] = 1.0
+    flat = padded.reshape(chosen.shape[0], n * m)
+    joint = (flat.T @ flat).reshape(n, m, n, m)  # [i, a, j, b]: the speakers who said a for i and b for j
+    both = joint.sum((1, 3))
+    p = joint / np.maximum(both, 1.0)[:, None, :, None]
+    pa, pb = p.sum(3, keepdims=True), p.sum(1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mi = np.where(p > 0, p * np.log(p / (pa * pb)), 0.0).sum((1, 3))
+        ha = -np.where(pa > 0, pa * np.log(pa), 0.0).sum((1, 3))
+        hb = -np.where(pb > 0, pb * np.log(pb), 0.0).sum((1, 3))
+        low = np.minimum(ha, hb)
+        nmi = np.where(low > 1e-12, mi / low, 0.0)
+    return nmi, both
 
 
 def traits(chosen: np.ndarray, threshold: float = 0.1, min_both: int = 20) -> List[List[int]]:
     """The traits of the choices of ``chosen`` (:func:`speaker_choices`): groups of choice indices, two choices linked
     when at least ``min_both`` speakers made both and their NMI is above ``threshold``; ordered by first choice."""
-    n = chosen.shape[1]
+    return _components(_links(chosen, threshold, min_both))
+
+
+def _links(chosen: np.ndarray, threshold: float, min_both: int) -> np.ndarray:
+    """Choices x choices: the evidence of two linked choices (:func:`traits`), their NMI times the speakers who made
+    both (a link of many speakers weighs more than one that a few made by chance), 0 where they are not linked."""
+    nmi, both = nmi_matrix(chosen)
+    linked = (both >= min_both) & (nmi > threshold)
+    np.fill_diagonal(linked, False)
+    return np.where(linked, nmi * both, 0.0)
+
+
+def _components(links: np.ndarray) -> List[List[int]]:
+    """The connected components of a graph of weights ``links`` (0: no edge), ordered by first node."""
+    n = links.shape[0]
     parent = list(range(n))
 
     def root(i: int) -> int:
@@ -162,52 +233,164 @@ def traits(chosen: np.ndarray, threshold: float = 0.1, min_both: int = 20) -> Li
             i = parent[i]
         return i
 
-    for i in range(n):
-        for j in range(i + 1, n):
-            both = (chosen[:, i] >= 0) & (chosen[:, j] >= 0)
-            if both.sum() >= min_both and _nmi(chosen[both, i], chosen[both, j]) > threshold:
-                parent[root(i)] = root(j)
+    for i, j in zip(*np.nonzero(np.triu(links, 1))):
+        parent[root(int(i))] = root(int(j))
     groups: Dict[int, List[int]] = {}
     for i in range(n):
         groups.setdefault(root(i), []).append(i)
     return sorted(groups.values())
 
 
-def _fit(chosen: np.ndarray, sizes: Sequence[int], k: int, rng: np.random.Generator, iters: int,
-         smoothing: float) -> Tuple[float, np.ndarray, List[np.ndarray]]:
-    speakers = chosen.shape[0]
+def _fit(x: np.ndarray, offsets: np.ndarray, k: int, rng: np.random.Generator, iters: int, smoothing: float,
+         tol: float = 1e-7) -> Tuple[float, np.ndarray, np.ndarray]:
+    """EM for ``k`` kinds on the one-hot choices ``x`` (:func:`_onehot`): the log-likelihood, the prior [k] and the
+    log-probability of each alternative under each kind [alternatives, k]; stopped early when an iteration gains less
+    than ``tol`` nats a speaker. Each kind's table of a choice of m alternatives has ``smoothing`` * m pseudo-counts,
+    shared as everyone's rates of the alternatives (themselves smoothed toward uniform): more kinds then do not
+    smooth more, which held-out data would otherwise reward in rare choices for nothing but the smoothing."""
+    speakers = x.shape[0]
+    sizes = np.diff(np.append(offsets, x.shape[1]))
+    owner = np.repeat(np.arange(len(offsets)), sizes)
+    everyone = x.sum(0) + smoothing
+    pseudo = smoothing * sizes[owner] * everyone / np.add.reduceat(everyone, offsets)[owner]  # [alternatives]
     resp = rng.dirichlet(np.ones(k), size=speakers)
+    last = -np.inf
     for _ in range(iters + 1):
         prior = (resp.sum(0) + 1.0) / (speakers + k)
-        tables = []
-        for c, size in enumerate(sizes):
-            counts = np.stack([resp[chosen[:, c] == j].sum(0) for j in range(size)], 1) + smoothing
-            tables.append(counts / counts.sum(1, keepdims=True))
-        logp = np.tile(np.log(prior), (speakers, 1))
-        for c, table in enumerate(tables):
-            made = chosen[:, c] >= 0
-            logp[made] += np.log(table[:, chosen[made, c]]).T
-        total = np.logaddexp.reduce(logp, axis=1)
+        counts = x.T @ resp + pseudo[:, None]  # [alternatives, k]
+        log_table = np.log(counts / np.add.reduceat(counts, offsets, axis=0)[owner])
+        logp = np.log(prior) + x @ log_table  # [speakers, k]
+        top = logp.max(1, keepdims=True)
+        total = top[:, 0] + np.log(np.exp(logp - top).sum(1))
         resp = np.exp(logp - total[:, None])
-    return float(total.sum()), prior, tables
+        if total.sum() - last < tol * speakers:
+            break
+        last = total.sum()
+    return float(total.sum()), prior, log_table
+
+
+def _loo(x: np.ndarray, column: np.ndarray, prior: np.ndarray, log_table: np.ndarray) -> np.ndarray:
+    """The log-likelihood of every choice each speaker of ``x`` made given their other choices (the posterior
+    predictive the memory ranks a choice's alternatives by) [speakers, choices], 0 where they did not make it."""
+    joint = np.log(prior) + x @ log_table  # [speakers, k]
+    made = column >= 0
+    without = joint[:, None, :] - log_table[np.maximum(column, 0)]  # [speakers, choices, k]: the choice left out
+    lse = lambda a, axis: a.max(axis) + np.log(np.exp(a - np.expand_dims(a.max(axis), axis)).sum(axis))  # noqa: E731
+    return (lse(joint, 1)[:, None] - lse(without, 2)) * made
+
+
+def _folds(speakers: int, folds: int, seed: int) -> np.ndarray:
+    """Each speaker's fold, ``folds`` of about equal size in a random order."""
+    return np.random.default_rng([seed, speakers]).permutation(np.arange(speakers) % folds)
 
 
 def kinds(chosen: np.ndarray, sizes: Sequence[int], ks: Sequence[int] = KINDS, restarts: int = 8, iters: int = 100,
-          smoothing: float = 0.5, seed: int = 0) -> Kinds:
+          smoothing: float = 0.5, seed: int = 0, folds: int = FOLDS, fold_restarts: int = FOLD_RESTARTS) -> Kinds:
     """The latent class model of one trait: ``chosen`` speakers x the trait's choices (-1: not made), ``sizes`` the
-    number of alternatives of each; of ``ks`` kinds, the number with the lowest BIC, each fitted by EM from
-    ``restarts`` random starts (the best likelihood kept)."""
+    number of alternatives of each. Of ``ks`` kinds, the number whose model, fitted on the other folds' speakers,
+    best predicts each choice of a held-out speaker from their other choices (``folds`` folds over the speakers, the
+    best of ``fold_restarts`` EM starts each; :attr:`Kinds.heldout`); past the best, a number of kinds worse than the
+    one before ends the search. The model kept is fitted on every speaker from ``restarts`` random starts (the best
+    likelihood kept). Fewer than 2 ``folds`` (or of speakers): BIC chooses, as before 0.9.0."""
     speakers = chosen.shape[0]
-    best: Optional[Kinds] = None
+    if chosen.shape[1] == 1:
+        ks = (1,)  # a choice alone is predicted by no other: its kinds' predictive is everyone's rates
+    x, offsets, column = _onehot(chosen, sizes)
+    parameters = lambda k: (k - 1) + k * sum(size - 1 for size in sizes)  # noqa: E731
+    heldout: Dict[int, float] = {}
+    made = max(int((chosen >= 0).sum()), 1)
+    if folds >= 2 and speakers >= folds:
+        fold = _folds(speakers, folds, seed)
+        scores: Dict[int, np.ndarray] = {}  # each speaker's held-out log-likelihood, by number of kinds
+        for k in ks:
+            scores[k] = np.zeros(chosen.shape)
+            for f in range(folds):
+                train = fold != f
+                fits = [_fit(x[train], offsets, k, np.random.default_rng([seed, k, f, r]), iters, smoothing)
+                        for r in range(fold_restarts if k > 1 else 1)]
+                _, prior, log_table = max(fits, key=lambda fit: fit[0])
+                scores[k][~train] = _loo(x[~train], column[~train], prior, log_table)
+            heldout[k] = float(scores[k].sum()) / made
+            best = max(heldout, key=heldout.get)
+            if k > best and len(heldout) >= 2 and heldout[k] < list(heldout.values())[-2]:
+                break  # worse than the best and than the one before: more kinds only fit the folds' noise
+        # the fewest kinds within one standard error of the best (Hastie et al. 2009, 7.10), the error of the paired
+        # difference over the speakers: a number of kinds must predict held-out speakers better, not by chance
+        best = max(heldout, key=heldout.get)
+        for k in heldout:
+            difference = (scores[best] - scores[k]).sum(1)
+            if difference.sum() <= difference.std() * np.sqrt(speakers):
+                chosen_k = k
+                break
     bic: Dict[int, float] = {}
-    for k in ks:
-        fits = [_fit(chosen, sizes, k, np.random.default_rng([seed, k, r]), iters, smoothing) for r in range(restarts)]
-        log_likelihood, prior, tables = max(fits, key=lambda fit: fit[0])
-        parameters = (k - 1) + k * sum(size - 1 for size in sizes)
-        bic[k] = -2.0 * log_likelihood + parameters * np.log(speakers)
-        if best is None or bic[k] < best.bic[best.k]:
-            best = Kinds(k, prior, tables, log_likelihood, bic)
-    return best
+    fitted = {}
+    for k in (ks if not heldout else [chosen_k]):
+        fits = [_fit(x, offsets, k, np.random.default_rng([seed, k, r]), iters, smoothing)
+                for r in range(restarts if k > 1 else 1)]
+        fitted[k] = max(fits, key=lambda fit: fit[0])
+        bic[k] = -2.0 * fitted[k][0] + parameters(k) * np.log(speakers)
+    if not heldout:
+        chosen_k = min(bic, key=bic.get)
+    log_likelihood, prior, log_table = fitted[chosen_k]
+    table = np.exp(log_table)
+    alternatives = [table[offsets[c]:offsets[c] + sizes[c]].T.copy() for c in range(len(sizes))]
+    model = Kinds(chosen_k, prior, alternatives, log_likelihood, bic, heldout)
+    if heldout and 1 in scores:
+        difference = scores[chosen_k] - scores[1]  # [speakers, choices]
+        made_by = (chosen >= 0).sum(0)
+        spread = np.sqrt(np.maximum((difference ** 2).sum(0) - difference.sum(0) ** 2 / np.maximum(made_by, 1), 0.0))
+        model.predicted = difference.sum(0) > 2.0 * spread
+    return model
+
+
+def _split(links: np.ndarray) -> Optional[Tuple[List[int], List[int]]]:
+    """Two groups of the nodes of a connected graph of weights ``links`` by the sign of the second eigenvector of its
+    normalized Laplacian (the relaxed normalized cut, Shi & Malik 2000); None when it cannot be split."""
+    if len(links) < 2:
+        return None
+    links = links + 1e-9 * (1.0 - np.eye(len(links)))  # a node left alone by an earlier split still has a side
+    degree = links.sum(1)
+    scale = 1.0 / np.sqrt(degree)
+    laplacian = np.eye(len(links)) - scale[:, None] * links * scale[None, :]
+    _, vectors = np.linalg.eigh(laplacian)
+    side = (vectors[:, 1] * scale) >= 0
+    if side.all() or not side.any():
+        return None
+    return np.flatnonzero(side).tolist(), np.flatnonzero(~side).tolist()
+
+
+def split_traits(chosen: np.ndarray, sizes: Sequence[int], links: np.ndarray, seed: int = 0,
+                 joint: Optional[Kinds] = None, **options) -> List[Tuple[List[int], Kinds]]:
+    """The choices of ``chosen`` (speakers x choices, ``sizes`` alternatives each, ``links`` their NMI links) as one
+    trait, or as the traits of its two halves by :func:`_split` when those, each fitted on its own, predict the
+    held-out speakers' choices better (:attr:`Kinds.heldout` of the numbers of kinds chosen, over the same choices);
+    each half split again the same way. ``joint``: the kinds of all of them, when already fitted."""
+    n = chosen.shape[1]
+    joint = joint or kinds(chosen, sizes, seed=seed, **options)
+    if n < 2 or not joint.heldout:
+        return [(list(range(n)), joint)]
+    # two ways to halve: the choices the kinds predict and the rest (the rest joined by links made by chance), and
+    # the normalized cut of the links (two traits joined by a few links)
+    candidates = [_split(links)]
+    if 0 < joint.predicted.sum() < n:
+        candidates.insert(0, (np.flatnonzero(joint.predicted).tolist(), np.flatnonzero(~joint.predicted).tolist()))
+    best, halves, fitted = joint.heldout[joint.k] * int((chosen >= 0).sum()), None, None
+    for candidate in candidates:
+        if candidate is None:
+            continue
+        models = [kinds(chosen[:, half], [sizes[c] for c in half], seed=seed, **options) for half in candidate]
+        apart = sum(model.heldout[model.k] * int((chosen[:, half] >= 0).sum())
+                    for model, half in zip(models, candidate))
+        if apart > best:
+            best, halves, fitted = apart, candidate, models
+    if halves is None:
+        return [(list(range(n)), joint)]
+    out = []
+    for half, model in zip(halves, fitted):
+        for part, inner in split_traits(chosen[:, half], [sizes[c] for c in half], links[np.ix_(half, half)], seed,
+                                        model, **options):
+            out.append(([half[i] for i in part], inner))
+    return out
 
 
 def _evenly(n: int, most: int) -> np.ndarray:
@@ -216,10 +399,12 @@ def _evenly(n: int, most: int) -> np.ndarray:
 
 
 def corpus_kinds(sources: Sequence[Sequence[str]], targets: Sequence[Sequence[str]], speakers: Sequence[str],
-                 max_pairs: int = MAX_PAIRS, max_choices: int = MAX_CHOICES, max_speakers: int = MAX_SPEAKERS
-                 ) -> List[Tuple[List[Choice], Kinds]]:
-    """Every trait of a parallel corpus (arguments as :func:`choice_groups`): its choices and its kinds of speaker
-    (the caps: :data:`MAX_PAIRS`, :data:`MAX_CHOICES`, :data:`MAX_SPEAKERS`)."""
+                 max_pairs: int = MAX_PAIRS, max_choices: int = MAX_CHOICES, max_speakers: int = MAX_SPEAKERS,
+                 keep_everyones: bool = False) -> List[Tuple[List[Choice], Kinds]]:
+    """Every trait of a parallel corpus (arguments as :func:`choice_groups`) whose kinds predict held-out speakers'
+    choices better than everyone's rates: its choices and its kinds of speaker (the caps: :data:`MAX_PAIRS`,
+    :data:`MAX_CHOICES`, :data:`MAX_SPEAKERS`); ``keep_everyones``: the traits of one kind too (each choice the
+    links leave alone is one), to print them."""
     read = _evenly(len(sources), max_pairs)
     found = choice_groups([sources[i] for i in read], [targets[i] for i in read], [speakers[i] for i in read])
     said: "OrderedDict[str, set]" = OrderedDict()
@@ -230,5 +415,12 @@ def corpus_kinds(sources: Sequence[Sequence[str]], targets: Sequence[Sequence[st
     if len(found) > max_choices:
         kept = sorted(np.argsort(-(chosen >= 0).sum(0), kind="stable")[:max_choices].tolist())
         found, chosen = [found[c] for c in kept], chosen[:, kept]
-    return [([found[c] for c in trait], kinds(chosen[:, trait], [len(found[c].alternatives) for c in trait]))
-            for trait in traits(chosen)]
+    sizes = [len(choice.alternatives) for choice in found]
+    links = _links(chosen, threshold=0.1, min_both=20)
+    out = []
+    for component in _components(links):
+        for part, model in split_traits(chosen[:, component], [sizes[c] for c in component],
+                                        links[np.ix_(component, component)]):
+            if model.k > 1 or keep_everyones:
+                out.append(([component[i] for i in part], model))  # in the order of the model's tables
+    return [([found[c] for c in trait], model) for trait, model in sorted(out, key=lambda t: t[0])]
