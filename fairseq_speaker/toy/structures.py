@@ -51,7 +51,7 @@ from fractions import Fraction
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from fairseq_speaker.analysis.speaker_words import Trait
-from fairseq_speaker.toy.corpus import (
+from fairseq_speaker.toy.lexicon import (
     ADDRESS_VERBS, ADDRESSES, GENDERED_ADJECTIVES, GENDERS, INVARIABLE_ADJECTIVES, NOUNS, PLACES, PROFESSION_NOUNS,
     STYLE_ITEMS, STYLE_NOUN_SHARE, TIMES, Styles, style_word, write_split)
 
