@@ -296,6 +296,9 @@ COMMAND_PROBES = {
         (["{ckpt}", "--user-dir", "{tmp}/nowhere"], 2, "--user-dir {tmp}/nowhere: no such folder"),
         (["{ckpt}", "--no-such-option"], 2, "unrecognized arguments: --no-such-option"),
         (["{ckpt}", "--data", "{swapped}"], 2, SWAPPED),
+        (["{ckpt}", "--data", "{other}"], 2, "{ckpt} was trained with the dictionaries of another data folder than "
+                                             "{other}: its source dictionary has 64 symbols, {other}/dict.en.txt has "
+                                             "56; its target dictionary has 88 symbols, {other}/dict.fr.txt has 80"),
     ],
     "fairseq-speaker-report": [
         ([*REPORT, "--references", "{refs}", "--system", "nameless"], 2, "--system takes NAME=PATH, got 'nameless'"),
