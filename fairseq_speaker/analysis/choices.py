@@ -22,7 +22,9 @@ parallel corpus with speaker labels, without being told what they are:
    Computing, 2000): 5-fold cross-validation over the speakers, each held-out speaker's every choice scored given
    their other choices (the leave-one-choice-out posterior predictive, which is how the memory uses the kinds),
    and of the numbers of kinds the fewest within one standard error of the best (Hastie, Tibshirani & Friedman,
-   *The Elements of Statistical Learning*, 2009, 7.10). K = 1 is a candidate: the choices are then everyone's.
+   *The Elements of Statistical Learning*, 2009, 7.10); K = 1 too where no single choice is predicted better than
+   by everyone's rates by twice its standard error (the links were chosen on the same speakers, so that their
+   chance agreement holds in the held-out folds too). K = 1 means: the trait's choices are everyone's.
 4. **Traits split by prediction** (:func:`split_traits`). A component of links can join traits that vary
    independently through a few links made by chance (many rare choices, each pair made by few speakers). A trait
    is halved, and each half fitted on its own, when the halves predict the held-out speakers' choices better than
@@ -86,7 +88,7 @@ class Kinds:
     #: the held-out log-likelihood of each number of kinds tried (nats a choice made; :func:`kinds`)
     heldout: Dict[int, float] = field(default_factory=dict)
     #: for each choice, whether the kinds predict it better than everyone's rates on held-out speakers (their summed
-    #: difference above twice its standard error); empty when not cross-validated
+    #: difference above twice its standard error); all False for one kind or when not cross-validated
     predicted: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
 
     @property
@@ -290,8 +292,10 @@ def kinds(chosen: np.ndarray, sizes: Sequence[int], ks: Sequence[int] = KINDS, r
     number of alternatives of each. Of ``ks`` kinds, the number whose model, fitted on the other folds' speakers,
     best predicts each choice of a held-out speaker from their other choices (``folds`` folds over the speakers, the
     best of ``fold_restarts`` EM starts each; :attr:`Kinds.heldout`); past the best, a number of kinds worse than the
-    one before ends the search. The model kept is fitted on every speaker from ``restarts`` random starts (the best
-    likelihood kept). Fewer than 2 ``folds`` (or of speakers): BIC chooses, as before 0.9.0."""
+    one before ends the search; the fewest kinds within one standard error of the best are chosen, and one kind where
+    no choice is predicted better than by everyone's rates (:attr:`Kinds.predicted`). The model kept is fitted on
+    every speaker from ``restarts`` random starts (the best likelihood kept). ``folds`` below 2 (or fewer speakers
+    than folds): BIC chooses among every number of ``ks``, as it did before cross-validation."""
     speakers = chosen.shape[0]
     if chosen.shape[1] == 1:
         ks = (1,)  # a choice alone is predicted by no other: its kinds' predictive is everyone's rates
@@ -322,6 +326,16 @@ def kinds(chosen: np.ndarray, sizes: Sequence[int], ks: Sequence[int] = KINDS, r
             if difference.sum() <= difference.std() * np.sqrt(speakers):
                 chosen_k = k
                 break
+    predicted = np.zeros(chosen.shape[1], dtype=bool)
+    if heldout and 1 in scores and chosen_k != 1:
+        difference = scores[chosen_k] - scores[1]  # [speakers, choices]
+        made_by = (chosen >= 0).sum(0)
+        spread = np.sqrt(np.maximum((difference ** 2).sum(0) - difference.sum(0) ** 2 / np.maximum(made_by, 1), 0.0))
+        predicted = difference.sum(0) > 2.0 * spread
+        if not predicted.any():
+            # no choice predicted better, only all of them a little: the links that made the trait were chosen on
+            # these same speakers, and their chance agreement holds in the held-out folds too
+            chosen_k = 1
     bic: Dict[int, float] = {}
     fitted = {}
     for k in (ks if not heldout else [chosen_k]):
@@ -334,13 +348,7 @@ def kinds(chosen: np.ndarray, sizes: Sequence[int], ks: Sequence[int] = KINDS, r
     log_likelihood, prior, log_table = fitted[chosen_k]
     table = np.exp(log_table)
     alternatives = [table[offsets[c]:offsets[c] + sizes[c]].T.copy() for c in range(len(sizes))]
-    model = Kinds(chosen_k, prior, alternatives, log_likelihood, bic, heldout)
-    if heldout and 1 in scores:
-        difference = scores[chosen_k] - scores[1]  # [speakers, choices]
-        made_by = (chosen >= 0).sum(0)
-        spread = np.sqrt(np.maximum((difference ** 2).sum(0) - difference.sum(0) ** 2 / np.maximum(made_by, 1), 0.0))
-        model.predicted = difference.sum(0) > 2.0 * spread
-    return model
+    return Kinds(chosen_k, prior, alternatives, log_likelihood, bic, heldout, predicted)
 
 
 def _split(links: np.ndarray) -> Optional[Tuple[List[int], List[int]]]:
@@ -415,12 +423,20 @@ def corpus_kinds(sources: Sequence[Sequence[str]], targets: Sequence[Sequence[st
     if len(found) > max_choices:
         kept = sorted(np.argsort(-(chosen >= 0).sum(0), kind="stable")[:max_choices].tolist())
         found, chosen = [found[c] for c in kept], chosen[:, kept]
-    sizes = [len(choice.alternatives) for choice in found]
-    links = _links(chosen, threshold=0.1, min_both=20)
+    return [([found[c] for c in trait], model)
+            for trait, model in choice_traits(chosen, [len(choice.alternatives) for choice in found], keep_everyones)]
+
+
+def choice_traits(chosen: np.ndarray, sizes: Sequence[int], keep_everyones: bool = False, threshold: float = 0.1,
+                  min_both: int = 20) -> List[Tuple[List[int], Kinds]]:
+    """The traits of the choices ``chosen`` (speakers x choices, -1: not made; ``sizes`` alternatives each) and their
+    kinds: the components of the links (:func:`traits`), each split by :func:`split_traits`, ordered by first choice;
+    a trait of one kind only with ``keep_everyones``. Each trait's choices are in the order of its model's tables."""
+    links = _links(chosen, threshold, min_both)
     out = []
     for component in _components(links):
         for part, model in split_traits(chosen[:, component], [sizes[c] for c in component],
                                         links[np.ix_(component, component)]):
             if model.k > 1 or keep_everyones:
-                out.append(([component[i] for i in part], model))  # in the order of the model's tables
-    return [([found[c] for c in trait], model) for trait, model in sorted(out, key=lambda t: t[0])]
+                out.append(([component[i] for i in part], model))
+    return sorted(out, key=lambda trait: trait[0])

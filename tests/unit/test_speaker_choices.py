@@ -10,7 +10,9 @@ import sys
 import numpy as np
 import pytest
 
-from fairseq_speaker.analysis.choices import choice_groups, corpus_kinds, kinds, speaker_choices, traits
+from fairseq_speaker.analysis.choices import (KINDS, choice_groups, choice_traits, corpus_kinds, kinds,
+                                              speaker_choices, traits)
+from fairseq_speaker.toy.corpus import write_corpus
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 #: three styles, each one translation of every phrase (the style's index in each tuple)
@@ -175,3 +177,66 @@ def test_a_large_corpus_is_read_within_the_caps_and_gives_the_same_traits():
     assert [m.k for _, m in whole] == [3, 2]
     # the choice fewest speakers make (one of the phrases or agreements) goes; the kinds stay
     assert sum(len(trait) for trait, _ in capped) == 5 and [m.k for _, m in capped] == [3, 2]
+
+
+def two_traits(speakers: int = 400, seed: int = 0, rare: int = 100, frequent: int = 16, styles: int = 6):
+    """Speakers x choices of two independent traits, and each choice's number of alternatives: a binary one (a
+    gender) marked on ``rare`` choices each made by a quarter of the speakers, and a style of ``styles`` kinds on
+    ``frequent`` three-way choices each made by 4 speakers in 5; a speaker leaves their value on 1 choice in 10."""
+    rng = np.random.default_rng(seed)
+    gender, style = rng.integers(2, size=speakers), rng.integers(styles, size=speakers)
+    table = rng.integers(3, size=(styles, frequent))  # each style's alternative of each choice
+    off = rng.random((speakers, rare)) < 0.1
+    binary = np.where(off, 1 - gender[:, None], gender[:, None])
+    off = rng.random((speakers, frequent)) < 0.1
+    multiway = np.where(off, rng.integers(3, size=(speakers, frequent)), table[style])
+    chosen = np.concatenate([np.where(rng.random((speakers, rare)) < 0.25, binary, -1),
+                             np.where(rng.random((speakers, frequent)) < 0.8, multiway, -1)], 1)
+    return chosen, [2] * rare + [3] * frequent
+
+
+def test_two_independent_traits_joined_by_chance_links_come_out_apart_with_their_kinds():
+    """The rare choices' many pairs link some of them to the style's choices by chance: one component, which BIC
+    fitted as one trait of 4 kinds. Split by the held-out speakers' choices, it is the two traits."""
+    chosen, sizes = two_traits()
+    assert [len(group) for group in traits(chosen) if len(group) > 1] == [116]  # the links join them
+    found = choice_traits(chosen, sizes, keep_everyones=True)
+    assert [(trait, model.k) for trait, model in found] == [(list(range(100)), 2), (list(range(100, 116)), 6)]
+    gender, style = (model for _, model in found)
+    assert gender.gain > 0.3 and style.gain > 0.6  # nats a choice better than everyone's rates, on held-out speakers
+    assert set(gender.heldout) >= {1, 2} and max(gender.heldout, key=gender.heldout.get) in (2, 3)
+
+
+def test_speakers_who_choose_at_random_have_no_trait():
+    rng = np.random.default_rng(1)
+    sizes = [2] * 40 + [3] * 16
+    chosen = np.stack([rng.integers(size, size=400) for size in sizes], 1)
+    chosen[rng.random(chosen.shape) < 0.5] = -1
+    assert choice_traits(chosen, sizes) == []  # no trait whose kinds predict a held-out speaker
+    assert all(model.k == 1 and model.gain == 0.0 for _, model in choice_traits(chosen, sizes, keep_everyones=True))
+    model = kinds(chosen[:, :8], sizes[:8])
+    assert model.k == 1 and np.allclose(model.prior, 1.0)
+
+
+def test_the_styles_corpus_gives_gender_address_and_style_with_their_kinds(tmp_path):
+    """The toy's styles corpus (400 speakers of 30 sentences, 6 styles), its traits found and their kinds chosen
+    by the held-out speakers' choices: address (2), style (6) and gender (2), as it was made."""
+    write_corpus(str(tmp_path), {"train": 12000}, num_speakers=400, seed=1, styles=6, deviation=0.1)
+    read = lambda ext: [line.split() for line in (tmp_path / f"train.{ext}").read_text(encoding="utf-8").splitlines()]  # noqa: E731
+    found = corpus_kinds(read("en"), read("fr"), [label for (label,) in read("spk")])
+    assert [(trait[0].anchor, len(trait), model.k) for trait, model in found] == [
+        ("are", 4, 2), ("bike", 16, 6), ("busy", 9, 2)]
+    assert all(model.gain > 0.5 for _, model in found)
+
+
+def test_kinds_chosen_by_bic_when_not_cross_validated():
+    """``folds=0``: BIC over every number of kinds, as before cross-validation."""
+    sources, targets, labels = corpus()
+    said = {}
+    for words, label in zip(targets, labels):
+        said.setdefault(label, set()).update(words)
+    found = choice_groups(sources, targets, labels)
+    chosen = speaker_choices(found, list(said.values()))
+    style = [c for c, choice in enumerate(found) if choice.anchor in PHRASES]
+    model = kinds(chosen[:, style], [len(found[c].alternatives) for c in style], folds=0, restarts=2, iters=50)
+    assert model.k == 3 and sorted(model.bic) == sorted(KINDS) and model.heldout == {} and np.isnan(model.gain)
