@@ -34,15 +34,15 @@ parallel corpus with speaker labels, without being told what they are:
    the sign of the second eigenvector of the normalized Laplacian, Shi & Malik, "Normalized cuts and image
    segmentation", IEEE TPAMI 2000).
 5. **A trait kept where its kinds predict** (:func:`corpus_kinds`): a trait whose best number of kinds is 1 (its
-   kinds predict held-out speakers no better than everyone's rates, :attr:`Kinds.gain`) is left out, so that the
-   memory's neighbours choose those words.
+   kinds predict held-out speakers no better than everyone's rates, :attr:`Kinds.gain` 0) is left out with
+   ``keep_everyones=False``, so that the memory's neighbours choose those words.
 
 On the styles corpus of the toy (``--styles 6``) this finds gender (9 choices, 2 kinds), address (4 choices, 2 kinds)
 and style (the 16 phrases, 13 with exactly their translations, 6 kinds): the corpus's generative model, which it
 was not given. Where the links join independent traits (the suite's ``rare-words``: 53 choices in one component),
-the split finds gender and address apart and leaves the rare phrases, which no kinds predict, to the neighbours. ``fairseq-speaker-words`` keeps it in the memory of the speakers' words
-(:mod:`fairseq_speaker.modules.speaker_words`), where a speaker's posterior over the kinds chooses the rivals they
-never said.
+the split finds gender apart, and the rare phrases, which no kinds predict, have one kind. ``fairseq-speaker-words``
+keeps it in the memory of the speakers' words (:mod:`fairseq_speaker.modules.speaker_words`), where a speaker's
+posterior over the kinds chooses the rivals they never said.
 """
 
 from collections import OrderedDict
@@ -408,11 +408,11 @@ def _evenly(n: int, most: int) -> np.ndarray:
 
 def corpus_kinds(sources: Sequence[Sequence[str]], targets: Sequence[Sequence[str]], speakers: Sequence[str],
                  max_pairs: int = MAX_PAIRS, max_choices: int = MAX_CHOICES, max_speakers: int = MAX_SPEAKERS,
-                 keep_everyones: bool = False) -> List[Tuple[List[Choice], Kinds]]:
-    """Every trait of a parallel corpus (arguments as :func:`choice_groups`) whose kinds predict held-out speakers'
-    choices better than everyone's rates: its choices and its kinds of speaker (the caps: :data:`MAX_PAIRS`,
-    :data:`MAX_CHOICES`, :data:`MAX_SPEAKERS`); ``keep_everyones``: the traits of one kind too (each choice the
-    links leave alone is one), to print them."""
+                 keep_everyones: bool = True) -> List[Tuple[List[Choice], Kinds]]:
+    """Every trait of a parallel corpus (arguments as :func:`choice_groups`): its choices and its kinds of speaker
+    (the caps: :data:`MAX_PAIRS`, :data:`MAX_CHOICES`, :data:`MAX_SPEAKERS`). Without ``keep_everyones``, only the
+    traits whose kinds predict held-out speakers' choices better than everyone's rates (more than one kind); with it
+    (the default, as before) the traits of one kind too, each choice the links leave alone among them."""
     read = _evenly(len(sources), max_pairs)
     found = choice_groups([sources[i] for i in read], [targets[i] for i in read], [speakers[i] for i in read])
     said: "OrderedDict[str, set]" = OrderedDict()
@@ -427,11 +427,11 @@ def corpus_kinds(sources: Sequence[Sequence[str]], targets: Sequence[Sequence[st
             for trait, model in choice_traits(chosen, [len(choice.alternatives) for choice in found], keep_everyones)]
 
 
-def choice_traits(chosen: np.ndarray, sizes: Sequence[int], keep_everyones: bool = False, threshold: float = 0.1,
+def choice_traits(chosen: np.ndarray, sizes: Sequence[int], keep_everyones: bool = True, threshold: float = 0.1,
                   min_both: int = 20) -> List[Tuple[List[int], Kinds]]:
     """The traits of the choices ``chosen`` (speakers x choices, -1: not made; ``sizes`` alternatives each) and their
     kinds: the components of the links (:func:`traits`), each split by :func:`split_traits`, ordered by first choice;
-    a trait of one kind only with ``keep_everyones``. Each trait's choices are in the order of its model's tables."""
+    the traits of one kind only with ``keep_everyones``. Each trait's choices are in the order of its model's tables."""
     links = _links(chosen, threshold, min_both)
     out = []
     for component in _components(links):

@@ -200,7 +200,7 @@ def test_two_independent_traits_joined_by_chance_links_come_out_apart_with_their
     fitted as one trait of 4 kinds. Split by the held-out speakers' choices, it is the two traits."""
     chosen, sizes = two_traits()
     assert [len(group) for group in traits(chosen) if len(group) > 1] == [116]  # the links join them
-    found = choice_traits(chosen, sizes, keep_everyones=True)
+    found = choice_traits(chosen, sizes)
     assert [(trait, model.k) for trait, model in found] == [(list(range(100)), 2), (list(range(100, 116)), 6)]
     gender, style = (model for _, model in found)
     assert gender.gain > 0.3 and style.gain > 0.6  # nats a choice better than everyone's rates, on held-out speakers
@@ -212,8 +212,8 @@ def test_speakers_who_choose_at_random_have_no_trait():
     sizes = [2] * 40 + [3] * 16
     chosen = np.stack([rng.integers(size, size=400) for size in sizes], 1)
     chosen[rng.random(chosen.shape) < 0.5] = -1
-    assert choice_traits(chosen, sizes) == []  # no trait whose kinds predict a held-out speaker
-    assert all(model.k == 1 and model.gain == 0.0 for _, model in choice_traits(chosen, sizes, keep_everyones=True))
+    assert choice_traits(chosen, sizes, keep_everyones=False) == []  # no trait whose kinds predict a held-out speaker
+    assert all(model.k == 1 and model.gain == 0.0 for _, model in choice_traits(chosen, sizes))
     model = kinds(chosen[:, :8], sizes[:8])
     assert model.k == 1 and np.allclose(model.prior, 1.0)
 
@@ -222,8 +222,10 @@ def test_the_styles_corpus_gives_gender_address_and_style_with_their_kinds(tmp_p
     """The toy's styles corpus (400 speakers of 30 sentences, 6 styles), its traits found and their kinds chosen
     by the held-out speakers' choices: address (2), style (6) and gender (2), as it was made."""
     write_corpus(str(tmp_path), {"train": 12000}, num_speakers=400, seed=1, styles=6, deviation=0.1)
-    read = lambda ext: [line.split() for line in (tmp_path / f"train.{ext}").read_text(encoding="utf-8").splitlines()]  # noqa: E731
-    found = corpus_kinds(read("en"), read("fr"), [label for (label,) in read("spk")])
+    def read(ext):
+        return [line.split() for line in (tmp_path / f"train.{ext}").read_text(encoding="utf-8").splitlines()]
+
+    found = corpus_kinds(read("en"), read("fr"), [label for (label,) in read("spk")], keep_everyones=False)
     assert [(trait[0].anchor, len(trait), model.k) for trait, model in found] == [
         ("are", 4, 2), ("bike", 16, 6), ("busy", 9, 2)]
     assert all(model.gain > 0.5 for _, model in found)
