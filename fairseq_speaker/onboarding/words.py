@@ -319,13 +319,11 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                 kept.append(row)
     if use_kinds:
         print("kinds of speaker: " + _describe_kinds(words.kinds))
-        single = [i for i, t in enumerate(words.kinds, 1) if len(t.prior) == 1]
-        if single:
+        if not words.kinds:
             logging.getLogger("fairseq_speaker.words").warning(
-                "%d of the %d traits found have one kind of speaker only in the %r split (%s): their speakers' "
-                "choices do not differ there (too few sentences per speaker?), so the kinds rank those choices as "
-                "everyone's", len(single), len(words.kinds), args.subset, ", ".join(map(str, single[:10]))
-                + (", ..." if len(single) > 10 else ""))
+                "no trait of the %r split has kinds of speaker that predict held-out speakers' choices better than "
+                "everyone's rates (too few sentences per speaker, or speakers who choose alike?): the memory ranks "
+                "the words by the speakers' and their neighbours' rates alone", args.subset)
     words.rebuild()
     speaker_words.attach(checkpoint.model, words)
     checkpoint.save(args.save)

@@ -301,3 +301,18 @@ def test_onboarding_leaves_the_trained_speakers_bias_rows_and_translations_as_th
                            ["je suis fatiguée .", "vous voulez les médicaments ."])
     assert all(torch.equal(memory.bias_row(r), rows[r]) for r in range(8))
     assert translator.translate(sentences, names) == before
+
+
+def test_a_memory_that_beats_nothing_is_written_with_weight_0_and_says_so(remembered, toy, tmp_path):
+    """With its defaults the command chooses its settings on held-out sentences (the toy's valid split is too small:
+    each speaker's every fifth sentence, cross-fitted). On the toy's model, trained for one epoch, no setting beats
+    the network on them: the memory is written with weight 0, the command warns, and decoding is the network's own."""
+    checkpoint, _, _ = remembered
+    out = str(tmp_path / "chosen.pt")
+    proc = run("fairseq-speaker-words", [toy["bin"], "--path", checkpoint, "--save", out, "--threads", "1"])
+    assert "(cross-fitted)" in proc.stdout and "chosen: the network alone (weight 0)" in proc.stdout
+    assert "| on | 2 |" in proc.stdout or "| off | 2 |" in proc.stdout  # every candidate's figures are printed
+    assert "no setting of the memory beat the network alone" in proc.stderr
+    assert torch.load(out, weights_only=False)["model"][CHECKPOINT_KEY]["options"]["weight"] == 0.0
+    plain = run("generate", generate_args(toy["bin"], checkpoint, "--gen-subset", "test")).stdout
+    assert run("generate", generate_args(toy["bin"], out, "--gen-subset", "test")).stdout == plain
