@@ -38,6 +38,7 @@ from fairseq_speaker.modules.speaker_words import MAX_WEIGHT, WordOptions
 from fairseq_speaker.onboarding import calibrate
 from fairseq_speaker.onboarding.refit import open_with_sentences, training_sentences
 from fairseq_speaker.runtime import add_runtime_arguments, check_threads, configure_output, start_threads
+from fairseq_speaker.tasks.speaker_translation import SplitNotFound
 
 
 def _non_negative(value: str) -> float:
@@ -187,7 +188,7 @@ def _heldout(args, checkpoint, sentences):
     if args.calibrate in ("auto", "split") and args.heldout_subset != args.subset:
         try:
             split = training_sentences(checkpoint.task, args.heldout_subset)
-        except (FileNotFoundError, UserError):
+        except (FileNotFoundError, SplitNotFound):  # no such split; a split whose files are wrong says so
             split = {}
         split = {name: pairs for name, pairs in split.items() if name in sentences}
         count = sum(map(len, split.values()))
