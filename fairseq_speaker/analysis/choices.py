@@ -27,8 +27,8 @@ parallel corpus with speaker labels, without being told what they are:
    chance agreement holds in the held-out folds too). K = 1 means: the trait's choices are everyone's.
 4. **Traits split by prediction** (:func:`split_traits`). A component of links can join traits that vary
    independently through a few links made by chance (many rare choices, each pair made by few speakers). A trait
-   is halved, and each half fitted on its own, when the halves predict the held-out speakers' choices better than
-   the whole (the same folds and score); the halves are split again the same way. Two halvings are tried: the
+   is halved, and each half fitted on its own, unless the whole predicts the held-out speakers' choices better than
+   the halves by more than a standard error (the same folds and score); the halves are split again the same way. Two halvings are tried: the
    choices the kinds predict better than everyone's rates (significantly, on the held-out speakers) against the
    rest, and the normalized cut of the links weighted by their evidence (NMI times the speakers who made both;
    the sign of the second eigenvector of the normalized Laplacian, Shi & Malik, "Normalized cuts and image
@@ -90,6 +90,9 @@ class Kinds:
     #: for each choice, whether the kinds predict it better than everyone's rates on held-out speakers (their summed
     #: difference above twice its standard error); all False for one kind or when not cross-validated
     predicted: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    #: each speaker's held-out log-likelihood under the number of kinds chosen, summed over their choices (nats;
+    #: empty when not cross-validated): :func:`split_traits` compares two fits of the same speakers' choices by it
+    by_speaker: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     @property
     def gain(self) -> float:
@@ -348,7 +351,8 @@ def kinds(chosen: np.ndarray, sizes: Sequence[int], ks: Sequence[int] = KINDS, r
     log_likelihood, prior, log_table = fitted[chosen_k]
     table = np.exp(log_table)
     alternatives = [table[offsets[c]:offsets[c] + sizes[c]].T.copy() for c in range(len(sizes))]
-    return Kinds(chosen_k, prior, alternatives, log_likelihood, bic, heldout, predicted)
+    by_speaker = scores[chosen_k].sum(1) if heldout else np.zeros(0)
+    return Kinds(chosen_k, prior, alternatives, log_likelihood, bic, heldout, predicted, by_speaker)
 
 
 def _split(links: np.ndarray) -> Optional[Tuple[List[int], List[int]]]:
@@ -370,9 +374,10 @@ def _split(links: np.ndarray) -> Optional[Tuple[List[int], List[int]]]:
 def split_traits(chosen: np.ndarray, sizes: Sequence[int], links: np.ndarray, seed: int = 0,
                  joint: Optional[Kinds] = None, **options) -> List[Tuple[List[int], Kinds]]:
     """The choices of ``chosen`` (speakers x choices, ``sizes`` alternatives each, ``links`` their NMI links) as one
-    trait, or as the traits of its two halves by :func:`_split` when those, each fitted on its own, predict the
-    held-out speakers' choices better (:attr:`Kinds.heldout` of the numbers of kinds chosen, over the same choices);
-    each half split again the same way. ``joint``: the kinds of all of them, when already fitted."""
+    trait, or as the traits of its two halves when those, each fitted on its own, predict the held-out speakers'
+    choices as well (:attr:`Kinds.by_speaker`: worse by no more than a standard error of the paired difference over
+    the speakers); the halves tried are the choices the kinds predict against the rest (:attr:`Kinds.predicted`) and
+    the normalized cut of the links (:func:`_split`), the better kept; each half split again the same way. ``joint``: the kinds of all of them, when already fitted."""
     n = chosen.shape[1]
     joint = joint or kinds(chosen, sizes, seed=seed, **options)
     if n < 2 or not joint.heldout:
@@ -382,16 +387,19 @@ def split_traits(chosen: np.ndarray, sizes: Sequence[int], links: np.ndarray, se
     candidates = [_split(links)]
     if 0 < joint.predicted.sum() < n:
         candidates.insert(0, (np.flatnonzero(joint.predicted).tolist(), np.flatnonzero(~joint.predicted).tolist()))
-    best, halves, fitted = joint.heldout[joint.k] * int((chosen >= 0).sum()), None, None
+    best, halves, fitted = None, None, None
     for candidate in candidates:
         if candidate is None:
             continue
         models = [kinds(chosen[:, half], [sizes[c] for c in half], seed=seed, **options) for half in candidate]
-        apart = sum(model.heldout[model.k] * int((chosen[:, half] >= 0).sum())
-                    for model, half in zip(models, candidate))
-        if apart > best:
+        apart = sum(model.by_speaker for model in models)
+        if best is None or apart.sum() > best.sum():
             best, halves, fitted = apart, candidate, models
-    if halves is None:
+    # the halves are kept unless the whole predicts better by more than a standard error of the paired difference
+    # over the speakers: links chosen on these speakers agree by chance in the held-out folds too, and a trait
+    # whose halves are independent has no more to predict together
+    difference = joint.by_speaker - best if best is not None else None
+    if difference is None or difference.sum() > difference.std() * np.sqrt(len(difference)):
         return [(list(range(n)), joint)]
     out = []
     for half, model in zip(halves, fitted):
