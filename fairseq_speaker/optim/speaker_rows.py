@@ -148,7 +148,7 @@ def _lr_scale_mode(state: dict, setting: Optional[str], steps_key: str = "step")
 
     Beside it, ``shared_lr_scale`` records whether the variant's shared parameters follow the rows' rate
     (:func:`shared_scale`; 1.0 yes, 0.0 no): yes for ``auto`` given or new, no for a number, and no for a
-    state of ``auto`` written before 0.9.0 (a resumed run of 0.5.0-0.8.0 keeps its shared rate)."""
+    state of ``auto`` written by 0.5.0-0.8.0, which lack it (a resumed run keeps its shared rate)."""
     if setting is not None:
         state["lr_scale"] = AUTO if setting == "auto" else float(setting)
         state[SHARED_KEY] = 1.0 if setting == "auto" else 0.0
@@ -432,7 +432,7 @@ def _keep_shared_before_step(optimizer, param: Tensor, table: Tensor, setting: O
                              offset: Optional[int] = None, shape: Optional[Sequence[int]] = None) -> None:
     """Before a step: keep a variant's shared parameter (or, with ``offset``, its slice of an fp32 copy ``param``)
     for the post-hook to multiply its change by :func:`shared_scale` of its speaker table ``table`` (whose counters
-    are, with ``table_offset``, those of its slice of the copy). Nothing is kept (and the step is the optimizer's,
+    are those of the table's slice where it lies in an fp32 copy, see :func:`_where_stepped`). Nothing is kept (and the step is the optimizer's,
     untouched) where the scale is a number (``--speaker-lr-scale 1``: the paper's recipe), the optimizer is not of
     the Adam family, or a resumed run's state says its shared parameters took the shared rate."""
     setattr(_shared_parameter(param, offset), LAST_SHARED_SCALE, 1.0)  # unless the post-hook says otherwise

@@ -703,7 +703,7 @@ def test_the_shared_scale_is_one_over_the_speakers_mean_share_of_updates():
 @pytest.mark.parametrize("variant", ["fact", "simplex", "proj"])
 def test_the_shared_vectors_of_a_speaker_variant_learn_at_their_rows_rate_under_auto(variant):
     """With each speaker in one update of four, ``auto`` gives the rows four times the shared rate; the shared
-    vectors they are multiplied with (``fact``'s B~, eq. 4) follow (before 0.9.0 they kept the shared rate, and
+    vectors they are multiplied with (``fact``'s B~, eq. 4) follow (in 0.8.0 they kept the shared rate, and
     the speakers' biases grew only as fast as they did: docs/speaker_learning.md). ``--speaker-lr-scale 1``, the
     paper's recipe, leaves them at the shared rate."""
     plain, plain_state, _ = shared_vectors_moved("1", variant)
