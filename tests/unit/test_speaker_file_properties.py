@@ -15,6 +15,7 @@ from typing import List, NamedTuple, Set, Union
 import pytest
 from hypothesis import given, strategies as st
 
+from fairseq_speaker.atomic_write import NoSpaceLeft
 from fairseq_speaker.data import SpeakerDictionary, read_speaker_file
 from fairseq_speaker.data import speaker_dictionary as speaker_dictionary_module
 from fairseq_speaker.errors import UserError
@@ -349,7 +350,7 @@ def test_a_save_that_fails_mid_way_leaves_the_old_file_and_no_temporary_file(nam
         path = write(folder, "dict.spk.txt", OLD_DICTIONARY)
         patch.setattr(speaker_dictionary_module, "open",
                       lambda *args, **kwargs: FailingWriter(open(*args, **kwargs), writes), raising=False)
-        with pytest.raises(OSError, match="No space left"):
+        with pytest.raises(NoSpaceLeft, match="no space left on device writing .*dict.spk.txt; the earlier file is kept"):
             SpeakerDictionary(names, [1] * len(names)).save(path)
         assert open(path, "rb").read() == OLD_DICTIONARY
         assert os.listdir(folder) == ["dict.spk.txt"]
