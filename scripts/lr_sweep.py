@@ -27,7 +27,10 @@ import sacrebleu
 from fairseq_speaker.analysis.speaker_words import read_traits, trait_accuracy
 from fairseq_speaker.data import read_lines
 from fairseq_speaker.toy import demo
-from fairseq_speaker.toy.oracle import oracle_accuracy
+from fairseq_speaker.toy.oracle import BAYES, oracle_accuracy
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import suite  # noqa: E402  (this folder's script: how a structure's corpus is written and binarized)
 
 TRAITS = ("gender", "address", "profession", "style")
 
@@ -110,6 +113,10 @@ def main(argv=None) -> None:
                         "(default: 0, the default corpus)")
     parser.add_argument("--deviation", type=float, default=0.1,
                         help="with --styles: the share of phrases on which a speaker leaves their style")
+    parser.add_argument("--structure", metavar="NAME",
+                        help="a structure of the corpus suite (fairseq-speaker-toy-corpus --list-structures) instead "
+                        "of the toy corpus; --speakers, --sentences, --test, --styles and --deviation are then the "
+                        "structure's")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--threads", type=int, default=1, help="threads of each training run")
     parser.add_argument("--jobs", type=int, default=1, help="training runs at a time")
@@ -119,7 +126,10 @@ def main(argv=None) -> None:
 
     os.makedirs(args.workdir, exist_ok=True)
     data = os.path.join(args.workdir, "bin")
-    if not os.path.isdir(data):
+    if args.structure and not os.path.isdir(data):
+        print(f"[sweep] the corpus suite's structure {args.structure} in {args.workdir}", flush=True)
+        data = suite.prepare(args.workdir, args.structure, args.threads)
+    elif not os.path.isdir(data):
         print(f"[sweep] {args.speakers} speakers x {args.sentences} training sentences in {args.workdir}", flush=True)
         sizes = {"train": args.speakers * args.sentences, "valid": args.test, "test": args.test}
         data = demo.prepare(args.workdir, sizes, args.speakers, args.threads, topics=0, styles=args.styles,
@@ -127,8 +137,12 @@ def main(argv=None) -> None:
     raw = os.path.join(args.workdir, "raw")
     references = read_lines(os.path.join(raw, "test.fr"))
     traits = read_traits(os.path.join(raw, "test.traits"))
-    oracle = oracle_accuracy(read_lines(os.path.join(raw, "train.spk")), read_traits(os.path.join(raw, "train.traits")),
-                             read_lines(os.path.join(raw, "test.spk")), traits)["traits revealed"]
+    if args.structure:  # the structure's exact limit
+        oracle = demo.ceilings(raw)[BAYES]
+    else:
+        oracle = oracle_accuracy(read_lines(os.path.join(raw, "train.spk")),
+                                 read_traits(os.path.join(raw, "train.traits")),
+                                 read_lines(os.path.join(raw, "test.spk")), traits)["traits revealed"]
 
     results_path = os.path.join(args.workdir, "results.json")
     rows = json.load(open(results_path, encoding="utf-8")) if os.path.exists(results_path) else []

@@ -18,12 +18,13 @@ STRUCTURES = ("judge-2", "judge-5")
 @pytest.mark.slow
 def test_the_speakers_words_never_leave_the_network_worse_on_the_judging_structures(tmp_path):
     workdir = str(tmp_path / "suite")
-    subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "words_suite.py"), "--workdir", workdir,
-                    "--structures", *STRUCTURES, "--system", "lstm_fact_bias", "--threads", "2"], check=True)
+    subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "suite.py"), "--workdir", workdir,
+                    "--structures", *STRUCTURES, "--systems", "lstm_fact_bias", "--words", "--threads", "2"], check=True)
     with open(os.path.join(workdir, "results.json")) as f:
         results = json.load(f)
     assert set(results) == set(STRUCTURES)
-    for structure, (network, remembered) in results.items():
+    for structure, found in results.items():
+        network, remembered = found["systems"]["lstm_fact_bias"]["rows"]
         assert remembered["system"] == network["system"] + "+words"
         # no worse than the network on any trait, speaker words and BLEU: where nothing beat the network on the
         # valid split the memory has weight 0 and the translations are the network's own
