@@ -228,6 +228,17 @@ class SpeakerTranslator:
         hypotheses = self.hub.generate([self.hub.encode(sentence) for sentence in batch], beam, **kwargs)
         return [[(self.hub.decode(h["tokens"]), float(h["score"])) for h in best[:nbest]] for best in hypotheses]
 
+    @_serialized
+    def translate_nbest_known(self, sentences: Sequence[str], speakers: Sentences, beam: int = 5, nbest: int = 1,
+                              **kwargs) -> Tuple[List[List[Tuple[str, float]]], List[bool]]:
+        """:meth:`translate_nbest`, and for each sentence whether the model knew its speaker when it was translated
+        (False: the speaker got the unknown-speaker policy). Both come from one call, holding the translator: a
+        speaker another thread imports meanwhile is known to both or to neither, so the answer says which rows
+        were read."""
+        labels = _per_sentence(speakers, len(_as_list(sentences)))
+        known = [label in self.task.speaker_dictionary for label in labels]
+        return self.translate_nbest(sentences, labels, beam=beam, nbest=nbest, **kwargs), known
+
     # -- onboarding ---------------------------------------------------------------------------------
     @property
     def adapter(self) -> SpeakerAdapter:

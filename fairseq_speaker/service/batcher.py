@@ -32,11 +32,14 @@ import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Callable, Deque, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Deque, List, Optional, Sequence, Tuple
 
 
 #: the n best translations of each sentence, each (text, score), best first
 Hypotheses = List[List[Tuple[str, float]]]
+#: what ``translate`` gives for a batch: one result per sentence, in order (the service's: the n best and whether
+#: the speaker was known at the search); the batcher hands each request the results of its own sentences
+Results = List[Any]
 
 
 @dataclass(frozen=True)
@@ -85,12 +88,12 @@ class Job:
     beam: int
     nbest: int
     tokens: Optional[List[int]] = None
-    future: "Future[Hypotheses]" = field(default_factory=Future)
+    future: "Future[Results]" = field(default_factory=Future)
     arrived: float = field(default_factory=time.monotonic)
     #: sentences handed to batches so far (the first ``taken``, in order)
     taken: int = 0
     #: the results of the sentences translated so far, in order
-    results: Hypotheses = field(default_factory=list)
+    results: Results = field(default_factory=list)
 
     @property
     def decoding(self) -> Tuple[int, int]:
@@ -111,12 +114,13 @@ class Batcher:
     """The queue and its worker thread (see the module documentation).
 
     Args:
-        translate: ``translate(sentences, labels, beam, nbest)`` -> the n best of each sentence, in order.
+        translate: ``translate(sentences, labels, beam, nbest)`` -> the result of each sentence, in order
+            (:data:`Results`).
         options: the batch and queue sizes, the waits.
         on_batch: called with the sentences and the requests of each batch translated (for the metrics).
     """
 
-    def __init__(self, translate: Callable[[List[str], List[str], int, int], Hypotheses],
+    def __init__(self, translate: Callable[[List[str], List[str], int, int], Results],
                  options: BatchOptions = BatchOptions(), on_batch: Optional[Callable[[int, int], None]] = None):
         self.translate, self.options, self.on_batch = translate, options, on_batch
         self._cond = threading.Condition()
@@ -137,8 +141,8 @@ class Batcher:
             return self._queued
 
     def submit(self, sentences: Sequence[str], labels: Sequence[str], beam: int, nbest: int,
-               tokens: Optional[Sequence[int]] = None) -> "Future[Hypotheses]":
-        """Queue a request; its future gets the n best of each sentence (or the translator's exception).
+               tokens: Optional[Sequence[int]] = None) -> "Future[Results]":
+        """Queue a request; its future gets the result of each sentence (or the translator's exception).
         ``tokens``: each sentence's source tokens, needed with ``max_batch_tokens``. Cancelling the future
         before its first batch starts takes the request out of the queue."""
         if self.options.max_batch_tokens is not None and (tokens is None or len(tokens) != len(sentences)):

@@ -23,7 +23,7 @@ import sqlite3
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -91,10 +91,16 @@ class PreparedTranslation:
     sentences: List[str]
     speakers: List[str]  # as asked
     as_labels: List[str]  # as the translator takes them (a deleted speaker's label is one no speaker has)
-    known: Set[str]
     beam: int
     nbest: int
     tokens: Optional[List[int]] = None  # each sentence's source tokens, with a batch token cap
+
+
+class Searched(NamedTuple):
+    """One sentence as the beam search translated it: its n best, and whether the model knew its speaker then."""
+
+    best: Hypotheses  # of this one sentence: [(text, score)], best first
+    known: bool
 
 
 def _retired(name: str) -> str:
@@ -327,10 +333,9 @@ class SpeakerService:
             self._lock.release()
         # the tokens as the translator will read the sentences (the model's tokenizer and BPE, its end of sentence)
         tokens = [len(self.translator.hub.encode(s)) for s in sentences] if self.batching.max_batch_tokens else None
-        return PreparedTranslation(sentences, labels, as_labels, {label for label in labels if label in known}, beam,
-                                   request.nbest, tokens)
+        return PreparedTranslation(sentences, labels, as_labels, beam, request.nbest, tokens)
 
-    def submit(self, prepared: PreparedTranslation) -> "Future[Hypotheses]":
+    def submit(self, prepared: PreparedTranslation) -> "Future[List[Searched]]":
         """Queue a prepared request for a shared beam search (503 when the queue is full)."""
         try:
             return self.batcher.submit(prepared.sentences, prepared.as_labels, prepared.beam, prepared.nbest,
@@ -338,14 +343,16 @@ class SpeakerService:
         except QueueFull as e:
             raise ServiceError(503, "overloaded", f"{e}: retry later", headers={"Retry-After": "1"}) from None
 
-    def answer(self, prepared: PreparedTranslation, results: Hypotheses) -> schema.TranslateResponse:
-        """The response to a prepared request, from the n best of each of its sentences."""
+    def answer(self, prepared: PreparedTranslation, results: List[Searched]) -> schema.TranslateResponse:
+        """The response to a prepared request, from each of its sentences as the search translated it: whether the
+        unknown-speaker policy was applied is what the search found, not what the request's admission saw (a speaker
+        onboarded in between is translated with its rows, and said to be)."""
         return schema.TranslateResponse(
             translations=[schema.Translation(
-                text=best[0][0], speaker=label, unknown_speaker_policy_applied=label not in prepared.known,
-                hypotheses=[schema.Hypothesis(text=text, score=score) for text, score in best]
+                text=found.best[0][0], speaker=label, unknown_speaker_policy_applied=not found.known,
+                hypotheses=[schema.Hypothesis(text=text, score=score) for text, score in found.best]
                 if prepared.nbest > 1 else None)
-                for best, label in zip(results, prepared.speakers)],
+                for found, label in zip(results, prepared.speakers)],
             unknown_speaker_policy=self.policy)
 
     def translate(self, request: schema.TranslateRequest) -> schema.TranslateResponse:
@@ -362,8 +369,12 @@ class SpeakerService:
             raise ServiceError(422, "invalid_request", str(e)) from None
         return self.answer(prepared, results)
 
-    def _translate_batch(self, sentences: List[str], labels: List[str], beam: int, nbest: int) -> Hypotheses:
-        return self.translator.translate_nbest(sentences, labels, beam=beam, nbest=nbest, **self.generate)
+    def _translate_batch(self, sentences: List[str], labels: List[str], beam: int, nbest: int) -> List[Searched]:
+        """A shared beam search; each sentence's speaker known or not as the search read the rows (a retired label,
+        :func:`_retired`, never is)."""
+        best, known = self.translator.translate_nbest_known(sentences, labels, beam=beam, nbest=nbest,
+                                                            **self.generate)
+        return [Searched(b, k) for b, k in zip(best, known)]
 
     # -- the speakers ---------------------------------------------------------------------------------
     def speakers(self) -> schema.SpeakerList:

@@ -1,6 +1,7 @@
 """fairseq-speaker-serve: every endpoint, every refusal, the store across restarts and processes, a real server."""
 
 import argparse
+import itertools
 import json
 import os
 import re
@@ -282,6 +283,75 @@ def test_translations_go_on_while_a_speaker_is_fitted_and_it_is_used_once_stored
     assert _texts(during) == translator.translate(SENTENCES[:2], ["spk000", "nobody"])
     assert [t["unknown_speaker_policy_applied"] for t in after.json()["translations"]] == [False, False]
     assert _texts(after) == translator.translate(SENTENCES[:2], ["spk000", "dr-lee"])
+
+
+def test_every_flag_says_what_its_search_knew_while_clients_translate_and_speakers_are_onboarded(toy, doctored,
+                                                                                                 monkeypatch):
+    """Three clients translate (trained, onboarded and unknown speakers, every sentence unique) while dr-lee and dr-kim
+    are onboarded and dr-kim deleted; six requests naming dr-lee are admitted while it is unknown and held before
+    their search until it is onboarded. Each search records, as it reads the rows, whether the model has each
+    sentence's speaker: every answer's unknown_speaker_policy_applied is the opposite, and its text is the
+    translation as that speaker (or as one the model does not know)."""
+    translator = _translator(doctored, toy)
+    pool = iter(" ".join(SENTENCES[j] for j in combo) for combo in itertools.product(range(4), repeat=3))
+    at_search = {}  # sentence -> whether the model had its speaker's rows when the search read them
+    real = translator.translate_nbest
+
+    def recording(sentences, labels, *args, **kwargs):
+        at_search.update(zip(sentences, (label in translator.task.speaker_dictionary for label in labels)))
+        return real(sentences, labels, *args, **kwargs)
+
+    monkeypatch.setattr(translator, "translate_nbest", recording)
+    app = create_app(translator, token=TOKEN, batching=BatchOptions(max_wait_ms=5))
+    service = app.state.service
+    hold, go, admitted = threading.Event(), threading.Event(), []
+    search, submit = service.batcher.translate, service.submit
+
+    def gated(*args):  # a search waits while held, its requests admitted
+        if hold.is_set():
+            assert go.wait(timeout=60), "the test never let the search go"
+        return search(*args)
+
+    def recorded_submit(prepared):
+        admitted.append(list(prepared.sentences))
+        return submit(prepared)
+
+    service.batcher.translate = gated
+    monkeypatch.setattr(service, "submit", recorded_submit)
+    names = ["spk000", "dr-lee", "dr-kim", "nobody", "spk001"]
+    background = [[{"sentences": [next(pool)], "speaker": names[(c + i) % 5]} if i % 3 else
+                   {"sentences": [next(pool), next(pool)], "speakers": [names[(c + i) % 5], names[(c + i + 1) % 5]]}
+                   for i in range(10)] for c in range(3)]
+    held = [{"sentences": [next(pool)], "speaker": "dr-lee"} for _ in range(6)]
+    answered = []
+    with TestClient(app) as client, ThreadPoolExecutor(max_workers=len(held) + 3) as threads:
+        def translate(requests):
+            for r in requests:
+                answered.append((r, client.post("/translate", json=r)))
+
+        clients = [threads.submit(translate, requests) for requests in background]
+        _until(lambda: len(answered) >= 3)
+        hold.set()
+        waiting = [threads.submit(translate, [r]) for r in held]
+        _until(lambda: all(r["sentences"] in admitted for r in held))  # admitted while dr-lee is unknown
+        assert client.put("/speakers/dr-lee", json=PAIRS, headers=AUTH).status_code == 201
+        assert client.put("/speakers/dr-kim", json=MORE, headers=AUTH).status_code == 201
+        hold.clear()
+        go.set()
+        for future in waiting:
+            future.result(timeout=60)
+        _until(lambda: len(answered) >= 20)
+        assert client.delete("/speakers/dr-kim", headers=AUTH).status_code == 200
+        for future in clients:
+            future.result(timeout=120)
+    assert len(answered) == 36
+    for request, response in answered:
+        assert response.status_code == 200, response.text
+        speakers = request.get("speakers") or [request["speaker"]] * len(request["sentences"])
+        for sentence, speaker, t in zip(request["sentences"], speakers, response.json()["translations"]):
+            assert t["unknown_speaker_policy_applied"] is not at_search[sentence], (sentence, speaker)
+            assert t["text"] == translator.translate(sentence, speaker if at_search[sentence] else "nobody")
+    assert all(at_search[r["sentences"][0]] for r in held)  # the six were translated as dr-lee, and said so
 
 
 def test_a_speaker_fitted_on_a_copy_has_the_rows_of_one_added_to_the_model(toy, trained):
