@@ -17,13 +17,19 @@ __version__ = "0.8.0"
 #: the folder to pass as ``--user-dir``
 USER_DIR = os.path.dirname(os.path.abspath(__file__))
 
+from .command_registry import running_command  # noqa: E402
 from .errors import install_excepthook  # noqa: E402
+from .runtime import fairseq_command, quiet_fairseq_command  # noqa: E402
 
-install_excepthook()  # user errors end in their message, without a traceback, in every command line
-
-from .runtime import quiet_fairseq_command  # noqa: E402
-
-quiet_fairseq_command()  # fairseq-train/-generate/...: no hydra notices nor an unrelated model's configuration
+# Importing the package changes nothing process-wide, unless this process is a command line: one of ours
+# (fairseq-speaker-*) or fairseq's own with the package as --user-dir (fairseq-train, -generate, ...), which
+# start here. Then user errors end in their message, without a traceback (from here on: a fairseq that is not
+# supported is refused so below), and fairseq's commands print no hydra notices nor an unrelated model's
+# configuration. Our commands install the hook again when their main starts (errors.command), for a main called
+# from Python.
+if running_command() is not None or fairseq_command() is not None:
+    install_excepthook()
+    quiet_fairseq_command()
 
 from . import fairseq_patches  # noqa: E402
 

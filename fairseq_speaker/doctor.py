@@ -23,11 +23,18 @@ import traceback
 from importlib import metadata
 from typing import List, Optional, Sequence, Tuple
 
+from fairseq_speaker.command_registry import program_name
 from fairseq_speaker.errors import UserError, command
-from fairseq_speaker.runtime import THREADS_VARIABLE, add_runtime_arguments, choose_threads, configure_output, usable_cores
+from fairseq_speaker.runtime import (
+    THREADS_VARIABLE,
+    add_runtime_arguments,
+    choose_threads,
+    configure_output,
+    usable_cores,
+)
 from fairseq_speaker.user_dir import add_user_dir_argument, import_user_dir
 
-PROG = "fairseq-speaker-doctor"
+PROG = program_name(__name__)
 #: fairseq's compiled extensions the package needs: module -> what needs it
 NEEDED_EXTENSIONS = {
     "fairseq.data.data_utils_fast": "batching by size (every fairseq command)",
@@ -202,7 +209,7 @@ def user_dir_problem(user_dir: str, error: BaseException) -> str:
             f"doctor again; the lines above check the package without it")
 
 
-@command(PROG)
+@command()
 def main(argv: Optional[Sequence[str]] = None) -> None:
     args = build_parser().parse_args(argv)
     configure_output(args.verbose)

@@ -8,19 +8,27 @@ Exit status, the same for every command line, ours (``fairseq-speaker-*``) and f
   (a file, a checkpoint, a combination of options); one message on standard error, no traceback;
 - 1: anything else, an unexpected failure (a bug, the machine), with its Python traceback.
 
-Our commands end a user error with :func:`fail` (their ``main`` is wrapped by :func:`command`); fairseq's
-commands end it through :func:`excepthook`, which importing the package installs: it prints the message
-and ends the process with status 2 (after Python's exit handlers), except in an interactive session.
+Every command's ``main`` goes through :func:`command`, which finds the command in the registry
+(:mod:`fairseq_speaker.command_registry`), installs :func:`excepthook` when the command starts and ends a user
+error with :func:`fail` (``PROG: error: MESSAGE``; a command that leaves them to the hook ends them as fairseq's
+commands do). fairseq's commands end a user error through :func:`excepthook`, installed when they load the
+package as their ``--user-dir`` (``fairseq_speaker/__init__.py``): it prints ``error: MESSAGE`` and ends the
+process with status 2 (after Python's exit handlers), except in an interactive session. Importing the package in
+any other program leaves its exception hook alone.
 """
 
 import atexit
 import functools
 import os
 import sys
-from typing import Callable, NoReturn, Optional
+from typing import Callable, NoReturn, Optional, Tuple, Type
+
+from fairseq_speaker.command_registry import command_of_module
 
 #: the exit status of every user error, whatever the command
 USER_ERROR_STATUS = 2
+#: the attribute :func:`command` sets on the ``main`` it wraps: the command's name
+COMMAND_MARK = "fairseq_speaker_command"
 
 
 class UserError(ValueError):
@@ -66,21 +74,39 @@ def fail(message: str, prog: Optional[str] = None) -> NoReturn:
     raise SystemExit(USER_ERROR_STATUS)
 
 
-def command(prog: str, also: tuple = ()) -> Callable[[Callable], Callable]:
-    """Decorate a command's ``main``: a :class:`UserError` (or one of ``also``, e.g. ``FloatingPointError``
-    for a fit that diverged) escaping it ends in :func:`fail`, naming ``prog``."""
+def command(prog: Optional[str] = None, also: Tuple[Type[BaseException], ...] = (), *,
+            named_errors: bool = True) -> Callable[[Callable], Callable]:
+    """Decorate a command's ``main``: the one helper every command goes through.
+
+    The command is the one the registry (:data:`fairseq_speaker.command_registry.COMMANDS`) lists for the module of
+    ``main``; ``prog``, if given, must be its name. When ``main`` starts, the exception hook (:func:`excepthook`) is
+    installed. A :class:`UserError` (or one of ``also``, e.g. ``FloatingPointError`` for a fit that diverged)
+    escaping ``main`` ends in :func:`fail`, naming the command; with ``named_errors=False`` it is left to the hook
+    (``error: MESSAGE``, status 2), for the commands whose messages always read so.
+
+    Raises:
+        LookupError: the module of ``main`` is not a registered command's, or ``prog`` is not its name.
+    """
     def wrap(main: Callable) -> Callable:
+        name = command_of_module(main.__module__).name
+        if prog is not None and prog != name:
+            raise LookupError(f"{main.__module__}.main is the command {name!r} in the registry, not {prog!r}")
+
         @functools.wraps(main)
         def run(*args, **kwargs):
+            install_excepthook()
+            if not named_errors:
+                return main(*args, **kwargs)
             try:
                 return main(*args, **kwargs)
             except (UserError,) + tuple(also) as e:
-                fail(str(e), prog)
+                fail(str(e), name)
             except Exception as e:  # a UserError wrapped by fairseq ("Cannot load model parameters ...")
                 error = user_error_in(e)
                 if error is None:
                     raise
-                fail(str(error), prog)
+                fail(str(error), name)
+        setattr(run, COMMAND_MARK, name)
         return run
     return wrap
 

@@ -31,10 +31,12 @@ import torch
 from torch import Tensor
 
 from fairseq_speaker.atomic_write import atomic_path
+from fairseq_speaker.command_registry import program_name
 from fairseq_speaker.data import SpeakerDataError, dictionary_hash
 from fairseq_speaker.errors import UserError, command
 from fairseq_speaker.runtime import add_runtime_arguments, check_threads, configure_output, start_threads
 
+PROG = program_name(__name__)
 FORMAT_VERSION = 1
 #: the fields of a topic model file
 FIELDS = ("format_version", "exp_topic_word", "doc_topic_prior", "max_doc_update_iter", "mean_change_tol",
@@ -211,11 +213,11 @@ def random_topic_model(dictionary, num_topics: int, seed: int = 0) -> TopicModel
                       1.0 / num_topics, 100, 1e-3, dictionary.nspecial, dictionary_hash(dictionary))
 
 
-@command("fairseq-speaker-topics")
+@command()
 def main(argv=None) -> None:
     from fairseq.data import Dictionary, data_utils
 
-    parser = argparse.ArgumentParser(prog="fairseq-speaker-topics", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("data", help="a data directory binarized by fairseq-preprocess")
     parser.add_argument("--source-lang")
     parser.add_argument("--target-lang")

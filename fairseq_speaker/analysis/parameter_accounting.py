@@ -46,8 +46,9 @@ from torch import nn
 
 from fairseq_speaker.analysis.training_memory import OPTIMIZER_STATE, format_memory, parse_size, training_memory
 from fairseq_speaker.checkpoints import read_checkpoint
+from fairseq_speaker.command_registry import program_name
 from fairseq_speaker.data import SpeakerDictionary, read_speaker_file
-from fairseq_speaker.errors import UserError, fail
+from fairseq_speaker.errors import UserError, command, fail
 from fairseq_speaker.models import family_of_arch, speaker_presets
 from fairseq_speaker.modules.speaker_bias import (
     SPEAKER_BIAS_REGISTRY,
@@ -58,6 +59,7 @@ from fairseq_speaker.modules.speaker_bias import (
 from fairseq_speaker.runtime import add_runtime_arguments, configure_output
 from fairseq_speaker.user_dir import add_user_dir_argument, check_registered, import_user_dir_early
 
+PROG = program_name(__name__)
 BYTES_PER_PARAMETER = 4  # float32
 
 
@@ -410,15 +412,16 @@ def _checkpoint_heading(path: str, loaded: CheckpointModel) -> str:
             f"{loaded.src_vocab:,}, target vocabulary {loaded.tgt_vocab:,} (as saved)")
 
 
+@command(named_errors=False)
 def main(argv=None) -> None:
     try:  # before the parser lists the presets: a family it registers brings its own
         import_user_dir_early(argv)
     except UserError as e:
-        fail(str(e), "fairseq-speaker-params")
+        fail(str(e), PROG)
     epilog = ("Any other flag is a flag of fairseq-train: of the model (--encoder-layers 3, --speaker-bias simplex, "
               "--speaker-rank 4, ...) or of training (--momentum 0.9, --bf16, --fp16-no-flatten-grads, "
               "--no-save-optimizer-state, ...).")
-    parser = argparse.ArgumentParser(prog="fairseq-speaker-params", description=__doc__.split("\n\n")[0],
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],
                                      epilog=epilog)
     parser.add_argument("--path", metavar="CHECKPOINT",
                         help="count the model of this checkpoint (its options, sizes and speakers), instead of --arch "

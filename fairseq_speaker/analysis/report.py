@@ -25,11 +25,13 @@ from fairseq_speaker.analysis.classifier import train_classifier
 from fairseq_speaker.analysis.inspect_bias import BiasInspection
 from fairseq_speaker.analysis.scores import SIGNIFICANCE, SystemScore, detokenize, read_hypotheses, score_systems
 from fairseq_speaker.atomic_write import atomic_path, make_folder, write_json, write_text
+from fairseq_speaker.command_registry import program_name
 from fairseq_speaker.data import check_utf8, read_lines, read_speaker_file
 from fairseq_speaker.errors import UserError, command
 from fairseq_speaker.runtime import add_runtime_arguments, check_threads, configure_output, start_threads
 from fairseq_speaker.user_dir import add_user_dir_argument, import_user_dir
 
+PROG = program_name(__name__)
 logger = logging.getLogger("fairseq_speaker.report")
 
 
@@ -220,7 +222,7 @@ def read_systems(references_path: str, systems: List[Tuple[str, str]],
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="fairseq-speaker-report", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="folder for report.md, its plots, scores.json, classifier.pt")
     parser.add_argument("--references", required=True, help="reference translations of the test set, one a line")
     parser.add_argument("--system", action="append", default=[], metavar="NAME=FILE", required=True,
@@ -252,7 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-@command("fairseq-speaker-report")
+@command()
 def main(argv=None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)

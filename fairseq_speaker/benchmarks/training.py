@@ -65,12 +65,12 @@ from types import SimpleNamespace
 from typing import Dict, List, Optional, Tuple
 
 import torch
-
 from fairseq.models import ARCH_MODEL_REGISTRY
 
 from fairseq_speaker.analysis.parameter_accounting import build_meta_model, model_options, sized_dictionary
+from fairseq_speaker.command_registry import program_name
 from fairseq_speaker.data import SpeakerDictionary
-from fairseq_speaker.errors import UserError
+from fairseq_speaker.errors import UserError, command
 from fairseq_speaker.models import FAMILY_REGISTRY, ModelFamily, ModelSizes, family_of_arch, get_family
 from fairseq_speaker.models.presets import preset_name
 from fairseq_speaker.modules.speaker_bias import SPEAKER_BIAS_REGISTRY, parse_variant_name
@@ -78,6 +78,7 @@ from fairseq_speaker.optim.speaker_rows import parse_lr_scale
 from fairseq_speaker.runtime import ThreadChoice, add_runtime_arguments, configure_output
 from fairseq_speaker.user_dir import add_user_dir_argument, import_user_dir
 
+PROG = program_name(__name__)
 BYTES = 4  # float32
 STOCK = "stock_"  # a configuration stock_<family> is the stock fairseq model the family declares
 
@@ -491,7 +492,7 @@ def available_memory() -> Optional[int]:
 
 def build_parser() -> argparse.ArgumentParser:
     """The options; ``--family`` lists the families registered when it is called (import a ``--user-dir`` first)."""
-    parser = argparse.ArgumentParser(prog="fairseq-speaker-benchmark", description=__doc__.split("\n\n")[0],
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="\n\n".join(__doc__.split("\n\n")[1:]))
     parser.add_argument("--family", choices=list(FAMILY_REGISTRY), default="lstm")
@@ -741,6 +742,7 @@ def run_paired_round(specs: List[Dict], skipped: Dict[int, str], results: List[L
             results[i].append(figure)
 
 
+@command(named_errors=False)
 def main(argv=None) -> None:
     early = argparse.ArgumentParser(add_help=False)
     early.add_argument("--user-dir")
@@ -791,7 +793,7 @@ def main(argv=None) -> None:
             json.dump({"args": vars(args), "peak_flop_per_second": peak, "rows": rows}, f, indent=1)
     failed = [i for i, runs in enumerate(results) if i not in skipped and any("error" in r for r in runs)]
     if failed:
-        sys.exit(f"fairseq-speaker-benchmark: {len(failed)} configuration(s) failed: "
+        sys.exit(f"{PROG}: {len(failed)} configuration(s) failed: "
                  + "; ".join(f"{_label(specs[i])}: {next(r['error'] for r in results[i] if 'error' in r)[:300]}"
                              for i in failed[:3]))
 

@@ -32,9 +32,10 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
+from fairseq_speaker.command_registry import program_name
 from fairseq_speaker.data import preprocessing, read_lines, read_speaker_file
 from fairseq_speaker.data.speaker_dictionary import new_label_problem
-from fairseq_speaker.errors import UserError, fail
+from fairseq_speaker.errors import UserError, command, fail
 from fairseq_speaker.modules.speaker_words import speaker_words_of
 from fairseq_speaker.onboarding.checkpoint import (
     OnboardingError,
@@ -60,6 +61,7 @@ from fairseq_speaker.onboarding.prior import SpeakerPrior, best_start, prior_of_
 from fairseq_speaker.runtime import add_runtime_arguments, check_threads, configure_output, start_threads
 from fairseq_speaker.user_dir import import_user_dir_early
 
+PROG = program_name(__name__)
 logger = logging.getLogger(__name__)
 
 #: without the speakers' words, a new speaker's fit through the decoder starts from the LIKELY_K known speakers
@@ -528,6 +530,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@command(named_errors=False)
 def main(argv: Optional[Sequence[str]] = None) -> None:
     argv = list(argv) if argv is not None else sys.argv[1:]
     configure_output(verbose="--verbose" in argv)  # before fairseq's parser, which imports --user-dir
@@ -540,7 +543,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     try:  # fairseq's parser imports --user-dir too: a folder that is not there, said here in one line
         import_user_dir_early(argv)
     except UserError as e:
-        fail(str(e), "fairseq-speaker-adapt")
+        fail(str(e), PROG)
     args = options.parse_args_and_arch(parser, input_args=argv)
     if not args.path:
         parser.error("--path CHECKPOINT is required")
@@ -608,7 +611,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         seconds = time.perf_counter() - start
         checkpoint.save(args.save)
     except (UserError, FloatingPointError) as e:
-        fail(str(e), "fairseq-speaker-adapt")
+        fail(str(e), PROG)
     print(format_reports(reports, sentences, seconds, checkpoint.speaker_bias.name, args.save))
 
 

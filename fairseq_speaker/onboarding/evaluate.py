@@ -41,19 +41,20 @@ from typing import Dict, List, Optional, Sequence
 import sacrebleu
 import torch
 
-from fairseq_speaker.modules.speaker_words import speaker_words_of
+from fairseq_speaker.analysis.speaker_words import Trait, read_traits, trait_accuracy
 from fairseq_speaker.atomic_write import atomic_path, make_folder, write_json, write_text
+from fairseq_speaker.command_registry import program_name
 from fairseq_speaker.data import check_utf8
-from fairseq_speaker.errors import UserError, fail
+from fairseq_speaker.errors import UserError, command, fail
+from fairseq_speaker.modules.speaker_words import speaker_words_of
 from fairseq_speaker.onboarding.adapt import read_adaptation_files
 from fairseq_speaker.onboarding.checkpoint import OnboardingError, SpeakerCheckpoint
 from fairseq_speaker.onboarding.fit import FitOptions
 from fairseq_speaker.onboarding.translator import SpeakerTranslator
-from fairseq_speaker.analysis.speaker_words import Trait, read_traits, trait_accuracy
 from fairseq_speaker.runtime import add_runtime_arguments, check_threads, configure_output, start_threads
 from fairseq_speaker.user_dir import add_user_dir_argument, import_user_dir
 
-PROG = "fairseq-speaker-onboarding-eval"
+PROG = program_name(__name__)
 #: what a run writes in --out, beside hypotheses.n{N}.txt
 RESULT_FILES = ("onboarding.md", "onboarding.json", "onboarding.png")
 DEFAULT_SHOTS = [0, 1, 2, 5, 10, 20]
@@ -329,6 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@command(named_errors=False)
 def main(argv: Optional[Sequence[str]] = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -32,6 +32,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
+from fairseq_speaker.command_registry import program_name
 from fairseq_speaker.errors import command
 from fairseq_speaker.onboarding.adapt import SpeakerAdapter, _stack
 from fairseq_speaker.onboarding.checkpoint import OnboardingError, SpeakerCheckpoint, replace_speakers
@@ -40,6 +41,8 @@ from fairseq_speaker.onboarding.prior import CHECKPOINT_KEY, SpeakerPrior, best_
 from fairseq_speaker.onboarding.styles import candidate_counts, choose_styles, fit_styles
 from fairseq_speaker.runtime import add_runtime_arguments, check_threads, configure_output, start_threads
 from fairseq_speaker.tasks.speaker_translation import SplitNotFound
+
+PROG = program_name(__name__)
 
 
 def training_sentences(task, subset: str) -> Dict[str, List[Pair]]:
@@ -223,7 +226,7 @@ def training_smoothing(state: dict) -> float:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="fairseq-speaker-refit",
+        prog=PROG,
         description="Estimate every trained speaker again on the frozen network, under a prior learned from all "
                     "speakers (a mixture over kinds of speakers); the prior is saved for onboarding.")
     parser.add_argument("data", help="the data directory the model was trained on (dictionaries, binarized "
@@ -268,7 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-@command("fairseq-speaker-refit", also=(FloatingPointError,))
+@command(also=(FloatingPointError,))
 def main(argv: Optional[Sequence[str]] = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)

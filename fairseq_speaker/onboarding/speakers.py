@@ -26,6 +26,7 @@ import torch
 from fairseq.data import Dictionary
 
 from fairseq_speaker.checkpoints import check_data_folder, read_checkpoint
+from fairseq_speaker.command_registry import program_name
 from fairseq_speaker.data import SpeakerDictionary
 from fairseq_speaker.errors import command
 from fairseq_speaker.modules.speaker_words import CHECKPOINT_KEY as WORDS_KEY
@@ -33,7 +34,7 @@ from fairseq_speaker.onboarding.checkpoint import OnboardingError, onboarded_spe
 from fairseq_speaker.runtime import add_runtime_arguments, configure_output
 from fairseq_speaker.user_dir import add_user_dir_argument, check_registered, import_user_dir
 
-PROG = "fairseq-speaker-speakers"
+PROG = program_name(__name__)
 BIAS_PREFIX = "decoder.speaker_bias."
 TRAINED, ONBOARDED, UNKNOWN = "trained", "onboarded", "unknown"
 
@@ -293,7 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-@command(PROG)
+@command()
 def main(argv: Optional[Sequence[str]] = None) -> None:
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)

@@ -34,8 +34,9 @@ import torch
 from torch import Tensor, nn
 
 from fairseq_speaker.atomic_write import atomic_path
+from fairseq_speaker.command_registry import program_name
 from fairseq_speaker.data import dictionary_hash
-from fairseq_speaker.errors import UserError, fail
+from fairseq_speaker.errors import UserError, command, fail
 from fairseq_speaker.modules.speaker_bias import SpeakerBias
 from fairseq_speaker.modules.speaker_words import SpeakerWords, speaker_words_of
 from fairseq_speaker.onboarding.checkpoint import (
@@ -48,6 +49,7 @@ from fairseq_speaker.onboarding.checkpoint import (
 from fairseq_speaker.runtime import add_runtime_arguments, configure_output
 from fairseq_speaker.user_dir import add_user_dir_argument, import_user_dir
 
+PROG = program_name(__name__)
 logger = logging.getLogger(__name__)
 
 FORMAT = "fairseq-speaker-vectors"
@@ -365,7 +367,7 @@ def _size(n: float) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="fairseq-speaker-vectors", formatter_class=argparse.RawDescriptionHelpFormatter,
+        prog=PROG, formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Export speakers' vectors (their rows of the speaker bias) with their names to a .npz file,\n"
         "or import them into another checkpoint of the same model.\n\n" + __doc__.split("\n\n")[2])
     commands = parser.add_subparsers(dest="command", metavar="{export,import}")
@@ -446,6 +448,7 @@ def _load(args) -> SpeakerCheckpoint:
     return SpeakerCheckpoint.load(args.path, data=args.data, overrides=overrides)
 
 
+@command(named_errors=False)
 def main(argv: Optional[Sequence[str]] = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -456,7 +459,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         import_user_dir(args.user_dir)
         report = export_command(args) if args.command == "export" else import_command(args)
     except UserError as e:  # OnboardingError and CheckpointError included
-        fail(str(e), f"fairseq-speaker-vectors {args.command}")
+        fail(str(e), f"{PROG} {args.command}")
     print(report)
 
 

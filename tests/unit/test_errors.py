@@ -5,6 +5,7 @@ import sys
 
 import pytest
 
+from fairseq_speaker.command_registry import COMMANDS, Command
 from fairseq_speaker.data import SpeakerDataError
 from fairseq_speaker.errors import UserError, excepthook, user_error_in
 
@@ -28,10 +29,12 @@ def test_the_hook_prints_the_message_or_defers(capsys):
     assert len(calls) == 1
 
 
-def test_a_command_ends_a_user_error_with_status_2(capsys):
+def test_a_command_ends_a_user_error_with_status_2(capsys, monkeypatch):
     from fairseq_speaker.errors import command
 
-    @command("fairseq-speaker-x")
+    monkeypatch.setitem(COMMANDS, "fairseq-speaker-x", Command("fairseq-speaker-x", __name__))
+
+    @command()
     def main(argv):
         raise UserError(f"--size {argv[0]}: give a number")
 
@@ -41,9 +44,36 @@ def test_a_command_ends_a_user_error_with_status_2(capsys):
     assert capsys.readouterr().err == "fairseq-speaker-x: error: --size big: give a number\n"
 
 
+def test_a_command_that_leaves_its_errors_to_the_hook_installs_it_when_it_starts(monkeypatch):
+    from fairseq_speaker.errors import command
+
+    monkeypatch.setitem(COMMANDS, "fairseq-speaker-x", Command("fairseq-speaker-x", __name__))
+    monkeypatch.setattr(sys, "excepthook", sys.__excepthook__)
+
+    @command(named_errors=False)
+    def main(argv):
+        raise UserError("--size: give a number")
+
+    assert sys.excepthook is sys.__excepthook__  # not when it is defined
+    with pytest.raises(UserError):
+        main([])
+    assert getattr(sys.excepthook, "handles_user_errors", False)
+
+
+def test_a_main_of_a_module_that_is_no_registered_command_is_refused(monkeypatch):
+    from fairseq_speaker.errors import command
+
+    with pytest.raises(LookupError, match="add Command\\(NAME, 'tests.unit.test_errors'\\) to COMMANDS"):
+        command()(lambda argv: None)
+    monkeypatch.setitem(COMMANDS, "fairseq-speaker-x", Command("fairseq-speaker-x", __name__))
+    with pytest.raises(LookupError, match="is the command 'fairseq-speaker-x' in the registry, not 'fairseq-y'"):
+        command("fairseq-y")(lambda argv: None)
+
+
 def test_the_exit_handlers_run_before_a_user_error_ends_a_process():
-    code = ("import atexit, fairseq_speaker\n"
-            "from fairseq_speaker.errors import UserError\n"
+    code = ("import atexit\n"
+            "from fairseq_speaker.errors import UserError, install_excepthook\n"
+            "install_excepthook()\n"
             "atexit.register(lambda: print('exit handlers ran', flush=True))\n"
             "raise UserError('bad --x')\n")
     proc = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -56,14 +86,29 @@ def test_fairseqs_own_option_assertion_is_a_user_error():
     assert user_error_in(AssertionError("some internal invariant")) is None
 
 
-def test_importing_the_package_installs_it_for_any_program():
-    code = ("import fairseq_speaker\n"
-            "from fairseq_speaker.modules.speaker_bias import parse_variant_name\n"
-            "parse_variant_name('nope')\n")
-    proc = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+#: ``python -c`` code that raises a user error in the package, then a bug, as a fairseq command line would
+COMMAND_LINE = ("import sys\n"
+                "sys.argv[0] = '/venv/bin/fairseq-train'\n"
+                "import fairseq_speaker\n"
+                "from fairseq_speaker.modules.speaker_bias import parse_variant_name\n")
+
+
+def test_a_fairseq_command_line_that_loads_the_package_ends_a_user_error_with_status_2():
+    proc = subprocess.run([sys.executable, "-c", COMMAND_LINE + "parse_variant_name('nope')\n"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.returncode == 2  # a user error; 1 is left for the unexpected (the bug below)
     assert proc.stderr.strip().splitlines()[-1].startswith("error: unknown --speaker-bias 'nope'")
     assert "Traceback" not in proc.stderr
-    bug = subprocess.run([sys.executable, "-c", "import fairseq_speaker\nraise KeyError('bug')"],
+    bug = subprocess.run([sys.executable, "-c", COMMAND_LINE + "raise KeyError('bug')"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert bug.returncode == 1 and "Traceback" in bug.stderr and "KeyError: 'bug'" in bug.stderr
+
+
+def test_a_program_that_imports_the_package_keeps_its_tracebacks():
+    """Not a command line: the package's user errors are exceptions like any other
+    (tests/unit/test_import_side_effects.py checks that the hook is left as it was)."""
+    code = COMMAND_LINE.replace("sys.argv[0] = '/venv/bin/fairseq-train'", "sys.argv[0] = 'program.py'")
+    proc = subprocess.run([sys.executable, "-c", code + "parse_variant_name('nope')\n"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.returncode == 1 and "Traceback" in proc.stderr
+    assert "unknown --speaker-bias 'nope'" in proc.stderr.strip().splitlines()[-1]

@@ -63,8 +63,10 @@ def test_another_fairseq_is_refused_saying_what_to_install(version, monkeypatch)
     check_fairseq_version(version)  # a warning only
 
 
-def test_importing_with_another_fairseq_ends_in_one_message_without_a_traceback():
-    code = "import fairseq; fairseq.__version__ = '0.13.0'; import fairseq_speaker"
+def test_a_command_line_with_another_fairseq_ends_in_one_message_without_a_traceback():
+    """fairseq-train (or one of ours) loading the package: its hook is installed before the version is checked."""
+    code = ("import sys, fairseq; sys.argv[0] = '/venv/bin/fairseq-train'; fairseq.__version__ = '0.13.0'; "
+            "import fairseq_speaker")
     env = {k: v for k, v in os.environ.items() if k != fairseq_patches.ANY_FAIRSEQ_VARIABLE}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert proc.returncode != 0

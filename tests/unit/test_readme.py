@@ -3,6 +3,7 @@ docs cannot drift), the README stays a short tour, and every relative link of th
 and a heading that exist."""
 
 import argparse
+import importlib
 import re
 import shlex
 
@@ -10,6 +11,7 @@ import pytest
 from fairseq import options
 
 from fairseq_speaker import USER_DIR
+from fairseq_speaker.command_registry import COMMANDS, Command
 from fairseq_speaker.models import preset_variant
 from tests.documents import README, anchors, broken_links, command_lines, documents, programs_shown, read
 
@@ -105,14 +107,12 @@ def _speakers(argv, monkeypatch):
 
 def _parser(module_name):
     def parse(argv, monkeypatch):
-        import importlib
         return importlib.import_module(module_name).build_parser().parse_args(argv), []
     return parse
 
 
 def _main(module_name):
     def parse(argv, monkeypatch):
-        import importlib
         return _stop_after_parsing(importlib.import_module(module_name).main, argv, monkeypatch)
     return parse
 
@@ -122,26 +122,24 @@ def _serve(argv, monkeypatch):
     return parse_args(argv)[0], []
 
 
+def _reads_its_command_line(command: Command):
+    """How a command reads its command line, without running it: its module's ``build_parser()``, or its ``main`` up
+    to its first parser (a command whose parser is built inside ``main``), unless :data:`READ_OTHERWISE` says."""
+    if command.name in READ_OTHERWISE:
+        return READ_OTHERWISE[command.name]
+    has_parser = callable(getattr(importlib.import_module(command.module), "build_parser", None))
+    return (_parser if has_parser else _main)(command.module)
+
+
+#: the commands read otherwise: the model flags of adapt (fairseq's parser), the flags speakers passes on, serve's
+#: parsing with its checks
+READ_OTHERWISE = {"fairseq-speaker-adapt": _adapt, "fairseq-speaker-speakers": _speakers,
+                  "fairseq-speaker-serve": _serve}
 #: how each fairseq-speaker-* command reads its command line, without running it
-SPEAKER_PARSERS = {
-    "fairseq-speaker-demo": _parser("fairseq_speaker.toy.demo"),
-    "fairseq-speaker-toy-corpus": _main("fairseq_speaker.toy.corpus"),
-    "fairseq-speaker-topics": _main("fairseq_speaker.topic_model"),
-    "fairseq-speaker-params": _main("fairseq_speaker.analysis.parameter_accounting"),
-    "fairseq-speaker-adapt": _adapt,
-    "fairseq-speaker-vectors": _parser("fairseq_speaker.onboarding.vectors"),
-    "fairseq-speaker-speakers": _speakers,
-    "fairseq-speaker-refit": _parser("fairseq_speaker.onboarding.refit"),
-    "fairseq-speaker-words": _parser("fairseq_speaker.onboarding.words"),
-    "fairseq-speaker-onboarding-eval": _parser("fairseq_speaker.onboarding.evaluate"),
-    "fairseq-speaker-report": _parser("fairseq_speaker.analysis.report"),
-    "fairseq-speaker-benchmark": _parser("fairseq_speaker.benchmarks.training"),
-    "fairseq-speaker-serve": _serve,
-    "fairseq-speaker-doctor": _parser("fairseq_speaker.doctor"),
-}
+SPEAKER_PARSERS = {name: _reads_its_command_line(command) for name, command in COMMANDS.items()}
 
 #: the package's commands run as modules (``python -m fairseq_speaker.toy.corpus ...``), by the command they are
-MODULES = {"fairseq_speaker.toy.corpus": "fairseq-speaker-toy-corpus", "fairseq_speaker.toy.demo": "fairseq-speaker-demo"}
+MODULES = {command.module: name for name, command in COMMANDS.items()}
 
 SPEAKER_COMMANDS = command_lines(SPEAKER_PARSERS) + [
     (page, MODULES[command.split()[2]] + " " + command.split(" ", 3)[3])
