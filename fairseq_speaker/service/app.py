@@ -45,7 +45,7 @@ from fairseq_speaker.service.batcher import BatchOptions
 from fairseq_speaker.service.connections import bounded_http_protocol
 from fairseq_speaker.service.metrics import Metrics
 from fairseq_speaker.service.speaker_service import Limits, ServiceError, SpeakerService, timed_out
-from fairseq_speaker.service.store import SpeakerStore
+from fairseq_speaker.service.store import SpeakerStore, StoreError, open_store, store_location
 from fairseq_speaker.user_dir import add_user_dir_argument, import_user_dir
 
 logger = logging.getLogger("fairseq_speaker.service")
@@ -513,8 +513,11 @@ def build_parser(tokenizer: Optional[str] = None, bpe: Optional[str] = None) -> 
                       "as 'Authorization: Bearer <token>'; without a token writes are disabled")
     auth.add_argument("--token-env", metavar="VARIABLE", help="the environment variable holding the token "
                       "(instead of --token-file)")
-    auth.add_argument("--store", metavar="FILE", help="the SQLite file keeping onboarded speakers (created if "
-                      "missing; processes may share it); required with a token")
+    auth.add_argument("--store", metavar="FILE|URL", help="where onboarded speakers are kept: an SQLite file "
+                      "(speakers.db or sqlite:///speakers.db; created if missing; processes on one machine may share "
+                      "it), or a PostgreSQL database (postgresql://USER@HOST[:PORT]/DATABASE, the password best in "
+                      "PGPASSWORD or ~/.pgpass; replicas on many machines may share it; pip install "
+                      "'fairseq-speaker[postgres]'); required with a token")
     auth.add_argument("--skip-broken-speakers", action="store_true",
                       help="start even when some stored speakers cannot be read (a damaged store) or used, serving "
                       "without them and logging their names; without it such a store is refused at start-up, saying "
@@ -584,6 +587,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> Tuple[argparse.Namespace
         parser.error("give the token with --token-file or with --token-env, not both")
     if (args.token_file or args.token_env) and not args.store:
         parser.error("a token enables onboarding: give --store FILE too, to keep the onboarded speakers")
+    if args.store is not None:
+        try:  # its form and driver, before the model loads (the database is reached once it has)
+            store_location(args.store)
+        except StoreError as e:
+            parser.error(str(e))
     overrides = {"beam": args.beam}
     for key in ("unknown_speaker", "source_lang", "target_lang", "max_len_a", "max_len_b", "tokenizer", "bpe",
                 "preprocessing"):
@@ -651,8 +659,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
 
         start_threads(args.threads)  # one line as the service starts: threads: N (why)
 
+        store = open_store(args.store or ":memory:")  # first: a database it cannot reach says so at once
         translator = SpeakerTranslator.from_pretrained(args.checkpoint, data=args.data, **overrides)
-        store = SpeakerStore(args.store or ":memory:")
         app = create_app(translator, store, token, limits, beam=args.beam, batching=args.batching,
                          skip_broken_speakers=args.skip_broken_speakers)
     except UserError as e:
@@ -663,7 +671,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
 
     service = app.state.service
     logger.info(f"{args.checkpoint}: {len(service.trained)} trained and {len(service.onboarded)} onboarded speakers; "
-                f"writes {'enabled' if token else 'disabled (no token)'}; store {args.store or '(none: in memory)'}")
+                f"writes {'enabled' if token else 'disabled (no token)'}; "
+                f"store {store.path if args.store else '(none: in memory)'}")  # (a URL's password hidden)
     freeze_loaded_objects()
     try:  # uvicorn stops on SIGTERM or SIGINT after the requests under way (the store is closed at its shutdown)
         protocol = bounded_http_protocol(args.header_timeout)  # slow clients' headers bounded: connections.py

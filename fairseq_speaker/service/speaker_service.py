@@ -36,7 +36,7 @@ from fairseq_speaker.onboarding.vectors import SpeakerVectors, describe, read_sp
 from fairseq_speaker.service import schema
 from fairseq_speaker.service.batcher import Batcher, BatchOptions, Hypotheses, QueueFull
 from fairseq_speaker.service.store import (SpeakerStore, StoreConflict, StoreDamaged, StoredSpeaker, StoreError,
-                                           fingerprint_of)
+                                           StoreUnavailable, fingerprint_of)
 
 logger = logging.getLogger(__name__)
 
@@ -572,6 +572,8 @@ def _fit(report: FitReport) -> schema.Fit:
 
 def _unreadable(store: SpeakerStore, error: sqlite3.Error) -> StoreError:
     """The refusal of a store that cannot be read as the service starts."""
+    if isinstance(error, StoreUnavailable):  # a database server: its message says what failed
+        return StoreError(f"--store {store.path}: {error}: retry once it answers")
     if isinstance(error, sqlite3.DatabaseError) and not isinstance(error, sqlite3.OperationalError):
         return StoreDamaged(store.path, f"the file is damaged ({error})")
     return StoreError(f"--store {store.path}: cannot be read ({error}): is another program holding it? Retry, or "

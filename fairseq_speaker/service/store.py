@@ -1,27 +1,37 @@
-"""The speaker store: the durable record of the speakers a service onboarded, on SQLite.
+"""The speaker store: the durable record of the speakers a service onboarded, in SQLite or PostgreSQL.
 
-One file holds, for each onboarded speaker, its rows of the speaker bias (the bytes of the ``.npz`` file
+One store holds, for each onboarded speaker, its rows of the speaker bias (the bytes of the ``.npz`` file
 :meth:`SpeakerTranslator.export_speakers` would write for it alone), the sentence pairs it was fitted on,
-their count, and when it was created and last changed. A write is one transaction, committed (``synchronous
-= FULL``) before the method returns: a speaker the service acknowledged survives a crash or a power cut.
+their count, and when it was created and last changed. A write is one transaction, committed (SQLite:
+``synchronous = FULL``; PostgreSQL: a synchronous commit) before the method returns: a speaker the service
+acknowledged survives a crash or a power cut.
 
 The store is tied to one model by a fingerprint: what makes speaker rows portable between models
 (:func:`fairseq_speaker.onboarding.vectors.describe`: the variant, its row shapes, the target dictionary's
 hash and size, and a SHA-1 of the bias's shared parameters). A model with another fingerprint is refused:
 its rows would mean something else there.
 
-Several processes on one machine may share the file (WAL mode; not on a network file system). Every write
-bumps a store-wide ``generation`` and stamps the speaker with it (its ``version``), so that a process learns
-with one read whether anything changed since it last looked, and which speakers did.
+Where it is (``--store``, :func:`store_location`): a file, or ``sqlite:///FILE``, is an SQLite store (the
+embedded default, :class:`SpeakerStore`), which several processes on one machine may share (WAL mode; not on a
+network file system); ``postgresql://USER@HOST/DATABASE`` is a PostgreSQL store
+(:class:`~fairseq_speaker.service.store_postgres.PostgresSpeakerStore`, with the ``postgres`` extra), which
+replicas on many machines may share. Every write bumps a store-wide ``generation`` and stamps the speaker with
+it (its ``version``), so that a process learns with one read whether anything changed since it last looked,
+and which speakers did. Writes are serialized by the database (SQLite's ``BEGIN IMMEDIATE``, a row lock on the
+generation in PostgreSQL), so that what a write read is still true when it commits: of two processes
+onboarding one name, one succeeds and the other gets :class:`StoreConflict`.
+
+:func:`copy_speakers` copies one store's speakers into another (``fairseq-speaker-store copy``).
 """
 
 import contextlib
 import datetime
 import json
 import os
+import re
 import sqlite3
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 from fairseq_speaker.data.speaker_dictionary import new_label_problem
@@ -32,6 +42,13 @@ SCHEMA_VERSION = 1
 #: the keys of :func:`~fairseq_speaker.onboarding.vectors.describe` that tie rows to a model
 FINGERPRINT_KEYS = ("variant_spelling", "row_shapes", "target_dictionary_hash", "target_dictionary_size",
                     "shared_sha1")
+
+#: the URL schemes of each kind of store (libpq accepts both spellings of PostgreSQL's)
+SQLITE_SCHEMES = ("sqlite",)
+POSTGRES_SCHEMES = ("postgresql", "postgres")
+#: what --store takes, for messages
+STORE_FORMS = ("an SQLite file (speakers.db, or sqlite:///speakers.db; sqlite:////abs/path.db) or a PostgreSQL "
+               "database (postgresql://USER@HOST[:PORT]/DATABASE)")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -56,16 +73,27 @@ class StoreDamaged(StoreError):
     and how to recover."""
 
     def __init__(self, path: str, what: str, speaker: Optional[str] = None, skippable: bool = True):
-        recover = (f"restore {path} from a backup (sqlite3 FILE '.backup COPY' makes one of a live store), check it "
-                   f"with sqlite3 {path} 'PRAGMA integrity_check'")
+        if path.startswith(tuple(f"{scheme}://" for scheme in POSTGRES_SCHEMES)):
+            recover = "restore the database from a backup (pg_dump makes one of a live store)"
+        else:
+            recover = (f"restore {path} from a backup (sqlite3 FILE '.backup COPY' makes one of a live store), check "
+                       f"it with sqlite3 {path} 'PRAGMA integrity_check'")
         if skippable:
             recover += (", or start fairseq-speaker-serve with --skip-broken-speakers to serve without the speakers "
                         "whose records cannot be read (it logs their names; their sentences are lost unless restored)")
         else:
-            recover += ", or start with a new --store file (the onboarded speakers are then lost unless restored)"
+            recover += (", or start with a new --store file or database (the onboarded speakers are then lost unless "
+                        "restored)")
         super().__init__(f"--store {path}: {what}. To recover: {recover}")
         self.speaker = speaker
         self.what = what
+
+
+class StoreUnavailable(sqlite3.OperationalError):
+    """A database server that cannot be reached or does not answer now (down, unreachable, a lock or a statement that
+    timed out): the message says which and why. It is an :class:`sqlite3.OperationalError`, the SQLite store's error
+    of a file that is busy or locked, so that whoever uses a store treats both alike: retry later (the service
+    answers 503 ``store_unavailable``), never as damage."""
 
 
 def _damage(error: sqlite3.Error) -> bool:
@@ -96,6 +124,18 @@ class StoredSpeaker:
     pairs: Optional[List[Tuple[str, str]]] = None
 
 
+@dataclass(frozen=True)
+class StoreLocation:
+    """Where a store is, as ``--store`` names it (see :func:`store_location`)."""
+
+    #: ``sqlite`` or ``postgresql``
+    kind: str
+    #: the SQLite file (or ``:memory:``), or the PostgreSQL URL as given (password included)
+    target: str
+    #: how messages and logs name it: the file, or the URL without its password
+    shown: str
+
+
 def fingerprint_of(description: Dict) -> Dict:
     """The part of a bias's :func:`~fairseq_speaker.onboarding.vectors.describe` that ties rows to a model."""
     return {key: description.get(key) for key in FINGERPRINT_KEYS}
@@ -111,44 +151,137 @@ def _fingerprint_text(fp: Dict) -> str:
             f"speaker parameters {str(fp.get('shared_sha1'))[:12]}")
 
 
-class SpeakerStore:
-    """The speakers of one SQLite file (see the module documentation). Safe to use from several threads."""
+# -- where a store is ------------------------------------------------------------------------------------------
 
-    def __init__(self, path: str, timeout: float = 10.0):
-        """Open (or create) the store at ``path``; ``timeout``: seconds a write waits for another process's."""
-        self.path = path
+
+def hide_password(url: str) -> str:
+    """``url`` with the password it holds (``user:PASSWORD@`` or ``password=...``) written ``***``."""
+    url = re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://[^/?#@:]*):[^/?#@]*@", r"\1:***@", url)
+    return re.sub(r"([?&]password=)[^&#]*", r"\1***", url)
+
+
+def store_location(text: str, option: str = "--store") -> StoreLocation:
+    """Where ``text`` (the value of ``option``) says the store is, checked without opening it: a file path or
+    ``sqlite:///FILE`` (three slashes before a relative path, four before an absolute one) for SQLite;
+    ``postgresql://...`` or ``postgres://...`` (libpq's URL, whose parameters it checks) for PostgreSQL, which needs
+    the driver (the ``postgres`` extra). Raises :class:`StoreError` naming ``option`` and the forms it takes."""
+    if not isinstance(text, str) or not text.strip():
+        raise StoreError(f"{option} is empty: give {STORE_FORMS}")
+    scheme = re.match(r"^([A-Za-z][A-Za-z0-9+.-]*)://", text)
+    if scheme is None:
+        slashless = re.match(r"^(sqlite|postgresql|postgres):(?!//)", text, re.IGNORECASE)
+        if slashless:
+            raise StoreError(f"{option} {hide_password(text)}: a URL is written {slashless.group(1)}://... (two "
+                             f"slashes after the colon): give {STORE_FORMS}")
+        return StoreLocation("sqlite", text, text)
+    name = scheme.group(1).lower()
+    if name in SQLITE_SCHEMES:
+        rest = text[scheme.end():]
+        if not rest.startswith("/"):
+            raise StoreError(f"{option} {text}: an SQLite store is a file on this machine, written sqlite:///FILE (no "
+                             f"host: three slashes before a relative path, four before an absolute one)")
+        path = rest[1:]
+        if not path:
+            raise StoreError(f"{option} {text}: no file named: write sqlite:///speakers.db (relative) or "
+                             f"sqlite:////abs/path/speakers.db")
+        return StoreLocation("sqlite", path, path)
+    shown = hide_password(text)
+    if name not in POSTGRES_SCHEMES:
+        raise StoreError(f"{option} {shown}: {scheme.group(1)}:// is not a kind of store this service knows: give "
+                         f"{STORE_FORMS}")
+    psycopg = postgres_driver(option, shown)
+    try:
+        params = psycopg.conninfo.conninfo_to_dict(text)
+    except psycopg.Error as e:
+        raise StoreError(f"{option} {shown}: not a PostgreSQL URL ({one_line(e)}): write "
+                         f"postgresql://USER@HOST[:PORT]/DATABASE, with libpq's parameters after '?'") from None
+    for port in str(params.get("port") or "").split(","):
+        if port and not (port.isdigit() and 1 <= int(port) <= 65535):
+            raise StoreError(f"{option} {shown}: the port {port!r} is not a number between 1 and 65535")
+    return StoreLocation("postgresql", text, shown)
+
+
+def postgres_driver(option: str = "--store", shown: str = "postgresql://..."):
+    """The PostgreSQL driver (psycopg 3), or a :class:`StoreError` saying how to install it."""
+    try:
+        import psycopg
+    except ImportError as e:
+        raise StoreError(f"{option} {shown}: a PostgreSQL store needs the driver psycopg 3, which is not installed "
+                         f"({e}): pip install 'fairseq-speaker[postgres]'") from None
+    return psycopg
+
+
+def one_line(error: BaseException) -> str:
+    """An error's message on one line, its spaces single (libpq's run over several lines, with double spaces)."""
+    return " ".join(str(error).split())
+
+
+def open_store(text: str, timeout: float = 10.0, create: bool = True, option: str = "--store") -> "SpeakerStore":
+    """The store ``text`` names (see :func:`store_location`), opened; ``create``: make it where there is none (else
+    refused); ``timeout``: seconds to connect, and a write waits for another process's; ``option`` names it in
+    messages."""
+    location = store_location(text, option)
+    if location.kind == "postgresql":
+        from fairseq_speaker.service.store_postgres import PostgresSpeakerStore
+
+        return PostgresSpeakerStore(location, timeout=timeout, create=create, option=option)
+    return SpeakerStore(location.target, timeout=timeout, create=create, option=option)
+
+
+# -- SQLite ----------------------------------------------------------------------------------------------------
+
+
+class SpeakerStore:
+    """The speakers of one SQLite file (see the module documentation). Safe to use from several threads.
+
+    The statements of the methods below are those of PostgreSQL too (its store changes how a transaction begins and
+    how the tables are made): one set of rules for both."""
+
+    def __init__(self, path: str, timeout: float = 10.0, create: bool = True, option: str = "--store"):
+        """Open (or, with ``create``, make) the store at ``path``; ``timeout``: seconds a write waits for another
+        process's; ``option`` names it in messages."""
+        self.path, self.option = path, option
+        where = f"{option} {path}"
         folder = os.path.dirname(os.path.abspath(path))
         if path != ":memory:" and not os.path.isdir(folder):
-            raise StoreError(f"--store {path}: the folder {folder} does not exist")
+            raise StoreError(f"{where}: the folder {folder} does not exist")
         if os.path.isdir(path):
-            raise StoreError(f"--store {path} is a directory: give the path of a file (it is created if missing)")
+            raise StoreError(f"{where} is a directory: give the path of a file (it is created if missing)")
+        if not create and (path == ":memory:" or not os.path.exists(path)):
+            raise StoreError(f"{where}: no such file (the SQLite store to read)")
         self._lock = threading.Lock()
         self._closed = False
         try:
             self._db = sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False)
         except sqlite3.Error as e:
-            raise StoreError(f"--store {path}: cannot be opened ({e})") from None
+            raise StoreError(f"{where}: cannot be opened ({e})") from None
         try:
-            mode = self._db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-            self._db.execute("PRAGMA synchronous=FULL")  # in WAL mode NORMAL may lose the last commits on power loss
+            mode = self._db.execute("PRAGMA journal_mode=WAL" if create else "PRAGMA journal_mode").fetchone()[0]
             self.wal = mode == "wal"
-            with self._transaction(write=True) as db:
-                # statement by statement: executescript would commit the transaction first
-                for statement in filter(str.strip, _SCHEMA.split(";")):
-                    db.execute(statement)
-                db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
-                db.execute("INSERT OR IGNORE INTO meta VALUES ('generation', '0')")
+            self._db.execute("PRAGMA synchronous=FULL")  # in WAL mode NORMAL may lose the last commits on power loss
+            with self._transaction(write=create) as db:
+                if create:  # statement by statement: executescript would commit the transaction first
+                    for statement in filter(str.strip, _SCHEMA.split(";")):
+                        db.execute(statement)
+                    db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+                    db.execute("INSERT OR IGNORE INTO meta VALUES ('generation', '0')")
+                tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+                if not {"meta", "speakers"} <= tables:
+                    raise sqlite3.DatabaseError("it has no tables meta and speakers")
                 schema = db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()[0]
         except sqlite3.DatabaseError as e:
             self._db.close()
-            if _is_sqlite(path):
+            if _is_sqlite(path) and "no tables meta" not in str(e):
                 raise StoreDamaged(path, f"the file is damaged ({e})", skippable=False) from None
-            raise StoreError(f"--store {path}: not a speaker store ({e}): give a new file name, or the store of "
+            raise StoreError(f"{where}: not a speaker store ({e}): give a new file name, or the store of "
                              f"this model") from None
+        self._check_schema(schema)
+
+    def _check_schema(self, schema: str) -> None:
         if int(schema) > SCHEMA_VERSION:
-            self._db.close()
-            raise StoreError(f"--store {path}: written by a newer fairseq-speaker (store schema {schema}, this one "
-                             f"reads {SCHEMA_VERSION}): upgrade fairseq-speaker")
+            self.close()
+            raise StoreError(f"{self.option} {self.path}: written by a newer fairseq-speaker (store schema {schema}, "
+                             f"this one reads {SCHEMA_VERSION}): upgrade fairseq-speaker")
 
     # -- transactions ---------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -164,8 +297,8 @@ class SpeakerStore:
                 raise
             self._db.execute("COMMIT")
 
-    def _next_version(self, db: sqlite3.Connection) -> int:
-        db.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation'")
+    def _next_version(self, db) -> int:
+        db.execute("UPDATE meta SET value = CAST(CAST(value AS BIGINT) + 1 AS TEXT) WHERE key = 'generation'")
         return int(db.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()[0])
 
     # -- the model --------------------------------------------------------------------------------------
@@ -176,7 +309,8 @@ class SpeakerStore:
             row = db.execute("SELECT value FROM meta WHERE key = 'fingerprint'").fetchone()
             if row is None:
                 db.execute("INSERT INTO meta VALUES ('fingerprint', ?)", (json.dumps(fingerprint, sort_keys=True),))
-                db.execute("INSERT OR REPLACE INTO meta VALUES ('model', ?)", (model,))
+                db.execute("INSERT INTO meta VALUES ('model', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                           (model,))
                 return
             try:
                 theirs = json.loads(row[0])
@@ -189,16 +323,23 @@ class SpeakerStore:
         if theirs != fingerprint:
             differ = [key for key in FINGERPRINT_KEYS if theirs.get(key) != fingerprint.get(key)]
             raise StoreError(
-                f"--store {self.path} holds the speakers of another model ({made_for[0] if made_for else 'unknown'}): "
-                f"{_fingerprint_text(theirs)}; {model} has {_fingerprint_text(fingerprint)} (differs in: "
-                f"{', '.join(differ)}). Speaker rows only mean something in the model they were fitted on: serve "
-                f"that model with this store, or give {model} a store of its own (a new --store file)")
+                f"{self.option} {self.path} holds the speakers of another model "
+                f"({made_for[0] if made_for else 'unknown'}): {_fingerprint_text(theirs)}; {model} has "
+                f"{_fingerprint_text(fingerprint)} (differs in: {', '.join(differ)}). Speaker rows only mean something "
+                f"in the model they were fitted on: serve that model with this store, or give {model} a store of its "
+                f"own (a new --store file or database)")
 
     def fingerprint(self) -> Optional[Dict]:
         """The fingerprint of the model the store was made for, or None while it is new."""
         with self._transaction(write=False) as db:
             row = db.execute("SELECT value FROM meta WHERE key = 'fingerprint'").fetchone()
         return json.loads(row[0]) if row else None
+
+    def made_for(self) -> Optional[str]:
+        """The checkpoint the store was made for, as the service that made it named it, or None while it is new."""
+        with self._transaction(write=False) as db:
+            row = db.execute("SELECT value FROM meta WHERE key = 'model'").fetchone()
+        return row[0] if row else None
 
     # -- reading ----------------------------------------------------------------------------------------
     def generation(self) -> int:
@@ -257,6 +398,14 @@ class SpeakerStore:
             rows = sorted(self._readable_rows(columns), key=lambda row: (row[2], row[0]))
         return [_speaker(row, self.path) for row in rows]
 
+    def records(self) -> List[StoredSpeaker]:
+        """Every speaker with its rows and sentence pairs, oldest first, of one snapshot (what a copy reads). Raises
+        :class:`StoreDamaged` for a record that cannot be read."""
+        with self._transaction(write=False) as db:
+            rows = db.execute("SELECT name, sentences, created, updated, version, rows, pairs FROM speakers "
+                              "ORDER BY created, name").fetchall()
+        return [_speaker(row, self.path) for row in rows]
+
     def _readable_rows(self, columns: str) -> List[tuple]:
         """``columns`` of each speaker whose record can be read, one statement each (see :meth:`readable_versions`)."""
         rows = []
@@ -279,10 +428,7 @@ class SpeakerStore:
         (whatever its version), or when its version is ``expect`` (nobody changed it since it was read).
         Raises :class:`StoreConflict` otherwise.
         """
-        problem = new_label_problem(name)
-        if problem:
-            raise StoreError(f"--store {self.path}: cannot store speaker {name!r}: {problem}")
-        pairs = [[source, target] for source, target in pairs]
+        self._check_name(name)
         now = _now()
         with self._transaction(write=True) as db:
             current = db.execute("SELECT version, created FROM speakers WHERE name = ?", (name,)).fetchone()
@@ -294,10 +440,53 @@ class SpeakerStore:
                 raise StoreConflict("changed", f"speaker {name!r} was changed meanwhile (by another process)")
             version = self._next_version(db)
             created = current[1] if current is not None else now
-            db.execute("INSERT OR REPLACE INTO speakers VALUES (?, ?, ?, ?, ?, ?, ?)",
-                       (name, sqlite3.Binary(rows), json.dumps(pairs, ensure_ascii=False), len(pairs), created, now,
-                        version))
+            self._write(db, StoredSpeaker(name, len(pairs), created, now, version, rows, list(pairs)))
         return StoredSpeaker(name, len(pairs), created, now, version)
+
+    def put_records(self, records: Sequence[StoredSpeaker], replace: bool = False) -> Dict[str, List[str]]:
+        """Write ``records`` (with their rows and pairs) as they are, their times included, in one transaction: a
+        name the store lacks is ``added``, one it holds alike (the same rows and sentence pairs) is left (``same``),
+        one it holds otherwise is overwritten with ``replace`` (``replaced``). Without ``replace`` such a name is a
+        :class:`StoreConflict` (reason ``changed``, the names in its message) and nothing is written. Returns the
+        names of each outcome."""
+        for record in records:
+            self._check_name(record.name)
+        outcome: Dict[str, List[str]] = {"added": [], "same": [], "replaced": [], "differ": []}
+        with self._transaction(write=True) as db:
+            writes = []
+            for record in records:
+                current = db.execute("SELECT rows, pairs FROM speakers WHERE name = ?", (record.name,)).fetchone()
+                if current is None:
+                    outcome["added"].append(record.name)
+                elif bytes(current[0]) == record.rows and _same_pairs(current[1], record.pairs):
+                    outcome["same"].append(record.name)
+                    continue
+                else:
+                    outcome["replaced" if replace else "differ"].append(record.name)
+                writes.append(record)
+            if outcome["differ"]:
+                raise StoreConflict("changed", ", ".join(map(repr, outcome["differ"])))
+            if writes:
+                version = self._next_version(db)
+                for record in writes:
+                    self._write(db, StoredSpeaker(record.name, len(record.pairs), record.created, record.updated,
+                                                  version, record.rows, record.pairs))
+        del outcome["differ"]
+        return outcome
+
+    def _check_name(self, name: str) -> None:
+        problem = new_label_problem(name)
+        if problem:
+            raise StoreError(f"{self.option} {self.path}: cannot store speaker {name!r}: {problem}")
+
+    @staticmethod
+    def _write(db, record: StoredSpeaker) -> None:
+        pairs = [[source, target] for source, target in record.pairs]
+        db.execute("INSERT INTO speakers VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET "
+                   "rows = excluded.rows, pairs = excluded.pairs, sentences = excluded.sentences, "
+                   "created = excluded.created, updated = excluded.updated, version = excluded.version",
+                   (record.name, sqlite3.Binary(record.rows), json.dumps(pairs, ensure_ascii=False), len(pairs),
+                    record.created, record.updated, record.version))
 
     def delete(self, name: str) -> bool:
         """Remove speaker ``name``; False if the store does not hold it."""
@@ -314,6 +503,13 @@ class SpeakerStore:
             if not self._closed:
                 self._db.close()
                 self._closed = True
+
+
+def _same_pairs(stored: str, pairs: Sequence[Tuple[str, str]]) -> bool:
+    try:
+        return [tuple(pair) for pair in json.loads(stored)] == [tuple(pair) for pair in pairs]
+    except (TypeError, ValueError):
+        return False
 
 
 def _is_sqlite(path: str) -> bool:
@@ -339,3 +535,48 @@ def _speaker(row, path: str) -> StoredSpeaker:
             raise StoreDamaged(path, f"the record of speaker {speaker.name!r} is damaged: its sentence pairs are not "
                                f"a JSON list of [source, target] strings ({e})", speaker.name) from None
     return speaker
+
+
+# -- copying ---------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class CopyReport:
+    """What :func:`copy_speakers` did: the names copied, found alike, and overwritten; how many speakers the target
+    holds that the source does not (left as they are)."""
+
+    added: List[str] = field(default_factory=list)
+    same: List[str] = field(default_factory=list)
+    replaced: List[str] = field(default_factory=list)
+    others: int = 0
+
+
+def copy_speakers(source: SpeakerStore, target: SpeakerStore, replace: bool = False) -> CopyReport:
+    """Copy every speaker of ``source`` into ``target`` (an SQLite store into PostgreSQL, or any store into any
+    other), as it is: its rows, its sentence pairs, when it was created and updated. One snapshot of the source is
+    read and written in one transaction: all or nothing. Idempotent: a speaker the target holds alike is left; one it
+    holds otherwise (changed since an earlier copy) refuses the copy, naming it, unless ``replace``. The target must be
+    new or of the source's model; speakers only the target holds are left. Raises :class:`StoreError` saying what to
+    do."""
+    fingerprint = source.fingerprint()
+    try:
+        records = source.records()
+    except StoreDamaged as e:
+        raise StoreError(f"{source.option} {source.path}: {e.what}: nothing was copied. Restore the store from a "
+                         f"backup, or serve it with --skip-broken-speakers and onboard that speaker again (PUT with "
+                         f"\"replace\": true), then copy") from None
+    report = CopyReport()
+    if fingerprint is None:  # a store no model ever used holds no speakers
+        return report
+    target.bind(fingerprint, f"the model of {source.option} {source.path} ({source.made_for() or 'unnamed'})")
+    try:
+        outcome = target.put_records(records, replace=replace)
+    except StoreConflict as e:
+        raise StoreError(f"{target.option} {target.path} holds speaker(s) {e} otherwise than {source.option} "
+                         f"{source.path} (other rows or sentences: changed after an earlier copy?): nothing was copied. "
+                         f"Give --replace to overwrite them with the source's, or delete them from the target "
+                         f"(DELETE /speakers/NAME) and copy again") from None
+    report.added, report.same, report.replaced = outcome["added"], outcome["same"], outcome["replaced"]
+    names = {record.name for record in records}
+    report.others = sum(1 for speaker in target.speakers() if speaker.name not in names)
+    return report

@@ -1,4 +1,5 @@
-"""Session fixtures: the toy data binarized once, and each system trained once (see tests/cli.py)."""
+"""Session fixtures: the toy data binarized once, each system trained once (see tests/cli.py), and a PostgreSQL
+server per test worker (tests/postgres.py)."""
 
 import os
 import shutil
@@ -6,6 +7,7 @@ import shutil
 import pytest
 from filelock import FileLock
 
+from tests import postgres as postgres_server
 from tests.cli import make_toy, run, train_args
 
 
@@ -52,3 +54,17 @@ def trained(toy, shared):
         return os.path.join(_once(shared, name, lambda folder: train(system, folder)), "checkpoint_best.pt")
 
     return get
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """A PostgreSQL server of this test worker's own (tests/postgres.py), removed at the end. Where none can start
+    the tests that need it are skipped, saying why; on CI (CI=true, where .ci/run installs PostgreSQL) they fail."""
+    try:
+        server = postgres_server.start()
+    except postgres_server.PostgresMissing as e:
+        if os.environ.get("CI"):
+            pytest.fail(f"PostgreSQL cannot start on CI: {e}")
+        pytest.skip(f"PostgreSQL cannot start here: {e}")
+    yield server
+    server.remove()

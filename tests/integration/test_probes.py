@@ -30,6 +30,7 @@ from fairseq_speaker.benchmarks import training as benchmark
 from fairseq_speaker.errors import USER_ERROR_STATUS, user_error_in
 from fairseq_speaker.onboarding import adapt, evaluate, refit, speakers, vectors, words
 from fairseq_speaker.service import app as serve
+from fairseq_speaker.service import store_cli
 from fairseq_speaker import doctor, topic_model
 from fairseq_speaker.toy import corpus, demo
 from tests.cli import USER_DIR, assert_user_error, run, train_args
@@ -62,6 +63,7 @@ MAINS: Dict[str, Callable] = {
     "fairseq-speaker-speakers": speakers.main, "fairseq-speaker-refit": refit.main,
     "fairseq-speaker-words": words.main,
     "fairseq-speaker-benchmark": benchmark.main, "fairseq-speaker-serve": serve.main,
+    "fairseq-speaker-store": store_cli.main,
     "fairseq-speaker-doctor": doctor.main,
     "fairseq-train": fairseq_train, "fairseq-generate": fairseq_generate,
 }
@@ -440,6 +442,19 @@ COMMAND_PROBES = {
          "--oracle {afile}: the oracle scores the speaker words of {adapt}.traits, which is not there"),
         ([*EVAL_ON, "--heldout-prefix", "{traited}", "--out", "{tmp}/e", "--oracle", "{notstyles}"], 2,
          "{notstyles}: not the speakers.json of a styles-mode toy corpus (KeyError: 'items')"),
+    ],
+    # the store's URLs, a server that refuses and copies that conflict: test_probes_service.py
+    "fairseq-speaker-store": [
+        (["copy", "--from", "{tmp}/none.db", "--to", "{tmp}/new.db"], 2,
+         "--from {tmp}/none.db: no such file (the SQLite store to read)"),
+        (["copy", "--from", "{afile}", "--to", "{tmp}/new.db"], 2, "--from {afile}: not a speaker store"),
+        (["copy", "--from", "ftp://host/s.db", "--to", "{tmp}/new.db"], 2,
+         "--from ftp://host/s.db: ftp:// is not a kind of store this service knows: give an SQLite file"),
+        (["copy", "--from", "{tmp}/none.db", "--to", "sqlite://host/s.db"], 2,
+         "--to sqlite://host/s.db: an SQLite store is a file on this machine, written sqlite:///FILE"),
+        (["copy", "--from", "{tmp}/none.db"], 2, "the following arguments are required: --to"),
+        ([], 2, "the following arguments are required: ACTION"),
+        (["move"], 2, "argument ACTION: invalid choice: 'move'"),
     ],
     "fairseq-speaker-doctor": [
         (["--user-dir", "{tmp}/nowhere"], 2, "--user-dir {tmp}/nowhere: no such folder"),

@@ -6,14 +6,17 @@ command), never a traceback, and changes nothing. The command lines' rows are in
 """
 
 import asyncio
+import contextlib
 import gc
 import json
 import logging
+import os
 import re
 import shutil
 import socket
 import sqlite3
 import statistics
+import sys
 import threading
 import time
 import urllib.request
@@ -24,13 +27,15 @@ from fastapi.testclient import TestClient
 from fairseq_speaker.errors import UserError
 from fairseq_speaker.onboarding.vectors import SpeakerVectors
 from fairseq_speaker.service import app as serve
+from fairseq_speaker.service import store_cli
 from fairseq_speaker.service.app import create_app
 from fairseq_speaker.service.batcher import BatchOptions
 from fairseq_speaker.service.connections import bounded_http_protocol
 from fairseq_speaker.service.speaker_service import Limits
-from fairseq_speaker.service.store import SpeakerStore, StoreError
+from fairseq_speaker.service.store import SpeakerStore, StoreError, hide_password, open_store
 from fairseq_speaker.serving import SpeakerTranslator
 from tests.helpers import refused
+from tests.postgres import PASSWORD
 
 TOKEN = "test-token-0123456789abcdef"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -541,3 +546,127 @@ def test_a_record_damaged_while_the_service_runs_gets_503_and_the_others_are_ser
     assert more.status_code == 503 and more.json()["error"]["code"] == "store_damaged", more.text
     assert "the speaker store cannot read this speaker's record" in more.json()["error"]["message"]
     assert kim == stored["dr-kim"]
+
+
+# -- where the store is: --store URLs, a server that refuses, fairseq-speaker-store copy ------------------------------
+
+#: (the --store value, text of the command's one line): refused before the model loads, the database untouched.
+#: ``{url}`` is a database of the tests' PostgreSQL server (its password in it), ``{port}`` that server's port;
+#: ``{silent}`` a port where nothing listens.
+STORE_PROBES = [
+    ("mysql://u@host/db", "--store mysql://u@host/db: mysql:// is not a kind of store this service knows: give an "
+                          "SQLite file (speakers.db, or sqlite:///speakers.db"),
+    ("sqlite://host/speakers.db", "--store sqlite://host/speakers.db: an SQLite store is a file on this machine, "
+                                  "written sqlite:///FILE (no host"),
+    ("sqlite:///", "--store sqlite:///: no file named: write sqlite:///speakers.db"),
+    ("sqlite:////no/such/folder/s.db", "--store /no/such/folder/s.db: the folder /no/such/folder does not exist"),
+    ("postgresql:/db", "--store postgresql:/db: a URL is written postgresql://... (two slashes after the colon)"),
+    ("postgresql://u:secret@host:port/db", "--store postgresql://u:***@host:port/db: the port 'port' is not a number "
+                                           "between 1 and 65535"),
+    ("postgresql://u@host/db?bogus=1", "--store postgresql://u@host/db?bogus=1: not a PostgreSQL URL (invalid URI "
+                                       "query parameter: \"bogus\"): write postgresql://USER@HOST[:PORT]/DATABASE"),
+    ("postgres://u@[::1/db", "--store postgres://u@[::1/db: not a PostgreSQL URL (end of string reached when looking "
+                             "for matching \"]\""),
+    ("postgresql://postgres:wrong@127.0.0.1:{port}/postgres", "--store postgresql://postgres:***@127.0.0.1:{port}/"
+     "postgres: cannot connect to the PostgreSQL server (connection to server at \"127.0.0.1\", port {port} failed: "
+     "FATAL: password authentication failed for user \"postgres\"): the server refused the user or the password"),
+    ("postgresql://postgres@127.0.0.1:{port}/postgres?password=wrong", "?password=***: cannot connect to the "
+     "PostgreSQL server (connection to server at \"127.0.0.1\", port {port} failed: FATAL: password authentication"),
+    ("postgresql://postgres@127.0.0.1:{silent}/postgres", "cannot connect to the PostgreSQL server (connection to "
+     "server at \"127.0.0.1\", port {silent} failed: Connection refused"),
+    ("{server}/nosuch", "failed: FATAL: database \"nosuch\" does not exist): name a database and a user the server "
+                        "has (createdb and createuser make them)"),
+    ("postgresql://nobody:x@127.0.0.1:{port}/postgres", "password authentication failed for user \"nobody\""),
+]
+
+
+@pytest.fixture(scope="module")
+def places(postgres):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        silent = s.getsockname()[1]
+    return {"port": postgres.port, "silent": silent, "server": postgres.url("")[:-1], "url": postgres.database()}
+
+
+@pytest.mark.parametrize("store,message", STORE_PROBES, ids=[row[0] for row in STORE_PROBES])
+def test_a_store_url_that_cannot_be_used_ends_the_command_in_one_line_before_the_model_loads(store, message, places,
+                                                                                              tmp_path, capsys):
+    """The model is never loaded (its path does not exist), no file is made, no password is shown."""
+    store = store.format(**places)
+    line = refused(serve.main, ["no/such/model.pt", "--data", str(tmp_path), "--store", store, "--threads", "1"],
+                   capsys)
+    assert line.startswith("fairseq-speaker-serve: error: ") and message.format(**places) in line, line
+    assert "secret" not in line and ":wrong" not in line and "=wrong" not in line
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_postgresql_url_without_the_driver_names_the_extra_to_install(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # import psycopg raises ImportError
+    line = refused(serve.main, ["model.pt", "--data", "d", "--store", "postgresql://u@host/db"], capsys)
+    assert ("--store postgresql://u@host/db: a PostgreSQL store needs the driver psycopg 3, which is not installed "
+            "(") in line and line.endswith("pip install 'fairseq-speaker[postgres]'"), line
+
+
+def _fingerprint(variant):
+    return {"variant_spelling": variant, "row_shapes": [[1, 4]], "target_dictionary_hash": "0" * 40,
+            "target_dictionary_size": 4, "shared_sha1": "1" * 40}
+
+
+def _state(url):
+    """What a PostgreSQL store holds: its generation and each speaker's version (None: no store there)."""
+    import psycopg
+
+    with psycopg.connect(url) as db:
+        if db.execute("SELECT to_regclass('fairseq_speaker.meta')").fetchone()[0] is None:
+            return None
+        return (db.execute("SELECT value FROM fairseq_speaker.meta WHERE key = 'generation'").fetchone(),
+                db.execute("SELECT name, version FROM fairseq_speaker.speakers ORDER BY name").fetchall())
+
+
+@pytest.fixture
+def copies(postgres, tmp_path):
+    """An SQLite store of a 'fact' model holding dr-lee and dr-kim; PostgreSQL stores: one holding dr-lee otherwise,
+    one of a 'full' model, a database without a store; an SQLite store whose dr-kim's sentence pairs are damaged."""
+    source = str(tmp_path / "speakers.db")
+    with contextlib.closing(SpeakerStore(source)) as store:
+        store.bind(_fingerprint("fact"), "fact.pt")
+        store.put("dr-lee", b"rows of dr-lee", [("i .", "je .")])
+        store.put("dr-kim", b"rows of dr-kim", [("you .", "vous .")])
+    damaged = str(tmp_path / "damaged.db")
+    shutil.copy(source, damaged)
+    _sql("UPDATE speakers SET pairs = '[1' WHERE name = 'dr-kim'")(damaged)
+    places = {"source": source, "damaged": damaged, "empty": postgres.database(), "tmp": str(tmp_path)}
+    for name, variant, rows in (("changed", "fact", b"other rows"), ("other_model", "full", b"rows of dr-lee")):
+        places[name] = postgres.database()
+        with contextlib.closing(open_store(places[name])) as store:
+            store.bind(_fingerprint(variant), f"{variant}.pt")
+            store.put("dr-lee", rows, [("i .", "je .")])
+    return places
+
+
+#: (fairseq-speaker-store copy's arguments, text of its one line): the target unchanged
+COPY_PROBES = [
+    (["--from", "{source}", "--to", "{changed}"], "--to {changed_shown} holds speaker(s) 'dr-lee' otherwise than "
+     "--from {source} (other rows or sentences: changed after an earlier copy?): nothing was copied. Give --replace to "
+     "overwrite them with the source's, or delete them from the target (DELETE /speakers/NAME) and copy again"),
+    (["--from", "{source}", "--to", "{other_model}"], "--to {other_model_shown} holds the speakers of another model "
+     "(full.pt): a 'full' speaker bias"),
+    (["--from", "{empty}", "--to", "{changed}"], "--from {empty_shown}: holds no speaker store (no tables meta and "
+     "speakers in the schema fairseq_speaker): give the database a service wrote to"),
+    (["--from", "{damaged}", "--to", "{changed}"], "--from {damaged}: the record of speaker 'dr-kim' is damaged: its "
+     "sentence pairs are not a JSON list of [source, target] strings (Expecting"),
+    (["--from", "{source}", "--to", "{server}/nosuch"], "--to {server_shown}/nosuch: cannot connect to the PostgreSQL "
+     "server"),
+    (["--from", "{source}", "--to", "{tmp}"], "--to {tmp} is a directory: give the path of a file"),
+]
+
+
+@pytest.mark.parametrize("args,message", COPY_PROBES, ids=[" ".join(row[0]) for row in COPY_PROBES])
+def test_a_copy_that_cannot_be_done_ends_in_one_line_and_changes_nothing(args, message, copies, places, capsys):
+    values = {**copies, "server": places["server"]}
+    values.update({f"{key}_shown": hide_password(value) for key, value in list(values.items())})
+    before = {key: _state(values[key]) for key in ("changed", "other_model", "empty")}
+    line = refused(store_cli.main, ["copy", *(arg.format(**values) for arg in args)], capsys)
+    assert line.startswith("fairseq-speaker-store: error: ") and message.format(**values) in line, line
+    assert PASSWORD not in line
+    assert {key: _state(values[key]) for key in before} == before

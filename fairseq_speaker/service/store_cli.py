@@ -1,0 +1,76 @@
+"""``fairseq-speaker-store``: fairseq-speaker-serve's speaker store from the command line.
+
+::
+
+    fairseq-speaker-store copy --from speakers.db --to postgresql://speakers@db.example/speakers
+
+``copy`` copies every speaker of one store into another (:func:`~fairseq_speaker.service.store.copy_speakers`):
+an SQLite store into PostgreSQL when a service outgrows one machine, or back into a file. It is one transaction and
+idempotent: run again, it copies what is new and leaves what the target holds alike. docs/serving.md, "Replicas on
+several machines", has the steps.
+"""
+
+import argparse
+import sqlite3
+from typing import Optional, Sequence
+
+from fairseq_speaker.command_registry import program_name
+from fairseq_speaker.errors import UserError, command
+from fairseq_speaker.service.store import STORE_FORMS, copy_speakers, hide_password, open_store, store_location
+
+PROG = program_name(__name__)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description="The speaker store of fairseq-speaker-serve. Guide: "
+                                     "docs/serving.md.")
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    copy = actions.add_parser(
+        "copy", help="copy every speaker of one store into another (e.g. an SQLite file into PostgreSQL)",
+        description="Copy every speaker of --from into --to: its rows, its sentence pairs, when it was created and "
+        "updated. One transaction (all or nothing); idempotent (a speaker --to holds alike is left; one it holds "
+        "otherwise refuses the copy, unless --replace). --to must be new or of the same model; speakers only --to "
+        "holds are left.")
+    copy.add_argument("--from", dest="source", required=True, metavar="STORE",
+                      help=f"the store to copy: {STORE_FORMS}; it must exist, and is only read")
+    copy.add_argument("--to", dest="target", required=True, metavar="STORE",
+                      help="the store to copy into, in the same forms (made if missing)")
+    copy.add_argument("--replace", action="store_true",
+                      help="overwrite the speakers --to holds otherwise than --from (changed after an earlier copy) "
+                      "with --from's, instead of refusing the copy")
+    return parser
+
+
+@command(PROG)
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    args = build_parser().parse_args(argv)
+    store_location(args.source, "--from")  # both checked before either is opened
+    store_location(args.target, "--to")
+    source = open_store(args.source, create=False, option="--from")
+    target = None
+    try:
+        target = open_store(args.target, option="--to")
+        report = copy_speakers(source, target, replace=args.replace)
+    except sqlite3.Error as e:  # a file locked past the timeout, a server that went away (StoreUnavailable)
+        raise UserError(f"the copy from --from {source.path} to --to {hide_password(args.target)} failed ({e}): it is "
+                        f"one transaction, so nothing of it was written unless it had committed; run it again (what "
+                        f"was copied is then found alike)") from None
+    finally:
+        if target is not None:
+            target.close()
+        source.close()
+    if not (report.added or report.same or report.replaced):
+        print(f"--from {source.path} holds no speakers: nothing to copy")
+        return
+    parts = [f"copied {len(report.added)} speaker(s) from {source.path} to {target.path}"]
+    if report.same:
+        parts.append(f"{len(report.same)} already there alike (left)")
+    if report.replaced:
+        parts.append(f"{len(report.replaced)} replaced ({', '.join(map(repr, report.replaced))})")
+    if report.others:
+        parts.append(f"{report.others} speaker(s) only the target holds (left)")
+    print("; ".join(parts))
+
+
+if __name__ == "__main__":
+    main()
