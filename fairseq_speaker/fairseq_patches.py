@@ -1,5 +1,8 @@
 """Everything fairseq-speaker changes in fairseq (and torch), or reads from their insides, in one place.
 
+No other module of the package reads or overrides a private part of fairseq or torch: it calls the readers
+here (:func:`onednn_linear`, :func:`version_counter`, ...), each listed in :data:`CHANGES`.
+
 A fairseq plugin should change fairseq only through its extension points (registries, subclasses).
 Where that is not enough, the change is made here, and nowhere else:
 
@@ -23,7 +26,7 @@ import logging
 import os
 import re
 from dataclasses import dataclass
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Optional, Set
 
 import fairseq
 import torch
@@ -114,6 +117,32 @@ CHANGES: List[Change] = [
            "recognizes a model whose log-probabilities are fairseq's default log_softmax (by method identity)",
            "the fused loss computes log_softmax itself: a model that normalizes otherwise must keep fairseq's loss",
            "fairseq_speaker.fairseq_patches.uses_default_log_softmax"),
+    Change("torch.ops.mkldnn._linear_pointwise", "read",
+           "multiplies the LSTM's float32 matrices on a CPU by oneDNN's GEMM (a fast path; F.linear where it is "
+           "missing)",
+           "torch has no public call of oneDNN's GEMM, faster than the BLAS's for these shapes on the CPUs measured",
+           "fairseq_speaker.fairseq_patches.onednn_linear", written_for="torch 2.6"),
+    Change("torch._foreach_mul_", "read",
+           "scales the dense gradients of one device and dtype in one call when the row-sparse ones are scaled too",
+           "torch has no public call; one multiplication per gradient launches a kernel each, as torch's own "
+           "clip_grad_norm_ avoids", "fairseq_speaker.fairseq_patches.foreach_mul_", written_for="torch 2.6"),
+    Change("torch.Tensor._version", "read",
+           "tells whether a variant's parameters changed in place since its mean bias (or state) was cached",
+           "torch has no public version counter; without it a cached value could outlive an in-place update",
+           "fairseq_speaker.fairseq_patches.version_counter", written_for="torch 2.6"),
+    Change("torch.nn.Module._non_persistent_buffers_set", "read",
+           "tells which buffers a model's state_dict leaves out, in the accounting of training memory",
+           "torch has no public listing of a module's non-persistent buffers",
+           "fairseq_speaker.fairseq_patches.non_persistent_buffer_names", written_for="torch 2.6"),
+    Change("torch.nn.Module._load_from_state_dict", "overridden",
+           "a variant built alone takes from the checkpoint the decoder's sites its parameters were made for, "
+           "before the parameters are loaded", "it could not load a state variant's parameters, whose shapes the "
+           "decoder's sizes decide (inspection, the report)",
+           "fairseq_speaker.modules.speaker_bias.base.SpeakerBias._load_from_state_dict", written_for="torch 2.6"),
+    Change("torch.nn.Module._load_from_state_dict", "overridden",
+           "the topic variant takes the shapes of the checkpoint's topic model before the parameters are loaded",
+           "a model whose --topic-model file has another number of topics than at training would not load",
+           "fairseq_speaker.modules.speaker_bias.topic.TopicBias._load_from_state_dict", written_for="torch 2.6"),
 ]
 
 
@@ -303,6 +332,38 @@ def uses_default_log_softmax(model) -> bool:
             and type(decoder).get_normalized_probs_scriptable is FairseqDecoder.get_normalized_probs_scriptable)
 
 
+def onednn_linear() -> Optional[Callable]:
+    """torch's operator ``x weight^T + bias`` by oneDNN (``torch.ops.mkldnn._linear_pointwise(x, weight, bias,
+    "none", [], "")``), or None in a torch built without it."""
+    try:
+        if torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise"):
+            return torch.ops.mkldnn._linear_pointwise
+    except (AttributeError, RuntimeError):  # pragma: no cover - builds without the op
+        pass
+    return None
+
+
+def foreach_mul_(tensors: List[torch.Tensor], factor) -> None:
+    """Multiply each of ``tensors`` (of one device and dtype) in place by ``factor`` (a number or a tensor of one
+    element), in one call (``torch._foreach_mul_``) where torch has it."""
+    multiply = getattr(torch, "_foreach_mul_", None)
+    if multiply is not None:
+        multiply(tensors, factor)
+        return
+    for tensor in tensors:  # pragma: no cover - a torch without it
+        tensor.mul_(factor)
+
+
+def version_counter(tensor: torch.Tensor) -> int:
+    """How many times ``tensor`` has been changed in place (torch's ``Tensor._version``)."""
+    return tensor._version
+
+
+def non_persistent_buffer_names(module: torch.nn.Module) -> Set[str]:
+    """The names of ``module``'s own buffers that its ``state_dict`` leaves out (``persistent=False``)."""
+    return set(module._non_persistent_buffers_set)
+
+
 def _check_private_parts() -> None:
     """Each private part of fairseq that :data:`CHANGES` reads or overrides must exist in the installed one."""
     from fairseq.optim.fp16_optimizer import FP16Optimizer
@@ -323,3 +384,12 @@ def _check_private_parts() -> None:
             f"the installed fairseq {getattr(fairseq, '__version__', '?')} lacks {', '.join(missing)}, which "
             f"fairseq-speaker relies on (fairseq_speaker/fairseq_patches.py): install a supported fairseq "
             f"({' or '.join(SUPPORTED_FAIRSEQ)})")
+    missing = [name for name, present in (
+        ("torch.Tensor._version", hasattr(torch.zeros(0), "_version")),
+        ("torch.nn.Module._non_persistent_buffers_set", hasattr(torch.nn.Module(), "_non_persistent_buffers_set")),
+        ("torch.nn.Module._load_from_state_dict", callable(getattr(torch.nn.Module, "_load_from_state_dict", None))),
+    ) if not present]
+    if missing:
+        raise UnsupportedFairseq(
+            f"the installed torch {torch.__version__} lacks {', '.join(missing)}, which fairseq-speaker relies on "
+            f"(fairseq_speaker/fairseq_patches.py): install a torch this release supports (2.6 or later)")

@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from fairseq_speaker.errors import UserError
+from fairseq_speaker.fairseq_patches import non_persistent_buffer_names
 from fairseq_speaker.optim.speaker_rows import dense_scale_applies, parse_lr_scale
 
 #: bytes of a speaker table row's step count kept by row-sparse Adam (``row_step``, a long)
@@ -191,10 +192,11 @@ def _buffers(model: nn.Module) -> Iterable[Tuple[torch.Tensor, bool]]:
     """Every buffer once, with whether it is saved in the model's ``state_dict``."""
     seen = set()
     for module in model.modules():
-        for name, buf in module._buffers.items():
-            if buf is not None and id(buf) not in seen:
+        transient = non_persistent_buffer_names(module)
+        for name, buf in module.named_buffers(recurse=False):
+            if id(buf) not in seen:
                 seen.add(id(buf))
-                yield buf, name not in module._non_persistent_buffers_set
+                yield buf, name not in transient
 
 
 def training_memory(model: nn.Module, args) -> TrainingMemory:

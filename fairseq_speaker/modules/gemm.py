@@ -18,17 +18,11 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from fairseq_speaker import fast_paths
+from fairseq_speaker.fairseq_patches import onednn_linear
 
-
-def _available() -> bool:
-    try:
-        return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
-    except (AttributeError, RuntimeError):  # pragma: no cover - builds without the op
-        return False
-
-
-_AVAILABLE = _available()
-_onednn_op = torch.ops.mkldnn._linear_pointwise if _AVAILABLE else None
+#: torch's private oneDNN operator (read through the patch ledger), None where this torch lacks it
+_onednn_op = onednn_linear()
+_AVAILABLE = _onednn_op is not None
 
 
 def serves(*tensors: Optional[Tensor]) -> bool:
@@ -109,4 +103,4 @@ def _linear_flop(x_shape, w_shape, *args, out_shape=None, **kwargs) -> int:
 def flop_formulas() -> dict:
     """The products of this module for ``torch.utils.flop_counter.FlopCounterMode(custom_mapping=...)``,
     which counts only PyTorch's own operators by itself."""
-    return {torch.ops.mkldnn._linear_pointwise: _linear_flop} if _AVAILABLE else {}
+    return {_onednn_op: _linear_flop} if _onednn_op is not None else {}

@@ -64,6 +64,6 @@ def _without_bias(linear: nn.Linear) -> nn.Linear:
     """``linear`` with no ``bias`` entry among its parameters (a plain ``None`` attribute instead):
     fairseq's trainer takes the ``None`` entries of two such layers for one parameter shared by both
     and logs "detected shared parameter" on every run."""
-    del linear._parameters["bias"]
+    del linear.bias  # nn.Module removes it from its parameters
     linear.bias = None
     return linear

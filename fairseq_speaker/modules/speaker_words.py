@@ -663,8 +663,8 @@ def attach(model, words: Optional[SpeakerWords]) -> None:
     """Give ``model``'s decoder ``words`` (None: take its memory away)."""
     decoder = model.decoder
     if words is None:
-        if "speaker_words" in decoder._modules:
-            del decoder._modules["speaker_words"]
+        if "speaker_words" in dict(decoder.named_children()):
+            del decoder.speaker_words
         return
     decoder.speaker_words = words
 

@@ -60,7 +60,7 @@ RESULT_FILES = ("onboarding.md", "onboarding.json", "onboarding.png")
 DEFAULT_SHOTS = [0, 1, 2, 5, 10, 20]
 #: the toy corpus's traits, in the order of the demo's table; other traits follow alphabetically
 TRAIT_ORDER = ("gender", "address", "profession")
-BLEU_TOKENIZERS = getattr(sacrebleu.metrics.bleu, "_TOKENIZERS", {"none": None, "13a": None, "intl": None})
+BLEU_TOKENIZERS = tuple(getattr(sacrebleu.metrics.bleu.BLEU, "TOKENIZERS", ("none", "13a", "intl")))
 
 
 def load_translator(path: str, data: str, batch_size: int, fit: FitOptions, overrides: Dict):

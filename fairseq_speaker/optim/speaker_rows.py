@@ -51,6 +51,7 @@ import torch
 from torch import Tensor
 
 from fairseq_speaker.errors import UserError
+from fairseq_speaker.fairseq_patches import foreach_mul_
 
 logger = logging.getLogger(__name__)
 
@@ -615,7 +616,7 @@ def clip_grad_norm_(params, max_norm, aggregate_norm_fn=None, *, dense_clip_grad
         coef = (float(max_norm) / (total + 1e-6)).clamp_(max=1)
         grads = [p.grad.detach() for p in dense if getattr(p, "grad", None) is not None]
         if grads:
-            torch._foreach_mul_(grads, coef.to(grads[0].device))
+            foreach_mul_(grads, coef.to(grads[0].device))
         for p in sparse:
             p.grad.values().mul_(coef.to(p.grad.device))
     return total
@@ -633,4 +634,4 @@ def multiply_grads(params, c) -> None:
         else:
             dense[(p.grad.device, p.grad.dtype)].append(p.grad)
     for (device, _), grads in dense.items():
-        torch._foreach_mul_(grads, c.to(device) if torch.is_tensor(c) else c)
+        foreach_mul_(grads, c.to(device) if torch.is_tensor(c) else c)

@@ -509,3 +509,16 @@ def test_each_family_has_a_recommended_preset_beside_the_papers():
     assert FAMILY_REGISTRY["lstm"].recommended_variant == FAMILY_REGISTRY["transformer"].recommended_variant == (
         "fact+hyper_lhuc")
     assert RECOMMENDED not in PRESET_VARIANTS  # not one of the paper's
+
+
+def test_the_attentions_layers_without_a_bias_hold_no_bias_entry():
+    """fairseq's trainer takes the ``None`` bias entries of two layers for one parameter shared by both and logs
+    "detected shared parameter" on every run: the layers of the MLP attention without a bias have no such entry
+    (torch's ``_parameters``, read here because no public listing shows ``None`` entries)."""
+    from fairseq_speaker.modules.mlp_attention import MLPAttention
+
+    attention = MLPAttention(key_dim=4, query_dim=5, attention_dim=3)
+    for layer in (attention.query_proj, attention.score):
+        assert layer.bias is None and "bias" not in layer._parameters
+    assert "bias" in attention.key_proj._parameters
+    assert attention.query_proj(torch.ones(2, 5)).shape == (2, 3)

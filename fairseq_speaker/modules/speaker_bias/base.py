@@ -68,6 +68,7 @@ from torch import Tensor, nn
 
 from fairseq_speaker.data.speaker_dictionary import MEAN_SPEAKER, NO_SPEAKER
 from fairseq_speaker.errors import UserError
+from fairseq_speaker.fairseq_patches import version_counter
 from fairseq_speaker.optim.speaker_rows import mark_row_sparse, parse_lr_scale
 
 EncoderOut = Optional[Dict[str, List[Tensor]]]
@@ -352,7 +353,7 @@ class SpeakerBias(nn.Module):
         tensors = list(self.parameters()) + list(self.buffers())
         if torch.is_grad_enabled() and any(p.requires_grad for p in tensors):
             return compute()
-        key = tuple((id(t), t._version, t.data_ptr(), t.dtype, tuple(t.shape)) for t in tensors)
+        key = tuple((id(t), version_counter(t), t.data_ptr(), t.dtype, tuple(t.shape)) for t in tensors)
         cached = self.__dict__.get(key_name)
         if cached is None or cached[0] != key:
             value = compute()
