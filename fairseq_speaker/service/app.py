@@ -30,9 +30,11 @@ from typing import Dict, Optional, Sequence, Tuple
 
 from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPBearer
+from fastapi.staticfiles import StaticFiles
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
@@ -43,6 +45,7 @@ from fairseq_speaker.errors import UserError, fail
 from fairseq_speaker.service import schema
 from fairseq_speaker.service.batcher import BatchOptions
 from fairseq_speaker.service.connections import bounded_http_protocol
+from fairseq_speaker.service.logs import LOG_FORMATS, LogLines, configure_logging
 from fairseq_speaker.service.metrics import Metrics
 from fairseq_speaker.service.speaker_service import Limits, ServiceError, SpeakerService, timed_out
 from fairseq_speaker.service.store import SpeakerStore, StoreError, open_store, store_location
@@ -73,7 +76,8 @@ def _error(request: Request, status: int, code: str, message: str,
            headers: Optional[Dict[str, str]] = None) -> JSONResponse:
     log = logger.warning if status >= 500 else logger.info
     path = request.url.path.encode("unicode_escape").decode("ascii")  # a name's newline cannot forge a log line
-    log(f"{request.method} {path}: {status} {code}: {message}")
+    log(f"{request.method} {path}: {status} {code}: {message}",
+        extra={"method": request.method, "path": path, "status": status, "code": code})  # --log-format json's fields
     request.app.state.metrics.error(_endpoint(request.scope), code)
     headers = dict(headers or {}, **({"WWW-Authenticate": "Bearer"} if status == 401 else {}))
     return JSONResponse({"error": {"code": code, "message": message}}, status_code=status, headers=headers or None)
@@ -344,6 +348,32 @@ class _TranslateDirectly:
         await response(scope, receive, send)
 
 
+class _HeadAsGet:
+    """ASGI middleware: ``HEAD`` is answered wherever ``GET`` is, with GET's status and headers and no body (RFC 9110,
+    9.3.2); where there is no GET, it gets GET's 405. Starlette's own routes add HEAD to GET, FastAPI's API routes do
+    not, and listing HEAD on them would put a second operation of each in the OpenAPI description."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["method"] != "HEAD":
+            await self.app(scope, receive, send)
+            return
+        as_get = dict(scope, method="GET")  # a copy: the server reads the request's own method to send no body
+
+        async def headers_only(message):
+            if message["type"] == "http.response.body":
+                message = dict(message, body=b"")
+            await send(message)
+
+        try:
+            await self.app(as_get, receive, headers_only)
+        finally:
+            if "route" in as_get:  # the metrics name the endpoint by the route routing found
+                scope["route"] = as_get["route"]
+
+
 _bearer = HTTPBearer(auto_error=False)  # the check is _WriteRoute's; this shows the scheme at /docs
 
 
@@ -400,8 +430,45 @@ def _writes() -> APIRouter:
     return router
 
 
-def _page() -> HTMLResponse:
-    return HTMLResponse(importlib.resources.files(__package__).joinpath("static", "index.html").read_text("utf-8"))
+def _static(name: str) -> bytes:
+    return importlib.resources.files(__package__).joinpath("static", name).read_bytes()
+
+
+#: where the API description pages' scripts and styles are served from (the fastapi-offline package's files)
+DOCS_ASSETS = "/docs/static"
+
+
+def _pages(app: FastAPI) -> None:
+    """``/`` (the page to try the service), ``/docs`` (Swagger UI) and ``/redoc`` (ReDoc) with their scripts and
+    styles, and ``/favicon.ico``: all served by the service itself, nothing from the internet, so that they work where
+    the service has none. Starlette routes: each answers HEAD too."""
+    page = HTMLResponse(_static("index.html").decode("utf-8"))
+    icon = Response(_static("favicon.png"), media_type="image/png", headers={"Cache-Control": "max-age=86400"})
+    app.mount(DOCS_ASSETS, StaticFiles(packages=[("fastapi_offline", "static")]), name="docs-static")
+
+    def prefix(request: Request) -> str:  # behind a proxy that serves the service under a path (uvicorn's root_path)
+        return request.scope.get("root_path", "").rstrip("/")
+
+    async def swagger_ui(request: Request) -> HTMLResponse:
+        root = prefix(request)
+        return get_swagger_ui_html(openapi_url=root + app.openapi_url, title=f"{app.title} - API",
+                                   swagger_js_url=f"{root}{DOCS_ASSETS}/swagger-ui-bundle.js",
+                                   swagger_css_url=f"{root}{DOCS_ASSETS}/swagger-ui.css",
+                                   swagger_favicon_url=f"{root}/favicon.ico", oauth2_redirect_url=None)
+
+    async def redoc(request: Request) -> HTMLResponse:
+        root = prefix(request)
+        html = get_redoc_html(openapi_url=root + app.openapi_url, title=f"{app.title} - API",
+                              redoc_js_url=f"{root}{DOCS_ASSETS}/redoc.standalone.js",
+                              redoc_favicon_url=f"{root}/favicon.ico", with_google_fonts=False)
+        # ReDoc shows its maker's logo from their CDN (and hides it when it does not load): not fetched at all
+        html.headers["Content-Security-Policy"] = "img-src 'self' data:"
+        return html
+
+    app.add_route("/", lambda request: page, include_in_schema=False)
+    app.add_route("/docs", swagger_ui, include_in_schema=False)
+    app.add_route("/redoc", redoc, include_in_schema=False)
+    app.add_route("/favicon.ico", lambda request: icon, include_in_schema=False)
 
 
 def create_app(translator, store: Optional[SpeakerStore] = None, token: Optional[str] = None,
@@ -417,7 +484,6 @@ def create_app(translator, store: Optional[SpeakerStore] = None, token: Optional
     metrics = Metrics()
     service = SpeakerService(translator, store, limits, beam=beam, generate=generate, batching=batching,
                              on_batch=metrics.batch, skip_broken_speakers=skip_broken_speakers)
-    page = _page()
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
@@ -427,14 +493,15 @@ def create_app(translator, store: Optional[SpeakerStore] = None, token: Optional
         store.close()
         logger.info(f"closed the speaker store {store.path}")
 
-    app = FastAPI(title="fairseq-speaker", version=__version__, lifespan=lifespan,
+    app = FastAPI(title="fairseq-speaker", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Personalized translation: each sentence is translated as its speaker; speakers are "
-                  "onboarded from a few sentence pairs. Write endpoints need 'Authorization: Bearer <token>'.")
+                  "onboarded from a few sentence pairs. Write endpoints need `Authorization: Bearer <token>`.")
     app.state.service, app.state.token, app.state.metrics = service, token, metrics
     app.state.translate_directly = True
     routers = {prefix: (_reads(), _writes()) for prefix in ("", "/v1")}
     translate = next(route for route in routers[""][0].routes if route.path == "/translate")
     app.add_middleware(_TranslateDirectly, route=translate)  # inside _Observed: limits and metrics apply
+    app.add_middleware(_HeadAsGet)
     app.add_middleware(_Observed, metrics=app.state.metrics, max_body_bytes=limits.max_body_bytes,
                        body_timeout=batching.request_timeout)
     app.add_exception_handler(ServiceError, _service_error)
@@ -444,7 +511,7 @@ def create_app(translator, store: Optional[SpeakerStore] = None, token: Optional
     for prefix, (reads, writes) in routers.items():
         app.include_router(reads, prefix=prefix, include_in_schema=not prefix)
         app.include_router(writes, prefix=prefix, include_in_schema=not prefix)
-    app.add_api_route("/", lambda: page, methods=["GET"], response_class=HTMLResponse, include_in_schema=False)
+    _pages(app)
     return app
 
 
@@ -508,6 +575,14 @@ def build_parser(tokenizer: Optional[str] = None, bpe: Optional[str] = None) -> 
                      help="seconds a client has to send a request's line and headers, from its connection or the "
                      "request's first byte; then 408 and the connection is closed (default: %(default)s; the body must "
                      "arrive within --request-timeout)")
+    logs = parser.add_argument_group("the log (standard error)")
+    logs.add_argument("--log-format", choices=LOG_FORMATS, default="text",
+                      help="text: one line a record for a person; json: one JSON object a line (time, level, logger, "
+                      "message and the record's fields) for a log collector (default: %(default)s)")
+    logs.add_argument("--access-log", action="store_true",
+                      help="log every request (client, method, path, status: uvicorn's access line); off by default, "
+                      "as a proxy or load balancer in front usually keeps that log: refusals are logged either way, "
+                      "and /metrics counts every request")
     auth = parser.add_argument_group("writes (onboarding, updating, deleting speakers)")
     auth.add_argument("--token-file", metavar="FILE", help="a file holding the token that write requests must send "
                       "as 'Authorization: Bearer <token>'; without a token writes are disabled")
@@ -650,14 +725,13 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         if not os.path.isdir(args.data):
             raise UserError(f"data directory not found: {args.data} (the one the model was trained on, with its "
                             f"dict.*.txt)")
-        logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO,
-                            stream=sys.stderr, force=True)
+        configure_logging(args.log_format)  # every logger, uvicorn's too (log_config=None below), in one format
         logging.getLogger("fairseq").setLevel(logging.WARNING)  # its per-batch lines, on every request
         warnings.filterwarnings("ignore", message=".*'pin_memory' argument is set as true")  # torch's, on a CPU
         from fairseq_speaker.onboarding.translator import SpeakerTranslator
         from fairseq_speaker.runtime import start_threads
 
-        start_threads(args.threads)  # one line as the service starts: threads: N (why)
+        start_threads(args.threads, stream=LogLines(logger))  # one line as the service starts: threads: N (why)
 
         store = open_store(args.store or ":memory:")  # first: a database it cannot reach says so at once
         translator = SpeakerTranslator.from_pretrained(args.checkpoint, data=args.data, **overrides)
@@ -676,8 +750,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     freeze_loaded_objects()
     try:  # uvicorn stops on SIGTERM or SIGINT after the requests under way (the store is closed at its shutdown)
         protocol = bounded_http_protocol(args.header_timeout)  # slow clients' headers bounded: connections.py
-        uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="info",
-                                      http=protocol or "auto")).run()
+        uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="info", log_config=None,
+                                      access_log=args.access_log, http=protocol or "auto")).run()
     finally:
         store.close()
 

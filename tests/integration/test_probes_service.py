@@ -183,6 +183,14 @@ HTTP_PROBES = [
     ("post", "/translate", b'{"sentences": ' + DEEP, 422, "invalid_json", "more than 32 deep"),
     ("put", "/speakers/zoe", b'{"sources": ' + b"{" * 50_000, 422, "invalid_json", "more than 32 deep"),
     ("post", "/speakers/dr-lee/sentences", b"[" * 33 + b"]" * 33, 422, "invalid_json", "more than 32 deep"),
+    # the pages and their files
+    ("get", "/docs/static/missing.js", None, 404, "not_found", "no endpoint /docs/static/missing.js: see /docs"),
+    ("get", "/docs/static/%2e%2e/%2e%2e/app.py", None, 404, "not_found", "no endpoint"),
+    ("get", "/docs/static/", None, 404, "not_found", "no endpoint"),
+    ("post", "/docs/static/swagger-ui.css", None, 405, "method_not_allowed", "Method Not Allowed"),
+    ("post", "/docs", {}, 405, "method_not_allowed", "Method Not Allowed"),
+    ("delete", "/favicon.ico", None, 405, "method_not_allowed", "Method Not Allowed"),
+    ("put", "/", None, 405, "method_not_allowed", "Method Not Allowed"),
 ]
 
 
@@ -210,6 +218,15 @@ def test_a_bad_request_gets_one_json_error(service, method, path, body, status, 
     assert response.status_code == status, response.text
     assert set(response.json()) == {"error"} and response.json()["error"]["code"] == code, response.text
     assert message in response.json()["error"]["message"], response.text
+
+
+@pytest.mark.parametrize("path,status,code", [
+    ("/translate", 405, "method_not_allowed"), ("/speakers/nobody", 404, "unknown_speaker"),
+    ("/docs/static/missing.js", 404, "not_found"), ("/nothing", 404, "not_found")])
+def test_a_head_request_is_refused_as_its_get_without_a_body(service, path, status, code):
+    head, got = service.head(path), service.get(path)
+    assert head.status_code == got.status_code == status and got.json()["error"]["code"] == code
+    assert head.content == b"" and head.headers["content-length"] == got.headers["content-length"]
 
 
 def test_the_refused_requests_changed_nothing(service):
@@ -477,6 +494,9 @@ def test_the_command_refuses_a_damaged_store_in_one_line_and_starts_with_skip_br
     (["m.pt", "--data", "d", "--header-timeout", "0"],
      "--header-timeout must be a positive number of seconds, got 0.0"),
     (["m.pt", "--data", "d", "--header-timeout", "nan"], "--header-timeout must be a positive number of seconds"),
+    (["m.pt", "--data", "d", "--log-format", "xml"], "argument --log-format: invalid choice: 'xml'"),
+    (["m.pt", "--data", "d", "--log-format"], "argument --log-format: expected one argument"),
+    (["m.pt", "--data", "d", "--access-log", "yes"], "unrecognized arguments: yes"),
 ])
 def test_the_commands_new_options_are_checked(argv, message, capsys):
     assert message in refused(serve.main, argv, capsys)

@@ -451,6 +451,74 @@ def test_health_metrics_and_the_openapi_description(toy, trained):
     assert docs.status_code == 200
 
 
+def test_the_api_description_pages_and_their_scripts_are_served_by_the_service(toy, trained):
+    """/docs (Swagger UI) and /redoc (ReDoc) name only paths of the service, and each is served whole: the files of
+    the fastapi-offline package, not a CDN's (a blank page where the service has no internet). The Swagger UI served
+    is 5.x, which reads the OpenAPI 3.1 that FastAPI writes (4.x refuses it)."""
+    import fastapi_offline
+
+    assets = os.path.join(os.path.dirname(fastapi_offline.__file__), "static")
+    with _client(_translator(trained("lstm_fact_bias"), toy), token=None) as client:
+        assert client.get("/openapi.json").json()["openapi"].startswith("3.1")
+        pages = (("/docs", {"swagger-ui-bundle.js", "swagger-ui.css"}), ("/redoc", {"redoc.standalone.js"}))
+        for page, needed in pages:
+            html = client.get(page).text
+            urls = re.findall(r'(?:src|href)="([^"]+)"', html)
+            assert urls and all(url.startswith("/") and not url.startswith("//") for url in urls), (page, urls)
+            assert needed <= {url.rsplit("/", 1)[-1] for url in urls}, (page, urls)
+            for url in urls:
+                response = client.get(url)
+                assert response.status_code == 200, url
+                name = url.rsplit("/", 1)[-1]
+                if name in os.listdir(assets):
+                    with open(os.path.join(assets, name), "rb") as f:
+                        assert response.content == f.read(), url
+            assert "http://" not in html and "https://" not in html, page
+        assert client.get("/redoc").headers["content-security-policy"] == "img-src 'self' data:"  # no logo fetched
+        bundle = client.get("/docs/static/swagger-ui-bundle.js").content
+        icon = client.get("/favicon.ico")
+    assert re.search(rb'"5\.\d+\.\d+"', bundle)
+    assert icon.headers["content-type"] == "image/png" and icon.content.startswith(b"\x89PNG\r\n\x1a\n")
+
+
+def _paths(client):
+    """A path of every endpoint of the app behind ``client`` (the API's from its OpenAPI description, at / and /v1, the
+    others from its routes; path parameters filled in; a mount's: one of its files), and whether it answers GET."""
+    found = {}
+    for path, operations in client.get("/openapi.json").json()["paths"].items():
+        for prefix in ("", "/v1"):
+            found[prefix + path.replace("{name}", "spk000")] = "get" in operations
+    for route in client.app.routes:
+        methods = getattr(route, "methods", None)
+        if hasattr(route, "path"):
+            found[route.path + ("/swagger-ui.css" if methods is None else "")] = methods is None or "GET" in methods
+    return found
+
+
+def test_head_is_answered_wherever_get_is_with_gets_status_and_headers_and_no_body(toy, trained):
+    """Every route and mount of the app (read from the app: a new one is checked the moment it is added) answers HEAD
+    as it answers GET, status, type and length, without a body: 200 where GET is, GET's 405 where it is not; the
+    metrics count HEAD as HEAD."""
+    with _client(_translator(trained("lstm_fact_bias"), toy)) as client:
+        paths = _paths(client)
+        assert {path for path, get in paths.items() if get} >= {
+            "/", "/docs", "/redoc", "/favicon.ico", "/health", "/v1/speakers/spk000", "/metrics", "/openapi.json",
+            "/docs/static/swagger-ui.css"}
+        for path, get in paths.items():
+            got, head = client.get(path), client.head(path)
+            assert head.status_code == got.status_code, path
+            assert got.status_code == 200 if get else got.status_code in (404, 405), (path, got.status_code)
+            assert head.content == b"", path
+            assert head.headers["content-type"] == got.headers["content-type"], path
+            assert head.headers.get("allow") == got.headers.get("allow"), path
+            if path != "/metrics":  # its text grows with every request
+                assert head.headers["content-length"] == got.headers["content-length"], path
+        metrics = client.get("/metrics").text
+    assert paths["/translate"] is False
+    assert 'fairseq_speaker_requests_total{endpoint="/speakers/{name}",method="HEAD",status="200"} 2' in metrics
+    assert 'fairseq_speaker_requests_total{endpoint="/translate",method="HEAD",status="405"} 2' in metrics
+
+
 # -- refusals ------------------------------------------------------------------------------------------------
 
 LIMITS = Limits(max_sentences=3, max_chars=40, max_pairs=2, max_speaker_pairs=3)
@@ -764,8 +832,57 @@ def test_a_real_server_answers_health_translates_onboards_and_stops_on_sigterm(t
     output = open(tmp_path / "server.log").read()
     assert "Traceback" not in output, output[-3000:]
     assert f"closed the speaker store {store}" in output  # a graceful shutdown
+    assert "HTTP/1.1" not in output  # no access log unless asked for (--access-log)
     with sqlite3.connect(store) as db:  # committed before the answer, readable once the server is gone
         assert db.execute("SELECT name, sentences FROM speakers").fetchall() == [("dr-lee", 2)]
+
+
+def test_json_logs_are_one_object_a_line_with_each_records_fields_and_the_access_log_when_asked(toy, trained,
+                                                                                                 tmp_path):
+    """--log-format json --access-log: every line the server writes, uvicorn's too, is a JSON object with its time,
+    level, logger and message; each request has an access line with its method, path and status, and a refusal its
+    code; a newline in a path stays inside its line."""
+    port = _free_port()
+    log = open(tmp_path / "server.log", "w+")
+    server = subprocess.Popen([os.path.join(BIN, "fairseq-speaker-serve"), trained("lstm_fact_bias"), "--data",
+                               toy["bin"], "--port", str(port), "--max-len-b", "6", "--threads", "1",
+                               "--log-format", "json", "--access-log"],
+                              env=dict(os.environ, OMP_NUM_THREADS="1"), stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            assert server.poll() is None, open(tmp_path / "server.log").read()[-3000:]
+            try:
+                assert _call(base + "/health")[0] == 200
+                break
+            except (urllib.error.URLError, ConnectionError):
+                assert time.monotonic() < deadline, "the server did not answer /health within 90 s"
+                time.sleep(0.2)
+        assert _call(base + "/v1/translate", {"sentences": SENTENCES[:1], "speaker": "spk000"})[0] == 200
+        assert _call(base + "/speakers/zoe", PAIRS, method="PUT")[0] == 403
+        assert _call(base + "/speakers/nobody")[0] == 404
+        assert _call(base + "/speakers/no%0Aone")[0] == 404
+        with urllib.request.urlopen(urllib.request.Request(base + "/", method="HEAD"), timeout=30) as head:
+            assert head.status == 200 and head.read() == b""
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=30)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait(timeout=30)
+    lines = [line for line in open(tmp_path / "server.log").read().splitlines() if line.strip()]
+    records = [json.loads(line) for line in lines]  # every line: one JSON object
+    assert all({"time", "level", "logger", "message"} <= set(r) for r in records)
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", r["time"]) for r in records)
+    assert any(r["logger"] == "uvicorn.error" and "Uvicorn running" in r["message"] for r in records)
+    assert any(r["message"] == "threads: 1 (--threads 1)" for r in records)
+    access = {(r["method"], r["path"], r["status"]) for r in records if r["logger"] == "uvicorn.access"}
+    assert {("GET", "/health", 200), ("POST", "/v1/translate", 200), ("PUT", "/speakers/zoe", 403),
+            ("GET", "/speakers/nobody", 404), ("GET", "/speakers/no%0Aone", 404), ("HEAD", "/", 200)} <= access
+    refused = {(r["method"], r["path"], r["status"], r["code"]) for r in records if "code" in r}
+    assert {("PUT", "/speakers/zoe", 403, "writes_disabled"), ("GET", "/speakers/nobody", 404, "unknown_speaker")} \
+        <= refused and len(refused) == 3
 
 
 # -- the guide -----------------------------------------------------------------------------------------------

@@ -131,3 +131,33 @@ def test_the_page_onboards_a_speaker_and_shows_the_apis_translations(server, tmp
         assert all(word in shown[(speaker, i)].split() for word in words)
     assert all("voiture" in marks[("spk001", i)] for i in range(2) if "voiture" not in shown[("dr-lee", i)].split())
     assert (tmp_path / "service_page.png").stat().st_size > 10_000
+
+
+def test_the_api_description_pages_render_with_nothing_but_the_services_files(server):
+    """/docs and /redoc in a real browser: Swagger UI lists every endpoint and ReDoc shows their summaries, every file
+    either page loaded came from the service (these machines reach no CDN: a page that needed one stays blank), and
+    the one thing ReDoc asks of another site (its maker's logo) is blocked by the page's policy, never fetched."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser = _browser()
+    try:
+        wait = WebDriverWait(browser, 60)
+        browser.get(server + "/docs")
+        wait.until(lambda b: len(b.find_elements(By.CSS_SELECTOR, ".opblock-summary-path")) >= 8)
+        listed = {e.get_attribute("data-path") for e in browser.find_elements(By.CSS_SELECTOR, ".opblock-summary-path")}
+        loaded = browser.execute_script("return performance.getEntriesByType('resource').map(e => e.name)")
+        icon = browser.execute_script("return document.querySelector('link[rel~=icon]').href")
+        browser.get(server + "/redoc")
+        wait.until(lambda b: "Translate each sentence as its speaker" in b.find_element(By.TAG_NAME, "body").text)
+        loaded += browser.execute_script("return performance.getEntriesByType('resource').map(e => e.name)")
+        blocked = " ".join(entry["message"] for entry in browser.get_log("browser")
+                           if "violates the following Content Security Policy" in entry["message"])
+    finally:
+        browser.quit()
+    assert listed == {"/translate", "/speakers", "/speakers/{name}", "/speakers/{name}/sentences", "/health",
+                      "/metrics"}, listed
+    assert any(url.endswith("/docs/static/redoc.standalone.js") for url in loaded)
+    elsewhere = [url for url in loaded if not url.startswith(server + "/")]  # ReDoc's maker's logo: never fetched
+    assert all(f"'{url}'" in blocked for url in elsewhere), (elsewhere, blocked)
+    assert icon == server + "/favicon.ico"
