@@ -267,11 +267,11 @@ class SpeakerStore:
                     db.execute("INSERT OR IGNORE INTO meta VALUES ('generation', '0')")
                 tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
                 if not {"meta", "speakers"} <= tables:
-                    raise sqlite3.DatabaseError("it has no tables meta and speakers")
+                    raise _NotAStore("it has no tables meta and speakers")
                 schema = db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()[0]
         except sqlite3.DatabaseError as e:
             self._db.close()
-            if _is_sqlite(path) and "no tables meta" not in str(e):
+            if _is_sqlite(path) and not isinstance(e, _NotAStore):
                 raise StoreDamaged(path, f"the file is damaged ({e})", skippable=False) from None
             raise StoreError(f"{where}: not a speaker store ({e}): give a new file name, or the store of "
                              f"this model") from None
@@ -503,6 +503,10 @@ class SpeakerStore:
             if not self._closed:
                 self._db.close()
                 self._closed = True
+
+
+class _NotAStore(sqlite3.DatabaseError):
+    """An SQLite file that is whole but holds no speaker store."""
 
 
 def _same_pairs(stored: str, pairs: Sequence[Tuple[str, str]]) -> bool:
