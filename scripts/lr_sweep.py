@@ -32,7 +32,7 @@ from fairseq_speaker.toy.oracle import BAYES, oracle_accuracy
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import suite  # noqa: E402  (this folder's script: how a structure's corpus is written and binarized)
 
-TRAITS = ("gender", "address", "profession", "style")
+TRAITS = ("gender", "address", "profession", "style", "topic")
 
 
 def cell_name(family: str, lr: float, scale: str) -> str:
@@ -58,8 +58,8 @@ def run_cell(args, data: str, family: str, lr: float, scale: str, references, tr
     return row
 
 
-def format_table(rows: List[Dict], oracle: Dict[str, float]) -> str:
-    traits = [t for t in TRAITS if any(t in r["traits"] for r in rows)]  # the corpus's (profession or style)
+def format_table(rows: List[Dict], oracle: Dict[str, float], oracle_name: str = "traits revealed") -> str:
+    traits = [t for t in TRAITS if any(t in r["traits"] for r in rows)]  # the corpus's (profession or style, topic)
     header = ["family", "lr", "--speaker-lr-scale", "speaker words", *traits, "BLEU"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in sorted(rows, key=lambda r: (r["family"], r["speaker_lr_scale"], r["lr"])):
@@ -67,7 +67,7 @@ def format_table(rows: List[Dict], oracle: Dict[str, float]) -> str:
         cells += [f"{100 * r['traits'].get(t, float('nan')):.1f}%" for t in traits]
         cells.append(f"{r['bleu']:.2f}")
         lines.append("| " + " | ".join(cells) + " |")
-    cells = ["oracle: traits revealed", "-", "-", f"{100 * oracle['all']:.1f}%"]
+    cells = [f"oracle: {oracle_name}", "-", "-", f"{100 * oracle['all']:.1f}%"]
     cells += [f"{100 * oracle.get(t, float('nan')):.1f}%" for t in traits] + ["-"]
     lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -156,7 +156,7 @@ def main(argv=None) -> None:
             rows.append(future.result())
             with open(results_path, "w", encoding="utf-8") as f:
                 json.dump(rows, f, indent=2)
-    table = format_table(rows, oracle)
+    table = format_table(rows, oracle, "Bayes limit" if args.structure else "traits revealed")
     with open(os.path.join(args.workdir, "results.md"), "w", encoding="utf-8") as f:
         f.write(table + "\n")
     print(table)
