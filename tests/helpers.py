@@ -26,13 +26,37 @@ from fairseq_speaker.modules.speaker_bias import (
 
 #: the model families of the package (a family registered by a test is not among them)
 FAMILIES = tuple(FAMILY_REGISTRY)
-TINY_LSTM = dict(encoder_embed_dim=8, encoder_hidden_size=8, decoder_embed_dim=8, decoder_hidden_size=16,
-                 attention_dim=8, dropout=0.0, lstm_dropout=0.0, target_word_dropout=0.0)
-TINY_TRANSFORMER = dict(encoder_embed_dim=16, decoder_embed_dim=16, encoder_ffn_embed_dim=32,
-                        decoder_ffn_embed_dim=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
-                        decoder_attention_heads=2, dropout=0.0)
-#: model options of the unit tests per family; a family not listed gets its "tiny" sizes, without dropout
-TINY_MODELS = {"lstm": TINY_LSTM, "transformer": TINY_TRANSFORMER}
+#: what the unit tests change of a family's declared "tiny" sizes (its ``scales["tiny"]``, a ``ModelSizes``): the
+#: Transformer has two layers a side, so that what acts on each layer is seen on more than one
+UNIT_TEST_SIZES: Dict[str, Dict[str, int]] = {"transformer": dict(layers=2)}
+
+
+def _parsed(family: ModelFamily, size_flags: List[str]) -> argparse.Namespace:
+    """What fairseq-train parses for ``family``'s base preset with ``size_flags``."""
+    return options.parse_args_and_arch(options.get_training_parser(), [
+        "data", "--task", "speaker_translation", "--arch", family.presets[0], *size_flags])
+
+
+def tiny_options(family: str) -> Dict[str, object]:
+    """The model options of ``family`` at its declared "tiny" sizes (with :data:`UNIT_TEST_SIZES`'s changes), by
+    option name (``encoder_embed_dim``, ...), and every dropout of its base preset at 0: the options its size flags
+    set, read from what fairseq-train parses."""
+    declared = get_family(family)
+    flags = declared.size_args(dataclasses.replace(declared.scales["tiny"], **UNIT_TEST_SIZES.get(family, {})))
+    args = _parsed(declared, flags)
+    named: Dict[str, object] = {}
+    for flag in flags:
+        dest = flag[2:].replace("-", "_") if flag.startswith("--") else None
+        if dest is not None and hasattr(args, dest):
+            named[dest] = getattr(args, dest)
+    named.update({name: 0.0 for name, value in vars(args).items()
+                  if name.endswith("dropout") and isinstance(value, float) and value})
+    return named
+
+
+#: model options of the unit tests per family of the package (a family registered by a test gets its "tiny" sizes,
+#: without dropout, from :func:`tiny_model_args`)
+TINY_MODELS = {name: tiny_options(name) for name in FAMILIES}
 #: the third family, from a package of its own (fairseq's --user-dir)
 LIGHTCONV_FAMILY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples",
                                 "lightconv_family", "speaker_lightconv")
@@ -130,9 +154,7 @@ def tiny_model_args(family: str) -> argparse.Namespace:
     family, what fairseq-train parses for its base preset at its declared "tiny" sizes, without dropout."""
     if family in TINY_MODELS:
         return argparse.Namespace(**TINY_MODELS[family])
-    declared = get_family(family)
-    args = options.parse_args_and_arch(options.get_training_parser(), [
-        "data", "--task", "speaker_translation", "--arch", declared.presets[0], *declared.scale_args("tiny")])
+    args = _parsed(get_family(family), get_family(family).scale_args("tiny"))
     args.dropout = 0.0
     return args
 

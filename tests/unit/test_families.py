@@ -2,6 +2,8 @@
 accounting; the family of an arch is its model's, whatever the arch's name; a third family (examples/lightconv_family)
 is one file."""
 
+import dataclasses
+
 import pytest
 import torch
 from fairseq import options
@@ -217,3 +219,19 @@ def test_the_demo_fits_a_topic_model_only_for_a_run_with_the_topic_variant():
                                  "lstm_base+spk_token"])
     assert demo.uses_topics(["lstm_fact_bias", "transformer_base:fact+topic"])
     assert demo.uses_topics(["lstm_base:topic+spk_token"])
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_unit_tests_models_have_their_familys_declared_tiny_sizes(family):
+    """tests/helpers.py reads the sizes from the family registry (changed only as its UNIT_TEST_SIZES say), so a
+    family's tiny sizes are written once, in its register_family call; its models have no dropout."""
+    from tests.helpers import UNIT_TEST_SIZES, tiny_model_args
+
+    declared = get_family(family)
+    sizes = dataclasses.replace(declared.scales["tiny"], **UNIT_TEST_SIZES.get(family, {}))
+    unit = vars(tiny_model_args(family))
+    assert unit["encoder_embed_dim"] == unit["decoder_embed_dim"] == sizes.embed
+    assert [value for key, value in unit.items() if key.endswith("dropout")] and not any(
+        value for key, value in unit.items() if key.endswith("dropout"))
+    model = make_model("fact", family=family)
+    assert model.decoder.embed_tokens.embedding_dim == model.encoder.embed_tokens.embedding_dim == sizes.embed

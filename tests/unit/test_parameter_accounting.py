@@ -16,7 +16,7 @@ from fairseq_speaker.analysis.parameter_accounting import (
 from fairseq_speaker.checkpoints import read_checkpoint
 from fairseq_speaker.models import get_family
 from fairseq_speaker.modules.speaker_bias import SPEAKER_BIAS_REGISTRY, StateSites
-from tests.helpers import TINY_TRANSFORMER, TINY_VARIANT_OPTIONS, build_bias, make_model, make_task
+from tests.helpers import TINY_MODELS, TINY_VARIANT_OPTIONS, build_bias, make_model, make_task
 
 V = 40000
 
@@ -133,7 +133,7 @@ def test_a_transformer_preset_is_the_model_the_helpers_build():
     task = make_task(num_speakers=4, num_words=8)
     model = make_model("fact", task=task, family="transformer")
     acc = count_parameters(len(task.source_dictionary), len(task.target_dictionary), 4, "transformer_fact_bias",
-                           flags({**TINY_TRANSFORMER, **TINY_VARIANT_OPTIONS}))
+                           flags({**TINY_MODELS["transformer"], **TINY_VARIANT_OPTIONS}))
     assert acc.total == sum(p.numel() for p in model.parameters())
     assert acc.speaker == sum(p.numel() for p in model.speaker_bias.parameters())
     assert sum(acc.components.values()) == acc.total

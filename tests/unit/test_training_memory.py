@@ -15,10 +15,11 @@ from fairseq.optim.lr_scheduler import build_lr_scheduler
 from fairseq_speaker.analysis.parameter_accounting import build_meta_model, count_parameters, main, model_options
 from fairseq_speaker.analysis.training_memory import OPTIMIZER_STATE, human_bytes, parse_size, training_memory
 from fairseq_speaker.models import get_family
-from tests.helpers import TINY_TRANSFORMER, make_task, random_batch
+from tests.helpers import TINY_MODELS, make_task, random_batch
 
 TINY = get_family("lstm").scale_args("tiny") + ["--lr", "0.001"]
-TINY_T = [a for k, v in TINY_TRANSFORMER.items() for a in (f"--{k.replace('_', '-')}", str(v))] + ["--lr", "0.001"]
+TINY_T = [a for k, v in TINY_MODELS["transformer"].items() for a in (f"--{k.replace('_', '-')}", str(v))] + [
+    "--lr", "0.001"]
 PARTS = ("weights", "gradients", "master", "optimizer_state", "snapshot", "checkpoint")
 
 
