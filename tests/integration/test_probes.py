@@ -24,15 +24,11 @@ import numpy as np
 import pytest
 import torch
 
-from fairseq_speaker.analysis import parameter_accounting, report
+from fairseq_speaker.analysis import parameter_accounting
+from fairseq_speaker.command_registry import COMMANDS, main_of
 from fairseq_speaker.data import preprocessing
-from fairseq_speaker.benchmarks import training as benchmark
 from fairseq_speaker.errors import USER_ERROR_STATUS, user_error_in
-from fairseq_speaker.onboarding import adapt, evaluate, refit, speakers, vectors, words
-from fairseq_speaker.service import app as serve
-from fairseq_speaker.service import store_cli
-from fairseq_speaker import doctor, topic_model
-from fairseq_speaker.toy import corpus, demo
+from fairseq_speaker.onboarding import evaluate, vectors, words
 from tests.cli import USER_DIR, assert_user_error, run, train_args
 
 
@@ -54,19 +50,11 @@ def fairseq_generate(argv: List[str]) -> None:
     generate.main(options.parse_args_and_arch(options.get_generation_parser(), input_args=argv))
 
 
-#: the commands' entry points, run in this process (the real command line of one case each is run below)
-MAINS: Dict[str, Callable] = {
-    "fairseq-speaker-demo": demo.main, "fairseq-speaker-toy-corpus": corpus.main,
-    "fairseq-speaker-params": parameter_accounting.main, "fairseq-speaker-report": report.main,
-    "fairseq-speaker-topics": topic_model.main, "fairseq-speaker-adapt": adapt.main,
-    "fairseq-speaker-vectors": vectors.main, "fairseq-speaker-onboarding-eval": evaluate.main,
-    "fairseq-speaker-speakers": speakers.main, "fairseq-speaker-refit": refit.main,
-    "fairseq-speaker-words": words.main,
-    "fairseq-speaker-benchmark": benchmark.main, "fairseq-speaker-serve": serve.main,
-    "fairseq-speaker-store": store_cli.main,
-    "fairseq-speaker-doctor": doctor.main,
-    "fairseq-train": fairseq_train, "fairseq-generate": fairseq_generate,
-}
+#: fairseq's commands with our task, run in this process as their console scripts run them
+FAIRSEQ_MAINS: Dict[str, Callable] = {"fairseq-train": fairseq_train, "fairseq-generate": fairseq_generate}
+#: the entry points of every command of the package (its command registry) and of fairseq's, run in this process
+#: (the real command line of one case each is run below)
+MAINS: Dict[str, Callable] = {**{name: main_of(name) for name in COMMANDS}, **FAIRSEQ_MAINS}
 #: the options every adapt / onboarding-eval row starts with (the checks come before any file is opened)
 ADAPT = ["data", "--path", "model.pt", "--adapt-prefix", "new/adapt", "--save", "out.pt"]
 EVAL = ["data", "--path", "model.pt", "--heldout-prefix", "raw/heldout", "--out", "eval"]
@@ -1190,13 +1178,9 @@ def test_from_pretrained_refuses_a_preprocessing_it_cannot_rebuild(places):
 
 
 def test_every_command_has_probes():
-    """A command of the package without rows here is a surface nobody probed."""
-    import tomllib
-
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    with open(os.path.join(root, "pyproject.toml"), "rb") as f:
-        scripts = set(tomllib.load(f)["project"]["scripts"])
-    assert scripts - set(COMMAND_PROBES) == set(), "commands without probe rows"
+    """A command of the package without rows here is a surface nobody probed; rows of no command probe nothing."""
+    assert set(COMMANDS) - set(COMMAND_PROBES) == set(), "commands without probe rows"
+    assert set(COMMAND_PROBES) - set(MAINS) == set(), "rows of commands that do not exist"
     rows = sum(len(rows) for rows in COMMAND_PROBES.values()) + len(API_PROBES)
     assert rows >= 100, rows
 
