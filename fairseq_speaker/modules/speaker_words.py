@@ -171,6 +171,35 @@ class TraitKinds:
     tables: List[np.ndarray]
 
 
+def kind_posteriors(trait: TraitKinds, said: np.ndarray) -> np.ndarray:
+    """Speakers' posteriors over the kinds of ``trait`` ``[N, K]``: post_s(k) ∝ prior(k) times the product, over the
+    trait's alternatives a that speaker s said, of p(a | k, c) (the module's equation, as :meth:`SpeakerWords._choices`
+    computes it for one speaker as it decodes). ``said`` ``[N, V]``: whether each of N speakers said each word of the
+    vocabulary (a boolean or 0/1 array, dense or ``scipy.sparse``). All N in one product, to show many speakers'
+    traits at once."""
+    alternatives = np.concatenate(trait.choices)
+    # a probability of 0 (which the kinds' smoothing does not give) counts as the smallest float, not as log 0
+    log_table = np.log(np.maximum(np.concatenate(trait.tables, axis=1), np.finfo(np.float64).tiny))  # [K, A]
+    chosen = said[:, alternatives]
+    chosen = chosen.toarray() if scipy.sparse.issparse(chosen) else np.asarray(chosen)
+    log_posterior = np.log(trait.prior)[None, :] + chosen.astype(np.float64) @ log_table.T  # [N, K]
+    posterior = np.exp(log_posterior - log_posterior.max(axis=1, keepdims=True))
+    return posterior / posterior.sum(axis=1, keepdims=True)
+
+
+def kind_words(trait: TraitKinds, kind: int, most: int = 6) -> np.ndarray:
+    """The word ids that tell ``kind`` of ``trait`` from the other kinds: of each choice, the alternative the kind
+    makes likeliest, where the kind makes it likelier than everyone does (the kinds' mean, by their prior), the most
+    telling first (the largest ratio; of equal ones, the earlier choice); at most ``most``."""
+    telling = []
+    for words, table in zip(trait.choices, trait.tables):
+        best = int(np.argmax(table[kind]))
+        ratio = float(table[kind, best]) / max(float(trait.prior @ table[:, best]), np.finfo(np.float64).tiny)
+        if ratio > 1.0:
+            telling.append((-ratio, len(telling), int(words[best])))
+    return np.array([word for _, _, word in sorted(telling)[:most]], dtype=np.int64)
+
+
 class SpeakerWords(nn.Module):
     """The words of every speaker row (``words[i]``: the sorted distinct ids speaker i said; empty: none known),
     over a target vocabulary of ``vocab`` words, of which ``ignored`` (padding, unknown) are never remembered."""

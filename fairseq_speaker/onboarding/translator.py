@@ -29,7 +29,11 @@ import copy
 import functools
 import os
 import threading
-from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple, Union
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import scipy.sparse
 
 from fairseq import hub_utils
 from fairseq.tasks.fairseq_task import StatefulContainer
@@ -37,7 +41,7 @@ from fairseq.tasks.fairseq_task import StatefulContainer
 import fairseq_speaker  # noqa: F401  (registers the task and the models)
 from fairseq_speaker.checkpoints import read_checkpoint
 from fairseq_speaker.data import preprocessing
-from fairseq_speaker.modules.speaker_words import speaker_words_of
+from fairseq_speaker.modules.speaker_words import kind_posteriors, kind_words, speaker_words_of
 from fairseq_speaker.onboarding.adapt import SpeakerAdapter
 from fairseq_speaker.onboarding.prior import prior_of_checkpoint
 from fairseq_speaker.user_dir import check_registered
@@ -48,6 +52,22 @@ if TYPE_CHECKING:
     from fairseq_speaker.onboarding.vectors import SpeakerVectors
 
 Sentences = Union[str, Sequence[str]]
+
+
+@dataclass(frozen=True)
+class SpeakerTrait:
+    """What a speaker's words suggest of one trait of the model's kinds of speaker (``fairseq-speaker-words``;
+    :mod:`fairseq_speaker.analysis.choices`): the trait (1, 2, ... in the order of the model's record, as the command
+    lists them), the speaker's likeliest ``kind`` of its ``kinds`` (1, 2, ...) and its posterior ``probability``,
+    ``evidence`` (how many of the trait's alternatives the speaker said), and ``words``, the words that tell that
+    kind from the others (:func:`~fairseq_speaker.modules.speaker_words.kind_words`)."""
+
+    trait: int
+    kind: int
+    kinds: int
+    probability: float
+    evidence: int
+    words: Tuple[str, ...]
 
 
 def _as_list(x: Sentences, what: str = "sentences") -> List[str]:
@@ -333,6 +353,43 @@ class SpeakerTranslator:
         vectors = load_speaker_vectors(path) if isinstance(path, str) else path
         import_vectors(vectors, self.model, self.task, replace, where=self.checkpoint)
         return list(vectors.names)
+
+    @_serialized
+    def speaker_traits(self, names: Optional[Sequence[str]] = None) -> Optional[Dict[str, List[SpeakerTrait]]]:
+        """What each speaker's words suggest of them (``names``, default every speaker; names the model does not know
+        are left out): for each trait of the model's kinds of speaker with more than one kind, of which the speaker
+        said at least one alternative, a :class:`SpeakerTrait`. None for a model that keeps no kinds of speaker (no
+        memory of its speakers' words, or one built with ``--no-kinds`` or where no trait has two kinds)."""
+        if names is not None and (not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names)):
+            raise OnboardingError(f"speaker_traits: give a list of speaker names, got {type(names).__name__} "
+                                  f"{names!r:.80}" + (f" (speaker_traits([{names!r:.60}]) for one)"
+                                                      if isinstance(names, str) else ""))
+        memory = speaker_words_of(self.model)
+        traits = [(i, trait) for i, trait in enumerate(memory.kinds if memory is not None else [], 1)
+                  if len(trait.prior) > 1]
+        if not traits:
+            return None
+        dictionary = self.task.speaker_dictionary
+        names = [name for name in (names if names is not None else dictionary.names) if name in dictionary]
+        said_words = [memory.words_of(dictionary.index(name)) for name in names]
+        ids = np.concatenate(said_words).astype(np.int64) if said_words else np.zeros(0, np.int64)
+        said = scipy.sparse.csr_matrix((np.ones(len(ids)), ids, np.cumsum([0] + [len(w) for w in said_words])),
+                                       shape=(len(names), memory.vocab))  # [N, V]: who said what
+        out: Dict[str, List[SpeakerTrait]] = {name: [] for name in names}
+        target = self.task.target_dictionary
+        for number, trait in traits:
+            posterior = kind_posteriors(trait, said)  # [N, K]
+            evidence = np.asarray(said[:, np.concatenate(trait.choices)].sum(axis=1)).ravel()
+            described = {}
+            for name, row, count in zip(names, posterior, evidence):
+                if count == 0:  # said none of its alternatives: the prior, nothing the speaker showed
+                    continue
+                kind = int(np.argmax(row))
+                if kind not in described:
+                    described[kind] = tuple(target[i] for i in kind_words(trait, kind))
+                out[name].append(SpeakerTrait(number, kind + 1, len(trait.prior), float(row[kind]), int(count),
+                                              described[kind]))
+        return out
 
     def sentence_words(self, pairs: Sequence[Tuple[str, str]]):
         """The word ids of the translations of raw sentence ``pairs`` as the model's memory of its speakers' words

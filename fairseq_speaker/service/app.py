@@ -394,6 +394,11 @@ def _reads() -> APIRouter:
     def speaker(name: str, service: SpeakerService = Depends(_service)):
         return service.speaker(name)
 
+    @router.get("/limits", response_model=schema.ServiceLimits,
+                summary="What one request may ask (a client, such as the page at /, splits its requests by it)")
+    async def limits(service: SpeakerService = Depends(_service)):
+        return service.limits_of_a_request()
+
     @router.get("/health", response_model=schema.Health, summary="200 when the model is loaded and the store answers")
     def health(request: Request, service: SpeakerService = Depends(_service)):
         return service.health(writes=request.app.state.token is not None)

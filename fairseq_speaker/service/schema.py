@@ -78,12 +78,25 @@ class OnboardRequest(SentencePairs):
     replace: bool = Field(False, description="fit an onboarded speaker again, from these sentences alone")
 
 
+class Trait(BaseModel):
+    trait: int = Field(description="the trait, numbered as fairseq-speaker-words lists the model's (1, 2, ...)")
+    kind: int = Field(description="the speaker's likeliest kind of speaker for this trait (1 .. kinds)")
+    kinds: int = Field(description="how many kinds of speaker the trait has")
+    probability: float = Field(description="the posterior probability of that kind, given the speaker's words")
+    evidence: int = Field(description="how many of the trait's alternatives the speaker said")
+    words: List[str] = Field(description="the words that tell that kind from the others (where the others choose "
+                             "otherwise), most telling first")
+
+
 class Speaker(BaseModel):
     name: str
     kind: Literal["trained", "onboarded"] = Field(description="trained with the model, or onboarded by the service")
     sentences: int = Field(description="the sentences the speaker was trained or fitted on")
     created: Optional[str] = Field(None, description="when it was onboarded (ISO 8601, UTC); null for a trained one")
     updated: Optional[str] = Field(None, description="when its rows last changed (ISO 8601, UTC)")
+    traits: Optional[List[Trait]] = Field(
+        None, description="what the speaker's words suggest of them, one entry a trait of which they said a word: "
+        "where the model remembers its speakers' words with kinds of speaker (fairseq-speaker-words); null otherwise")
 
 
 class Fit(BaseModel):
@@ -106,6 +119,16 @@ class SpeakerList(BaseModel):
 
 class Deleted(BaseModel):
     deleted: str
+
+
+class ServiceLimits(BaseModel):
+    max_sentences: int = Field(description="sentences in one /translate request (--max-sentences)")
+    max_chars: int = Field(description="characters in one sentence, to translate or of a pair (--max-chars)")
+    max_pairs: int = Field(description="sentence pairs in one onboarding or update request (--max-pairs)")
+    max_speaker_pairs: int = Field(description="sentence pairs one speaker is fitted on in all (--max-speaker-pairs)")
+    max_beam: int = Field(description="the largest beam a request may ask for (--max-beam)")
+    beam: int = Field(description="the beam of a request that does not say (--beam)")
+    max_body_bytes: int = Field(description="the largest request body, in bytes (derived from the limits above)")
 
 
 class Health(BaseModel):

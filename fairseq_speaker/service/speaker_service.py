@@ -17,6 +17,7 @@ translator only to copy the model and to put the new rows in: translations go on
 """
 
 import contextlib
+import dataclasses
 import logging
 import re
 import sqlite3
@@ -381,18 +382,33 @@ class SpeakerService:
         with self._lock:
             self.sync()
             onboarded = [s for s in self._store_call(self.store.speakers) if s.name in self._loaded]
-        return schema.SpeakerList(speakers=[self._trained_speaker(name) for name in self.trained]
-                                  + [_onboarded(s) for s in onboarded])
+        return schema.SpeakerList(speakers=self._with_traits([self._trained_speaker(name) for name in self.trained]
+                                                             + [_onboarded(s) for s in onboarded]))
 
     def speaker(self, name: str) -> schema.Speaker:
         with self._lock:
             self.sync()
             if name in self._trained:
-                return self._trained_speaker(name)
+                return self._with_traits([self._trained_speaker(name)])[0]
             record = self._store_call(self.store.get, name, False) if name in self._loaded else None
         if record is None:
             raise ServiceError(404, "unknown_speaker", f"no speaker {shown(name)}: GET /speakers lists them")
-        return _onboarded(record)
+        return self._with_traits([_onboarded(record)])[0]
+
+    def _with_traits(self, speakers: List[schema.Speaker]) -> List[schema.Speaker]:
+        """``speakers`` with what their words suggest, where the model keeps kinds of speaker (read in one call of the
+        translator, between two beam searches)."""
+        traits = self.translator.speaker_traits([s.name for s in speakers])
+        if traits is None:
+            return speakers
+        return [s.model_copy(update={"traits": [schema.Trait(trait=t.trait, kind=t.kind, kinds=t.kinds,
+                                                             probability=t.probability, evidence=t.evidence,
+                                                             words=list(t.words)) for t in traits.get(s.name, [])]})
+                for s in speakers]
+
+    def limits_of_a_request(self) -> schema.ServiceLimits:
+        return schema.ServiceLimits(**dataclasses.asdict(self.limits), beam=self.beam,
+                                    max_body_bytes=self.limits.max_body_bytes)
 
     def onboard(self, name: str, request: schema.OnboardRequest) -> Tuple[schema.OnboardResponse, bool]:
         """Fit ``name`` on the request's sentences and store it; returns the answer and whether it is new."""
@@ -412,7 +428,7 @@ class SpeakerService:
             pairs = list(zip(request.sources, request.targets))
             vectors, report = self._fit(name, pairs)  # translations go on meanwhile
             record = self._commit(name, pairs, vectors, expect=None, replace=request.replace)
-        return schema.OnboardResponse(speaker=_onboarded(record), fit=_fit(report)), not exists
+        return schema.OnboardResponse(speaker=self._with_traits([_onboarded(record)])[0], fit=_fit(report)), not exists
 
     def add_sentences(self, name: str, request: schema.SentencePairs) -> schema.OnboardResponse:
         """Refit an onboarded speaker on its stored sentences and these; store it."""
@@ -433,7 +449,7 @@ class SpeakerService:
                                    f"{self.limits.max_speaker_pairs} (fairseq-speaker-serve --max-speaker-pairs)")
             vectors, report = self._fit(name, pairs)
             stored = self._commit(name, pairs, vectors, expect=record.version, replace=False)
-        return schema.OnboardResponse(speaker=_onboarded(stored), fit=_fit(report))
+        return schema.OnboardResponse(speaker=self._with_traits([_onboarded(stored)])[0], fit=_fit(report))
 
     def delete(self, name: str) -> schema.Deleted:
         self._check_writable()

@@ -79,6 +79,9 @@ API_PROBES = [
      "3 speakers for 2 sentences"),
     ("translate_nbest_known sentences not a list", lambda t: t.translate_nbest_known(7, "spk000"),
      "sentences: give a string or a list of strings, got int 7"),
+    ("speaker_traits a string", lambda t: t.speaker_traits("spk000"),
+     "speaker_traits: give a list of speaker names, got str 'spk000' (speaker_traits(['spk000']) for one)"),
+    ("speaker_traits not names", lambda t: t.speaker_traits([3]), "speaker_traits: give a list of speaker names"),
     ("add_speaker empty pair", lambda t: t.add_speaker("e", [""], [""]), "sources[0] is empty"),
     ("add_speaker blank target", lambda t: t.add_speaker("e", S, [" "]), "targets[0] is only whitespace"),
     ("add_speaker blank held-out", lambda t: t.add_speaker("e", S, T, [" "], T), "sources[0] is only whitespace"),
@@ -191,6 +194,8 @@ HTTP_PROBES = [
     ("post", "/docs", {}, 405, "method_not_allowed", "Method Not Allowed"),
     ("delete", "/favicon.ico", None, 405, "method_not_allowed", "Method Not Allowed"),
     ("put", "/", None, 405, "method_not_allowed", "Method Not Allowed"),
+    ("post", "/limits", {}, 405, "method_not_allowed", "Method Not Allowed"),
+    ("get", "/v1/limits/max_chars", None, 404, "not_found", "no endpoint /v1/limits/max_chars"),
 ]
 
 

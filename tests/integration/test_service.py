@@ -30,6 +30,7 @@ from fairseq_speaker.service.store import SpeakerStore, StoreError
 from fairseq_speaker.serving import SpeakerTranslator
 from fairseq_speaker.modules.speaker_words import speaker_words_of
 from tests.cli import BIN, doctored_checkpoint, run
+from tests.toy_kinds import attach_gender_kinds, genders
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOKEN = "test-token-0123456789abcdef"
@@ -445,8 +446,8 @@ def test_health_metrics_and_the_openapi_description(toy, trained):
     assert 'fairseq_speaker_request_duration_seconds_bucket{endpoint="/translate",le="+Inf"} 1' in text
     assert "fairseq_speaker_translated_sentences_total 3" in text
     assert 'fairseq_speaker_speakers{kind="trained"} 8' in text
-    assert sorted(paths) == ["/health", "/metrics", "/speakers", "/speakers/{name}", "/speakers/{name}/sentences",
-                             "/translate"]
+    assert sorted(paths) == ["/health", "/limits", "/metrics", "/speakers", "/speakers/{name}",
+                             "/speakers/{name}/sentences", "/translate"]
     assert set(paths["/speakers/{name}"]) == {"get", "put", "delete"}
     assert docs.status_code == 200
 
@@ -883,6 +884,63 @@ def test_json_logs_are_one_object_a_line_with_each_records_fields_and_the_access
     refused = {(r["method"], r["path"], r["status"], r["code"]) for r in records if "code" in r}
     assert {("PUT", "/speakers/zoe", 403, "writes_disabled"), ("GET", "/speakers/nobody", 404, "unknown_speaker")} \
         <= refused and len(refused) == 3
+
+
+# -- what the page needs: the limits, the speakers' traits ------------------------------------------------------
+
+
+def test_the_limits_are_those_the_requests_are_held_to(toy, trained):
+    limits = Limits(max_sentences=3, max_chars=40, max_pairs=2, max_speaker_pairs=5, max_beam=4)
+    app = create_app(_translator(trained("lstm_fact_bias"), toy), token=TOKEN, limits=limits, beam=4)
+    with TestClient(app, raise_server_exceptions=False) as client:
+        shown = client.get("/v1/limits").json()
+        at = client.post("/translate", json={"sentences": ["i ."] * shown["max_sentences"], "speaker": "spk000"})
+        over = client.post("/translate", json={"sentences": ["i ."] * (shown["max_sentences"] + 1), "speaker": "x"})
+        long = client.post("/translate", json={"sentences": ["a" * (shown["max_chars"] + 1)], "speaker": "x"})
+        pairs = {"sources": ["i ."] * (shown["max_pairs"] + 1), "targets": ["je ."] * (shown["max_pairs"] + 1)}
+        too_many = client.put("/speakers/zoe", json=pairs, headers=AUTH)
+        beam = client.post("/translate", json={"sentences": ["i ."], "speaker": "x", "beam": shown["max_beam"] + 1})
+        body = client.post("/translate", content=b" " * (shown["max_body_bytes"] + 1),
+                           headers={"Content-Type": "application/json"})
+    assert shown == {"max_sentences": 3, "max_chars": 40, "max_pairs": 2, "max_speaker_pairs": 5, "max_beam": 4,
+                     "beam": 4, "max_body_bytes": limits.max_body_bytes}
+    assert at.status_code == 200
+    assert [r.json()["error"]["code"] for r in (over, long, too_many, beam, body)] == [
+        "too_many_sentences", "sentence_too_long", "too_many_pairs", "invalid_request", "too_large"]
+
+
+@pytest.fixture(scope="module")
+def remembering(toy, trained, tmp_path_factory):
+    """lstm_fact_bias with the memory of its speakers' words (fairseq-speaker-words, its settings fixed)."""
+    out = str(tmp_path_factory.mktemp("words") / "words.pt")
+    run("fairseq-speaker-words", [toy["bin"], "--path", trained("lstm_fact_bias"), "--save", out, "--threads", "1",
+                                  "--calibrate", "off"])
+    return out
+
+
+def test_speakers_show_the_traits_their_words_suggest_and_a_model_without_kinds_shows_none(toy, trained, remembering):
+    """With the toy's gender as kinds of speaker (tests/toy_kinds.py): every speaker, trained or onboarded from a few
+    pairs, shows the kind of its own gender (speakers.tsv, or the onboarded sentences), told by that gender's words;
+    the trait of one kind is shown to none. A model without kinds shows null."""
+    translator = _translator(remembering, toy)
+    words = attach_gender_kinds(translator)
+    gender = genders(toy["raw"])
+    with _client(translator, token=TOKEN) as client:
+        onboarded = client.put("/speakers/dr-lee", json=PAIRS, headers=AUTH)  # je suis fatiguée
+        listed = client.get("/speakers").json()["speakers"]
+        one = client.get("/v1/speakers/spk003").json()
+    gender["dr-lee"] = "f"
+    assert onboarded.status_code == 201 and onboarded.json()["speaker"]["traits"] == listed[-1]["traits"]
+    assert [s["name"] for s in listed] == [f"spk00{i}" for i in range(8)] + ["dr-lee"]
+    for speaker in listed:
+        (trait,) = speaker["traits"]
+        expected = 2 if gender[speaker["name"]] == "f" else 1
+        assert (trait["trait"], trait["kind"], trait["kinds"]) == (1, expected, 2), speaker
+        assert trait["probability"] >= 0.9 - 1e-9 and trait["evidence"] >= 1  # 0.9: one word of 0.9 to 0.1
+        assert trait["words"] and set(trait["words"]) <= set(words[gender[speaker["name"]]]), speaker
+    assert one == listed[3]
+    with _client(_translator(trained("lstm_fact_bias"), toy)) as client:
+        assert all(s["traits"] is None for s in client.get("/speakers").json()["speakers"])
 
 
 # -- the guide -----------------------------------------------------------------------------------------------

@@ -420,3 +420,33 @@ def test_weights_beyond_the_bound_are_refused():
     with pytest.raises(UserError, match="weight must be at most"):
         SpeakerWords(4, WordOptions(weight=1e30))
     SpeakerWords(4, WordOptions(weight=speaker_words.MAX_WEIGHT))
+
+
+def test_the_kinds_posteriors_of_many_speakers_at_once_are_those_decoding_uses():
+    """kind_posteriors (the service's traits, all speakers in one product) against _choices (one speaker, as decoding
+    computes it): the same prediction of every choice, from a dense or a sparse matrix of who said what."""
+    import scipy.sparse
+
+    rng = np.random.default_rng(0)
+    vocab, choices = 30, [[3, 4], [5, 6, 7], [8, 9], [20, 21, 22, 23]]
+    trait = speaker_words.TraitKinds([np.array(c) for c in choices], rng.dirichlet(np.ones(3)),
+                                     [rng.dirichlet(np.ones(len(c)), size=3) for c in choices])
+    words = SpeakerWords(vocab)
+    words.kinds = [trait]
+    said = rng.random((7, vocab)) < 0.3
+    said[0] = False  # said none of them: the prior
+    posterior = speaker_words.kind_posteriors(trait, said)
+    np.testing.assert_allclose(posterior[0], trait.prior)
+    for n in range(len(said)):
+        for (ids, predicted), table in zip(words._choices(said[n]), trait.tables):
+            np.testing.assert_allclose(posterior[n] @ table, predicted, rtol=1e-10)
+    np.testing.assert_allclose(speaker_words.kind_posteriors(trait, scipy.sparse.csr_matrix(said)), posterior)
+
+
+def test_the_words_of_a_kind_are_the_alternatives_it_prefers_to_everyone_most_telling_first():
+    trait = speaker_words.TraitKinds(
+        [np.array([3, 4]), np.array([5, 6]), np.array([7, 8])], np.array([0.5, 0.5]),
+        [np.array([[0.6, 0.4], [0.4, 0.6]]), np.array([[0.5, 0.5], [0.5, 0.5]]), np.array([[0.05, 0.95], [0.95, 0.05]])])
+    assert speaker_words.kind_words(trait, 0).tolist() == [8, 3]  # 0.95 / 0.5 first; the even choice tells nothing
+    assert speaker_words.kind_words(trait, 1).tolist() == [7, 4]
+    assert speaker_words.kind_words(trait, 1, most=1).tolist() == [7]
