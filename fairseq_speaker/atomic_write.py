@@ -1,8 +1,8 @@
 """Writing files whole or not at all: a temporary file in the same folder, then ``os.replace``.
 
 An interrupted command (Ctrl-C, a full disk, a killed job, a power cut: the file is synced to disk before
-the rename) leaves the earlier version of a file, or none, never half of one. Every file the package writes goes through :func:`atomic_path` (checkpoints of
-``fairseq-train`` included, see :mod:`fairseq_speaker.fairseq_patches`).
+the rename) leaves the earlier version of a file, or none, never half of one. Every file the package writes goes through
+:func:`atomic_path` (checkpoints of ``fairseq-train`` included, see :mod:`fairseq_speaker.fairseq_patches`).
 
 The temporary file is hidden and says whose it is: ``PATH`` = ``folder/model.pt`` is written as
 ``folder/.model.fairseq-speaker-tmp-HOST-PID-N.pt`` (``HOST`` the machine, ``PID`` the writing process, ``N``
@@ -139,7 +139,7 @@ class NoSpaceLeft(UserError):
     """A write that found no space on its disk; the earlier file is kept."""
 
 
-def _no_space(error: BaseException) -> Optional[OSError]:
+def _no_space(error: Optional[BaseException]) -> Optional[OSError]:
     """The :data:`NO_SPACE` error behind ``error`` (torch's writer wraps its file's ``OSError`` in a
     ``RuntimeError``), or None."""
     seen = set()

@@ -17,10 +17,11 @@ installed in fairseq and torch by :mod:`fairseq_speaker.fairseq_patches`.
 
 import argparse
 import contextlib
+import importlib
 import os
 import pickle
 import re
-from typing import Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 import torch
@@ -31,19 +32,17 @@ from fairseq_speaker.errors import UserError
 
 def _numpy_globals():
     """numpy's array/scalar reconstructors, under the module names of numpy 1 and numpy 2."""
-    multiarray = getattr(np, "_core", None)
-    multiarray = multiarray.multiarray if multiarray is not None else np.core.multiarray
-    entries = [np.ndarray, np.dtype]
+    multiarray = importlib.import_module("numpy._core.multiarray" if hasattr(np, "_core") else "numpy.core.multiarray")
+    entries: List[object] = [np.ndarray, np.dtype]
     # numpy >= 1.25 pickles a dtype through its class (numpy.dtypes.Int64DType, ...); numbers only
     dtypes = getattr(np, "dtypes", None)
     if dtypes is not None:
         numeric = (np.bool_, np.integer, np.floating, np.complexfloating)
-        entries += [
-            cls for name in dir(dtypes) if name.endswith("DType")
-            for cls in [getattr(dtypes, name)]
-            if isinstance(cls, type) and getattr(cls, "type", None) is not None
-            and isinstance(cls.type, type) and issubclass(cls.type, numeric)
-        ]
+        for name in dir(dtypes):
+            cls = getattr(dtypes, name) if name.endswith("DType") else None
+            scalar = getattr(cls, "type", None)  # the scalar type of a dtype class
+            if isinstance(cls, type) and isinstance(scalar, type) and issubclass(scalar, numeric):
+                entries.append(cls)
     for name in ("_reconstruct", "scalar"):
         fn = getattr(multiarray, name)
         entries += [(fn, f"numpy._core.multiarray.{name}"), (fn, f"numpy.core.multiarray.{name}")]
@@ -189,7 +188,7 @@ def atomic_persistent_save(original: Callable) -> Callable:
     return torch_persistent_save
 
 
-def atomic_copies(path_manager: type) -> type:
+def atomic_copies(path_manager: Any) -> type:
     """fairseq's ``PathManager`` whose ``copy`` of a local file is atomic: fairseq-train copies the checkpoint it
     just wrote to ``checkpoint_best.pt`` and ``checkpoint_last.pt``, and a plain copy killed half way would
     leave a truncated ``checkpoint_last.pt`` that the next run resumes from."""

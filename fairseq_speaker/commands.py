@@ -80,12 +80,13 @@ def run_fairseq(command: str, args: Sequence[str], log: str, threads: Optional[i
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         errors = threading.Thread(target=_collect, args=(proc.stderr, stderr, f))
         errors.start()
+        assert proc.stdout is not None  # a pipe
         for line in proc.stdout:  # fairseq logs to standard output
             stdout.append(line)
             f.write(line)
             f.flush()
             message = tracker.update(line) if tracker is not None else None
-            if message:
+            if message and progress is not None:
                 progress(message)
         errors.join()
         proc.wait()

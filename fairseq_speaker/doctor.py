@@ -97,7 +97,8 @@ def fairseq_lines(problems: List[str]) -> List[Tuple[str, str]]:
 
     distribution, _ = _version("fairseq-fixed", "fairseq")
     lines = [("fairseq", f"{fairseq.__version__} ({distribution or 'not installed as a distribution'})")]
-    built, missing = [], []
+    built: List[str] = []
+    missing: List[str] = []
     for module in (*NEEDED_EXTENSIONS, *OTHER_EXTENSIONS, *(CUDA_EXTENSIONS if torch.version.cuda else ())):
         why = _imports(module)
         short = module.rsplit(".", 1)[1]
@@ -124,8 +125,8 @@ def thread_lines() -> List[Tuple[str, str]]:
                           for name in (THREADS_VARIABLE, "MKL_NUM_THREADS"))
     return [("threads", f"torch {torch.get_num_threads()} (inter-op {torch.get_num_interop_threads()}); {variables}; "
                         f"{usable_cores()} usable cores of {os.cpu_count()}"),
-            ("commands", f"compute with {choice.threads} thread(s) ({choice.reason.split(';')[0]}); --threads N (ours) or "
-                         f"{THREADS_VARIABLE}=N (any, fairseq's too) to change")]
+            ("commands", f"compute with {choice.threads} thread(s) ({choice.reason.split(';')[0]}); --threads N "
+                         f"(ours) or {THREADS_VARIABLE}=N (any, fairseq's too) to change")]
 
 
 def plugin_lines(problems: List[str], user_dir: Optional[str]) -> List[Tuple[str, str]]:

@@ -146,5 +146,5 @@ def install_excepthook() -> None:
         if excepthook(exc_type, exc, tb, fallback=previous) and not _interactive():
             _exit_now(USER_ERROR_STATUS)
 
-    hook.handles_user_errors = True
+    setattr(hook, "handles_user_errors", True)
     sys.excepthook = hook

@@ -26,7 +26,7 @@ import logging
 import os
 import re
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Set
+from typing import Any, Callable, Dict, List, Optional, Set
 
 import fairseq
 import torch
@@ -99,7 +99,8 @@ CHANGES: List[Change] = [
            "and hydra keys of every speaker model", "fairseq_speaker.fairseq_patches.set_model_options"),
     Change("argparse.ArgumentParser._actions", "read",
            "lists the options of an argparse model (the Transformer) so that no variant option takes their names",
-           "argparse has no public listing of a parser's options", "fairseq_speaker.fairseq_patches.parser_option_names",
+           "argparse has no public listing of a parser's options",
+           "fairseq_speaker.fairseq_patches.parser_option_names",
            written_for="Python 3.8-3.12"),
     Change("fairseq.tasks.FairseqTask.dataset_to_epoch_iter", "read",
            "tells whether fairseq will reuse an epoch iterator it cached",
@@ -173,7 +174,7 @@ ORIGINALS: Dict[str, Callable] = {}
 _MARK = "_fairseq_speaker_patch"
 
 
-def _replace(owner, name: str, target: str, make: Callable[[Callable], Callable]) -> None:
+def _replace(owner, name: str, target: str, make: Callable[[Any], Any]) -> None:
     """Set ``owner.name`` to ``make(original)`` unless this module did already (idempotent); a classmethod
     stays one (``make`` then returns a function taking the class first)."""
     current = getattr(owner, name)
@@ -182,9 +183,8 @@ def _replace(owner, name: str, target: str, make: Callable[[Callable], Callable]
     ORIGINALS[target] = current
     patched = make(current)
     setattr(patched, _MARK, True)
-    if isinstance(inspect.getattr_static(owner, name), classmethod):
-        patched = classmethod(patched)
-    setattr(owner, name, patched)
+    setattr(owner, name, classmethod(patched) if isinstance(inspect.getattr_static(owner, name), classmethod)
+            else patched)
 
 
 def apply() -> None:
@@ -283,12 +283,13 @@ def set_model_options(name: str, model_cls: type, options: type) -> None:
 def check_half_precision(common) -> None:
     """Refuse half precision where fairseq cannot train in it: without a CUDA device or a TPU (on CPU it
     asserts, or takes the machine for a TPU)."""
-    flags = [f"--{name.replace('_', '-')}" for name in ("fp16", "bf16", "memory_efficient_fp16", "memory_efficient_bf16")
-             if getattr(common, name, False)]
+    names = ("fp16", "bf16", "memory_efficient_fp16", "memory_efficient_bf16")
+    flags = [f"--{name.replace('_', '-')}" for name in names if getattr(common, name, False)]
     if flags and getattr(common, "tpu", False) and importlib.util.find_spec("torch_xla") is not None:
         return  # a TPU (fairseq's --bf16 turns --tpu on by itself)
     if flags and (getattr(common, "cpu", False) or not torch.cuda.is_available()):
-        where = "with --cpu" if getattr(common, "cpu", False) else "on this machine, which has no CUDA GPU PyTorch can use"
+        where = ("with --cpu" if getattr(common, "cpu", False)
+                 else "on this machine, which has no CUDA GPU PyTorch can use")
         raise UserError(f"{' '.join(flags)}: fairseq trains in half precision on a CUDA GPU only, not {where}; "
                         f"leave the flag out to train in float32")
 

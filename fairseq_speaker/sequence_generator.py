@@ -49,7 +49,9 @@ class SpeakerWordsEnsemble(EnsembleModel):
                         incremental_states: List[Dict[str, Dict[str, Optional[Tensor]]]], temperature: float = 1.0):
         log_probs, attn = super().forward_decoder(tokens, encoder_outs, incremental_states, temperature)
         memory = self.memory()
-        speakers = encoder_speakers(encoder_outs[0]) if memory is not None and encoder_outs else None
+        if memory is None or not encoder_outs:
+            return log_probs, attn
+        speakers = encoder_speakers(encoder_outs[0])
         if speakers is None:
             return log_probs, attn
         if tokens.size(1) == 1:  # a new batch: its speakers' rows made anew (the memory may have changed between)

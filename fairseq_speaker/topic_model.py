@@ -241,7 +241,8 @@ def main(argv=None) -> None:
         raise UserError(f"data directory not found: {args.data} (a folder binarized by fairseq-preprocess)")
     out_dir = os.path.dirname(os.path.abspath(args.out))
     if os.path.isdir(args.out):
-        raise UserError(f"--out {args.out} is a directory: give the path of the file to write (e.g. {args.out}/topics.npz)")
+        raise UserError(f"--out {args.out} is a directory: give the path of the file to write (e.g. "
+                        f"{args.out}/topics.npz)")
     if not os.path.isdir(out_dir):
         raise UserError(f"--out {args.out}: the folder {out_dir} does not exist")
     src, tgt = args.source_lang, args.target_lang

@@ -28,11 +28,11 @@ parallel corpus with speaker labels, without being told what they are:
 4. **Traits split by prediction** (:func:`split_traits`). A component of links can join traits that vary
    independently through a few links made by chance (many rare choices, each pair made by few speakers). A trait
    is halved, and each half fitted on its own, unless the whole predicts the held-out speakers' choices better than
-   the halves by more than a standard error (the same folds and score); the halves are split again the same way. Two halvings are tried: the
-   choices the kinds predict better than everyone's rates (significantly, on the held-out speakers) against the
-   rest, and the normalized cut of the links weighted by their evidence (NMI times the speakers who made both;
-   the sign of the second eigenvector of the normalized Laplacian, Shi & Malik, "Normalized cuts and image
-   segmentation", IEEE TPAMI 2000).
+   the halves by more than a standard error (the same folds and score); the halves are split again the same way. Two
+   halvings are tried: the choices the kinds predict better than everyone's rates (significantly, on the held-out
+   speakers) against the rest, and the normalized cut of the links weighted by their evidence (NMI times the speakers
+   who made both; the sign of the second eigenvector of the normalized Laplacian, Shi & Malik, "Normalized cuts and
+   image segmentation", IEEE TPAMI 2000).
 5. **A trait kept where its kinds predict** (:func:`corpus_kinds`): a trait whose best number of kinds is 1 (its
    kinds predict held-out speakers no better than everyone's rates, :attr:`Kinds.gain` 0) is left out with
    ``keep_everyones=False``, so that the memory's neighbours choose those words.
@@ -45,6 +45,7 @@ keeps it in the memory of the speakers' words (:mod:`fairseq_speaker.modules.spe
 posterior over the kinds chooses the rivals they never said.
 """
 
+import functools
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -126,8 +127,8 @@ def choice_groups(sources: Sequence[Sequence[str]], targets: Sequence[Sequence[s
     f = _presence(targets, target_vocab)
     together = (e.T @ f).tocsc()  # source word x target word: the pairs that have both
     ce, cf = np.asarray(e.sum(0)).ravel(), np.asarray(f.sum(0)).ravel()
-    source_words = np.array(sorted(source_vocab, key=source_vocab.get), dtype=object)
-    target_words = sorted(target_vocab, key=target_vocab.get)
+    source_words = np.array(sorted(source_vocab, key=source_vocab.__getitem__), dtype=object)
+    target_words = sorted(target_vocab, key=target_vocab.__getitem__)
     by_anchor: Dict[str, List[int]] = {}
     for t in range(len(target_words)):
         rows = together.indices[together.indptr[t]:together.indptr[t + 1]]
@@ -166,8 +167,8 @@ def speaker_choices(choices: Sequence[Choice], said: Sequence[Sequence[str]]) ->
     """Speakers x choices: the index of the alternative each speaker said (``said[s]``: their words), -1 where they
     said none (of several, the first)."""
     out = -np.ones((len(said), len(choices)), dtype=np.int64)
-    for s, words in enumerate(said):
-        words = set(words)
+    for s, spoken in enumerate(said):
+        words = set(spoken)
         for c, choice in enumerate(choices):
             for j, alternative in enumerate(choice.alternatives):
                 if alternative in words:
@@ -318,12 +319,12 @@ def kinds(chosen: np.ndarray, sizes: Sequence[int], ks: Sequence[int] = KINDS, r
                 _, prior, log_table = max(fits, key=lambda fit: fit[0])
                 scores[k][~train] = _loo(x[~train], column[~train], prior, log_table)
             heldout[k] = float(scores[k].sum()) / made
-            best = max(heldout, key=heldout.get)
+            best = max(heldout, key=heldout.__getitem__)
             if k > best and len(heldout) >= 2 and heldout[k] < list(heldout.values())[-2]:
                 break  # worse than the best and than the one before: more kinds only fit the folds' noise
         # the fewest kinds within one standard error of the best (Hastie et al. 2009, 7.10), the error of the paired
         # difference over the speakers: a number of kinds must predict held-out speakers better, not by chance
-        best = max(heldout, key=heldout.get)
+        best = max(heldout, key=heldout.__getitem__)
         for k in heldout:
             difference = (scores[best] - scores[k]).sum(1)
             if difference.sum() <= difference.std() * np.sqrt(speakers):
@@ -347,7 +348,7 @@ def kinds(chosen: np.ndarray, sizes: Sequence[int], ks: Sequence[int] = KINDS, r
         fitted[k] = max(fits, key=lambda fit: fit[0])
         bic[k] = -2.0 * fitted[k][0] + parameters(k) * np.log(speakers)
     if not heldout:
-        chosen_k = min(bic, key=bic.get)
+        chosen_k = min(bic, key=bic.__getitem__)
     log_likelihood, prior, log_table = fitted[chosen_k]
     table = np.exp(log_table)
     alternatives = [table[offsets[c]:offsets[c] + sizes[c]].T.copy() for c in range(len(sizes))]
@@ -377,7 +378,8 @@ def split_traits(chosen: np.ndarray, sizes: Sequence[int], links: np.ndarray, se
     trait, or as the traits of its two halves when those, each fitted on its own, predict the held-out speakers'
     choices as well (:attr:`Kinds.by_speaker`: worse by no more than a standard error of the paired difference over
     the speakers); the halves tried are the choices the kinds predict against the rest (:attr:`Kinds.predicted`) and
-    the normalized cut of the links (:func:`_split`), the better kept; each half split again the same way. ``joint``: the kinds of all of them, when already fitted."""
+    the normalized cut of the links (:func:`_split`), the better kept; each half split again the same way. ``joint``:
+    the kinds of all of them, when already fitted."""
     n = chosen.shape[1]
     joint = joint or kinds(chosen, sizes, seed=seed, **options)
     if n < 2 or not joint.heldout:
@@ -392,7 +394,7 @@ def split_traits(chosen: np.ndarray, sizes: Sequence[int], links: np.ndarray, se
         if candidate is None:
             continue
         models = [kinds(chosen[:, half], [sizes[c] for c in half], seed=seed, **options) for half in candidate]
-        apart = sum(model.by_speaker for model in models)
+        apart = functools.reduce(np.add, (model.by_speaker for model in models))
         if best is None or apart.sum() > best.sum():
             best, halves, fitted = apart, candidate, models
     # the halves are kept unless the whole predicts better by more than a standard error of the paired difference
@@ -401,6 +403,7 @@ def split_traits(chosen: np.ndarray, sizes: Sequence[int], links: np.ndarray, se
     difference = joint.by_speaker - best if best is not None else None
     if difference is None or difference.sum() > difference.std() * np.sqrt(len(difference)):
         return [(list(range(n)), joint)]
+    assert halves is not None and fitted is not None  # set with best
     out = []
     for half, model in zip(halves, fitted):
         for part, inner in split_traits(chosen[:, half], [sizes[c] for c in half], links[np.ix_(half, half)], seed,

@@ -16,7 +16,7 @@ import logging
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Union
 
 import torch
 from torch import Tensor, nn
@@ -78,7 +78,8 @@ class TrainedClassifier:
         ids = self.vocabulary.encode(sentences)
         self.model.eval()
         with torch.no_grad():
-            best = torch.cat([self.model(chunk).argmax(1) for chunk in ids.split(batch_size)]) if len(ids) else []
+            best: Union[torch.Tensor, List[int]] = torch.cat(
+                [self.model(chunk).argmax(1) for chunk in ids.split(batch_size)]) if len(ids) else []
         return [self.speakers[int(i)] for i in best]
 
     def accuracy(self, sentences: Sequence[str], speakers: Sequence[str]) -> float:

@@ -35,7 +35,7 @@ import os
 import tempfile
 from dataclasses import dataclass, field, fields
 from types import SimpleNamespace
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple, TypedDict, Union
 
 import torch
 from fairseq import options
@@ -58,6 +58,9 @@ from fairseq_speaker.modules.speaker_bias import (
 )
 from fairseq_speaker.runtime import add_runtime_arguments, configure_output
 from fairseq_speaker.user_dir import add_user_dir_argument, check_registered, import_user_dir_early
+
+if TYPE_CHECKING:
+    from fairseq.models import BaseFairseqModel
 
 PROG = program_name(__name__)
 BYTES_PER_PARAMETER = 4  # float32
@@ -159,7 +162,7 @@ def _variant_label(bias: SpeakerBias, name: str) -> str:
 class MetaModel:
     """A model built on the meta device, with the options it was built with."""
 
-    model: nn.Module
+    model: "BaseFairseqModel"
     args: argparse.Namespace  # fairseq-train's options
     filled: Dict[str, object]  # options taken from the variants' examples
     vocab_size: int
@@ -191,7 +194,14 @@ def _rows(model: Dict, *keys: str) -> Optional[int]:
     return None
 
 
-def checkpoint_training_flags(state: dict) -> Dict[str, object]:
+class TrainingFlags(TypedDict):
+    optimizer: Optional[str]
+    lr_scheduler: Optional[str]
+    fp16: bool
+    memory_efficient_fp16: bool
+
+
+def checkpoint_training_flags(state: dict) -> TrainingFlags:
     """The optimizer, lr scheduler and precision a checkpoint was trained with (fairseq's names)."""
     cfg = state.get("cfg")
     common = _section(cfg, "common")
@@ -212,7 +222,7 @@ def load_checkpoint_model(path: str, training_args: Sequence[str] = ()) -> Check
     check_registered(state, path)
     options = _section(state["cfg"], "model")
     arch = options.get("arch") or options.get("_name")
-    if arch not in ARCH_MODEL_REGISTRY or family_of_arch(arch) is None:
+    if not isinstance(arch, str) or arch not in ARCH_MODEL_REGISTRY or family_of_arch(arch) is None:
         raise UserError(f"--path {path}: its arch {arch!r} is not a speaker model's: give a fairseq-speaker checkpoint")
     speakers = task_state.get("speaker_dictionary")
     num_speakers = len(speakers["names"]) if isinstance(speakers, dict) else 0
@@ -500,10 +510,10 @@ def report_checkpoint(parser: argparse.ArgumentParser, args: argparse.Namespace)
         parser.error(f"--speakers must not be negative, got {min(args.speakers)}")
     try:
         saved = checkpoint_training_flags(read_checkpoint(args.path))
-        optimizer = args.optimizer or saved["optimizer"]
+        optimizer = args.optimizer or saved["optimizer"] or ""
         if optimizer not in OPTIMIZER_STATE:  # one whose state the memory table does not know: the paper's
             optimizer = "adam"
-        scheduler = args.lr_scheduler or saved["lr_scheduler"]
+        scheduler = args.lr_scheduler or saved["lr_scheduler"] or ""
         if scheduler not in LR_SCHEDULER_REGISTRY:
             scheduler = "restart_from_best"
         training = _training_args(optimizer, scheduler, args.fp16 or saved["fp16"],

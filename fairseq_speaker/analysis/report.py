@@ -105,7 +105,7 @@ def classifier_section(accuracies: List[Tuple[str, float]], num_speakers: int, m
 def inspect_speakers(inspection: BiasInspection, speakers: List[str], k: int) -> Dict[str, Dict]:
     """For each speaker: the words their bias raises and lowers most, and their nearest speakers
     (when the variant has speaker vectors to compare them by)."""
-    figures = {}
+    figures: Dict[str, Dict] = {}
     for speaker in speakers:
         figures[speaker] = {}
         if inspection.has_bias:  # a variant acting only on the decoder's state raises and lowers no word itself
@@ -307,9 +307,9 @@ def main(argv=None) -> None:
         accuracies = [("references", classifier.accuracy(references, test_speakers))]
         accuracies += [(name, classifier.accuracy(hyps, test_speakers)) for name, hyps in outputs.items()]
         majority = max(test_speakers.count(s) for s in set(test_speakers)) / len(test_speakers)
-        plot = os.path.join(args.out, "classifier.png")
-        plot_bars(accuracies, 1 / len(classifier.speakers), plot)
-        report += classifier_section(accuracies, len(classifier.speakers), majority, plot, args.classifier_epochs)
+        bars = os.path.join(args.out, "classifier.png")
+        plot_bars(accuracies, 1 / len(classifier.speakers), bars)
+        report += classifier_section(accuracies, len(classifier.speakers), majority, bars, args.classifier_epochs)
         results["classifier"] = dict(accuracies)
 
     for name, inspection in inspections:

@@ -4,10 +4,10 @@ import os
 import re
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from sacrebleu.metrics import BLEU, CHRF
-from sacrebleu.significance import PairedTest
+from sacrebleu.significance import PairedTest, Result
 
 from fairseq_speaker.generate_output import read_generate_output
 
@@ -64,8 +64,9 @@ def _sacrebleu_seed(seed: int):
             os.environ["SACREBLEU_SEED"] = previous
 
 
-def score_systems(systems: Dict[str, Sequence[str]], references: Sequence[str], baseline: str,
-                  tokenize: str = "13a", samples: int = 1000, seed: int = 12345) -> Tuple[List[SystemScore], Dict[str, str]]:
+def score_systems(systems: Mapping[str, Sequence[str]], references: Sequence[str], baseline: str,
+                  tokenize: str = "13a", samples: int = 1000,
+                  seed: int = 12345) -> Tuple[List[SystemScore], Dict[str, str]]:
     """BLEU and chrF of every system, and sacrebleu's paired bootstrap test of each against ``baseline``.
 
     Returns the scores (the baseline first) and sacrebleu's signature of each metric.
@@ -75,7 +76,8 @@ def score_systems(systems: Dict[str, Sequence[str]], references: Sequence[str], 
     for name, hyps in systems.items():
         if len(hyps) != len(references):
             raise ValueError(f"system {name!r} has {len(hyps)} hypotheses for {len(references)} references")
-    named = [(baseline, list(systems[baseline]))] + [(n, list(h)) for n, h in systems.items() if n != baseline]
+    named: List[Tuple[str, Sequence[str]]] = [(baseline, list(systems[baseline])), *(
+        (n, list(h)) for n, h in systems.items() if n != baseline)]
     # --tokenize none says the text is tokenized on purpose: no "forgot to detokenize" warning
     metrics = {"BLEU": BLEU(tokenize=tokenize, force=tokenize == "none"), "chrF2": CHRF()}
     if len(named) == 1:
@@ -85,16 +87,22 @@ def score_systems(systems: Dict[str, Sequence[str]], references: Sequence[str], 
     with _sacrebleu_seed(seed):
         test = PairedTest(named, metrics, [list(references)], test_type="bs", n_samples=samples)
         signatures, results = test()
-    base_bleu, base_chrf = results["BLEU"][0].score, results["chrF2"][0].score
+    bleus, chrfs = _results(results["BLEU"]), _results(results["chrF2"])
+    base_bleu, base_chrf = bleus[0].score, chrfs[0].score
     scores = []
-    for i, name in enumerate(results["System"]):
-        bleu, chrf = results["BLEU"][i], results["chrF2"][i]
+    for i, system in enumerate(results["System"]):
+        bleu, chrf = bleus[i], chrfs[i]
         scores.append(SystemScore(
-            name if i == 0 else named[i][0], float(bleu.score), float(chrf.score),
+            str(system) if i == 0 else named[i][0], float(bleu.score), float(chrf.score),
             _p_value(bleu, base_bleu, i), _p_value(chrf, base_chrf, i),
             None if bleu.ci is None else float(bleu.ci), None if chrf.ci is None else float(chrf.ci),
         ))
     return scores, {m: str(sig.format()) for m, sig in signatures.items()}
+
+
+def _results(column: Sequence[Union[str, Result]]) -> List[Result]:
+    """A metric's column of sacrebleu's paired test: its results (the "System" column holds the names)."""
+    return [result for result in column if isinstance(result, Result)]
 
 
 def _p_value(result, baseline_score: float, index: int) -> Optional[float]:

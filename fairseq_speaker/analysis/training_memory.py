@@ -24,7 +24,7 @@ import re
 import textwrap
 import warnings
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Tuple
 
 import torch
 from torch import nn
@@ -32,6 +32,11 @@ from torch import nn
 from fairseq_speaker.errors import UserError
 from fairseq_speaker.fairseq_patches import non_persistent_buffer_names
 from fairseq_speaker.optim.speaker_rows import dense_scale_applies, parse_lr_scale
+
+if TYPE_CHECKING:
+    from fairseq.models import BaseFairseqModel
+
+    from fairseq_speaker.modules.speaker_bias import SpeakerBias
 
 #: bytes of a speaker table row's step count kept by row-sparse Adam (``row_step``, a long)
 ROW_STEP_BYTES = 8
@@ -180,7 +185,7 @@ class TrainingMemory:
         return self.device + self.snapshot
 
 
-def _speaker_tables(bias) -> Dict[int, Tuple[bool, object]]:
+def _speaker_tables(bias: "SpeakerBias") -> Dict[int, Tuple[bool, "SpeakerBias"]]:
     """id of every speaker parameter ``[S, ...]`` of a speaker bias -> whether its optimizer may update it row
     by row (the variant's ``row_sparse_parameter_names``, unless ``--speaker-dense-updates``), and its variant."""
     return {id(variant.get_parameter(name)): (name in variant.row_sparse_parameter_names and variant._sparse_updates(),
@@ -199,7 +204,7 @@ def _buffers(model: nn.Module) -> Iterable[Tuple[torch.Tensor, bool]]:
                 yield buf, name not in transient
 
 
-def training_memory(model: nn.Module, args) -> TrainingMemory:
+def training_memory(model: "BaseFairseqModel", args) -> TrainingMemory:
     """The memory of training ``model`` (any device, ``meta`` included) with fairseq-train's options ``args``."""
     setup = TrainingSetup.from_args(args)
     bias = model.decoder.speaker_bias

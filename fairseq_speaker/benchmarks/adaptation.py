@@ -123,14 +123,16 @@ def main(argv=None) -> None:
     parser.add_argument("--many-repeats", type=int, default=2)
     parser.add_argument("--iterations", type=int, default=0,
                         help="every fit runs this many L-BFGS iterations (a random model's fit stops after a few; "
-                        "a trained model's takes about 6 with its speakers' words, 7 without); default: the fit's own stopping rule")
+                        "a trained model's takes about 6 with its speakers' words, 7 without); default: the fit's own "
+                        "stopping rule")
     parser.add_argument("--update-iterations", type=int, default=None, metavar="N",
                         help="the same for the incremental update's fit (a trained model's takes fewer: a median of 4 "
                         "evaluations of the objective for fact+hyper_lhuc on the styles corpus); default: --iterations")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", help="also write the figures here")
     add_runtime_arguments(parser)
-    args, args.model_args = parser.parse_known_args(argv)
+    args, model_args = parser.parse_known_args(argv)
+    args.model_args = model_args
     configure_output(args.verbose)
     check_threads(parser, args)
     if args.update_iterations is None:

@@ -45,7 +45,8 @@ Usage::
     fairseq-speaker-benchmark --paired --generate               # small ratios: one process, in turns
     fairseq-speaker-benchmark --configs lstm_fact_bias lstm_full_bias --speakers 1000 100000 1000000
     fairseq-speaker-benchmark --paired --generate --configs lstm_fact_bias lstm_base:fact+hyper_lhuc
-    fairseq-speaker-benchmark --paired --configs lstm_fact_bias lstm_fact_bias@lr-scale=1 --versus lstm_fact_bias@lr-scale=1
+    fairseq-speaker-benchmark --paired --configs lstm_fact_bias lstm_fact_bias@lr-scale=1 \
+        --versus lstm_fact_bias@lr-scale=1
     fairseq-speaker-benchmark --paired --no-train --generate --configs lstm_fact_bias lstm_fact_bias@words \
         --versus lstm_fact_bias
     fairseq-speaker-benchmark --gpu --fp16                      # CUDA (bf16: --bf16)
@@ -71,7 +72,14 @@ from fairseq_speaker.analysis.parameter_accounting import build_meta_model, mode
 from fairseq_speaker.command_registry import program_name
 from fairseq_speaker.data import SpeakerDictionary
 from fairseq_speaker.errors import UserError, command
-from fairseq_speaker.models import FAMILY_REGISTRY, ModelFamily, ModelSizes, family_of_arch, get_family
+from fairseq_speaker.models import (
+    FAMILY_REGISTRY,
+    ModelFamily,
+    ModelSizes,
+    StockModel,
+    family_of_arch,
+    get_family,
+)
 from fairseq_speaker.models.presets import preset_name
 from fairseq_speaker.modules.speaker_bias import SPEAKER_BIAS_REGISTRY, parse_variant_name
 from fairseq_speaker.optim.speaker_rows import parse_lr_scale
@@ -116,14 +124,14 @@ def split_config(config: str) -> Tuple[str, Optional[str]]:
     return arch, variant or None
 
 
-def _stock_family(config: str) -> Optional[ModelFamily]:
-    """The family whose stock model ``config`` names (``stock_lstm``), None for one of our archs."""
+def _stock_model(config: str) -> Optional[StockModel]:
+    """The stock model of the family ``config`` names (``stock_lstm``), None for one of our archs."""
     if not config.startswith(STOCK):
         return None
     declared = get_family(config[len(STOCK):])
     if declared.stock is None:
         raise UserError(f"--configs {config}: the {declared.name} family declares no stock fairseq model to measure")
-    return declared
+    return declared.stock
 
 
 def _our_family(config: str) -> ModelFamily:
@@ -161,7 +169,7 @@ def check_config(config: str) -> None:
         if variant is not None:
             raise UserError(f"--configs {config}: a stock fairseq model has no speaker variant; give the variant "
                             f"to a preset ({get_family(arch[len(STOCK):]).presets[0]}:{variant})")
-        _stock_family(arch)
+        _stock_model(arch)
         return
     declared = _our_family(config)
     if variant is None and not remembers:
@@ -195,17 +203,17 @@ def size_args(config: str, sizes: List[int], layers: int) -> List[str]:
     embed, hidden, attention = sizes
     model_sizes = ModelSizes(embed, hidden, encoder_hidden=hidden, attention=attention, ffn=4 * hidden,
                              layers=layers, heads=4)
-    stock = _stock_family(config)
+    stock = _stock_model(config)
     if stock is not None:
-        return stock.stock.size_args(model_sizes)
+        return stock.size_args(model_sizes)
     declared = _our_family(config)
     return declared.size_args(model_sizes) + list(declared.tie_output)
 
 
 def task_arch_criterion(config: str) -> Tuple[str, str, str]:
-    stock = _stock_family(config)
+    stock = _stock_model(config)
     if stock is not None:
-        return stock.stock.task, stock.stock.arch, stock.stock.criterion
+        return stock.task, stock.arch, stock.criterion
     return "speaker_translation", split_config(config)[0], "speaker_label_smoothed_cross_entropy"
 
 
@@ -354,7 +362,8 @@ def paired_train_worker(spec: Dict) -> Dict:
             sample = next(samples)
             tokens[i] += int(sample["ntokens"])
             times[i].append(_timed_update(trainer, sample, spec))
-    return {"members": [_training_figures(*run, tokens[i], times[i]) for i, run in enumerate(runs)]}
+    return {"members": [_training_figures(trainer, model, samples, tokens[i], times[i])
+                        for i, (trainer, model, samples) in enumerate(runs)]}
 
 
 def _generation(spec: Dict):
@@ -675,8 +684,9 @@ def format_tables(rows: List[Dict], peak: List[float], args) -> str:
     device = "CUDA" if args.gpu else f"CPU, {args.threads} thread(s)"
     e, h, a = args.sizes
     lines.append(f"{device}; sizes {e}-{h}-{a}; V = {args.vocab:,}; batches of {args.batch} sentences; "
-                 f"median [min-max] of {args.repeats} " + ("paired round(s): the configurations in one process, in turns"
-                                               if args.paired else "interleaved run(s)")
+                 f"median [min-max] of {args.repeats} "
+                 + ("paired round(s): the configurations in one process, in turns" if args.paired
+                    else "interleaved run(s)")
                  + "; the ratios are medians of each round's ratios")
     if peak:
         lines.append(f"machine's matrix-product rate (one sgemm): {_median(peak) / 1e9:.1f} GFLOP/s")

@@ -1,5 +1,4 @@
 from .dictionary_hash import dictionary_hash
-from .text_files import check_utf8, read_lines, utf8_lines
 from .speaker_dataset import SpeakerDataset
 from .speaker_dictionary import (
     MEAN_SPEAKER,
@@ -9,6 +8,7 @@ from .speaker_dictionary import (
     SpeakerDictionary,
     read_speaker_file,
 )
+from .text_files import check_utf8, read_lines, utf8_lines
 
 __all__ = [
     "dictionary_hash",

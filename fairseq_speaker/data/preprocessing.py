@@ -33,7 +33,7 @@ import json
 import os
 from argparse import Namespace
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from fairseq.data import encoders
 from fairseq.data.encoders import register_tokenizer
@@ -160,7 +160,7 @@ def _options_dataclass(kind: str, name) -> Optional[type]:
     return registry["dataclass_registry"].get(name)
 
 
-def _part(kind: str, given, folder: str, task_options: Dict[str, str]) -> Optional[dict]:
+def _part(kind: str, given, folder: str, task_options: Dict[str, Optional[str]]) -> Optional[dict]:
     """One part of a record: ``{"name", "options", "sha256"}`` with every option of the part's dataclass."""
     if given is None:
         return None
@@ -233,7 +233,7 @@ def read_record(path: str, source_lang: Optional[str] = None, target_lang: Optio
         raise PreprocessingError(f"{path}: unknown key(s) {', '.join(map(repr, unknown))}: expected \"tokenizer\" "
                                  f"and/or \"bpe\"; {_FIX_FILE}")
     folder = os.path.dirname(os.path.abspath(path))
-    record = {"source": os.path.abspath(path)}
+    record: Dict[str, object] = {"source": os.path.abspath(path)}
     for kind in KINDS:
         try:
             record[kind] = _part(kind, given.get(kind), folder, {"source_lang": source_lang,
@@ -327,7 +327,7 @@ def build(kind: str, record: dict, data_dirs: Sequence[str] = (), checkpoint: Op
 def for_target(tokenizer):
     """``tokenizer`` encoding with the target language's rules (a translation to learn a speaker from), where it
     has languages (Moses's ``source_lang``/``target_lang``); else ``tokenizer`` itself (None stays None)."""
-    cfg = getattr(tokenizer, "cfg", None)
+    cfg: Any = getattr(tokenizer, "cfg", None)  # the options dataclass of a fairseq tokenizer
     source, target = getattr(cfg, "source_lang", None), getattr(cfg, "target_lang", None)
     if source is None or target is None or source == target:
         return tokenizer

@@ -331,13 +331,13 @@ class SpeakerDictionary:
             counts.append(number)
         with atomic_path(path) as tmp:
             with open(tmp, "w", encoding="utf-8", newline="\n") as f:
-                for name, count in zip(self.names, counts):
-                    f.write(f"{name}\t{count}\n")
+                for name, written in zip(self.names, counts):
+                    f.write(f"{name}\t{written}\n")
 
     @classmethod
     def load(cls, path: str) -> "SpeakerDictionary":
         names, counts = [], []
-        seen = {}
+        seen: Dict[str, int] = {}
         fix = "delete the file to rebuild it from the training speaker labels"
         for lineno, line in _decode_lines(path):
             name, sep, count = line.rpartition("\t")

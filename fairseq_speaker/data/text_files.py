@@ -15,8 +15,9 @@ def not_utf8(path: str, lineno: int, error: UnicodeDecodeError) -> SpeakerDataEr
     """The refusal of line ``lineno`` of ``path``, which ``error`` could not decode."""
     byte = error.object[error.start:error.start + 1]
     return SpeakerDataError(
-        f"{path}:{lineno}: not valid UTF-8 (byte 0x{byte.hex()} at column {error.start + 1}): text files must be UTF-8; "
-        f"convert this one, e.g. from Latin-1: iconv -f latin1 -t utf-8 {path} > {path}.utf8 (then use that file)")
+        f"{path}:{lineno}: not valid UTF-8 (byte 0x{byte.hex()} at column {error.start + 1}): text files must be "
+        f"UTF-8; convert this one, e.g. from Latin-1: iconv -f latin1 -t utf-8 {path} > {path}.utf8 (then use that "
+        f"file)")
 
 
 def _opened(path: str):

@@ -111,7 +111,8 @@ def stock_size_args(sizes: ModelSizes) -> List[str]:
     (o_t has the embedding size, as ours); its attention is a dot product, without a size."""
     return ["--encoder-embed-dim", str(sizes.embed), "--encoder-hidden-size", str(sizes.encoder_hidden or sizes.embed),
             "--decoder-embed-dim", str(sizes.embed), "--decoder-hidden-size", str(sizes.hidden),
-            "--encoder-bidirectional", "--decoder-out-embed-dim", str(sizes.embed), "--share-decoder-input-output-embed"]
+            "--encoder-bidirectional", "--decoder-out-embed-dim", str(sizes.embed),
+            "--share-decoder-input-output-embed"]
 
 
 register_family(

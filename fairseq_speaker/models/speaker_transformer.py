@@ -29,6 +29,7 @@ from torch import Tensor, nn
 
 from fairseq_speaker.errors import UserError
 from fairseq_speaker.models.families import ModelSizes, StockModel, register_family
+from fairseq_speaker.modules.speaker_bias import StateSites
 from fairseq_speaker.modules.speaker_plumbing import (
     SpeakerDecoderMixin,
     SpeakerEncoderMixin,
@@ -37,7 +38,6 @@ from fairseq_speaker.modules.speaker_plumbing import (
     hook_speaker_state,
     register_speaker_model,
 )
-from fairseq_speaker.modules.speaker_bias import StateSites
 
 
 class SpeakerTransformerEncoder(SpeakerEncoderMixin, TransformerEncoderBase):

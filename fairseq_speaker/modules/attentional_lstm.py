@@ -177,7 +177,8 @@ class AttentionalLSTMDecoder(FairseqIncrementalDecoder):
                 embedded, hidden, cell, feed, keys, values, padding_mask, in_mask, hidden_mask, hidden_scale)
 
         if incremental_state is not None:
-            self.set_incremental_state(incremental_state, "cached_state", {"hidden": hidden, "cell": cell, "feed": feed})
+            self.set_incremental_state(incremental_state, "cached_state",
+                                       {"hidden": hidden, "cell": cell, "feed": feed})
 
         features = torch.cat([torch.stack(hiddens), torch.stack(contexts), embedded], dim=2)  # T x B x (H+C+E)
         projection = self.output_projection
@@ -295,7 +296,8 @@ class AttentionalLSTMDecoder(FairseqIncrementalDecoder):
         if cached is None:
             return
         # the attention's memory is the sentences' (see _attention_memory): only the hypotheses' states move
-        reordered = {key: (None if value is None else value.index_select(0, new_order)) for key, value in cached.items()}
+        reordered = {key: (None if value is None else value.index_select(0, new_order))
+                     for key, value in cached.items()}
         self.set_incremental_state(incremental_state, "cached_state", reordered)
 
     def max_positions(self) -> int:

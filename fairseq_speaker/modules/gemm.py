@@ -41,7 +41,9 @@ def _onednn(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None) -> Tensor:
     times slower: such a weight is copied first."""
     if not (weight.is_contiguous() or weight.t().is_contiguous()):
         weight = weight.contiguous()
-    return _onednn_op(x, weight, bias, "none", [], "")
+    op = _onednn_op
+    assert op is not None  # serves() is False without it
+    return op(x, weight, bias, "none", [], "")
 
 
 def mm_t(a: Tensor, b: Tensor) -> Tensor:
@@ -80,7 +82,8 @@ def _not_a_view(out: Tensor, shape) -> Tensor:
     """The contiguous ``out`` in ``shape``, as a tensor of its own for autograd (``out.view`` would be a
     view: a caller adding to it in place, as the speaker plumbing adds the bias to the logits, would make
     autograd copy the whole gradient in backward, and a custom function may not return a view at all)."""
-    return out.new_empty(0).set_(out.untyped_storage(), out.storage_offset(), shape)
+    # torch takes set_(storage, offset, size) with contiguous strides; its type stubs know the 1- and 4-argument forms
+    return out.new_empty(0).set_(out.untyped_storage(), out.storage_offset(), shape)  # type: ignore[call-overload]
 
 
 def linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None) -> Tensor:

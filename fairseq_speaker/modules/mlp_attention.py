@@ -65,5 +65,5 @@ def _without_bias(linear: nn.Linear) -> nn.Linear:
     fairseq's trainer takes the ``None`` entries of two such layers for one parameter shared by both
     and logs "detected shared parameter" on every run."""
     del linear.bias  # nn.Module removes it from its parameters
-    linear.bias = None
+    setattr(linear, "bias", None)  # a plain attribute (torch's stubs type Linear.bias as a Parameter)
     return linear

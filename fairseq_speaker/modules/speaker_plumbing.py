@@ -57,7 +57,6 @@ from fairseq_speaker.checkpoints import SPEAKER_NAMES_KEY
 from fairseq_speaker.errors import UserError
 from fairseq_speaker.fairseq_patches import parser_option_names, set_model_options
 from fairseq_speaker.modules import gemm, speaker_words
-from fairseq_speaker.optim.speaker_rows import pad_grown_optimizer_state
 from fairseq_speaker.modules.speaker_bias import (
     SpeakerBias,
     SpeakerState,
@@ -67,6 +66,7 @@ from fairseq_speaker.modules.speaker_bias import (
     reserve_options,
     speaker_option_fields,
 )
+from fairseq_speaker.optim.speaker_rows import pad_grown_optimizer_state
 
 logger = logging.getLogger(__name__)
 
@@ -103,8 +103,8 @@ def compose_options(base: Type[FairseqDataclass]) -> Type[FairseqDataclass]:
     for f in speaker_option_fields():
         if f.name in own:
             continue
-        if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-            copy = field(default_factory=f.default_factory, metadata=f.metadata)  # type: ignore[misc]
+        if f.default_factory is not dataclasses.MISSING:
+            copy = field(default_factory=f.default_factory, metadata=f.metadata)
         else:
             copy = field(default=f.default, metadata=f.metadata)
         extra.append((f.name, f.type, copy))
@@ -118,8 +118,8 @@ def fill_defaults(args, config_class: Type[FairseqDataclass]) -> None:
     for f in dataclasses.fields(config_class):
         if f.name.startswith("_") or getattr(args, f.name, None) is not None:
             continue
-        if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-            setattr(args, f.name, f.default_factory())  # type: ignore[misc]
+        if f.default_factory is not dataclasses.MISSING:
+            setattr(args, f.name, f.default_factory())
         elif f.default is not dataclasses.MISSING:
             setattr(args, f.name, f.default)
 
@@ -328,6 +328,7 @@ class SpeakerDecoderMixin:
         rows, index = step["rows"], step["index"]
         if rows is None:
             return self.output_layer(features)
+        assert index is not None  # set with the rows
         fused = self.output_weight_and_bias()
         bsz, steps, dim = features.shape
         if fused is not None and steps == 1:

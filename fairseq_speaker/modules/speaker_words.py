@@ -1,11 +1,11 @@
 """A speaker's own words, remembered: decoding re-ranks the words the network finds plausible by what the speaker
 and the speakers most like them said (``fairseq-speaker-words``; docs/speaker_learning.md, "The speakers' words").
 
-A speaker's r numbers are a point estimate from a few sentences, learned by gradient among millions of shared
-weights, and they keep far less of those sentences than the sentences say: a speaker who said "la bécane" once says
-it again, and the speakers who chose as they did elsewhere show what they will choose for words they never said.
-This memory keeps both, in closed form, for any variant whose speakers have parameters of their own. With x_s(w) = 1 when speaker s said word w in their
-sentences, S the speakers with sentences, df(w) the speakers who said w and p(w) = max(df(w), 1) / S::
+A speaker's r numbers are a point estimate from a few sentences, learned by gradient among millions of shared weights,
+and they keep far less of those sentences than the sentences say: a speaker who said "la bécane" once says it again, and
+the speakers who chose as they did elsewhere show what they will choose for words they never said. This memory keeps
+both, in closed form, for any variant whose speakers have parameters of their own. With x_s(w) = 1 when speaker s said
+word w in their sentences, S the speakers with sentences, df(w) the speakers who said w and p(w) = max(df(w), 1) / S::
 
     sim(s, t) = cos(x_s * idf, x_t * idf)           idf(w) = log(S / df(w))
     n_s(w)    = sum_t sim(s, t)^power x_t(w) / sum_t sim(s, t)^power      over the k speakers t most like s
@@ -71,7 +71,7 @@ import logging
 import math
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import scipy.sparse
@@ -181,8 +181,11 @@ def kind_posteriors(trait: TraitKinds, said: np.ndarray) -> np.ndarray:
     # a probability of 0 (which the kinds' smoothing does not give) counts as the smallest float, not as log 0
     log_table = np.log(np.maximum(np.concatenate(trait.tables, axis=1), np.finfo(np.float64).tiny))  # [K, A]
     chosen = said[:, alternatives]
-    chosen = chosen.toarray() if scipy.sparse.issparse(chosen) else np.asarray(chosen)
-    log_posterior = np.log(trait.prior)[None, :] + chosen.astype(np.float64) @ log_table.T  # [N, K]
+    if isinstance(chosen, np.ndarray):
+        dense = np.asarray(chosen)
+    else:  # a scipy.sparse matrix's columns
+        dense = chosen.toarray() if scipy.sparse.issparse(chosen) else np.asarray(chosen)
+    log_posterior = np.log(trait.prior)[None, :] + dense.astype(np.float64) @ log_table.T  # [N, K]
     posterior = np.exp(log_posterior - log_posterior.max(axis=1, keepdims=True))
     return posterior / posterior.sum(axis=1, keepdims=True)
 
@@ -191,7 +194,7 @@ def kind_words(trait: TraitKinds, kind: int, most: int = 6) -> np.ndarray:
     """The word ids that tell ``kind`` of ``trait`` from the other kinds: of each choice, the alternative the kind
     makes likeliest, where the kind makes it likelier than everyone does (the kinds' mean, by their prior), the most
     telling first (the largest ratio; of equal ones, the earlier choice); at most ``most``."""
-    telling = []
+    telling: List[Tuple[float, int, int]] = []
     for words, table in zip(trait.choices, trait.tables):
         best = int(np.argmax(table[kind]))
         ratio = float(table[kind, best]) / max(float(trait.prior @ table[:, best]), np.finfo(np.float64).tiny)
@@ -203,6 +206,9 @@ def kind_words(trait: TraitKinds, kind: int, most: int = 6) -> np.ndarray:
 class SpeakerWords(nn.Module):
     """The words of every speaker row (``words[i]``: the sorted distinct ids speaker i said; empty: none known),
     over a target vocabulary of ``vocab`` words, of which ``ignored`` (padding, unknown) are never remembered."""
+
+    _rows: "OrderedDict[int, Tensor]"
+    _index: Optional["WordsIndex"]
 
     def __init__(self, vocab: int, options: Optional[WordOptions] = None, ignored: Iterable[int] = ()):
         super().__init__()
@@ -239,9 +245,10 @@ class SpeakerWords(nn.Module):
         return len(self.words)
 
     def ids(self, tokens: Iterable) -> np.ndarray:
-        """The sorted distinct ids of ``tokens`` (id tensors or lists) this memory keeps: in the vocabulary, not ignored."""
-        ids = [np.asarray(t.tolist() if isinstance(t, Tensor) else t, dtype=np.int64).reshape(-1) for t in tokens]
-        ids = np.unique(np.concatenate(ids)) if ids else np.zeros(0, dtype=np.int64)
+        """The sorted distinct ids of ``tokens`` (id tensors or lists) this memory keeps: in the vocabulary, not
+        ignored."""
+        parts = [np.asarray(t.tolist() if isinstance(t, Tensor) else t, dtype=np.int64).reshape(-1) for t in tokens]
+        ids = np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
         ids = ids[(ids >= 0) & (ids < self.vocab)]
         return np.setdiff1d(ids, np.asarray(self.ignored, dtype=np.int64), assume_unique=True)
 
@@ -297,8 +304,8 @@ class SpeakerWords(nn.Module):
     # -- the estimate -----------------------------------------------------------------------------------------
     def _forget(self) -> None:
         """Drop what depends on everyone's words (the bias rows, the index), keeping the last full build."""
-        self._rows: "OrderedDict[int, Tensor]" = OrderedDict()  # the last CACHED_ROWS speakers' bias rows
-        self._index: Optional[WordsIndex] = None
+        self._rows = OrderedDict()  # the last CACHED_ROWS speakers' bias rows
+        self._index = None
 
     def _reset(self) -> None:
         """Forget everything built, the last full build too (the speaker list was replaced)."""
@@ -321,6 +328,7 @@ class SpeakerWords(nn.Module):
         if not self._frozen(row):
             return self._built()
         if self._built_index is None:
+            assert self._built_words is not None  # a frozen row is one of the last build's
             self._built_index = WordsIndex(_Base(self._built_words, self.vocab), self._built_words, (), self.vocab)
         return self._built_index
 
@@ -353,6 +361,7 @@ class SpeakerWords(nn.Module):
             if len(nearest):
                 neighbours = np.zeros(self.vocab)
                 said_by = self._built_words if index is self._built_index else self.words
+                assert said_by is not None  # the last build's index goes with its words
                 for t, weight in zip(nearest.tolist(), weights.tolist()):  # k rows of distinct ids each
                     neighbours[said_by[t]] += weight
                 neighbours /= weights.sum()
@@ -383,7 +392,7 @@ class SpeakerWords(nn.Module):
     def _choices(self, said: np.ndarray) -> List[Tuple[np.ndarray, np.ndarray]]:
         """Every choice of the traits' kinds: its alternatives' word ids and the speaker's posterior predictive over
         them, given the alternatives they said (``said``: a mask over the vocabulary)."""
-        out = []
+        out: List[Tuple[np.ndarray, np.ndarray]] = []
         for trait in self.kinds:
             log_posterior = np.log(trait.prior)
             for words, table in zip(trait.choices, trait.tables):
@@ -433,7 +442,8 @@ class SpeakerWords(nn.Module):
     def step_log_probs(self, log_probs: Tensor, rows: Tensor, index: Optional[Tensor] = None) -> Tensor:
         """A generation step's log-probabilities ``[B, V]`` (the network's, as fairseq's generator computes them) with
         each hypothesis's bias (:meth:`rerank`; ``rows`` and ``index`` as there): a new float32 tensor, as fairseq's
-        own log-probabilities are, summed by the beam (:class:`fairseq_speaker.sequence_generator.SpeakerWordsEnsemble`).
+        own log-probabilities are, summed by the beam
+        (:class:`fairseq_speaker.sequence_generator.SpeakerWordsEnsemble`).
 
         With ``add_to`` ``log_probs`` the bias is added to the step's log-probabilities, so a hypothesis's score is
         the sum over its words of the network's log-probability and the speaker's bias (shallow fusion: Gulcehre et
@@ -481,7 +491,8 @@ class SpeakerWords(nn.Module):
     # -- saved state -------------------------------------------------------------------------------------------
     def get_extra_state(self) -> Dict:
         lengths = torch.tensor([len(w) for w in self.words], dtype=torch.long)
-        ids = torch.from_numpy(np.concatenate(self.words).astype(np.int32)) if self.words else torch.zeros(0, dtype=torch.int32)
+        ids = (torch.from_numpy(np.concatenate(self.words).astype(np.int32)) if self.words
+               else torch.zeros(0, dtype=torch.int32))
         state = {"version": FORMAT_VERSION, "vocab": self.vocab, "options": dataclasses.asdict(self.options),
                  "ignored": list(self.ignored), "lengths": lengths, "words": ids}
         built = self._built_words
@@ -494,7 +505,8 @@ class SpeakerWords(nn.Module):
         if self.kinds:
             state["kinds"] = [{"choices": [torch.from_numpy(w.astype(np.int64)) for w in t.choices],
                                "prior": torch.from_numpy(t.prior.astype(np.float64)),
-                               "tables": [torch.from_numpy(x.astype(np.float64)) for x in t.tables]} for t in self.kinds]
+                               "tables": [torch.from_numpy(x.astype(np.float64)) for x in t.tables]}
+                              for t in self.kinds]
         return state
 
     def set_extra_state(self, state: Dict) -> None:
@@ -666,7 +678,7 @@ def _kinds_of(records, vocab: int, bad) -> List[TraitKinds]:
     return out
 
 
-def remembered(dictionary, speakers: int, said: Dict[int, Sequence], options: Optional[WordOptions] = None
+def remembered(dictionary, speakers: int, said: Mapping[int, Sequence], options: Optional[WordOptions] = None
                ) -> SpeakerWords:
     """A memory of ``speakers`` rows over ``dictionary`` (its padding, beginning and unknown words never remembered)
     where row i said the target sentences ``said[i]`` (token id tensors) and the other rows nothing."""

@@ -36,7 +36,7 @@ from fairseq_speaker.command_registry import program_name
 from fairseq_speaker.data import preprocessing, read_lines, read_speaker_file
 from fairseq_speaker.data.speaker_dictionary import new_label_problem
 from fairseq_speaker.errors import UserError, command, fail
-from fairseq_speaker.modules.speaker_words import speaker_words_of
+from fairseq_speaker.modules.speaker_words import SpeakerWords, WordsIndex, speaker_words_of
 from fairseq_speaker.onboarding.checkpoint import (
     OnboardingError,
     SpeakerCheckpoint,
@@ -46,6 +46,7 @@ from fairseq_speaker.onboarding.checkpoint import (
 )
 from fairseq_speaker.onboarding.fit import (
     Curvature,
+    DecoderBatch,
     FitOptions,
     FitReport,
     Pair,
@@ -119,8 +120,10 @@ class SpeakerAdapter:
         self.mean_speaker = self.bias.new_speaker_rows(1, "mean")
         #: the speaker rows the model had when the adapter was made: where new speakers' neighbours are looked for
         self.known_speakers = len(self.task.speaker_dictionary)
-        self._words_index = None  # (memory, its index) where the neighbours are looked for
-        self._likely: Optional[Tuple[Tensor, Tensor, Tensor]] = None  # likely_start's candidates, centre, normalizers
+        # (memory, its index) where the neighbours are looked for
+        self._words_index: Optional[Tuple[SpeakerWords, WordsIndex]] = None
+        # likely_start's candidates, centre, normalizers; () where it has none
+        self._likely: Optional[Tuple[Tensor, ...]] = None
         #: the prior new speakers are fitted under (:mod:`fairseq_speaker.onboarding.prior`, saved in the
         #: checkpoint by fairseq-speaker-refit); None: pulled towards the mean speaker with ``options.l2``
         self.prior = prior
@@ -210,10 +213,10 @@ class SpeakerAdapter:
         if not self.through_decoder:
             return [self.score(pairs, batch_size)]
         cfg = self.task.cfg
-        return decoder_batches(self.model, pairs, self.task.source_dictionary, self.task.target_dictionary,
-                               left_pad_source=getattr(cfg, "left_pad_source", True),
-                               left_pad_target=getattr(cfg, "left_pad_target", False),
-                               batch_size=batch_size or self.batch_sentences)
+        return list(decoder_batches(self.model, pairs, self.task.source_dictionary, self.task.target_dictionary,
+                                    left_pad_source=getattr(cfg, "left_pad_source", True),
+                                    left_pad_target=getattr(cfg, "left_pad_target", False),
+                                    batch_size=batch_size or self.batch_sentences))
 
     def _cached(self, name: str) -> List[Scored]:
         chunks = self._scores.get(name) or self.chunks(self.sentences[name])
@@ -256,6 +259,7 @@ class SpeakerAdapter:
                 for key, value in shared.items():
                     self.bias.get_parameter(key).copy_(value)
         else:
+            assert groups is not None  # scored unless the shared parameters are fitted
             rows, reports = [], {}
             for group in groups:  # the network scores a group's sentences in one pass; then each speaker is fitted
                 for name, chunks in group:
@@ -324,7 +328,8 @@ class SpeakerAdapter:
         if likely is None:
             return None
         ids, centre, lognorm = likely
-        targets = torch.cat([c.target[c.target.ne(c.pad)].reshape(-1) for c in chunks]).cpu()
+        batches = [c for c in chunks if isinstance(c, DecoderBatch)]  # a fit through the decoder's: its batches
+        targets = torch.cat([c.target[c.target.ne(c.pad)].reshape(-1) for c in batches]).cpu()
         counts = torch.bincount(targets, minlength=centre.numel()).to(centre.dtype)
         words = counts.nonzero().squeeze(1)
         counts = counts[words]
@@ -351,9 +356,10 @@ class SpeakerAdapter:
             for chunk in ids.split(LIKELY_CHUNK):
                 chunk = chunk.to(device)
                 rows = self.bias.lookup(chunk) if words is None else self.bias.lookup_words(chunk, words.to(device))
+                assert rows is not None  # a variant with an output bias of its speakers' own
                 yield rows.float().cpu()
 
-    def _likely_candidates(self) -> Optional[Tuple[Tensor, Tensor, Tensor]]:
+    def _likely_candidates(self) -> Optional[Tuple[Tensor, ...]]:
         """:meth:`likely_start`'s known speakers, their mean bias and each one's normalizer, made at its first call
         (the known speakers do not change; the speakers added later are no one's start)."""
         if self._likely is None:

@@ -15,7 +15,7 @@ gets it as it is read where it can be told (:func:`settle_onboarded_speakers`), 
 import logging
 import os
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
 
 import torch
 from fairseq import checkpoint_utils, tasks
@@ -31,6 +31,10 @@ from fairseq_speaker.modules.speaker_bias import SpeakerBias
 from fairseq_speaker.modules.speaker_words import speaker_words_of
 from fairseq_speaker.user_dir import check_registered
 
+if TYPE_CHECKING:
+    from fairseq.models import BaseFairseqModel
+    from fairseq.tasks import FairseqTask
+
 logger = logging.getLogger(__name__)
 
 
@@ -42,8 +46,8 @@ class OnboardingError(SpeakerDataError):
 class SpeakerCheckpoint:
     path: str
     state: dict
-    task: object
-    model: torch.nn.Module
+    task: "FairseqTask"
+    model: "BaseFairseqModel"
 
     @classmethod
     def load(cls, path: str, data: Optional[str] = None, overrides: Optional[Dict] = None) -> "SpeakerCheckpoint":

@@ -18,8 +18,8 @@ file order. With ``PREFIX.traits`` (the toy corpus's, ``python -m fairseq_speake
 ``speakers.json`` beside the held-out files, or ``--oracle PATH``) every n gets the Bayes limit beside it: the
 share of those words that the best decision given the corpus's model and the speaker's first n sentences gets
 right (:func:`fairseq_speaker.toy.oracle.onboarding_oracle`), in the table, the JSON and the plot. Writes
-``OUT/onboarding.md`` (the table), ``OUT/onboarding.json``, ``OUT/onboarding.png`` and ``OUT/hypotheses.n{N}.txt`` (the translations of
-the evaluation sentences, whose line numbers in the held-out files are in the JSON). An ``OUT`` folder
+``OUT/onboarding.md`` (the table), ``OUT/onboarding.json``, ``OUT/onboarding.png`` and ``OUT/hypotheses.n{N}.txt`` (the
+translations of the evaluation sentences, whose line numbers in the held-out files are in the JSON). An ``OUT`` folder
 that already holds files is refused, so that two runs' results never mix: give another folder, or
 ``--force`` to replace the earlier run's results.
 
@@ -183,8 +183,9 @@ def evaluate(translator, sources: List[str], targets: List[str], labels: List[st
         words = speaker_words_of(translator.model)
         if words is not None and n > 0:  # the next n's speakers are these people again: not their own neighbours
             words.forget([translator.task.speaker_dictionary.index(name) for name in names.values()])
-        row = {"n": n, "bleu": sacrebleu.corpus_bleu(hyps, [references], tokenize=tokenize, force=True).score,
-               "adapt_seconds": round(adapt_seconds, 3), "translate_seconds": round(time.perf_counter() - start, 3)}
+        row: Dict[str, object] = {
+            "n": n, "bleu": sacrebleu.corpus_bleu(hyps, [references], tokenize=tokenize, force=True).score,
+            "adapt_seconds": round(adapt_seconds, 3), "translate_seconds": round(time.perf_counter() - start, 3)}
         if reports:  # what the fits took, the median over the speakers (through the decoder, a pass per evaluation)
             row["fit_iterations"] = statistics.median(r.iterations for r in reports.values())
             row["fit_evaluations"] = statistics.median(r.evaluations for r in reports.values())

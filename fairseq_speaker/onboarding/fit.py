@@ -44,7 +44,7 @@ import itertools
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 from fairseq.data import LanguagePairDataset, data_utils
@@ -138,7 +138,7 @@ def score_tokens(model, pairs: Sequence[Pair], source_dictionary, target_diction
         return parts[0][k] if len(parts) == 1 else torch.cat([p[k] for p in parts])
 
     source = data_utils.collate_tokens(sources, pad, left_pad=left_pad_source)
-    return TokenScores(*(joined(k) for k in range(5)), source, joined(5))
+    return TokenScores(joined(0), joined(1), joined(2), joined(3), joined(4), source, joined(5))
 
 
 @dataclass
@@ -327,8 +327,9 @@ def _nll(bias: SpeakerBias, params: Dict[str, Tensor], scores: Scored, smoothing
     return (1 - smoothing) * nll + smoothing * uniform
 
 
-def data_nll(bias: SpeakerBias, rows: Dict[str, Tensor], chunks: Sequence[Scored]) -> Tensor:
-    """Summed negative log-likelihood of a speaker's scored sentences under their ``rows`` (the fit's data term)."""
+def data_nll(bias: SpeakerBias, rows: Dict[str, Tensor], chunks: Sequence[Scored]) -> Union[Tensor, float]:
+    """Summed negative log-likelihood of a speaker's scored sentences under their ``rows`` (the fit's data term; 0
+    without sentences)."""
     params = {**dict(bias.shared_parameters()), **rows}
     return sum(_nll(bias, params, c) for c in chunks)
 
@@ -369,7 +370,8 @@ class Curvature:
 
 def _objective(bias, shared, rows, prior, problems, l2, smoothing: float = 0.0,
                curvatures: Optional[Sequence[Optional[Curvature]]] = None) -> Tensor:
-    loss, tokens = 0.0, 0
+    loss: Union[float, Tensor] = 0.0
+    tokens = 0
     for i, (speaker_rows, speaker_prior, chunks) in enumerate(zip(rows, prior, problems)):
         params = {**shared, **speaker_rows}
         for scores in chunks:
@@ -377,6 +379,7 @@ def _objective(bias, shared, rows, prior, problems, l2, smoothing: float = 0.0,
             tokens += scores.num_tokens
         curvature = curvatures[i] if curvatures is not None else None
         if curvature is not None:  # the sentences fitted before and the prior, as the last fit left them
+            assert isinstance(loss, Tensor)  # every speaker fitted has sentences
             loss = loss + curvature.penalty(speaker_rows).to(loss.dtype)
             tokens += curvature.tokens
             continue
@@ -385,13 +388,13 @@ def _objective(bias, shared, rows, prior, problems, l2, smoothing: float = 0.0,
             continue
         for name, value in speaker_rows.items():
             loss = loss + l2 * (value - speaker_prior[name]).pow(2).sum()
-    return loss / max(tokens, 1)
+    return torch.as_tensor(loss / max(tokens, 1))
 
 
 def fit_speakers(bias: SpeakerBias, problems: Sequence[Sequence[Scored]], options: FitOptions,
                  init: Optional[Sequence[Dict[str, Tensor]]] = None,
                  heldout: Optional[Sequence[Sequence[Scored]]] = None,
-                 fit_shared: bool = False, prior: Optional[Sequence[Dict[str, Tensor]]] = None,
+                 fit_shared: bool = False, prior: Optional[Sequence[Union[Dict[str, Tensor], SpeakerPrior]]] = None,
                  curvatures: Optional[Sequence[Optional[Curvature]]] = None,
                  curvature_out: Optional[List[Optional[Curvature]]] = None,
                  ) -> Tuple[List[Dict[str, Tensor]], Dict[str, Tensor], FitReport]:
@@ -442,7 +445,7 @@ def fit_speakers(bias: SpeakerBias, problems: Sequence[Sequence[Scored]], option
                                   tolerance_change=options.decoder_tolerance if through_decoder else options.tolerance,
                                   history_size=10, line_search_fn="strong_wolfe")
 
-    last = {}  # through the decoder, the last evaluation: its loss and the variables it was made at
+    last: Dict[str, Any] = {}  # through the decoder, the last evaluation: its loss and the variables it was made at
 
     def closure():
         optimizer.zero_grad()
@@ -462,7 +465,7 @@ def fit_speakers(bias: SpeakerBias, problems: Sequence[Sequence[Scored]], option
         if held is None:
             break
         current = heldout_loss()
-        if best_held is None or current < best_held - 1e-9:
+        if current is None or best_held is None or current < best_held - 1e-9:
             best_held, since_best = current, 0
             best = ([{k: v.detach().clone() for k, v in r.items()} for r in rows],
                     {k: v.detach().clone() for k, v in shared.items()})

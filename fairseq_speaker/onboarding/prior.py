@@ -28,7 +28,7 @@ speaker-adaptive cluster models of ASR (Gales, 2000, "Cluster adaptive training 
 import logging
 import math
 from dataclasses import dataclass
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Dict, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -58,11 +58,11 @@ class SpeakerPrior:
 
     def _distances(self, rows: Dict[str, Tensor]) -> Tensor:
         """Squared distance of one speaker's rows (name -> ``[1, *row]``) to every component's mean: ``[K]``."""
-        total = 0.0
+        total: Union[float, Tensor] = 0.0
         for name, mean in self.means.items():
             diff = rows[name].float().reshape(1, -1) - mean.to(rows[name].device).float().reshape(self.components, -1)
             total = total + diff.pow(2).sum(1)
-        return total
+        return torch.as_tensor(total)
 
     def penalty(self, rows: Dict[str, Tensor]) -> Tensor:
         """``-log p(rows)`` up to a constant, 0 at a component's mean when one component has all the weight."""
@@ -106,7 +106,8 @@ def _flatten(rows: Sequence[Dict[str, Tensor]], names: Sequence[str]) -> np.ndar
     return np.stack([np.concatenate([r[n].detach().float().reshape(-1).cpu().numpy() for n in names]) for r in rows])
 
 
-def _em(x: np.ndarray, k: int, rng: np.random.Generator, iterations: int = 200) -> Tuple[np.ndarray, np.ndarray, float, float]:
+def _em(x: np.ndarray, k: int, rng: np.random.Generator,
+        iterations: int = 200) -> Tuple[np.ndarray, np.ndarray, float, float]:
     """EM for a mixture of k spherical Gaussians of one shared variance; k-means++ start.
     Returns means ``[k, D]``, log weights ``[k]``, the variance, and the log-likelihood of ``x``."""
     n, d = x.shape
@@ -159,12 +160,14 @@ def fit_mixture(rows: Sequence[Dict[str, Tensor]], components="auto", seed: int 
         bic = -2 * ll + (k * d + (k - 1) + 1) * math.log(n)
         if best is None or bic < best[0]:
             best = (bic, means, log_w, var)
+    assert best is not None  # one candidate at least
     _, means, log_w, var = best
     sizes = [int(np.prod(rows[0][name].shape[1:])) for name in names]
     shapes = {name: tuple(rows[0][name].shape[1:]) for name in names}
     out, start = {}, 0
     for name, size in zip(names, sizes):
-        out[name] = torch.from_numpy(means[:, start : start + size].astype(np.float32)).reshape(len(means), *shapes[name])
+        block = means[:, start : start + size].astype(np.float32)
+        out[name] = torch.from_numpy(block).reshape(len(means), *shapes[name])
         start += size
     return SpeakerPrior(out, torch.from_numpy(log_w.astype(np.float32)), 1.0 / (2.0 * var), variant)
 

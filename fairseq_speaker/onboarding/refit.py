@@ -242,26 +242,29 @@ def build_parser() -> argparse.ArgumentParser:
                         "'auto': by BIC) instead of fitting it to their rows; default: the rows' mixture "
                         "(--components)")
     parser.add_argument("--style-precision", type=parse_precision, default=None,
-                        help="with --styles only: how hard a speaker is pulled to their style, in nats per squared unit "
-                        "of their rows ('fit': from the spread of the speakers' rows around their styles)")
+                        help="with --styles only: how hard a speaker is pulled to their style, in nats per squared "
+                        "unit of their rows ('fit': from the spread of the speakers' rows around their styles)")
     parser.add_argument("--iterations", type=int, default=1, help="rounds of prior fit and speaker refit")
     parser.add_argument("--shared", choices=("auto", "keep", "fit"), default="auto",
                         help="fit the variant's shared parameters (e.g. fact's r bias vectors) together with every "
                         "speaker first, on cached scores (fit), or keep them as trained (keep); auto: fit for a "
                         "variant on the output, keep for one acting on the decoder's state")
     parser.add_argument("--l2", type=float, default=0.01,
-                        help="when the shared parameters are fitted: the pull of the speakers' rows towards zero, per token")
+                        help="when the shared parameters are fitted: the pull of the speakers' rows towards zero, per "
+                        "token")
     parser.add_argument("--label-smoothing", type=parse_smoothing, default="auto",
-                        help="when the shared parameters are fitted: e of the label-smoothed loss it fits (0: the likelihood); 'auto': "
-                        "half the label smoothing the model was trained with (docs/speaker_learning.md)")
+                        help="when the shared parameters are fitted: e of the label-smoothed loss it fits (0: the "
+                        "likelihood); 'auto': half the label smoothing the model was trained with "
+                        "(docs/speaker_learning.md)")
     parser.add_argument("--shared-max-iter", type=int, default=200,
                         help="when the shared parameters are fitted: L-BFGS iterations of the joint fit at most")
     parser.add_argument("--heldout-subset", default="none",
-                        help="when the shared parameters are fitted: a split whose sentences stop the fit where their loss stops "
-                        "improving (default: none; on the styles corpus the per-token loss of held-out sentences "
-                        "stops improving before their speaker words do)")
+                        help="when the shared parameters are fitted: a split whose sentences stop the fit where "
+                        "their loss stops improving (default: none; on the styles corpus the per-token loss of "
+                        "held-out sentences stops improving before their speaker words do)")
     parser.add_argument("--max-cache-gb", type=float, default=4.0,
-                        help="when the shared parameters are fitted: the memory the cached scores of the training sentences may take")
+                        help="when the shared parameters are fitted: the memory the cached scores of the training "
+                        "sentences may take")
     parser.add_argument("--max-iter", type=int, default=100, help="L-BFGS iterations per speaker at most")
     parser.add_argument("--batch-sentences", type=int, default=256, help="sentences the network scores at once")
     parser.add_argument("--seed", type=int, default=1)
@@ -311,10 +314,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         raise OnboardingError(f"--shared fit fits on cached scores, which a variant acting on the decoder's state "
                               f"({bias.name}) does not have: use --shared keep")
     if shared and smoothing < training_smoothing(checkpoint.state) / 2:
-        print(f"warning: fitting the shared parameters with --label-smoothing {smoothing:g}, less than half of training's "
-              f"{training_smoothing(checkpoint.state):g}: the speakers' biases can become far more confident than "
-              f"their sentences warrant (docs/speaker_learning.md); compare the refitted model with the trained "
-              f"one on held-out data before using it", file=sys.stderr)
+        print(f"warning: fitting the shared parameters with --label-smoothing {smoothing:g}, less than half of "
+              f"training's {training_smoothing(checkpoint.state):g}: the speakers' biases can become far more "
+              f"confident than their sentences warrant (docs/speaker_learning.md); compare the refitted model with "
+              f"the trained one on held-out data before using it", file=sys.stderr)
     heldout = None
     if shared and args.heldout_subset != "none":
         try:

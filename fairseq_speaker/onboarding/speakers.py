@@ -187,7 +187,7 @@ def _speaker_dictionary(state: dict, path: str, data: Optional[str]) -> SpeakerD
         return from_data
     dictionary = SpeakerDictionary.from_state_dict(saved)
     if from_data is not None:
-        dictionary.counts = [count or (from_data.counts[from_data.index(name)] if name in from_data else 0)
+        dictionary.counts = [count or (from_data.counts[i] if (i := from_data.index(name)) is not None else 0)
                              for name, count in zip(dictionary.names, dictionary.counts)]
     return dictionary
 

@@ -83,17 +83,19 @@ def fit_styles(bias: SpeakerBias, problems: Sequence[Sequence[Scored]], rows: Se
         moved = len(new) if assign is None else int((new != assign).sum())
         assign = new
         if progress:
+            sizes = np.bincount(assign, minlength=k).tolist()
             progress(f"styles: iteration {iteration + 1}, log-likelihood {loglik:.1f}, {moved} speaker(s) changed "
-                     f"style, sizes {np.bincount(assign, minlength=k).tolist()} ({time.perf_counter() - started:.1f} s)")
+                     f"style, sizes {sizes} ({time.perf_counter() - started:.1f} s)")
         if moved == 0 or iteration == max(1, iterations) - 1:  # the styles, weights and assignments returned agree
             break
         for j in range(k):  # M-step: each style from its speakers' sentences, pooled
-            members = [c for s in np.flatnonzero(assign == j) for c in problems[s]]
+            members = [c for s in np.flatnonzero(assign == j) for c in problems[int(s)]]
             if not members:  # an empty style keeps its rows (its weight is the add-one floor)
                 continue
             fitted, _, _ = fit_speakers(bias, [members], options, init=[styles[j]])
             styles[j] = {name: value.float() for name, value in fitted[0].items()}
         log_w = _weights(assign, k).double()
+    assert assign is not None  # one iteration at least
     means = {name: torch.cat([s[name] for s in styles]) for name in styles[0]}
     if precision == "fit":
         # the speakers' own rows around their style's: a tied spherical Gaussian, as fit_mixture's
@@ -122,6 +124,7 @@ def choose_styles(bias: SpeakerBias, problems, rows, options: FitOptions, candid
             progress(f"styles: K = {prior.components}, BIC {bic:.1f}")
         if best is None or bic < best[0]:
             best = (bic, prior)
+    assert best is not None  # one candidate at least
     return best[1]
 
 

@@ -34,7 +34,6 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import scipy.sparse
-
 from fairseq import hub_utils
 from fairseq.tasks.fairseq_task import StatefulContainer
 
@@ -43,10 +42,10 @@ from fairseq_speaker.checkpoints import read_checkpoint
 from fairseq_speaker.data import preprocessing
 from fairseq_speaker.modules.speaker_words import kind_posteriors, kind_words, speaker_words_of
 from fairseq_speaker.onboarding.adapt import SpeakerAdapter
-from fairseq_speaker.onboarding.prior import prior_of_checkpoint
-from fairseq_speaker.user_dir import check_registered
 from fairseq_speaker.onboarding.checkpoint import OnboardingError, SpeakerCheckpoint, adaptable_bias, speaker_bias_of
 from fairseq_speaker.onboarding.fit import FitOptions, FitReport
+from fairseq_speaker.onboarding.prior import prior_of_checkpoint
+from fairseq_speaker.user_dir import check_registered
 
 if TYPE_CHECKING:
     from fairseq_speaker.onboarding.vectors import SpeakerVectors
@@ -367,7 +366,7 @@ class SpeakerTranslator:
         memory = speaker_words_of(self.model)
         traits = [(i, trait) for i, trait in enumerate(memory.kinds if memory is not None else [], 1)
                   if len(trait.prior) > 1]
-        if not traits:
+        if memory is None or not traits:
             return None
         dictionary = self.task.speaker_dictionary
         names = [name for name in (names if names is not None else dictionary.names) if name in dictionary]

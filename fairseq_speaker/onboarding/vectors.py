@@ -27,7 +27,7 @@ import logging
 import os
 from collections import Counter
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 import torch
@@ -110,7 +110,7 @@ def shared_state_hash(bias: SpeakerBias) -> str:
     """SHA-1 of everything of ``bias`` that is not a speaker's own (shared parameters and buffers, as
     float32, with their names and shapes): equal hashes mean the speakers' rows mean the same thing."""
     digest = hashlib.sha1()
-    shared = dict(bias.shared_parameters())
+    shared: Dict[str, Tensor] = dict(bias.shared_parameters())
     shared.update({f"buffer:{name}": b for name, b in bias.named_buffers()})
     for name in sorted(shared):
         value = shared[name].detach().to("cpu", torch.float32).contiguous()
@@ -156,13 +156,14 @@ def write_npz(path: str, names: Sequence[str], rows: Dict[str, np.ndarray], meta
         raise OnboardingError(f"cannot write {path}: the folder {folder} does not exist")
     arrays = _arrays(names, rows, meta, words)
     with atomic_path(path) as tmp, open(tmp, "wb") as f:
-        np.savez(f, **arrays)
+        # numpy's stubs take a name among **arrays for its allow_pickle flag
+        np.savez(f, **arrays)  # type: ignore[arg-type]
 
 
 def vectors_bytes(vectors: SpeakerVectors) -> bytes:
     """The bytes of the ``.npz`` file that :func:`write_npz` would write for ``vectors`` (to keep in a database)."""
     buffer = io.BytesIO()
-    np.savez(buffer, **_arrays(vectors.names, vectors.rows, vectors.meta, vectors.words))
+    np.savez(buffer, **_arrays(vectors.names, vectors.rows, vectors.meta, vectors.words))  # type: ignore[arg-type]
     return buffer.getvalue()
 
 
@@ -267,7 +268,7 @@ def _read_vectors(source, path: str) -> SpeakerVectors:
                                   f"expected {expected} for {len(names)} speakers: the file is damaged")
         finite = np.isfinite(value.reshape(len(names), -1)).all(axis=1)
         if not finite.all():  # one such row would poison the mean speaker, and every unseen speaker with it
-            bad = [name for name, ok in zip(names, finite) if not ok]
+            bad = [name for name, ok in zip(names, np.asarray(finite).tolist()) if not ok]
             raise OnboardingError(f"{path}: parameter {key!r} of speaker(s) {_listing(bad)} holds NaN or infinite "
                                   f"values: export them again from a sound model, or leave them out")
     return SpeakerVectors(names, rows, meta, path, _read_words(arrays, names, meta, path))
@@ -295,14 +296,14 @@ FAR_OUTSIDE = 100.0
 
 def warn_far_outside(vectors: SpeakerVectors, bias: SpeakerBias) -> List[str]:
     """The speakers of ``vectors`` whose rows are far outside the range of the model's own rows (logged)."""
-    far = set()
+    outside: Set[str] = set()
     for key, param in bias.speaker_parameters().items():
         if key not in vectors.rows or param.numel() == 0:
             continue
         own = max(float(param.detach().abs().max()), 1.0)
         largest = np.abs(vectors.rows[key].reshape(len(vectors.names), -1)).max(axis=1)
-        far.update(name for name, value in zip(vectors.names, largest) if value > FAR_OUTSIDE * own)
-    far = sorted(far)
+        outside.update(name for name, value in zip(vectors.names, largest) if value > FAR_OUTSIDE * own)
+    far = sorted(outside)
     if far:
         logger.warning(f"{vectors.path}: speaker(s) {_listing(far)} have values over {FAR_OUTSIDE:g} times the largest "
                        f"of this model's own speakers: check that the file is the one intended")

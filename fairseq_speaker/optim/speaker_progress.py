@@ -49,9 +49,11 @@ class SpeakerProgress:
         """Log (and return) a line per speaker table; warn when the speakers barely moved while the loss fell."""
         if self.snapshot is None:
             return []
+        shared_before = self.shared
+        assert shared_before is not None  # taken with the snapshot
         lines, barely = [], []
-        shared = [(p, self.shared[name]) for name, p in bias.shared_parameters().items()
-                  if name in self.shared and p.shape == self.shared[name].shape]
+        shared = [(p, shared_before[name]) for name, p in bias.shared_parameters().items()
+                  if name in shared_before and p.shape == shared_before[name].shape]
         shared_change = (_relative_change(torch.cat([b.flatten() for _, b in shared]),
                                           torch.cat([p.detach().flatten() for p, _ in shared])) if shared else None)
         for name, param in bias.speaker_parameters().items():

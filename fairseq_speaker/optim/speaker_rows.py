@@ -45,7 +45,7 @@ gradient), and says to the variant that its lookups may now give row-sparse grad
 import logging
 import weakref
 from collections import defaultdict
-from typing import Optional, Sequence
+from typing import Iterable, Optional, Sequence, Set
 
 import torch
 from torch import Tensor
@@ -270,10 +270,10 @@ def _sgd_rows(optimizer, group, param: Tensor, rows: Tensor, grads: Tensor, lr_s
 
 
 _UPDATES = {"adam": _adam_rows, "sgd": _sgd_rows}
-_said = set()
+_said: Set[str] = set()
 
 
-def pad_grown_optimizer_state(params: Sequence[Tensor]) -> None:
+def pad_grown_optimizer_state(params: Iterable[Tensor]) -> None:
     """Let an optimizer state loaded from a checkpoint with fewer speakers serve ``params``.
 
     fairseq loads the optimizer state after the model; a per-parameter state tensor (Adam's moments)
@@ -282,7 +282,7 @@ def pad_grown_optimizer_state(params: Sequence[Tensor]) -> None:
     of other shapes (fairseq's flattened --fp16 master copy) are left alone: use --reset-optimizer there.
     """
     for param in params:
-        param.speaker_table_grown = True  # a mark read at the next step: the state may be of fewer rows
+        setattr(param, "speaker_table_grown", True)  # a mark read at the next step: the state may be of fewer rows
 
 
 def pad_grown_state(optimizer) -> None:
@@ -338,9 +338,11 @@ def _step_pre_hook(optimizer, args, kwargs) -> None:
             distributed = several_processes()
             variant.row_sparse_ready(not distributed)
             rows, grads = _rows_and_grads(param.grad)
+            kind = optimizer_kind(optimizer)
+            assert kind is not None  # dense_reason said the optimizer updates rows
             with torch.no_grad():
-                _UPDATES[optimizer_kind(optimizer)](optimizer, group, param, rows, grads,
-                                                    parse_lr_scale(getattr(variant.cfg, "speaker_lr_scale", None)))
+                _UPDATES[kind](optimizer, group, param, rows, grads,
+                               parse_lr_scale(getattr(variant.cfg, "speaker_lr_scale", None)))
             param.grad = None  # the optimizer's own step leaves the table alone
             _say(f"speaker table {tuple(param.shape)}: row-sparse {optimizer_kind(optimizer)} updates "
                  f"(only the rows of each batch's speakers"
@@ -376,8 +378,10 @@ def _scale_dense_step(optimizer, param: Tensor, setting: Optional[str], offset: 
     ``shape`` starting there; its counters are then ``optimizer.state[param]["speaker_tables"][offset]``."""
     state = optimizer.state[param]  # read only: the optimizer's first step must find it empty
     table, grad, recorded = param.data, param.grad, state
+    assert grad is not None  # a table with a gradient is stepped
     if offset is not None:
-        table, grad = _within(param.data, offset, shape), _within(param.grad.reshape(-1), offset, shape)
+        assert shape is not None  # given with the offset
+        table, grad = _within(param.data, offset, shape), _within(grad.reshape(-1), offset, shape)
         recorded = state.get(COPIED_TABLES, {}).get(offset, {})
     if setting is not None:
         mode = setting
@@ -432,10 +436,10 @@ def _where_stepped(optimizer, table: Tensor):
 def _keep_shared_before_step(optimizer, param: Tensor, table: Tensor, setting: Optional[str], kind: Optional[str],
                              offset: Optional[int] = None, shape: Optional[Sequence[int]] = None) -> None:
     """Before a step: keep a variant's shared parameter (or, with ``offset``, its slice of an fp32 copy ``param``)
-    for the post-hook to multiply its change by :func:`shared_scale` of its speaker table ``table`` (whose counters
-    are those of the table's slice where it lies in an fp32 copy, see :func:`_where_stepped`). Nothing is kept (and the step is the optimizer's,
-    untouched) where the scale is a number (``--speaker-lr-scale 1``: the paper's recipe), the optimizer is not of
-    the Adam family, or a resumed run's state says its shared parameters took the shared rate."""
+    for the post-hook to multiply its change by :func:`shared_scale` of its speaker table ``table`` (whose counters are
+    those of the table's slice where it lies in an fp32 copy, see :func:`_where_stepped`). Nothing is kept (and the step
+    is the optimizer's, untouched) where the scale is a number (``--speaker-lr-scale 1``: the paper's recipe), the
+    optimizer is not of the Adam family, or a resumed run's state says its shared parameters took the shared rate."""
     setattr(_shared_parameter(param, offset), LAST_SHARED_SCALE, 1.0)  # unless the post-hook says otherwise
     if kind != "adam" or (setting is not None and setting != "auto"):
         return
@@ -447,7 +451,10 @@ def _keep_shared_before_step(optimizer, param: Tensor, table: Tensor, setting: O
     if setting is None and "lr_scale" in counters and not (
             float(counters["lr_scale"]) == AUTO and float(counters.get(SHARED_KEY, 0.0))):
         return
-    data = param.data if offset is None else _within(param.data, offset, shape)
+    data = param.data
+    if offset is not None:
+        assert shape is not None  # given with the offset
+        data = _within(param.data, offset, shape)
     if data.dtype not in (torch.float32, torch.float64):  # half precision (--memory-efficient-fp16): not scaled
         return
     _pending(optimizer)[id(param), offset, "shared"] = (param, offset, data.clone(), holder, table_offset)

@@ -14,6 +14,7 @@ from fairseq.logging import metrics
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
+from fairseq_speaker.checkpoints import AS_READ_KEY, DICTIONARIES_KEY, check_vocabulary, dictionaries_record
 from fairseq_speaker.data import (
     UNKNOWN_SPEAKER_POLICIES,
     SpeakerDataError,
@@ -23,7 +24,6 @@ from fairseq_speaker.data import (
     read_speaker_file,
 )
 from fairseq_speaker.data.speaker_dictionary import label_problem
-from fairseq_speaker.checkpoints import AS_READ_KEY, DICTIONARIES_KEY, check_vocabulary, dictionaries_record
 from fairseq_speaker.fairseq_patches import epoch_iterator_is_cached
 from fairseq_speaker.optim.speaker_progress import SpeakerProgress
 from fairseq_speaker.runtime import threads_for_fairseq_command
@@ -190,7 +190,7 @@ class SpeakerTranslationTask(TranslationTask):
         of speakers it did not know from ``new_counts``) and every loaded split is mapped to it again."""
         old = self.speaker_dictionary
         new_counts = new_counts or {}
-        counts = [old.counts[old.index(n)] if n in old else new_counts.get(n, 0) for n in names]
+        counts = [old.counts[i] if (i := old.index(n)) is not None else new_counts.get(n, 0) for n in names]
         self.state.merge_state_dict({"speaker_dictionary": SpeakerDictionary(names, counts).state_dict()})
         for split, (labels, source) in self._split_labels.items():
             dataset = self.datasets.get(split)
@@ -433,7 +433,8 @@ class SpeakerTranslationTask(TranslationTask):
             if i < 0:
                 unknown.setdefault(label, []).append(number)
         for label, where in unknown.items():
-            shown = ",".join(str(n) for n in where[:3]) + (f" and {len(where) - 3} more lines" if len(where) > 3 else "")
+            more = f" and {len(where) - 3} more lines" if len(where) > 3 else ""
+            shown = ",".join(str(n) for n in where[:3]) + more
             logger.warning(f"<input>:{shown}: speaker {label!r} is not among the model's "
                            f"{len(self.speaker_dictionary)} speakers: translated with --unknown-speaker {policy}")
         return _InferenceSpeakerDataset(dataset, ids, self._pending)

@@ -9,8 +9,8 @@ Its options then exist as command-line flags and hydra keys of every speaker
 model (``speaker_lstm``, ``speaker_transformer``), and ``--speaker-bias my_bias``
 chooses it on any preset. A variant acts on the logits (a bias), on the decoder's
 state (:class:`SpeakerState`: ``lhuc``, ``hyper_lhuc``, ``input``), or on both.
-``--speaker-bias a+b`` adds two variants (the ``sum`` combinator). Every file of this folder is imported below; a variant can as well
-live in another package (a second ``--user-dir``) that imports this one. See
+``--speaker-bias a+b`` adds two variants (the ``sum`` combinator). Every file of this folder is imported below; a
+variant can as well live in another package (a second ``--user-dir``) that imports this one. See
 ``docs/bias_variants.md`` and :mod:`.base` for the contract, :mod:`.registry` for the registry.
 """
 

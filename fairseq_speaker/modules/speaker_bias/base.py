@@ -190,6 +190,7 @@ class SpeakerState:
             if t is not None:
                 part = (t.float() - neutral).pow(2).sum(dim=1)
                 total = part if total is None else total + part
+        assert total is not None, "a speaker state holds an input offset or layer scales"
         return total
 
     @staticmethod
@@ -341,6 +342,7 @@ class SpeakerBias(nn.Module):
             if part is None:
                 return None
             total = part.sum(0) if total is None else total + part.sum(0)
+        assert total is not None, "the mean of no speakers"
         return total / max(count, 1)
 
     def cached_mean_bias(self) -> Tensor:
@@ -533,7 +535,8 @@ class SpeakerBias(nn.Module):
         ``hyper_lhuc``'s maps). Under ``--speaker-lr-scale auto`` they take their rows' mean rate
         (:func:`~fairseq_speaker.optim.speaker_rows.shared_scale`)."""
         owned = {id(self.get_parameter(name)) for name in self.speaker_parameter_names}
-        found, modules = [], [self]
+        found: List[nn.Parameter] = []
+        modules: List[nn.Module] = [self]
         while modules:
             module = modules.pop()
             found.extend(p for p in module.parameters(recurse=False) if id(p) not in owned and p.requires_grad)
@@ -582,11 +585,12 @@ class SpeakerBias(nn.Module):
         """
         if n < 0:
             raise ValueError(f"cannot grow by {n} speakers")
+        new_names = list(names) if names is not None else []
         if self.speaker_names is not None:
-            names = list(names) if names is not None else []
-            if len(names) != n:
-                raise ValueError(f"growing by {n} speakers needs their {n} names, got {len(names)}")
-            clash = sorted(set(names) & set(self.speaker_names)) or sorted({x for x in names if names.count(x) > 1})
+            if len(new_names) != n:
+                raise ValueError(f"growing by {n} speakers needs their {n} names, got {len(new_names)}")
+            clash = sorted(set(new_names) & set(self.speaker_names)) or sorted(
+                {x for x in new_names if new_names.count(x) > 1})
             if clash:
                 raise ValueError(f"speaker(s) {', '.join(map(repr, clash[:5]))} already in the table")
         rows = self.new_speaker_rows(n, init)
@@ -595,7 +599,7 @@ class SpeakerBias(nn.Module):
         for _, variant in self.named_variants():
             variant.num_speakers += n
         if self.speaker_names is not None:
-            self.speaker_names = self.speaker_names + list(names)
+            self.speaker_names = self.speaker_names + new_names
 
     def resize_table(self, n: int) -> None:
         """Make room for exactly n speakers with uninitialised rows, so that a state dict of a table of n

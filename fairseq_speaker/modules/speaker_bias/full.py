@@ -1,8 +1,8 @@
 import torch
 from torch import Tensor, nn
 
-from .registry import register_speaker_bias
 from .base import EncoderOut, RowSparseConfig, SpeakerBias
+from .registry import register_speaker_bias
 
 
 @register_speaker_bias("full", dataclass=RowSparseConfig)

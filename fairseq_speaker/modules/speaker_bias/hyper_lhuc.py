@@ -3,10 +3,10 @@ from typing import Dict, Optional
 import torch
 from torch import Tensor, nn
 
-from .registry import register_speaker_bias
 from .base import SpeakerBias, SpeakerState, StateSites
 from .fact import RankedSpeakerBiasConfig, checked_rank
 from .lhuc import lhuc_scales
+from .registry import register_speaker_bias
 
 
 @register_speaker_bias("hyper_lhuc", dataclass=RankedSpeakerBiasConfig)
@@ -56,5 +56,6 @@ class HyperLHUCSpeakerState(SpeakerBias):
     def state_of_rows(self, rows: Dict[str, Tensor]) -> Optional[SpeakerState]:
         codes = rows["speaker_codes"]  # B x r
         amplitudes = codes @ self.layer_maps.t()  # B x H
+        assert self.sites is not None  # attached to a decoder's sites
         return SpeakerState(input_offset=codes @ self.input_map.t(),  # B x D
                             layer_scales=lhuc_scales(amplitudes, self.sites.layer_dims))

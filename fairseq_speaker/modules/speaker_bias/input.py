@@ -3,8 +3,8 @@ from typing import Dict, Optional
 import torch
 from torch import Tensor, nn
 
-from .registry import register_speaker_bias
 from .base import RowSparseConfig, SpeakerBias, SpeakerState, StateSites
+from .registry import register_speaker_bias
 
 
 @register_speaker_bias("input", dataclass=RowSparseConfig)

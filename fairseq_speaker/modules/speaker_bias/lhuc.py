@@ -3,8 +3,8 @@ from typing import Dict, Optional, Sequence, Tuple
 import torch
 from torch import Tensor, nn
 
-from .registry import register_speaker_bias
 from .base import RowSparseConfig, SpeakerBias, SpeakerState, StateSites
+from .registry import register_speaker_bias
 
 
 def lhuc_scales(amplitudes: Tensor, layer_dims: Sequence[int]) -> Tuple[Tensor, ...]:
@@ -47,4 +47,5 @@ class LHUCSpeakerState(SpeakerBias):
         return {"H": self.sites.hidden_dim if self.sites is not None else 0}
 
     def state_of_rows(self, rows: Dict[str, Tensor]) -> Optional[SpeakerState]:
+        assert self.sites is not None  # attached to a decoder's sites
         return SpeakerState(layer_scales=lhuc_scales(rows["amplitudes"], self.sites.layer_dims))

@@ -3,8 +3,8 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from .registry import register_speaker_bias
 from .base import EncoderOut, SpeakerBias
+from .registry import register_speaker_bias
 
 
 @register_speaker_bias("none")

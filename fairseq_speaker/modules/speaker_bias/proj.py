@@ -6,8 +6,8 @@ from torch import Tensor, nn
 
 from fairseq_speaker.errors import UserError
 
-from .registry import register_speaker_bias
 from .base import EncoderOut, RowSparseConfig, SpeakerBias
+from .registry import register_speaker_bias
 
 
 @dataclass

@@ -7,7 +7,7 @@ every variant file of this folder, so this module sits below the variants and im
 
 import dataclasses
 import typing
-from typing import Callable, Dict, List, Optional, Type
+from typing import Any, Callable, Dict, List, Optional, Type
 
 from fairseq_speaker.errors import UserError
 
@@ -145,8 +145,8 @@ def build_speaker_bias(name: str, cfg, speaker_dictionary, target_dictionary,
     """
     parts = parse_variant_name(name)
     if len(parts) > 1:  # a+b: the "sum" combinator, registered like any variant
-        bias = SPEAKER_BIAS_REGISTRY["sum"].build_parts(parts, cfg, speaker_dictionary, target_dictionary,
-                                                        source_dictionary)
+        combinator: Any = SPEAKER_BIAS_REGISTRY["sum"]  # sum.py's class, which this module does not import
+        bias = combinator.build_parts(parts, cfg, speaker_dictionary, target_dictionary, source_dictionary)
     else:
         bias = SPEAKER_BIAS_REGISTRY[name].build(cfg, speaker_dictionary, target_dictionary, source_dictionary)
     if sites is not None:

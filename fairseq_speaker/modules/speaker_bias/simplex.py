@@ -5,9 +5,9 @@ from torch import Tensor, nn
 
 from fairseq_speaker.errors import UserError
 
-from .registry import register_speaker_bias
 from .base import EncoderOut, SpeakerBias
 from .fact import RankedSpeakerBiasConfig
+from .registry import register_speaker_bias
 
 
 @register_speaker_bias("simplex", dataclass=RankedSpeakerBiasConfig)

@@ -5,8 +5,8 @@ from torch import Tensor, nn
 
 from fairseq_speaker.errors import UserError
 
-from .registry import SPEAKER_BIAS_REGISTRY, parse_variant_name, register_speaker_bias
 from .base import EncoderOut, SpeakerBias, SpeakerBiasConfig, SpeakerState, StateSites
+from .registry import SPEAKER_BIAS_REGISTRY, parse_variant_name, register_speaker_bias
 
 
 @dataclass
@@ -16,6 +16,14 @@ class SumSpeakerBiasConfig(SpeakerBiasConfig):
         metadata={"help": "sum: the variants to add, joined by '+' (--speaker-bias fact+topic is short for "
                   "--speaker-bias sum --sum-parts fact+topic)"},
     )
+
+
+def _added(tensors: List[Tensor]) -> Tensor:
+    """``sum(tensors)``, typed: 0 plus the first, then each other added (a new tensor, never the first itself)."""
+    total = 0 + tensors[0]
+    for tensor in tensors[1:]:
+        total = total + tensor
+    return total
 
 
 @register_speaker_bias("sum", dataclass=SumSpeakerBiasConfig)
@@ -42,29 +50,33 @@ class SumSpeakerBias(SpeakerBias):
             raise UserError("sum needs at least two variants, e.g. --speaker-bias fact+topic")
         self.parts = nn.ModuleDict(parts)
 
+    def _variants(self) -> List[SpeakerBias]:
+        """The parts, in order (the ``nn.ModuleDict`` that holds them types them as modules)."""
+        return [part for part in self.parts.values() if isinstance(part, SpeakerBias)]
+
     @property
     def needs_speakers(self) -> bool:  # type: ignore[override]
-        return any(part.needs_speakers for part in self.parts.values())
+        return any(part.needs_speakers for part in self._variants())
 
     @property
     def reads_source(self) -> bool:  # type: ignore[override]
-        return any(part.reads_source for part in self.parts.values())
+        return any(part.reads_source for part in self._variants())
 
     @property
     def acts_on_output(self) -> bool:  # type: ignore[override]
-        return any(part.acts_on_output for part in self.parts.values())
+        return any(part.acts_on_output for part in self._variants())
 
     @property
     def acts_on_state(self) -> bool:  # type: ignore[override]
-        return any(part.acts_on_state for part in self.parts.values())
+        return any(part.acts_on_state for part in self._variants())
 
     def attach(self, sites: StateSites) -> None:
         super().attach(sites)
-        for part in self.parts.values():
+        for part in self._variants():
             part.attach(sites)
 
     def formula_symbols(self) -> Dict[str, int]:
-        return {k: v for part in self.parts.values() for k, v in part.formula_symbols().items()}
+        return {k: v for part in self._variants() for k, v in part.formula_symbols().items()}
 
     @classmethod
     def build(cls, cfg, speaker_dictionary, target_dictionary, source_dictionary=None) -> "SumSpeakerBias":
@@ -90,7 +102,7 @@ class SumSpeakerBias(SpeakerBias):
                             with_aux: bool = True) -> Tuple[Optional[Tensor], Dict[str, Tensor]]:
         total: Optional[Tensor] = None
         losses: Dict[str, Tensor] = {}
-        for part in self.parts.values():
+        for part in self._variants():
             if with_aux:
                 bias, part_losses = part.bias_and_aux_losses(speakers, encoder_out)
                 losses.update(part_losses)
@@ -106,7 +118,7 @@ class SumSpeakerBias(SpeakerBias):
         total: Optional[Tensor] = None
         state: Optional[SpeakerState] = None
         losses: Dict[str, Tensor] = {}
-        for part in self.parts.values():
+        for part in self._variants():
             bias, part_state, part_losses = part.outputs_and_aux_losses(speakers, encoder_out, with_aux)
             losses.update(part_losses)
             if bias is not None:
@@ -116,7 +128,7 @@ class SumSpeakerBias(SpeakerBias):
 
     def speaker_state(self, speakers: Optional[Tensor], encoder_out: EncoderOut = None) -> Optional[SpeakerState]:
         state: Optional[SpeakerState] = None
-        for part in self.parts.values():
+        for part in self._variants():
             state = SpeakerState.compose(state, part.speaker_state(speakers, encoder_out))
         return state
 
@@ -124,15 +136,15 @@ class SumSpeakerBias(SpeakerBias):
         return self(speakers, encoder_out)
 
     def lookup_words(self, speakers: Tensor, words: Tensor) -> Optional[Tensor]:
-        parts = [bias for bias in (part.lookup_words(speakers, words) for part in self.parts.values()) if bias is not None]
-        return sum(parts) if parts else None
+        parts = [bias for bias in (part.lookup_words(speakers, words) for part in self._variants()) if bias is not None]
+        return _added(parts) if parts else None
 
     def mean_bias(self) -> Optional[Tensor]:
-        means = [mean for mean in (part.mean_bias() for part in self.parts.values()) if mean is not None]
-        return sum(means) if means else None
+        means = [mean for mean in (part.mean_bias() for part in self._variants()) if mean is not None]
+        return _added(means) if means else None
 
     def mean_state(self) -> Optional[SpeakerState]:
         state: Optional[SpeakerState] = None
-        for part in self.parts.values():
+        for part in self._variants():
             state = SpeakerState.compose(state, part.mean_state())
         return state

@@ -9,8 +9,8 @@ from torch import Tensor, nn
 from fairseq_speaker.data import SpeakerDataError, dictionary_hash
 from fairseq_speaker.topic_model import TopicModel, random_topic_model, topic_mixture
 
-from .registry import register_speaker_bias
 from .base import EncoderOut, SpeakerBias, SpeakerBiasConfig, source_tokens
+from .registry import register_speaker_bias
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +39,8 @@ class TopicBias(SpeakerBias):
 
     needs_speakers = False
     reads_source = True
+    exp_topic_word: Tensor  # buffers
+    lda_settings: Tensor
 
     def __init__(self, cfg: TopicSpeakerBiasConfig, num_speakers: int, vocab_size: int,
                  topics: Optional[TopicModel]):
