@@ -4,6 +4,8 @@
 #   make doctor            what was installed and whether it works: versions, CUDA and GPUs, threads, fairseq's
 #                          extensions, the plugin's registration (fairseq-speaker-doctor)
 #   make demo              toy corpus -> train lstm_base, lstm_fact_bias, transformer_fact_bias -> BLEU / speaker-word table
+#   make lint              ruff (pyflakes, pycodestyle, import order) and mypy on the package, as configured in
+#                          pyproject.toml; installs the two into .venv if missing
 #   make test              unit and integration tests (about 9 minutes on 2 cores)
 #   make test-slow         the slow tier: trains on the toy corpus and checks that the biases learn
 #   make test-browser      the service's page in a headless Chromium (installed with apt-get when missing and possible)
@@ -28,6 +30,8 @@ TORCH_CUDA_INDEX ?= https://pypi.org/simple
 BIN := $(VENV)/bin
 # one thread per process: the tests run two workers on two cores
 TEST_ENV := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
+# the linters, as the test extra of pyproject.toml names them
+LINT_TOOLS := "ruff>=0.17,<0.18" "mypy>=2.4,<2.5"
 
 ifeq ($(TORCH),default)
 TORCH_REQUIREMENT := torch==$(TORCH_VERSION)
@@ -41,7 +45,7 @@ endif
 # TORCH given on the command line or in the environment: refused if .venv was made with another torch
 TORCH_GIVEN := $(filter command line environment,$(origin TORCH))
 
-.PHONY: install check-torch doctor demo test test-slow test-browser clean
+.PHONY: install check-torch doctor demo lint test test-slow test-browser clean
 
 install: check-torch $(VENV)/.installed
 
@@ -66,6 +70,11 @@ doctor: install
 
 demo: install
 	$(BIN)/fairseq-speaker-demo --workdir demo-work
+
+lint: install
+	@if [ ! -x $(BIN)/ruff ] || [ ! -x $(BIN)/mypy ]; then $(BIN)/pip install $(LINT_TOOLS); fi
+	$(BIN)/ruff check fairseq_speaker
+	$(BIN)/mypy
 
 test: install
 	$(TEST_ENV) $(BIN)/python -m pytest -n 2 --dist worksteal tests
