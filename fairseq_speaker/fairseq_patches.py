@@ -202,7 +202,7 @@ def apply() -> None:
 
     def multiply_grads(original):
         def multiply_grads(self, c):
-            speaker_rows.multiply_grads(self.params, c)
+            speaker_rows.multiply_grads(self.params, c, multiply_=foreach_mul_)
         return functools.wraps(original)(multiply_grads)
 
     _replace(FairseqOptimizer, "multiply_grads", "fairseq.optim.FairseqOptimizer.multiply_grads", multiply_grads)
@@ -210,7 +210,8 @@ def apply() -> None:
     def clip_grad_norm_(original):
         @functools.wraps(original)
         def clip_grad_norm_(params, max_norm, aggregate_norm_fn=None):
-            return speaker_rows.clip_grad_norm_(params, max_norm, aggregate_norm_fn, dense_clip_grad_norm_=original)
+            return speaker_rows.clip_grad_norm_(params, max_norm, aggregate_norm_fn, dense_clip_grad_norm_=original,
+                                                multiply_=foreach_mul_)
         return clip_grad_norm_
 
     _replace(fairseq_utils, "clip_grad_norm_", "fairseq.utils.clip_grad_norm_", clip_grad_norm_)

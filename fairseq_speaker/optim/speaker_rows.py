@@ -45,13 +45,12 @@ gradient), and says to the variant that its lookups may now give row-sparse grad
 import logging
 import weakref
 from collections import defaultdict
-from typing import Iterable, Optional, Sequence, Set
+from typing import Callable, Iterable, List, Optional, Sequence, Set
 
 import torch
 from torch import Tensor
 
 from fairseq_speaker.errors import UserError
-from fairseq_speaker.fairseq_patches import foreach_mul_
 
 logger = logging.getLogger(__name__)
 
@@ -602,9 +601,11 @@ def update_speaker_rows(optimizer: torch.optim.Optimizer) -> torch.optim.Optimiz
     return optimizer
 
 
-def clip_grad_norm_(params, max_norm, aggregate_norm_fn=None, *, dense_clip_grad_norm_) -> Tensor:
+def clip_grad_norm_(params, max_norm, aggregate_norm_fn=None, *, dense_clip_grad_norm_,
+                    multiply_: Callable[[List[Tensor], object], None]) -> Tensor:
     """``dense_clip_grad_norm_`` (fairseq's ``clip_grad_norm_``), also over row-sparse gradients (the norm of
-    their rows)."""
+    their rows). ``multiply_(tensors, factor)`` scales the dense gradients of one device in place (the patch
+    module's :func:`~fairseq_speaker.fairseq_patches.foreach_mul_`)."""
     params = [params] if isinstance(params, Tensor) else list(params)
     sparse = [p for p in params if getattr(p, "grad", None) is not None and p.grad.is_sparse]
     if not sparse:
@@ -623,15 +624,16 @@ def clip_grad_norm_(params, max_norm, aggregate_norm_fn=None, *, dense_clip_grad
         coef = (float(max_norm) / (total + 1e-6)).clamp_(max=1)
         grads = [p.grad.detach() for p in dense if getattr(p, "grad", None) is not None]
         if grads:
-            foreach_mul_(grads, coef.to(grads[0].device))
+            multiply_(grads, coef.to(grads[0].device))
         for p in sparse:
             p.grad.values().mul_(coef.to(p.grad.device))
     return total
 
 
-def multiply_grads(params, c) -> None:
+def multiply_grads(params, c, *, multiply_: Callable[[List[Tensor], object], None]) -> None:
     """Multiply every gradient of ``params`` by ``c``, row-sparse ones included (see
-    :mod:`fairseq_speaker.fairseq_patches` for why fairseq's own scaling misses them)."""
+    :mod:`fairseq_speaker.fairseq_patches` for why fairseq's own scaling misses them); ``multiply_(tensors,
+    factor)`` scales the dense ones of one device and dtype in place."""
     dense = defaultdict(list)
     for p in params:
         if p.grad is None:
@@ -641,4 +643,4 @@ def multiply_grads(params, c) -> None:
         else:
             dense[(p.grad.device, p.grad.dtype)].append(p.grad)
     for (device, _), grads in dense.items():
-        foreach_mul_(grads, c.to(device) if torch.is_tensor(c) else c)
+        multiply_(grads, c.to(device) if torch.is_tensor(c) else c)
