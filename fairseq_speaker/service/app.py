@@ -48,7 +48,8 @@ from fairseq_speaker.service.connections import bounded_http_protocol
 from fairseq_speaker.service.logs import LOG_FORMATS, LogLines, configure_logging
 from fairseq_speaker.service.metrics import Metrics
 from fairseq_speaker.service.speaker_service import Limits, ServiceError, SpeakerService, timed_out
-from fairseq_speaker.service.store import SpeakerStore, StoreError, open_store, store_location
+from fairseq_speaker.service.store import SpeakerStore, StoreError, store_location
+from fairseq_speaker.service.stores import open_store
 from fairseq_speaker.user_dir import add_user_dir_argument, import_user_dir
 
 logger = logging.getLogger("fairseq_speaker.service")

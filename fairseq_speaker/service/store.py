@@ -216,18 +216,6 @@ def one_line(error: BaseException) -> str:
     return " ".join(str(error).split())
 
 
-def open_store(text: str, timeout: float = 10.0, create: bool = True, option: str = "--store") -> "SpeakerStore":
-    """The store ``text`` names (see :func:`store_location`), opened; ``create``: make it where there is none (else
-    refused); ``timeout``: seconds to connect, and a write waits for another process's; ``option`` names it in
-    messages."""
-    location = store_location(text, option)
-    if location.kind == "postgresql":
-        from fairseq_speaker.service.store_postgres import PostgresSpeakerStore
-
-        return PostgresSpeakerStore(location, timeout=timeout, create=create, option=option)
-    return SpeakerStore(location.target, timeout=timeout, create=create, option=option)
-
-
 # -- SQLite ----------------------------------------------------------------------------------------------------
 
 

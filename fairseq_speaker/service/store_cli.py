@@ -16,7 +16,8 @@ from typing import Optional, Sequence
 
 from fairseq_speaker.command_registry import program_name
 from fairseq_speaker.errors import UserError, command
-from fairseq_speaker.service.store import STORE_FORMS, copy_speakers, hide_password, open_store, store_location
+from fairseq_speaker.service.store import STORE_FORMS, copy_speakers, hide_password, store_location
+from fairseq_speaker.service.stores import open_store
 
 PROG = program_name(__name__)
 

@@ -32,7 +32,8 @@ from fairseq_speaker.service.app import create_app
 from fairseq_speaker.service.batcher import BatchOptions
 from fairseq_speaker.service.connections import bounded_http_protocol
 from fairseq_speaker.service.speaker_service import Limits
-from fairseq_speaker.service.store import SpeakerStore, StoreError, hide_password, open_store
+from fairseq_speaker.service.store import SpeakerStore, StoreError, hide_password
+from fairseq_speaker.service.stores import open_store
 from fairseq_speaker.serving import SpeakerTranslator
 from tests.helpers import refused
 from tests.postgres import PASSWORD

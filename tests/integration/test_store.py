@@ -23,7 +23,8 @@ from fastapi.testclient import TestClient
 
 from fairseq_speaker.service import store_cli
 from fairseq_speaker.service.app import create_app
-from fairseq_speaker.service.store import StoreConflict, open_store
+from fairseq_speaker.service.store import StoreConflict
+from fairseq_speaker.service.stores import open_store
 from fairseq_speaker.serving import SpeakerTranslator
 from tests import postgres as postgres_server
 from tests.cli import BIN, run
