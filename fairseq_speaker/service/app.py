@@ -41,7 +41,7 @@ from starlette.exceptions import HTTPException
 
 from fairseq_speaker import __version__
 from fairseq_speaker.data.speaker_dictionary import UNKNOWN_SPEAKER_POLICIES
-from fairseq_speaker.errors import UserError, fail
+from fairseq_speaker.errors import UserError, command, fail
 from fairseq_speaker.service import schema
 from fairseq_speaker.service.batcher import BatchOptions
 from fairseq_speaker.service.connections import bounded_http_protocol
@@ -722,6 +722,7 @@ def freeze_loaded_objects() -> None:
     gc.freeze()
 
 
+@command(named_errors=False)
 def main(argv: Optional[Sequence[str]] = None) -> None:
     args, overrides, limits = parse_args(argv)
     store = None

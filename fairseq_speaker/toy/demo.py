@@ -42,6 +42,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 import sacrebleu
 
 from fairseq_speaker import commands
+from fairseq_speaker.errors import command
 from fairseq_speaker.commands import family
 from fairseq_speaker.commands import run_fairseq as fairseq
 from fairseq_speaker.data import read_lines
@@ -260,6 +261,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
+@command(named_errors=False)
 def main(argv=None) -> None:
     args = parse_args(argv)
     configure_output(args.verbose)
