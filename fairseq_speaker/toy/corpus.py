@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple, Union
 
 from fairseq_speaker.analysis.speaker_words import Trait, read_traits, trait_accuracy  # noqa: F401  (also here before 0.5.0)
 from fairseq_speaker.toy.lexicon import (  # noqa: F401  (the corpus's words, here since before the suite)
-    TRAITS, GENDERS, ADDRESSES, PROFESSIONS, GENDERED_ADJECTIVES, INVARIABLE_ADJECTIVES, NOUNS, PROFESSION_NOUNS, PLACES, TIMES, ADDRESS_VERBS, STYLE_ITEMS, DEFAULT_DEVIATION, STYLE_NOUN_SHARE, Speaker, Styles, style_word, Row, write_split)
+    TRAITS, GENDERS, ADDRESSES, PROFESSIONS, GENDERED_ADJECTIVES, INVARIABLE_ADJECTIVES, NOUNS, PROFESSION_NOUNS, PLACES, TIMES, ADDRESS_VERBS, STYLE_ITEMS, DEFAULT_DEVIATION, STYLE_NOUN_SHARE, Speaker, Styles, style_word, Row, remove_split, write_split)
 
 if TYPE_CHECKING:
     from fairseq_speaker.toy.structures import StructureModel
@@ -250,6 +250,8 @@ def write_corpus(out: str, sizes: Dict[str, int], num_speakers: int = 24, seed: 
     if heldout:
         rng = random.Random(f"heldout-{seed}")
         write_split(out, "heldout", _deal(rng, heldout, heldout_speakers * heldout_sentences, model), src, tgt)
+    elif "heldout" not in sizes:
+        remove_split(out, "heldout", src, tgt)  # an earlier corpus's held-out speakers, not this one's
     with open(os.path.join(out, "speakers.tsv"), "w", encoding="utf-8") as f:
         if model is None:
             f.write("speaker\tgender\taddress\tprofession\n")
@@ -337,8 +339,7 @@ def main(argv=None) -> None:
         parser.error(f"--deviation {deviation} is not a probability (0 to 1)")
     if args.speakers < 1:
         parser.error(f"--speakers must be at least 1, got {args.speakers}")
-    if os.path.exists(args.out) and not os.path.isdir(args.out):
-        parser.error(f"--out {args.out} is a file: give a folder for the corpus")
+    _check_out(parser, args.out)
     try:
         write_corpus(args.out, {"train": args.train, "valid": args.valid, "test": args.test},
                      num_speakers=args.speakers, seed=args.seed, heldout_sentences=args.heldout_sentences,
@@ -346,11 +347,29 @@ def main(argv=None) -> None:
                      deviation=deviation)
     except ValueError as e:  # sizes the corpus cannot have (fewer sentences than speakers, ...)
         parser.error(f"{e}: give larger --train/--valid/--test or fewer --speakers")
+    except OSError as e:
+        parser.error(_unwritable(args.out, e))
     styles = f" in {args.styles} styles (deviation {deviation})" if args.styles else ""
     print(f"wrote {args.train}/{args.valid}/{args.test} sentences of {args.speakers} speakers{styles} to {args.out}")
     if args.heldout:
         print(f"wrote {args.heldout_sentences} sentences of each of {args.heldout_speakers} held-out speakers "
               f"to {args.out}/heldout.*")
+
+
+def _check_out(parser: argparse.ArgumentParser, out: str) -> None:
+    """Refuse an --out that cannot be the corpus's folder: a file, or a path through a file."""
+    if os.path.exists(out) and not os.path.isdir(out):
+        parser.error(f"--out {out} is a file: give a folder for the corpus")
+    above = os.path.dirname(os.path.abspath(out))
+    while not os.path.exists(above) and os.path.dirname(above) != above:
+        above = os.path.dirname(above)
+    if not os.path.isdir(above):
+        parser.error(f"--out {out}: {above} is a file, so no folder can be made under it: give a folder for the corpus")
+
+
+def _unwritable(out: str, e: OSError) -> str:
+    where = f" ({e.filename})" if e.filename else ""
+    return f"--out {out}: the corpus cannot be written there: {e.strerror or e}{where}"
 
 
 def _structure_main(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -376,9 +395,11 @@ def _structure_main(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         parser.error(f"--structure: {e}")
     if args.out is None:
         parser.error("the following arguments are required: --out")
-    if os.path.exists(args.out) and not os.path.isdir(args.out):
-        parser.error(f"--out {args.out} is a file: give a folder for the corpus")
-    speakers = write_structure(args.out, structure)
+    _check_out(parser, args.out)
+    try:
+        speakers = write_structure(args.out, structure)
+    except OSError as e:
+        parser.error(_unwritable(args.out, e))
     print(f"wrote the structure {structure.name} ({structure.half} half: {structure.describe()}) to {args.out}: "
           f"{structure.speakers} speakers and {len(speakers) - structure.speakers} held-out ones")
 

@@ -174,6 +174,15 @@ def style_word(translation: str) -> str:
 Row = Tuple[str, str, str, List[Trait]]
 
 
+def remove_split(out: str, split: str, src: str, tgt: str) -> None:
+    """Remove the files :func:`write_split` writes for ``split`` in ``out``: a corpus written where an earlier one was
+    must not leave that one's split beside its own (another corpus's held-out speakers, read as this one's)."""
+    for ext in (src, tgt, "spk", "traits"):
+        path = os.path.join(out, f"{split}.{ext}")
+        if os.path.isfile(path):
+            os.remove(path)
+
+
 def write_split(out: str, split: str, rows: Sequence[Row], src: str, tgt: str) -> None:
     """Write ``{split}.{src,tgt,spk,traits}`` of ``rows`` (English, French, speaker, speaker words) in ``out``."""
     files = {ext: open(os.path.join(out, f"{split}.{ext}"), "w", encoding="utf-8")

@@ -46,6 +46,7 @@ so that ``trait_accuracy``, the demo's table, ``fairseq-speaker-onboarding-eval`
 import json
 import os
 import random
+import re
 from dataclasses import dataclass, field, fields
 from fractions import Fraction
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -53,7 +54,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from fairseq_speaker.analysis.speaker_words import Trait
 from fairseq_speaker.toy.lexicon import (
     ADDRESS_VERBS, ADDRESSES, GENDERED_ADJECTIVES, GENDERS, INVARIABLE_ADJECTIVES, NOUNS, PLACES, PROFESSION_NOUNS,
-    STYLE_ITEMS, STYLE_NOUN_SHARE, TIMES, Styles, style_word, write_split)
+    STYLE_ITEMS, STYLE_NOUN_SHARE, TIMES, Styles, remove_split, style_word, write_split)
 
 #: the value of a trait whose speakers choose at random, each time anew
 RANDOM = "random"
@@ -198,10 +199,9 @@ def get_structure(name: str) -> Structure:
     :func:`draw_structures` with SEED)."""
     if name in SUITE:
         return SUITE[name]
-    parts = name.split("-")
-    if len(parts) == 3 and parts[0] == "drawn" and parts[1].isdigit() and parts[2].isdigit() and \
-            1 <= int(parts[2]) <= MOST_DRAWN:
-        return draw_structures(int(parts[1]), int(parts[2]))[-1]
+    drawn = re.fullmatch(r"drawn-(0|[1-9][0-9]*)-([1-9][0-9]*)", name)  # one spelling each: ASCII, no leading 0
+    if drawn is not None and int(drawn.group(2)) <= MOST_DRAWN:
+        return draw_structures(int(drawn.group(1)), int(drawn.group(2)))[-1]
     raise ValueError(f"no structure {name!r}; the structures: {', '.join(SUITE)} (or drawn-SEED-I, I from 1 to "
                      f"{MOST_DRAWN}: a fresh draw of the judging half's dimensions)")
 
@@ -595,6 +595,8 @@ def write_structure(out: str, structure: Structure, src: str = "en", tgt: str = 
     if heldout:
         write_split(out, "heldout", _heldout_rows(random.Random(f"heldout-sentences-{structure.seed}"), model,
                                                    heldout, structure.heldout_sentences), src, tgt)
+    else:
+        remove_split(out, "heldout", src, tgt)  # an earlier corpus's held-out speakers, not this one's
     names = [t.name for t in model.traits]
     with open(os.path.join(out, "speakers.tsv"), "w", encoding="utf-8") as f:
         f.write("\t".join(["speaker", *names, "deviations", "topic"]) + "\n")
