@@ -38,6 +38,9 @@ class UserError(ValueError):
 #: fairseq's own checks of its options that end in an ``AssertionError``: its message -> what to do
 FAIRSEQ_OPTION_ASSERTIONS = {
     "Must specify batch size either with --max-tokens or --batch-size": "give --max-tokens N or --batch-size N",
+    "--sampling requires --nbest to be equal to --beam": "give --nbest N with --beam N (each sample is a hypothesis "
+                                                         "of the beam)",
+    "--batch-size cannot be larger than --buffer-size": "give a --buffer-size of at least --batch-size",
 }
 
 #: fairseq's own refusals of a file named on the command line that end in an ``OSError``: the start of its message

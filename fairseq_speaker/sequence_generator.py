@@ -11,14 +11,26 @@ The network itself knows nothing of the memory: its teacher-forced and increment
 checkpoint without it. The memory is kept with the model (its decoder's ``speaker_words``, so that a checkpoint
 carries it and onboarding updates it) and read from the first model of the ensemble at each step, so a memory
 attached after the generator was built (a checkpoint restored by fairseq-train) is used; one of weight 0 is skipped.
+
+The search options of fairseq's generator are checked here for every generator of the task (:func:`check_search`,
+before fairseq's own assertions end in a traceback), and where the memory changes what they mean they are made to
+mean it: sampling draws from the fused step normalized (:class:`SpeakerWordsEnsemble`'s ``normalize``: fairseq's
+nucleus, ``--sampling-topp``, sums the step's probabilities, which the memory's bias no longer keeps at 1), and
+``--score-reference``, which scores with the network alone, is refused for a model whose memory acts
+(:func:`ensemble_memory`). fairseq's diverse beam search keeps its groups' overlap by the position of a sentence in
+its batch but looks it up by the sentence's id in the split (an ``IndexError`` past the first batch, another
+sentence's overlap within it): :class:`DiverseBeamSearchByPosition` looks it up by position.
 """
 
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
+import numpy as np
 import torch
+from fairseq.search import DiverseBeamSearch
 from fairseq.sequence_generator import EnsembleModel
 from torch import Tensor
 
+from fairseq_speaker.errors import UserError
 from fairseq_speaker.modules.speaker_plumbing import encoder_speakers
 from fairseq_speaker.modules.speaker_words import SpeakerWords, speaker_words_of
 
@@ -26,15 +38,16 @@ from fairseq_speaker.modules.speaker_words import SpeakerWords, speaker_words_of
 class SpeakerWordsEnsemble(EnsembleModel):
     """fairseq's ensemble whose step log-probabilities carry each hypothesis's speaker's words (the module's
     docstring). The bias rows of a batch's speakers are made once, at the batch's first step, and kept while the
-    batch's speakers are the same (the beam reorders the hypotheses' speakers, not the rows)."""
+    batch's speakers are the same (the beam reorders the hypotheses' speakers, not the rows). ``normalize``: each
+    fused step is normalized again (a sampling search, which draws from the step as from a distribution)."""
 
-    def __init__(self, models):
+    def __init__(self, models, normalize: bool = False):
         super().__init__(models)
+        self.normalize = normalize
         self._rows: Optional[Tuple[SpeakerWords, Tensor, Tensor]] = None  # memory, its speakers, their rows [S, V]
 
     def memory(self) -> Optional[SpeakerWords]:
-        words = speaker_words_of(self.single_model)
-        return words if words is not None and words.options.weight > 0 else None
+        return active_memory(self.single_model)
 
     def _speaker_rows(self, memory: SpeakerWords, speakers: Tensor) -> Tuple[Tensor, Tensor]:
         """The bias rows of the distinct ``speakers`` ``[S, V]`` and the row of each hypothesis ``[B]``."""
@@ -57,4 +70,106 @@ class SpeakerWordsEnsemble(EnsembleModel):
         if tokens.size(1) == 1:  # a new batch: its speakers' rows made anew (the memory may have changed between)
             self._rows = None
         rows, index = self._speaker_rows(memory, speakers)
-        return memory.step_log_probs(log_probs, rows, index), attn
+        fused = memory.step_log_probs(log_probs, rows, index)
+        return (torch.log_softmax(fused, dim=-1) if self.normalize else fused), attn
+
+
+def active_memory(model) -> Optional[SpeakerWords]:
+    """``model``'s speakers' words where they act in generation (a weight above 0), else None."""
+    words = speaker_words_of(model)
+    return words if words is not None and words.options.weight > 0 else None
+
+
+def _same_memory(a: SpeakerWords, b: SpeakerWords) -> bool:
+    def arrays_equal(x: Sequence, y: Sequence) -> bool:
+        return len(x) == len(y) and all(np.array_equal(u, v) for u, v in zip(x, y))
+
+    return a is b or (a.options == b.options and a.vocab == b.vocab and arrays_equal(a.words, b.words)
+                      and len(a.kinds) == len(b.kinds)
+                      and all(arrays_equal(s.choices, t.choices) and np.array_equal(s.prior, t.prior)
+                              and arrays_equal(s.tables, t.tables) for s, t in zip(a.kinds, b.kinds)))
+
+
+def ensemble_memory(models: Sequence) -> Optional[SpeakerWords]:
+    """The speakers' words an ensemble's generator fuses: the first model's (:class:`SpeakerWordsEnsemble`), which
+    every model must then hold alike; None where none acts.
+
+    Raises:
+        UserError: the models remember different words (or only some of them do): the memory is fused once, into the
+            ensemble's step, so another model's would be left out without a word.
+    """
+    memories = [active_memory(m) for m in models]
+    first = memories[0] if memories else None
+    for i, other in enumerate(memories[1:], 2):
+        if first is None and other is None or first is not None and other is not None and _same_memory(first, other):
+            continue
+        if first is None or other is None:
+            which = (f"the {_ordinal(i)} model of the ensemble remembers its speakers' words and the 1st does not"
+                     if first is None else
+                     f"the 1st model of the ensemble remembers its speakers' words and the {_ordinal(i)} does not")
+        else:
+            which = f"the 1st and the {_ordinal(i)} model of the ensemble remember different speakers' words"
+        raise UserError(f"--path: {which} (fairseq-speaker-words); generation fuses one memory into the ensemble's "
+                        f"steps: give models that remember the same words, or decode them one at a time")
+    return first
+
+
+def _ordinal(n: int) -> str:
+    return {1: "1st", 2: "2nd", 3: "3rd"}.get(n, f"{n}th")
+
+
+def check_search(args) -> None:
+    """Refuse fairseq's search options that fairseq's generator would end in an assertion or a ``ValueError`` (a
+    traceback), with the option to change. ``args``: the generation options (fairseq's ``GenerationConfig``)."""
+    sampling = bool(getattr(args, "sampling", False))
+    for name in ("sampling_topk", "sampling_topp"):
+        value = getattr(args, name, -1)
+        if value is not None and value >= 0 and not sampling:
+            raise UserError(f"--{name.replace('_', '-')} {value:g} chooses among the words a sampling search draws "
+                            f"from: give --sampling too, or leave it out")
+    groups = getattr(args, "diverse_beam_groups", -1) or -1
+    rate = getattr(args, "diversity_rate", -1) or -1
+    searches = [("--sampling", sampling), (f"--diverse-beam-groups {groups}", groups > 0),
+                ("--match-source-len", bool(getattr(args, "match_source_len", False))),
+                (f"--diversity-rate {rate:g}", rate > 0)]
+    chosen = [name for name, on in searches if on]
+    if len(chosen) > 1:
+        raise UserError(f"{' and '.join(chosen)} each choose fairseq's search, which is one: give one of them")
+    beam = getattr(args, "beam", 5)
+    if groups > 0 and isinstance(beam, int) and beam % groups:
+        raise UserError(f"--diverse-beam-groups {groups} splits the beam into groups of one size: give a --beam that "
+                        f"is a multiple of {groups}, got --beam {beam}")
+    temperature = getattr(args, "temperature", 1.0)
+    if temperature is not None and not temperature > 0:
+        raise UserError(f"--temperature must be greater than 0 (1: the model's own probabilities), got {temperature:g}")
+
+
+class DiverseBeamSearchByPosition(DiverseBeamSearch):
+    """fairseq's diverse beam search, its groups' overlap looked up by the sentence's position in the batch of the
+    first step (as it stores it) instead of by the sentence's id in the split (the ``original_batch_idxs`` the
+    generator passes), which is past the overlap's end after the first batch and another sentence's within it."""
+
+    @classmethod
+    def of(cls, search: DiverseBeamSearch, tgt_dict) -> "DiverseBeamSearchByPosition":
+        """The same search (groups, strength, discount, candidates), looked up by position."""
+        return cls(tgt_dict, search.num_groups, -search.diversity_strength, search.diversity_discount,
+                   search.candidate_multiple)
+
+    def step(self, step: int, lprobs, scores, prev_output_tokens: Optional[Tensor] = None,
+             original_batch_idxs: Optional[Tensor] = None):
+        if original_batch_idxs is not None:
+            if step == 0:  # the batch's sentences, in the order the overlap is stored in
+                self._first_ids = original_batch_idxs.clone()
+                self._order = torch.argsort(self._first_ids)
+            order = self._order
+            original_batch_idxs = order[torch.searchsorted(self._first_ids[order], original_batch_idxs)]
+        return super().step(step, lprobs, scores, prev_output_tokens, original_batch_idxs)
+
+
+def by_position(generator, tgt_dict):
+    """``generator`` with its diverse beam search, if it has one, looked up by position
+    (:class:`DiverseBeamSearchByPosition`)."""
+    search = getattr(generator, "search", None)
+    if type(search) is DiverseBeamSearch:
+        generator.search = DiverseBeamSearchByPosition.of(search, tgt_dict)
+    return generator

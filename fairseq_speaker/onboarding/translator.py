@@ -105,6 +105,33 @@ def _checked_beam(beam) -> int:
     return beam
 
 
+def _checked_nbest(nbest, beam: int) -> int:
+    """``nbest`` if it is a whole number from 1 to ``beam`` (the beam keeps ``beam`` hypotheses: a larger nbest would
+    give fewer translations than asked, 0 none)."""
+    if isinstance(nbest, bool) or not isinstance(nbest, int) or not 1 <= nbest <= beam:
+        raise OnboardingError(f"nbest must be a whole number from 1 to the beam ({beam}), got {nbest!r}: the beam "
+                              f"keeps {beam} translations of each sentence; raise beam for more")
+    return nbest
+
+
+#: what fairseq's hub interface takes besides the generation options (fairseq-generate's, with underscores)
+HUB_GENERATE_OPTIONS = ("verbose", "skip_invalid_size_inputs", "inference_step_args", "prefix_allowed_tokens_fn")
+
+
+def _checked_options(options: dict, generation) -> dict:
+    """``options`` if each is one of fairseq's generation options (``generation``: the hub's, a ``GenerationConfig``)
+    or of its hub interface: fairseq would set a misspelt one (``beem=3``) aside without a word."""
+    for name in options:
+        if name not in generation and name not in HUB_GENERATE_OPTIONS:
+            raise OnboardingError(f"{name!r} is not an option of fairseq's generation (fairseq-generate's options, "
+                                  f"written with underscores: beam, lenpen, max_len_b, sampling, ...): it would be "
+                                  f"ignored")
+    alignment = options.get("print_alignment")
+    if alignment not in (None, False, "hard", "soft"):  # fairseq's generator would fail on another value
+        raise OnboardingError(f"print_alignment must be 'hard' or 'soft' (or left out), got {alignment!r}")
+    return options
+
+
 def _serialized(method):
     """Run ``method`` holding the translator's lock (see the module's text)."""
     @functools.wraps(method)
@@ -231,6 +258,7 @@ class SpeakerTranslator:
         A single sentence gives a single translation."""
         batch = _not_blank(_as_list(sentences))
         beam = _checked_beam(beam)
+        kwargs = _checked_options(kwargs, self.hub.cfg.generation)
         self.task.set_inference_speakers(self._not_lookalikes(_per_sentence(speakers, len(batch))))
         out = self.hub.translate(batch, beam=beam, **kwargs)
         return out[0] if isinstance(sentences, str) else out
@@ -243,6 +271,8 @@ class SpeakerTranslator:
         the first is what :meth:`translate` gives."""
         batch = _not_blank(_as_list(sentences))
         beam = _checked_beam(beam)
+        nbest = _checked_nbest(nbest, beam)
+        kwargs = _checked_options(kwargs, self.hub.cfg.generation)
         self.task.set_inference_speakers(self._not_lookalikes(_per_sentence(speakers, len(batch))))
         hypotheses = self.hub.generate([self.hub.encode(sentence) for sentence in batch], beam, **kwargs)
         return [[(self.hub.decode(h["tokens"]), float(h["score"])) for h in best[:nbest]] for best in hypotheses]

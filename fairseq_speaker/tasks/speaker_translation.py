@@ -41,6 +41,10 @@ class SplitNotFound(SpeakerDataError):
     """A split the data folder has no binarized files of (other errors of a split's files are other user errors)."""
 
 
+class EmptySplit(SpeakerDataError):
+    """A split whose binarized files hold no sentence (fairseq cannot open an empty file: a traceback otherwise)."""
+
+
 @dataclass
 class SpeakerTranslationConfig(TranslationConfig):
     speaker_suffix: str = field(
@@ -318,6 +322,7 @@ class SpeakerTranslationTask(TranslationTask):
         return read_speaker_file(path, num_sentences, hint=hint)
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
+        self._check_not_empty(split, epoch)
         try:
             super().load_dataset(split, epoch=epoch, combine=combine, **kwargs)
         except FileNotFoundError as e:  # fairseq's "Dataset not found: SPLIT (DATA)", a traceback otherwise
@@ -337,6 +342,22 @@ class SpeakerTranslationTask(TranslationTask):
         self._split_labels[split] = (labels, source)
         speakers = self._encode_split(split, labels, source)
         self.datasets[split] = SpeakerDataset(dataset, speakers, target_prefix=self._target_prefix(speakers))
+
+    def _check_not_empty(self, split: str, epoch: int) -> None:
+        """Refuse a split binarized from empty text: its ``.bin`` files are empty, which fairseq cannot map."""
+        paths = utils.split_paths(self.cfg.data)
+        paths = paths if split == self.cfg.train_subset else paths[:1]  # as fairseq's load_dataset reads them
+        data_path = paths[(epoch - 1) % len(paths)]
+        src, tgt = self.cfg.source_lang, self.cfg.target_lang
+        if src is None or tgt is None:
+            return
+        for pair in (f"{src}-{tgt}", f"{tgt}-{src}"):
+            for lang in (src, tgt):
+                path = os.path.join(data_path, f"{split}.{pair}.{lang}.bin")
+                if os.path.isfile(path) and os.path.getsize(path) == 0:
+                    raise EmptySplit(f"{path} is empty: the {split!r} split of {data_path} holds no sentences; "
+                                     f"binarize it from text that has some (fairseq-preprocess), or name another split "
+                                     f"(--gen-subset, --valid-subset, --train-subset)")
 
     def get_batch_iterator(self, dataset, *args, **kwargs):
         """fairseq's batch iterator, whose batches do not depend on where a run was resumed.
@@ -440,6 +461,7 @@ class SpeakerTranslationTask(TranslationTask):
         return _InferenceSpeakerDataset(dataset, ids, self._pending)
 
     def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
+        _check_inference_input(generator, sample, constraints)
         net_input = sample["net_input"]
         if "speakers" not in net_input:
             net_input["speakers"] = self._speakers_of(net_input["src_tokens"])
@@ -474,27 +496,37 @@ class SpeakerTranslationTask(TranslationTask):
             extra_gen_cls_kwargs = dict(extra_gen_cls_kwargs or {})
             strip = set(extra_gen_cls_kwargs.get("symbols_to_strip_from_output") or ())
             extra_gen_cls_kwargs["symbols_to_strip_from_output"] = strip | set(self.speaker_token_ids().tolist())
+        from fairseq_speaker.sequence_generator import by_position, check_search
+
+        check_search(args)
         models = self._with_speaker_words(models, args, seq_gen_cls)
-        return super().build_generator(
+        generator = super().build_generator(
             models, args, seq_gen_cls=seq_gen_cls, extra_gen_cls_kwargs=extra_gen_cls_kwargs, **kwargs
         )
+        return by_position(generator, self.target_dictionary)
 
     @staticmethod
     def _with_speaker_words(models, args, seq_gen_cls):
         """``models`` as the ensemble that fuses the speakers' words into each step (fairseq_speaker/
-        sequence_generator.py), where the generator is fairseq's beam search; a generator of another kind
-        (``--print-alignment``'s, or one a caller passes) is refused for a model whose words would be left out."""
+        sequence_generator.py), where the generator is fairseq's beam search (sampling from the fused step
+        normalized); a generator of another kind (``--print-alignment``'s, ``--score-reference``'s scorer, one a
+        caller passes) is refused for a model whose words would be left out, and so is an ensemble whose models
+        remember different words."""
         from fairseq.sequence_generator import EnsembleModel, SequenceGenerator
 
-        from fairseq_speaker.modules.speaker_words import speaker_words_of
-        from fairseq_speaker.sequence_generator import SpeakerWordsEnsemble
+        from fairseq_speaker.sequence_generator import SpeakerWordsEnsemble, ensemble_memory
 
         if isinstance(models, EnsembleModel):
             return models
+        words = ensemble_memory(models)
+        if words is not None and getattr(args, "score_reference", False):
+            raise SpeakerDataError(
+                "this model remembers its speakers' words (fairseq-speaker-words), and --score-reference scores the "
+                "references with the network alone: leave out --score-reference, or score with the checkpoint the "
+                "words were written from")
         if seq_gen_cls in (None, SequenceGenerator) and not getattr(args, "print_alignment", False):
-            return SpeakerWordsEnsemble(models)
-        words = speaker_words_of(models[0]) if models else None
-        if words is not None and words.options.weight > 0:
+            return SpeakerWordsEnsemble(models, normalize=bool(getattr(args, "sampling", False)))
+        if words is not None:
             raise SpeakerDataError(
                 "this model remembers its speakers' words (fairseq-speaker-words), which only fairseq's beam search "
                 "adds to its steps: leave out --print-alignment, or decode the checkpoint the words were written from")
@@ -516,6 +548,23 @@ class SpeakerTranslationTask(TranslationTask):
         return self.speaker_dictionary.encode(labels, self.cfg.unknown_speaker, source="--speaker").to(
             src_tokens.device
         )
+
+
+def _check_inference_input(generator, sample, constraints) -> None:
+    """Refuse a search whose input the sentences do not carry: lexical constraints (fairseq-interactive reads them from
+    each input line; fairseq-generate's binarized split has none, and fairseq's search fails on None), references to
+    score (fairseq-interactive's and the hub's sentences have none)."""
+    from fairseq.search import LexicallyConstrainedBeamSearch
+    from fairseq.sequence_scorer import SequenceScorer
+
+    if isinstance(getattr(generator, "search", None), LexicallyConstrainedBeamSearch) and constraints is None:
+        raise SpeakerDataError(
+            "--constraints: these sentences carry no constraints (fairseq-interactive reads them from each input "
+            "line, after a tab; a binarized split has none): leave out --constraints")
+    if isinstance(generator, SequenceScorer) and sample.get("target") is None:
+        raise SpeakerDataError(
+            "--score-reference scores the reference translations of a binarized split (fairseq-generate), and these "
+            "sentences have none: leave out --score-reference")
 
 
 def _dev_name(split: str) -> Optional[str]:
