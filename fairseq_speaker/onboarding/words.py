@@ -38,7 +38,7 @@ from fairseq_speaker.modules.speaker_words import MAX_WEIGHT, WordOptions
 from fairseq_speaker.onboarding import calibrate
 from fairseq_speaker.onboarding.refit import open_with_sentences, training_sentences
 from fairseq_speaker.runtime import add_runtime_arguments, check_threads, configure_output, start_threads
-from fairseq_speaker.tasks.speaker_translation import SplitNotFound
+from fairseq_speaker.tasks.speaker_translation import EmptySplit, SplitNotFound
 
 
 def _non_negative(value: str) -> float:
@@ -77,6 +77,9 @@ def _share(value: str) -> float:
 
 #: the choices of --calibrate
 CALIBRATE = ("auto", "split", "cross-fit", "off")
+#: the defaults of --heldout-subset and --calibration-beam
+HELDOUT_SUBSET = "valid"
+CALIBRATION_BEAM = 5
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -92,22 +95,24 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--save", required=True, help="where to write the checkpoint with its speakers' words (a new file)")
     parser.add_argument("--subset", default="train", help="the split whose target sentences are remembered (the one the "
                         "speakers were trained on)")
-    parser.add_argument("--calibrate", choices=CALIBRATE, default="auto",
+    parser.add_argument("--calibrate", choices=CALIBRATE, default=None,
                         help="where the weight, the window and the kinds' use are chosen: on --heldout-subset where "
                         f"it holds at least {calibrate.MIN_SENTENCES} sentences of the speakers, else on held-out "
                         "sentences of each speaker (auto, the default); on the split only (split); on held-out "
                         "sentences of each speaker, the memory built from the others (cross-fit); or not at all, "
                         f"the defaults then (weight {defaults.weight:g}, window {defaults.window:g}, kinds on) taken "
                         "as they are (off)")
-    parser.add_argument("--heldout-subset", default="valid", metavar="SPLIT",
-                        help="the split of held-out sentences of the same speakers that --calibrate reads")
-    parser.add_argument("--calibrate-by", choices=("decoding", "tokens"), default="decoding",
+    parser.add_argument("--heldout-subset", default=None, metavar="SPLIT",
+                        help=f"the split of held-out sentences of the same speakers that --calibrate auto and split "
+                        f"read (default: {HELDOUT_SUBSET}; a split named here must be there)")
+    parser.add_argument("--calibrate-by", choices=("decoding", "tokens"), default=None,
                         help="what chooses: the reference's words that the beam's translations of the held-out "
                         f"sentences get (at most {calibrate.MAX_DECODED} sentences, each setting the held-out tokens "
                         "do not reject; default), or the held-out tokens alone, teacher-forced (faster; blind to a "
                         "word's bias choosing the article before it)")
-    parser.add_argument("--calibration-beam", type=int, default=5, metavar="N",
-                        help="the beam of --calibrate-by decoding (the beam you decode with)")
+    parser.add_argument("--calibration-beam", type=int, default=None, metavar="N",
+                        help=f"the beam of --calibrate-by decoding (the beam you decode with; default "
+                        f"{CALIBRATION_BEAM})")
     parser.add_argument("--weight", type=_bounded(MAX_WEIGHT), default=None,
                         help="nats per unit of log ratio of a speaker's rate of a word to everyone's (0: no effect); "
                         "given, it is not chosen on held-out sentences")
@@ -189,6 +194,12 @@ def _heldout(args, checkpoint, sentences):
         try:
             split = training_sentences(checkpoint.task, args.heldout_subset)
         except (FileNotFoundError, SplitNotFound):  # no such split; a split whose files are wrong says so
+            if args.heldout_named:
+                raise UserError(f"{args.data}: no binarized {args.heldout_subset!r} split; --heldout-subset names a "
+                                f"split of held-out sentences of the same speakers (leave it out to read "
+                                f"{HELDOUT_SUBSET!r} where it is there, or pass --calibrate cross-fit)") from None
+            split = {}
+        except EmptySplit:  # binarized from empty text: no sentences
             split = {}
         split = {name: pairs for name, pairs in split.items() if name in sentences}
         count = sum(map(len, split.values()))
@@ -262,6 +273,43 @@ def _decoded(args, checkpoint, result, pairs, memories, unit: WordOptions):
         speaker_words.attach(model, None)
 
 
+def _check_calibration(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse the calibration's options that would have no effect, then fill in their defaults: each is read only
+    where the settings are chosen (not with --calibrate off, nor where --weight 0, or --weight, --window and
+    --kinds/--no-kinds all, fix them), --heldout-subset only by --calibrate auto and split, --calibration-beam only by
+    --calibrate-by decoding. A --heldout-subset given must be there (``args.heldout_named``)."""
+    fixed = args.weight == 0 or (args.weight is not None and args.window is not None and args.kinds is not None)
+    given = [f"{option} {value}" for option, value in (("--calibrate", args.calibrate),
+                                                       ("--heldout-subset", args.heldout_subset),
+                                                       ("--calibrate-by", args.calibrate_by),
+                                                       ("--calibration-beam", args.calibration_beam))
+             if value is not None and not (option == "--calibrate" and value == "off")]
+    if given and args.calibrate == "off":
+        parser.error(f"{' '.join(given)}: --calibrate off chooses no settings on held-out sentences: drop "
+                     f"{'it' if len(given) == 1 else 'them'}, or drop --calibrate off")
+    if given and fixed:
+        why = "--weight 0 writes a memory that does not act" if args.weight == 0 else \
+            "--weight, --window and --kinds/--no-kinds fix every setting"
+        parser.error(f"{' '.join(given)}: {why}, so nothing is chosen on held-out sentences: drop "
+                     f"{'it' if len(given) == 1 else 'them'}")
+    if args.calibration_beam is not None and args.calibrate_by == "tokens":
+        parser.error(f"--calibration-beam {args.calibration_beam} is the beam of --calibrate-by decoding, and "
+                     f"--calibrate-by tokens decodes nothing: drop one of them")
+    if args.calibration_beam is not None and args.calibration_beam < 1:
+        parser.error(f"--calibration-beam must be at least 1, got {args.calibration_beam}")
+    if args.heldout_subset is not None and args.calibrate == "cross-fit":
+        parser.error(f"--heldout-subset {args.heldout_subset} names a split for --calibrate auto or split, and "
+                     f"--calibrate cross-fit holds out sentences of the remembered split itself: drop one of them")
+    args.heldout_named = args.heldout_subset is not None
+    args.calibrate = args.calibrate or "auto"
+    args.heldout_subset = args.heldout_subset or HELDOUT_SUBSET
+    args.calibrate_by = args.calibrate_by or "decoding"
+    args.calibration_beam = args.calibration_beam or CALIBRATION_BEAM
+    if args.heldout_subset == args.subset and (args.calibrate == "split" or args.heldout_named):
+        parser.error(f"--heldout-subset {args.heldout_subset} is the split remembered (--subset): held-out sentences "
+                     f"must be others")
+
+
 @command("fairseq-speaker-words")
 def main(argv: Optional[Sequence[str]] = None) -> None:
     parser = build_parser()
@@ -275,11 +323,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     check_threads(parser, args)
     if os.path.abspath(args.save) == os.path.abspath(args.path):
         parser.error("--save must not be the checkpoint given by --path: write the new model to a new file")
-    if args.calibration_beam < 1:
-        parser.error(f"--calibration-beam must be at least 1, got {args.calibration_beam}")
-    if args.calibrate == "split" and args.heldout_subset == args.subset:
-        parser.error(f"--heldout-subset {args.heldout_subset} is the split remembered (--subset): held-out sentences "
-                     f"must be others")
+    _check_calibration(parser, args)
     start_threads(args.threads)
     start = time.perf_counter()
     checkpoint, sentences = open_with_sentences(args)
