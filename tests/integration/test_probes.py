@@ -178,6 +178,13 @@ COMMAND_PROBES = {
          "--structure base takes no --speakers --styles: a structure's sizes, model and seed are its own"),
         (["--list-structures", "--out", "{tmp}/c"], 2, "--list-structures writes nothing: drop --out"),
         (["--list-structures", "--structure", "base"], 2, "give --list-structures or --structure NAME, not both"),
+        # one spelling per drawn structure (drawn-007-1 was drawn-7-1 under another name; '²' an int() error)
+        (["--out", "{tmp}/c", "--structure", "drawn-007-1"], 2, "--structure: no structure 'drawn-007-1'"),
+        (["--out", "{tmp}/c", "--structure", "drawn-\u00b2-1"], 2, "--structure: no structure 'drawn-\u00b2-1'"),
+        (["--out", "{tmp}/c", "--structure", "drawn-3-101"], 2, "no structure 'drawn-3-101'"),
+        (["--out", "{afile}/c", "--structure", "base"], 2,
+         "--out {afile}/c: {afile} is a file, so no folder can be made under it: give a folder for the corpus"),
+        (["--out", "{afile}/c", "--train", "48"], 2, "--out {afile}/c: {afile} is a file, so no folder can be made"),
     ],
     "fairseq-speaker-params": [
         (["--tgt-vocab", "40000", "--speakers", "-5"], 2, "--speakers must not be negative, got -5"),
@@ -268,8 +275,36 @@ COMMAND_PROBES = {
         (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--calibrate", "split", "--heldout-subset", "train"],
          2, "--heldout-subset train is the split remembered (--subset): held-out sentences must be others"),
         (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--calibrate", "split", "--heldout-subset", "nowhere"],
-         2, "the 'nowhere' split holds 0 sentences of the speakers of 'train', and --calibrate split needs at least "
-         "100: name another with --heldout-subset, or pass --calibrate cross-fit"),
+         2, "{data}: no binarized 'nowhere' split; --heldout-subset names a split of held-out sentences of the same "
+         "speakers (leave it out to read 'valid' where it is there, or pass --calibrate cross-fit)"),
+        # a split named that is not there (a typo) was replaced by cross-fitting without a word
+        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--heldout-subset", "valdi"], 2,
+         "{data}: no binarized 'valdi' split; --heldout-subset names a split"),
+        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--heldout-subset", "train"], 2,
+         "--heldout-subset train is the split remembered (--subset): held-out sentences must be others"),
+        # the calibration's options where nothing is calibrated, or where another option makes them idle
+        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--calibrate", "off", "--calibrate-by", "tokens"], 2,
+         "--calibrate-by tokens: --calibrate off chooses no settings on held-out sentences: drop it, or drop "
+         "--calibrate off"),
+        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--calibrate", "off", "--heldout-subset", "valid",
+          "--calibration-beam", "2"], 2, "--heldout-subset valid --calibration-beam 2: --calibrate off chooses no "
+                                        "settings on held-out sentences: drop them"),
+        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--calibrate-by", "tokens", "--calibration-beam", "3"],
+         2, "--calibration-beam 3 is the beam of --calibrate-by decoding, and --calibrate-by tokens decodes nothing"),
+        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--calibrate", "cross-fit", "--heldout-subset", "test"],
+         2, "--heldout-subset test names a split for --calibrate auto or split, and --calibrate cross-fit holds out "
+         "sentences of the remembered split itself"),
+        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--weight", "2", "--window", "1", "--kinds",
+          "--calibrate", "split"], 2, "--calibrate split: --weight, --window and --kinds/--no-kinds fix every setting, "
+                                      "so nothing is chosen on held-out sentences: drop it"),
+        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--weight", "0", "--calibrate", "cross-fit"], 2,
+         "--calibrate cross-fit: --weight 0 writes a memory that does not act"),
+        # odd data: an empty held-out split (a traceback of fairseq's), every speaker with one sentence (behaved)
+        (["{emptyvalid}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--calibrate", "split"], 2,
+         "{emptyvalid}: the 'valid' split holds 0 sentences of the speakers of 'train', and --calibrate split needs"),
+        (["{onesentence}", "--path", "{ckpt}", "--save", "{tmp}/o.pt"], 2,
+         "{onesentence}: no speaker of the 'train' split has two sentences, so none can be held out to choose the "
+         "memory's settings"),
         (["{data}", "--path", "{badweight}", "--save", "{tmp}/o.pt"], 2,
          "have bad options (speaker words: weight must be at most 100, got 1e+30)"),
         (["{data}", "--path", "{badbuilt}", "--save", "{tmp}/o.pt"], 2,
@@ -522,6 +557,28 @@ COMMAND_PROBES = {
         (["{data}", "--path", "{withwords}", *GENERATE, "--print-alignment"], 2,
          "this model remembers its speakers' words (fairseq-speaker-words), which only fairseq's beam search adds to "
          "its steps: leave out --print-alignment"),
+        # the search options of decoding (with the speakers' words: SEARCHES below for those that work)
+        (["{data}", "--path", "{withwords}", *GENERATE, "--score-reference"], 2,
+         "this model remembers its speakers' words (fairseq-speaker-words), and --score-reference scores the "
+         "references with the network alone: leave out --score-reference"),
+        (["{data}", "--path", "{ckpt}:{withwords}", *GENERATE], 2,
+         "--path: the 2nd model of the ensemble remembers its speakers' words and the 1st does not"),
+        (["{data}", "--path", "{withwords}:{ckpt}", *GENERATE], 2,
+         "--path: the 1st model of the ensemble remembers its speakers' words and the 2nd does not"),
+        (["{data}", "--path", "{ckpt}", *GENERATE, "--constraints"], 2,
+         "--constraints: these sentences carry no constraints (fairseq-interactive reads them from each input line"),
+        (["{data}", "--path", "{withwords}", *GENERATE, "--sampling"], 2,
+         "--sampling requires --nbest to be equal to --beam: give --nbest N with --beam N"),
+        (["{data}", "--path", "{ckpt}", *GENERATE, "--sampling-topk", "5"], 2,
+         "--sampling-topk 5 chooses among the words a sampling search draws from: give --sampling too"),
+        (["{data}", "--path", "{ckpt}", *GENERATE, "--sampling", "--nbest", "2", "--match-source-len"], 2,
+         "--sampling and --match-source-len each choose fairseq's search, which is one: give one of them"),
+        (["{data}", "--path", "{withwords}", *GENERATE, "--diverse-beam-groups", "3"], 2,
+         "--diverse-beam-groups 3 splits the beam into groups of one size: give a --beam that is a multiple of 3, "
+         "got --beam 2"),
+        (["{data}", "--path", "{ckpt}", *GENERATE, "--temperature", "0"], 2, "--temperature must be greater than 0"),
+        (["{emptyvalid}", "--path", "{ckpt}", *GENERATE[:-1], "valid"], 2,
+         "{emptyvalid}/valid.en-fr.en.bin is empty: the 'valid' split of {emptyvalid} holds no sentences"),
         (["{data}", "--path", "{badaddto}", *GENERATE], 2,
          "its speakers' words (decoder.speaker_words._extra_state) have bad options (speaker words: add_to must be "
          "one of log_probs, logits"),
@@ -796,6 +853,39 @@ class Places:
         os.remove(os.path.join(dest, "train.spk"))
         return dest
 
+    def _binarized(self, name: str, split: str, keep: Callable[[List[str]], List[int]]) -> str:
+        """A copy of the toy data whose ``split`` holds only the sentences ``keep(labels)`` names (their indices; none:
+        an empty split, as fairseq-preprocess binarizes empty text), its speaker file with them."""
+        from fairseq.data import indexed_dataset
+
+        dest = self._data_copy(name)
+        speaker_file = os.path.join(dest, f"{split}.spk")
+        labels = open(speaker_file, encoding="utf-8").read().splitlines()
+        kept = keep(labels)
+        for lang in ("en", "fr"):
+            prefix = os.path.join(dest, f"{split}.en-fr.{lang}")
+            data = indexed_dataset.MMapIndexedDataset(prefix)
+            items = [data[i].clone() for i in kept]
+            del data
+            builder = indexed_dataset.make_builder(prefix + ".new.bin", impl="mmap")
+            for item in items:
+                builder.add_item(item)
+            builder.finalize(prefix + ".new.idx")
+            for ext in ("bin", "idx"):
+                os.replace(f"{prefix}.new.{ext}", f"{prefix}.{ext}")
+        with open(speaker_file, "w", encoding="utf-8") as f:
+            f.writelines(labels[i] + "\n" for i in kept)
+        return dest
+
+    def make_emptyvalid(self):
+        """The toy data with a valid split of no sentences."""
+        return self._binarized("emptyvalid", "valid", lambda labels: [])
+
+    def make_onesentence(self):
+        """The toy data whose training split holds one sentence of each speaker."""
+        return self._binarized("onesentence", "train", lambda labels: sorted(labels.index(label)
+                                                                             for label in set(labels)))
+
     # data folders with a preprocessing.json fairseq-train refuses, checkpoints whose record cannot be rebuilt
     def _prep_data(self, name: str, content: str) -> str:
         dest = self._data_copy(name)
@@ -861,6 +951,11 @@ class Places:
     def make_withwords(self):
         """The shared model with its speakers' words as fairseq-speaker-words writes them (weight 6)."""
         return self._words("withwords.pt", lambda record: None)
+
+    def make_zerowords(self):
+        """The shared model with its speakers' words at weight 0 (as fairseq-speaker-words writes a memory that beats
+        nothing): decoding is the network's."""
+        return self._words("zerowords.pt", lambda record: record["options"].update(weight=0.0))
 
     def make_badweight(self):
         """A record of the speakers' words whose weight would turn every output into one repeated word."""
@@ -986,6 +1081,95 @@ def test_a_full_disk_during_a_save_ends_in_one_message(places, capsys, monkeypat
     assert os.listdir(places.tmp) == ["o.pt"]  # no temporary file left
 
 
+# -- decoding with the speakers' words under fairseq's search options ------------------------------------------------
+
+#: fairseq-generate's search options beyond GENERATE's beam of 2: a memory of weight 0 decodes as the network alone
+#: under each, and one that acts decodes under each but the two that would leave it out (rows of COMMAND_PROBES)
+SEARCHES = {
+    "nbest": ["--nbest", "2"],
+    "greedy": ["--beam", "1"],
+    "sampling": ["--sampling", "--nbest", "2", "--seed", "3"],
+    "top-k sampling": ["--sampling", "--nbest", "2", "--sampling-topk", "3", "--seed", "3"],
+    "nucleus sampling": ["--sampling", "--nbest", "2", "--sampling-topp", "0.6", "--seed", "3"],
+    "prefix": ["--prefix-size", "1"],
+    "diverse beam": ["--diverse-beam-groups", "2"],
+    "diverse siblings": ["--diversity-rate", "0.5"],
+    "source length": ["--match-source-len"],
+    "temperature": ["--temperature", "0.5"],
+    "alignment": ["--print-alignment"],
+    "reference scores": ["--score-reference"],
+}
+#: the searches refused for a memory that acts (it would be left out)
+LEAVE_THE_MEMORY_OUT = ("alignment", "reference scores")
+
+
+def _generated(places, capsys, model: str, *options: str) -> List[str]:
+    """fairseq-generate's hypotheses of the toy test split, with their scores (and alignments), in sentence order."""
+    capsys.readouterr()
+    fairseq_generate([places["data"], "--path", model, *GENERATE, *options])
+    return sorted(line for line in capsys.readouterr().out.splitlines() if line[:2] in ("H-", "P-", "A-"))
+
+
+@pytest.mark.parametrize("search", SEARCHES)
+def test_a_memory_of_weight_0_decodes_as_the_network_under_every_search(places, capsys, search):
+    network = _generated(places, capsys, places["ckpt"], *SEARCHES[search])
+    assert sum(line.startswith("H-") for line in network) >= 37, network[:3]
+    assert _generated(places, capsys, places["zerowords"], *SEARCHES[search]) == network
+    if search not in LEAVE_THE_MEMORY_OUT:
+        remembered = _generated(places, capsys, places["withwords"], *SEARCHES[search])
+        assert sum(line.startswith("H-") for line in remembered) == sum(line.startswith("H-") for line in network)
+
+
+def test_diverse_beam_search_gives_a_sentence_the_same_hypotheses_in_any_batch(places, capsys):
+    """fairseq's diverse beam search looked a sentence's groups' overlap up by its id in the split, where it keeps it by
+    position in the batch: an IndexError past the first batch, another sentence's overlap within it."""
+    def texts(batch_size):
+        lines = _generated(places, capsys, places["withwords"], "--diverse-beam-groups", "2", "--nbest", "2",
+                           "--batch-size", batch_size)
+        return [(line.split("\t")[0], line.split("\t")[2]) for line in lines if line.startswith("H-")]
+
+    alone = texts("1")
+    assert len(alone) == 2 * 37
+    assert texts("37") == alone
+
+
+def test_sampling_draws_from_the_fused_step_normalized(places, monkeypatch):
+    """fairseq's nucleus (--sampling-topp) sums a step's probabilities, which the memory's bias no longer keeps at 1; a
+    beam sums the fused scores as they are (shallow fusion)."""
+    from fairseq_speaker.sequence_generator import SpeakerWordsEnsemble
+    from fairseq_speaker.serving import SpeakerTranslator
+
+    sums: List[torch.Tensor] = []
+    forward = SpeakerWordsEnsemble.forward_decoder
+
+    def spy(self, *args, **kwargs):
+        log_probs, attn = forward(self, *args, **kwargs)
+        sums.append(torch.logsumexp(log_probs.float(), dim=-1))
+        return log_probs, attn
+
+    monkeypatch.setattr(SpeakerWordsEnsemble, "forward_decoder", spy)
+    translator = SpeakerTranslator.from_pretrained(places["withwords"], data=places["data"], max_len_b=4)
+    translator.translate(places.sources, "spk000", beam=2, sampling=True, sampling_topp=0.6)
+    sampled = torch.cat(sums)
+    sums.clear()
+    translator.translate(places.sources, "spk000", beam=2)
+    searched = torch.cat(sums)
+    assert torch.allclose(sampled, torch.zeros_like(sampled), atol=1e-5), sampled
+    assert not torch.allclose(searched, torch.zeros_like(searched), atol=1e-3)  # the memory acts on the beam's steps
+
+
+def test_a_corpus_written_where_another_was_leaves_none_of_its_held_out_speakers(tmp_path, capsys):
+    """The held-out split of the earlier corpus was left beside the new one's (onboarding-eval would read another
+    corpus's speakers)."""
+    toy_corpus, out = MAINS["fairseq-speaker-toy-corpus"], str(tmp_path / "raw")
+    sizes = ["--train", "48", "--valid", "24", "--test", "24"]
+    toy_corpus(["--out", out, *sizes, "--heldout", "--heldout-speakers", "2", "--heldout-sentences", "3"])
+    assert os.path.exists(os.path.join(out, "heldout.spk"))
+    toy_corpus(["--out", out, *sizes, "--speakers", "6"])
+    assert [name for name in os.listdir(out) if name.startswith("heldout.")] == []
+    assert open(os.path.join(out, "train.spk")).read().count("\n") == 48
+
+
 def test_params_counts_speakers_by_arithmetic(capsys):
     """A hundred million speakers are counted, not listed (the table is never built)."""
     parameter_accounting.main(["--tgt-vocab", "40000", "--speakers", "100000000"])
@@ -1028,6 +1212,12 @@ def test_fairseq_train_refuses_a_bad_speaker_lr_scale(toy, tmp_path, value):
     ("spk000\ti am tired .\n", ["--speaker-per-line", "--source-lang", "en", "--target-lang", "fr", "--tokenizer",
                                   "moses_lowercase", "--truecase-model", "no/such/truecase.fr"],
      "truecase_model no/such/truecase.fr is only used with recase: give recase true (--recase)"),
+    # fairseq's own checks of its options, which ended in a traceback
+    ("i am tired .\n", ["--speaker", "spk000", "--score-reference"],
+     "--score-reference scores the reference translations of a binarized split (fairseq-generate), and these sentences "
+     "have none: leave out --score-reference"),
+    ("i am tired .\n", ["--speaker", "spk000", "--batch-size", "4", "--buffer-size", "2"],
+     "--batch-size cannot be larger than --buffer-size: give a --buffer-size of at least --batch-size"),
 ])
 def test_fairseq_interactive_refuses_bad_speakers(toy, trained, stdin, extra, message):
     """Both read the tab-separated fields of a line: fairseq would translate the speaker's label. (And the
@@ -1132,6 +1322,25 @@ API_PROBES = [
     ("save to a folder", lambda t, p: t.save(p.tmp), "{tmp} is a directory: give the path of a file to write"),
     ("save missing folder", lambda t, p: t.save(p.path("no/m.pt")),
      "cannot write {tmp}/no/m.pt: the folder {tmp}/no does not exist"),
+    # generation options: a misspelt one (or one that is not fairseq's generation's) was ignored without a word
+    ("translate beem=3", lambda t, p: t.translate("i am tired .", "spk000", beem=3),
+     "'beem' is not an option of fairseq's generation"),
+    ("translate seed=1", lambda t, p: t.translate("i am tired .", "spk000", sampling=True, seed=1),
+     "'seed' is not an option of fairseq's generation"),
+    ("translate_nbest nbest=0", lambda t, p: t.translate_nbest(["i am tired ."], "spk000", beam=2, nbest=0),
+     "nbest must be a whole number from 1 to the beam (2), got 0"),
+    ("translate_nbest nbest above the beam",
+     lambda t, p: t.translate_nbest(["i am tired ."], "spk000", beam=2, nbest=3),
+     "nbest must be a whole number from 1 to the beam (2), got 3"),
+    ("translate print_alignment=True", lambda t, p: t.translate("i am tired .", "spk000", print_alignment=True),
+     "print_alignment must be 'hard' or 'soft' (or left out), got True"),
+    ("translate score_reference", lambda t, p: t.translate("i am tired .", "spk000", score_reference=True),
+     "--score-reference scores the reference translations of a binarized split (fairseq-generate), and these "
+     "sentences have none"),
+    ("translate constraints", lambda t, p: t.translate("i am tired .", "spk000", constraints="ordered"),
+     "--constraints: these sentences carry no constraints"),
+    ("translate diverse groups", lambda t, p: t.translate("i am tired .", "spk000", beam=3, diverse_beam_groups=2),
+     "--diverse-beam-groups 2 splits the beam into groups of one size"),
 ]
 
 
