@@ -248,6 +248,9 @@ class SpeakerStore:
             self.wal = mode == "wal"
             self._db.execute("PRAGMA synchronous=FULL")  # in WAL mode NORMAL may lose the last commits on power loss
             with self._transaction(write=create) as db:
+                tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+                if tables and not {"meta", "speakers"} <= tables:  # another application's database: left alone
+                    raise _NotAStore(f"it holds other tables ({', '.join(sorted(tables))})")
                 if create:  # statement by statement: executescript would commit the transaction first
                     for statement in filter(str.strip, _SCHEMA.split(";")):
                         db.execute(statement)
@@ -261,8 +264,8 @@ class SpeakerStore:
             self._db.close()
             if _is_sqlite(path) and not isinstance(e, _NotAStore):
                 raise StoreDamaged(path, f"the file is damaged ({e})", skippable=False) from None
-            raise StoreError(f"{where}: not a speaker store ({e}): give a new file name, or the store of "
-                             f"this model") from None
+            advice = "give a new file name, or the store of this model" if create else "give a speaker store's file"
+            raise StoreError(f"{where}: not a speaker store ({e}): {advice}") from None
         self._check_schema(schema)
 
     def _check_schema(self, schema: str) -> None:

@@ -11,12 +11,13 @@ several machines", has the steps.
 """
 
 import argparse
+import os
 import sqlite3
 from typing import Optional, Sequence
 
 from fairseq_speaker.command_registry import program_name
 from fairseq_speaker.errors import UserError, command
-from fairseq_speaker.service.store import STORE_FORMS, copy_speakers, hide_password, store_location
+from fairseq_speaker.service.store import STORE_FORMS, StoreLocation, copy_speakers, hide_password, store_location
 from fairseq_speaker.service.stores import open_store
 
 PROG = program_name(__name__)
@@ -42,11 +43,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def same_store(one: StoreLocation, other: StoreLocation) -> bool:
+    """Whether two locations name one store: the same file (by its path, or the file itself where both exist), or
+    the same PostgreSQL URL."""
+    if one.kind != other.kind:
+        return False
+    if one.kind == "postgresql":
+        return one.target == other.target
+    if one.target == ":memory:" or other.target == ":memory:":
+        return False
+    if os.path.exists(one.target) and os.path.exists(other.target):
+        return os.path.samefile(one.target, other.target)
+    return os.path.realpath(one.target) == os.path.realpath(other.target)
+
+
 @command(PROG)
 def main(argv: Optional[Sequence[str]] = None) -> None:
     args = build_parser().parse_args(argv)
-    store_location(args.source, "--from")  # both checked before either is opened
-    store_location(args.target, "--to")
+    source_at = store_location(args.source, "--from")  # both checked before either is opened
+    target_at = store_location(args.target, "--to")
+    if same_store(source_at, target_at):
+        raise UserError(f"--from {source_at.shown} and --to {target_at.shown} are the same store: give another --to")
     source = open_store(args.source, create=False, option="--from")
     target = None
     try:

@@ -696,3 +696,37 @@ def test_a_copy_that_cannot_be_done_ends_in_one_line_and_changes_nothing(args, m
     assert line.startswith("fairseq-speaker-store: error: ") and message.format(**values) in line, line
     assert PASSWORD not in line
     assert {key: _state(values[key]) for key in before} == before
+
+
+def _tables(path):
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        return sorted(name for (name,) in db.execute("SELECT name FROM sqlite_master"))
+
+
+def test_another_applications_database_and_the_same_store_are_refused_and_left_as_they_were(tmp_path, capsys):
+    """A file of another application's tables is no speaker store, to copy into (it was given the store's tables
+    beside its own), to serve from, or to read; a copy of a store into itself (by another spelling of its path) was
+    reported as 0 copied."""
+    store = str(tmp_path / "speakers.db")
+    with contextlib.closing(SpeakerStore(store)) as opened:
+        opened.bind(_fingerprint("fact"), "fact.pt")
+        opened.put("dr-lee", b"rows of dr-lee", [("i .", "je .")])
+    foreign = str(tmp_path / "notes.db")
+    with contextlib.closing(sqlite3.connect(foreign)) as db:
+        db.execute("CREATE TABLE notes (text TEXT)")
+        db.commit()
+    line = refused(store_cli.main, ["copy", "--from", store, "--to", foreign], capsys)
+    assert line == (f"fairseq-speaker-store: error: --to {foreign}: not a speaker store (it holds other tables "
+                    f"(notes)): give a new file name, or the store of this model"), line
+    line = refused(store_cli.main, ["copy", "--from", foreign, "--to", str(tmp_path / "new.db")], capsys)
+    assert line.endswith(f"--from {foreign}: not a speaker store (it holds other tables (notes)): give a speaker "
+                         f"store's file"), line
+    with pytest.raises(StoreError, match=r"--store .*notes.db: not a speaker store \(it holds other tables"):
+        open_store(foreign)
+    assert _tables(foreign) == ["notes"]
+    assert not os.path.exists(tmp_path / "new.db")
+    again = os.path.join(str(tmp_path), ".", "speakers.db")
+    line = refused(store_cli.main, ["copy", "--from", store, "--to", again], capsys)
+    assert line.endswith(f"--from {store} and --to {again} are the same store: give another --to"), line
+    with contextlib.closing(SpeakerStore(store, create=False)) as opened:
+        assert opened.get("dr-lee").sentences == 1
