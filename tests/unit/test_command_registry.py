@@ -15,7 +15,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 #: commands whose module does not yet decorate its ``main`` (their folders are being reworked): they still install
 #: the exception hook when they start, as the package is imported by their program (fairseq_speaker/__init__.py)
-NOT_YET_DECORATED = {"fairseq-speaker-toy-corpus"}
+NOT_YET_DECORATED: set = set()
 
 
 def scripts():
