@@ -73,7 +73,7 @@ def test_the_transformers_factored_bias_learns_the_speakers_at_a_transformers_le
     0.1), `transformer_fact_bias` at the demo's sizes with lr 1e-3, 500 warm-up updates (inverse square root) and
     40 epochs, seed 1 (docs/speaker_learning.md, "The shared vectors at their rows' rate"). Measured: before the
     shared vectors followed their rows' rate 91.2% of the speaker words, 61.8% of the style words, BLEU 92.99;
-    with it 93.2%, 70.4%, 94.34. About 15 minutes on one thread."""
+    with it 93.2%, 70.4%, 94.34. About 6 minutes on one thread."""
     workdir = str(tmp_path / "many")
     sizes = {"train": 12000, "valid": 800, "test": 800}
     data = demo.prepare(workdir, sizes, 400, 1, topics=0, styles=6, deviation=0.1)
