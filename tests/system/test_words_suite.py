@@ -1,6 +1,6 @@
 """Slow tier: the recommended path (a trained network, then fairseq-speaker-words with its defaults) is never below the
-network alone (speaker words, gender, BLEU; another trait within a point) on structures of the corpus suite's judging half, which no setting of the memory was chosen on
-(docs/speaker_learning.md, "The corpus suite")."""
+network alone (speaker words, gender, BLEU; another trait within a point) on structures of the corpus suite's judging
+half, which no setting of the memory was chosen on (docs/speaker_learning.md, "The corpus suite")."""
 
 import json
 import os
@@ -19,7 +19,8 @@ STRUCTURES = ("judge-2", "judge-5")
 def test_the_speakers_words_never_leave_the_network_worse_on_the_judging_structures(tmp_path):
     workdir = str(tmp_path / "suite")
     subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "suite.py"), "--workdir", workdir,
-                    "--structures", *STRUCTURES, "--systems", "lstm_fact_bias", "--words", "--threads", "2"], check=True)
+                    "--structures", *STRUCTURES, "--systems", "lstm_fact_bias", "--words", "--threads", "2"],
+                   check=True)
     with open(os.path.join(workdir, "results.json")) as f:
         results = json.load(f)
     assert set(results) == set(STRUCTURES)
