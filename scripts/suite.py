@@ -26,7 +26,6 @@ from typing import Dict, List, Optional
 import sacrebleu
 
 from fairseq_speaker.analysis.speaker_words import read_traits, trait_accuracy
-from fairseq_speaker.commands import run_fairseq
 from fairseq_speaker.data import read_lines
 from fairseq_speaker.models import FAMILY_REGISTRY
 from fairseq_speaker.toy import demo
@@ -43,14 +42,7 @@ def prepare(workdir: str, structure: str, threads: int) -> str:
         return data
     subprocess.run([sys.executable, "-m", "fairseq_speaker.toy.corpus", "--structure", structure, "--out", raw],
                    check=True, stdout=subprocess.DEVNULL)
-    run_fairseq("preprocess", ["--source-lang", "en", "--target-lang", "fr", "--trainpref", f"{raw}/train",
-                               "--validpref", f"{raw}/valid", "--testpref", f"{raw}/test", "--destdir", data,
-                               "--workers", str(threads)], os.path.join(workdir, "preprocess.log"), threads)
-    for split in ("train", "valid", "test"):
-        with open(os.path.join(raw, f"{split}.spk"), encoding="utf-8") as f, \
-                open(os.path.join(data, f"{split}.spk"), "w", encoding="utf-8") as out:
-            out.write(f.read())
-    return data
+    return demo.binarize(workdir, raw, threads)
 
 
 def words(data: str, checkpoint: str, threads: int, extra: List[str]) -> str:

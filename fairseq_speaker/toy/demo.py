@@ -68,8 +68,20 @@ def family_args(name: str) -> List[str]:
 
 def prepare(workdir: str, sizes: Dict[str, int], speakers: int, threads: int, topics: int, styles: int = 0,
             deviation: float = DEFAULT_DEVIATION) -> str:
-    raw, data = os.path.join(workdir, "raw"), os.path.join(workdir, "bin")
+    raw = os.path.join(workdir, "raw")
     write_corpus(raw, sizes, num_speakers=speakers, styles=styles, deviation=deviation)
+    data = binarize(workdir, raw, threads)
+    if topics:  # only when a system of the run has the topic variant
+        from fairseq_speaker.topic_model import main as fit_topics
+
+        fit_topics([data, "--topics", str(topics), "--out", os.path.join(data, "topics.npz"), "--top-words", "0"])
+    return data
+
+
+def binarize(workdir: str, raw: str, threads: int) -> str:
+    """The corpus in ``raw`` (train, valid and test, en-fr) binarized in ``workdir/bin`` (made anew), with its speaker
+    files beside; that folder."""
+    data = os.path.join(workdir, "bin")
     if os.path.isdir(data):
         shutil.rmtree(data)
     fairseq("preprocess", [
@@ -77,12 +89,8 @@ def prepare(workdir: str, sizes: Dict[str, int], speakers: int, threads: int, to
         "--trainpref", f"{raw}/train", "--validpref", f"{raw}/valid", "--testpref", f"{raw}/test",
         "--destdir", data, "--workers", str(threads),
     ], os.path.join(workdir, "preprocess.log"), threads)
-    for split in sizes:
+    for split in ("train", "valid", "test"):
         shutil.copy(os.path.join(raw, f"{split}.spk"), data)
-    if topics:  # only when a system of the run has the topic variant
-        from fairseq_speaker.topic_model import main as fit_topics
-
-        fit_topics([data, "--topics", str(topics), "--out", os.path.join(data, "topics.npz"), "--top-words", "0"])
     return data
 
 
