@@ -27,7 +27,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 from fairseq.search import DiverseBeamSearch
-from fairseq.sequence_generator import EnsembleModel
+from fairseq.sequence_generator import EnsembleModel, SequenceGenerator
 from torch import Tensor
 
 from fairseq_speaker.errors import UserError
@@ -173,3 +173,65 @@ def by_position(generator, tgt_dict):
     if type(search) is DiverseBeamSearch:
         generator.search = DiverseBeamSearchByPosition.of(search, tgt_dict)
     return generator
+
+
+class UnbeatenStopGenerator(SequenceGenerator):
+    """fairseq's beam search, a sentence ended only when no live hypothesis can still beat its ended ones
+    (``--beam-stop unbeaten``).
+
+    fairseq ends a sentence's search as soon as ``beam`` hypotheses have ended (``SequenceGenerator.is_finished``)
+    and returns the best of those. Where one continuation is right and every other unlikely, the unlikely ones that
+    end at once fill those places while the right one, scored better, is still being written: the search returns a
+    sentence cut short. Here the ended hypotheses are the best ``beam`` ended so far (a better one that ends later
+    takes the worst one's place), and a sentence ends once it has ``beam`` of them and the best live hypothesis,
+    scored by its score so far normalized by the shortest length it can end at (the rule of Hugging Face's
+    ``early_stopping=False``), is no better than the worst of them; or at the maximum length, as
+    fairseq's does. With ``--unnormalized`` or a length penalty of 0 a live hypothesis can only lose score, and the
+    rule is exact: no hypothesis that could still beat an ended one is dropped; with a length penalty above 0 a
+    longer hypothesis gains from its length and the rule is the same heuristic as Hugging Face's.
+
+    A sentence is checked when one of its hypotheses ends (where fairseq checks it): one whose live hypotheses
+    never end again runs to the maximum length, which costs time and not correctness. Every other part of the
+    search (candidates, scores, constraints, the ensemble's step) is fairseq's.
+    """
+
+    def finalize_hypos(self, step: int, bbsz_idx, eos_scores, tokens, scores, finalized, finished, beam_size: int,
+                       attn, src_lengths, max_len: int):
+        #: the sentence (index in the whole batch) of each position of the reduced batch (fairseq's ``cum_unfin``)
+        self._sentences = [sent for sent, done in enumerate(finished) if not done]
+        ending = torch.div(bbsz_idx, beam_size, rounding_mode="trunc").tolist()
+        # fairseq keeps the first `beam` hypotheses that end and no more: the worst kept are set aside to make room
+        # for this step's, and the best `beam` of all are kept once fairseq has added them
+        self._set_aside: Dict[int, List[Dict[str, Tensor]]] = {}
+        for position in set(ending):
+            sent = self._sentences[position]
+            room = beam_size - ending.count(position)
+            if len(finalized[sent]) > room:
+                ranked = _best_first(finalized[sent])
+                finalized[sent][:] = ranked[:room]
+                self._set_aside[sent] = ranked[room:]
+        self._finalized = finalized
+        # the best score so far of each position's live hypotheses (0 before the first word)
+        self._live_best = (scores.view(-1, beam_size, scores.size(1))[:, :, step - 1].max(dim=1).values.tolist()
+                           if step > 0 else [0.0] * len(self._sentences))
+        newly = super().finalize_hypos(step, bbsz_idx, eos_scores, tokens, scores, finalized, finished, beam_size,
+                                       attn, src_lengths, max_len)
+        for sent, hypos in self._set_aside.items():
+            finalized[sent][:] = _best_first(finalized[sent] + hypos)[:beam_size]
+        return newly
+
+    def is_finished(self, step: int, unfin_idx: int, max_len: int, finalized_sent_len: int, beam_size: int) -> bool:
+        if step == max_len:
+            return True
+        sent = self._sentences[unfin_idx]
+        ended = _best_first(self._finalized[sent] + self._set_aside.get(sent, []))[:beam_size]
+        if len(ended) < beam_size:
+            return False
+        live = self._live_best[unfin_idx]
+        if self.normalize_scores:  # the shortest it can end at: this step's word and an end at the next
+            live = live / (step + 2) ** self.len_penalty
+        return live <= float(ended[-1]["score"])
+
+
+def _best_first(hypos: List[Dict[str, Tensor]]) -> List[Dict[str, Tensor]]:
+    return sorted(hypos, key=lambda hypo: float(hypo["score"]), reverse=True)

@@ -115,7 +115,8 @@ def _checked_nbest(nbest, beam: int) -> int:
 
 
 #: what fairseq's hub interface takes besides the generation options (fairseq-generate's, with underscores)
-HUB_GENERATE_OPTIONS = ("verbose", "skip_invalid_size_inputs", "inference_step_args", "prefix_allowed_tokens_fn")
+HUB_GENERATE_OPTIONS = ("verbose", "skip_invalid_size_inputs", "inference_step_args", "prefix_allowed_tokens_fn",
+                        "beam_stop")  # the last the task's (--beam-stop): when the beam search ends a sentence
 
 
 def _checked_options(options: dict, generation) -> dict:

@@ -45,6 +45,12 @@ class EmptySplit(SpeakerDataError):
     """A split whose binarized files hold no sentence (fairseq cannot open an empty file: a traceback otherwise)."""
 
 
+#: when the beam search ends a sentence (``--beam-stop``): ``fairseq``, once ``beam`` hypotheses have ended (fairseq's
+#: own rule); ``unbeaten``, once ``beam`` have ended and no live one scores better than the worst of them
+#: (:class:`fairseq_speaker.sequence_generator.UnbeatenStopGenerator`)
+BEAM_STOPS = ["fairseq", "unbeaten"]
+
+
 @dataclass
 class SpeakerTranslationConfig(TranslationConfig):
     speaker_suffix: str = field(
@@ -79,6 +85,14 @@ class SpeakerTranslationConfig(TranslationConfig):
             "help": "the spk_token baseline: every target sentence starts with a token naming its speaker "
             "(added to the target dictionary), forced as the first word when decoding and stripped "
             "from the output"
+        },
+    )
+    beam_stop: ChoiceEnum(BEAM_STOPS) = field(  # type: ignore[valid-type]
+        default="fairseq",
+        metadata={
+            "help": "when the beam search ends a sentence: 'fairseq' once --beam hypotheses have ended (fairseq's "
+            "rule), 'unbeaten' once --beam have ended and no live hypothesis scores better than the worst of them "
+            "(docs/speaker_learning.md: fairseq's rule can return a sentence cut short)"
         },
     )
     preprocessing: ChoiceEnum(["auto", "none"]) = field(  # type: ignore[valid-type]
@@ -496,9 +510,20 @@ class SpeakerTranslationTask(TranslationTask):
             extra_gen_cls_kwargs = dict(extra_gen_cls_kwargs or {})
             strip = set(extra_gen_cls_kwargs.get("symbols_to_strip_from_output") or ())
             extra_gen_cls_kwargs["symbols_to_strip_from_output"] = strip | set(self.speaker_token_ids().tolist())
-        from fairseq_speaker.sequence_generator import by_position, check_search
+        from fairseq_speaker.sequence_generator import UnbeatenStopGenerator, by_position, check_search
 
         check_search(args)
+        # the task's option (fairseq-generate, -interactive) or the generation's (SpeakerTranslator's beam_stop=)
+        beam_stop = getattr(args, "beam_stop", None) or self.cfg.beam_stop
+        if beam_stop not in BEAM_STOPS:
+            raise SpeakerDataError(f"beam_stop must be one of {', '.join(BEAM_STOPS)}, got {beam_stop!r}")
+        if beam_stop == "unbeaten":
+            if seq_gen_cls is not None or getattr(args, "print_alignment", False):
+                raise SpeakerDataError(
+                    "--beam-stop unbeaten changes fairseq's beam search, and this generator is another "
+                    f"({'--print-alignment' if seq_gen_cls is None else seq_gen_cls.__name__}'s): leave out "
+                    "--beam-stop, or --print-alignment")
+            seq_gen_cls = UnbeatenStopGenerator
         models = self._with_speaker_words(models, args, seq_gen_cls)
         generator = super().build_generator(
             models, args, seq_gen_cls=seq_gen_cls, extra_gen_cls_kwargs=extra_gen_cls_kwargs, **kwargs
@@ -524,7 +549,10 @@ class SpeakerTranslationTask(TranslationTask):
                 "this model remembers its speakers' words (fairseq-speaker-words), and --score-reference scores the "
                 "references with the network alone: leave out --score-reference, or score with the checkpoint the "
                 "words were written from")
-        if seq_gen_cls in (None, SequenceGenerator) and not getattr(args, "print_alignment", False):
+        from fairseq_speaker.sequence_generator import UnbeatenStopGenerator
+
+        if seq_gen_cls in (None, SequenceGenerator, UnbeatenStopGenerator) and not getattr(args, "print_alignment",
+                                                                                            False):
             return SpeakerWordsEnsemble(models, normalize=bool(getattr(args, "sampling", False)))
         if words is not None:
             raise SpeakerDataError(

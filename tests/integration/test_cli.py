@@ -90,6 +90,31 @@ def test_generate_translates_each_sentence_as_its_speaker(toy, speaker_words, tm
         assert hyp.split()[0] == boosts[speaker], (speaker, hyp)
 
 
+def test_beam_stop_unbeaten_never_returns_a_worse_translation(toy, trained, tmp_path):
+    """fairseq-generate --beam-stop unbeaten: each sentence's best score at least fairseq's rule's (its search is
+    fairseq's, kept going), and the same translation where fairseq's was already unbeaten; the n-best lists keep their
+    size. A value that is not a rule is refused by fairseq's parser, naming the choices."""
+    checkpoint = trained("lstm_fact_bias")
+
+    def scored(*extra):
+        proc = run("generate", generate_args(toy["bin"], checkpoint, "--nbest", "3", *extra))
+        rows = [line.split("\t") for line in proc.stdout.splitlines() if line.startswith("H-")]
+        best = {}
+        for key, score, text in rows:
+            best.setdefault(int(key[2:]), (float(score), text))  # the first of each sentence: its best
+        return best, len(rows)
+
+    plain, plain_rows = scored()
+    unbeaten, unbeaten_rows = scored("--beam-stop", "unbeaten")
+    assert plain_rows == unbeaten_rows == 3 * SIZES["test"]
+    for i, (score, text) in plain.items():
+        assert unbeaten[i][0] >= score - 1e-4, (i, unbeaten[i], (score, text))
+        if unbeaten[i][0] <= score + 1e-4:
+            assert unbeaten[i][1] == text
+    proc = run("generate", generate_args(toy["bin"], checkpoint, "--beam-stop", "never"), check=False)
+    assert proc.returncode != 0 and "unbeaten" in proc.stderr and "Traceback" not in proc.stderr
+
+
 def test_unknown_speaker_policy_none_gives_no_bias(toy, speaker_words, tmp_path):
     checkpoint, _ = speaker_words
     spk_file = tmp_path / "strangers.spk"
