@@ -6,10 +6,17 @@ their count, and when it was created and last changed. A write is one transactio
 ``synchronous = FULL``; PostgreSQL: a synchronous commit) before the method returns: a speaker the service
 acknowledged survives a crash or a power cut.
 
-The store is tied to one model by a fingerprint: what makes speaker rows portable between models
-(:func:`fairseq_speaker.onboarding.vectors.describe`: the variant, its row shapes, the target dictionary's
-hash and size, and a SHA-1 of the bias's shared parameters). A model with another fingerprint is refused:
-its rows would mean something else there.
+A store serves several models, each under an id (``--model ID=CHECKPOINT``; ``default`` for the checkpoint a
+service is started with alone): a speaker is the pair (model id, name), so that one name onboarded for two models is
+two speakers, each with its own rows and sentences. Each model id is tied to one model by a fingerprint: what makes
+speaker rows portable between models (:func:`fairseq_speaker.onboarding.vectors.describe`: the variant, its row
+shapes, the target dictionary's hash and size, and a SHA-1 of the bias's shared parameters). A model with another
+fingerprint is refused under that id: its rows would mean something else there (a reload of the id refits them on
+the new model from their sentences, and ties the id to it: :meth:`SpeakerStore.rebind`).
+
+Schema 2 keys speakers by (model id, name) and keeps each id's fingerprint in a table ``models``; a store of schema 1
+(one model, written by fairseq-speaker 0.8 and before) is upgraded when it is first opened, in one transaction: its
+speakers become those of the model ``default``. An older fairseq-speaker then refuses the store (a newer schema).
 
 Where it is (``--store``, :func:`store_location`): a file, or ``sqlite:///FILE``, is an SQLite store (the
 embedded default, :class:`SpeakerStore`), which several processes on one machine may share (WAL mode; not on a
@@ -37,7 +44,10 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 from fairseq_speaker.data.speaker_dictionary import new_label_problem
 from fairseq_speaker.errors import UserError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: the id of the model a service serves when it is started with one checkpoint (and of every speaker of a store of
+#: schema 1)
+DEFAULT_MODEL = "default"
 
 #: the keys of :func:`~fairseq_speaker.onboarding.vectors.describe` that tie rows to a model
 FINGERPRINT_KEYS = ("variant_spelling", "row_shapes", "target_dictionary_hash", "target_dictionary_size",
@@ -50,22 +60,51 @@ POSTGRES_SCHEMES = ("postgresql", "postgres")
 STORE_FORMS = ("an SQLite file (speakers.db, or sqlite:///speakers.db; sqlite:////abs/path.db) or a PostgreSQL "
                "database (postgresql://USER@HOST[:PORT]/DATABASE)")
 
-_SCHEMA = """
+#: each model id's fingerprint, and the checkpoint it was first bound with (for messages)
+_MODELS_TABLE = "CREATE TABLE IF NOT EXISTS models (id TEXT PRIMARY KEY, fingerprint TEXT NOT NULL, made_for TEXT NOT NULL)"
+_SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+{_MODELS_TABLE};
 CREATE TABLE IF NOT EXISTS speakers (
-    name TEXT PRIMARY KEY,
+    model TEXT NOT NULL,
+    name TEXT NOT NULL,
     rows BLOB NOT NULL,
     pairs TEXT NOT NULL,
     sentences INTEGER NOT NULL,
     created TEXT NOT NULL,
     updated TEXT NOT NULL,
-    version INTEGER NOT NULL
+    version INTEGER NOT NULL,
+    PRIMARY KEY (model, name)
 );
 """
+#: the columns of ``speakers``, in the order :meth:`SpeakerStore._write` gives them
+_COLUMNS = "model, name, rows, pairs, sentences, created, updated, version"
+#: schema 1 to 2 in SQLite: the speakers keyed by (model, name), all of them the default model's; the fingerprint of
+#: the store's one model moved from ``meta`` to ``models`` (the table ``models`` is made first)
+_UPGRADE_1_TO_2 = [
+    "ALTER TABLE speakers RENAME TO speakers_schema_1",
+    "CREATE TABLE speakers (model TEXT NOT NULL, name TEXT NOT NULL, rows BLOB NOT NULL, pairs TEXT NOT NULL, "
+    "sentences INTEGER NOT NULL, created TEXT NOT NULL, updated TEXT NOT NULL, version INTEGER NOT NULL, "
+    "PRIMARY KEY (model, name))",
+    f"INSERT INTO speakers ({_COLUMNS}) SELECT '{DEFAULT_MODEL}', name, rows, pairs, sentences, created, updated, "
+    "version FROM speakers_schema_1",
+    "DROP TABLE speakers_schema_1",
+]
+#: schema 1 to 2 in both databases, once the speakers have their model: the fingerprint moved to ``models``
+UPGRADE_MODELS = [
+    f"INSERT INTO models (id, fingerprint, made_for) SELECT '{DEFAULT_MODEL}', f.value, COALESCE((SELECT value FROM "
+    "meta WHERE key = 'model'), 'unknown') FROM meta f WHERE f.key = 'fingerprint'",
+    "DELETE FROM meta WHERE key IN ('fingerprint', 'model')",
+    "UPDATE meta SET value = '2' WHERE key = 'schema'",
+]
 
 
 class StoreError(UserError):
     """A store that cannot be used as asked (unreadable, of another model or a newer schema); the message says why."""
+
+
+class StoreModelMismatch(StoreError):
+    """A model id of the store tied to a model of another fingerprint than the one given (:meth:`SpeakerStore.bind`)."""
 
 
 class StoreDamaged(StoreError):
@@ -113,7 +152,8 @@ class StoreConflict(Exception):
 
 @dataclass
 class StoredSpeaker:
-    """An onboarded speaker as the store holds it (``rows`` and ``pairs`` only when asked for)."""
+    """An onboarded speaker as the store holds it (``rows`` and ``pairs`` only when asked for), of the model
+    ``model``."""
 
     name: str
     sentences: int
@@ -122,6 +162,18 @@ class StoredSpeaker:
     version: int
     rows: Optional[bytes] = None
     pairs: Optional[List[Tuple[str, str]]] = None
+    model: str = DEFAULT_MODEL
+
+
+def speaker_text(model: str, name: str) -> str:
+    """How messages name the speaker ``name`` of ``model``: ``'dr-lee'`` for the default model's, ``'dr-lee' of model
+    'en-de'`` for another's."""
+    return repr(name) if model == DEFAULT_MODEL else f"{name!r} of model {model!r}"
+
+
+def _of_model(model: str) -> str:
+    """`` (model 'en-de')`` for a model other than the default, for messages."""
+    return "" if model == DEFAULT_MODEL else f" (model {model!r})"
 
 
 @dataclass(frozen=True)
@@ -260,6 +312,8 @@ class SpeakerStore:
                 if not {"meta", "speakers"} <= tables:
                     raise _NotAStore("it has no tables meta and speakers")
                 schema = db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()[0]
+            if schema == "1":
+                schema = self._upgrade()
         except sqlite3.DatabaseError as e:
             self._db.close()
             if _is_sqlite(path) and not isinstance(e, _NotAStore):
@@ -267,6 +321,18 @@ class SpeakerStore:
             advice = "give a new file name, or the store of this model" if create else "give a speaker store's file"
             raise StoreError(f"{where}: not a speaker store ({e}): {advice}") from None
         self._check_schema(schema)
+
+    def _upgrade(self) -> str:
+        """Upgrade a store of schema 1 to this one's, in one transaction (another process may have done it first);
+        the schema it then has."""
+        with self._transaction(write=True) as db:
+            schema = db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()[0]
+            if schema == "1":
+                db.execute(_MODELS_TABLE)
+                for statement in _UPGRADE_1_TO_2 + UPGRADE_MODELS:
+                    db.execute(statement)
+                schema = str(SCHEMA_VERSION)
+        return schema
 
     def _check_schema(self, schema: str) -> None:
         if int(schema) > SCHEMA_VERSION:
@@ -292,71 +358,107 @@ class SpeakerStore:
         db.execute("UPDATE meta SET value = CAST(CAST(value AS BIGINT) + 1 AS TEXT) WHERE key = 'generation'")
         return int(db.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()[0])
 
-    # -- the model --------------------------------------------------------------------------------------
-    def bind(self, fingerprint: Dict, model: str = "the model") -> None:
-        """Tie a new store to the model of ``fingerprint`` (see :func:`fingerprint_of`), or check that an
-        existing one was made for it; ``model`` names it in messages."""
+    # -- the models -------------------------------------------------------------------------------------
+    def bind(self, fingerprint: Dict, made_for: str = "the model", *, model: str = DEFAULT_MODEL) -> None:
+        """Tie the model id ``model`` to the model of ``fingerprint`` (see :func:`fingerprint_of`) where the store
+        has no such id yet, or check that it is tied to that model; ``made_for`` names the model (its checkpoint) in
+        messages."""
         with self._transaction(write=True) as db:
-            row = db.execute("SELECT value FROM meta WHERE key = 'fingerprint'").fetchone()
+            row = db.execute("SELECT fingerprint, made_for FROM models WHERE id = ?", (model,)).fetchone()
             if row is None:
-                db.execute("INSERT INTO meta VALUES ('fingerprint', ?)", (json.dumps(fingerprint, sort_keys=True),))
-                db.execute("INSERT INTO meta VALUES ('model', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                           (model,))
+                db.execute("INSERT INTO models (id, fingerprint, made_for) VALUES (?, ?, ?)",
+                           (model, json.dumps(fingerprint, sort_keys=True), made_for))
                 return
-            try:
-                theirs = json.loads(row[0])
-                if not isinstance(theirs, dict):
-                    raise ValueError(f"a {type(theirs).__name__}, not an object")
-            except ValueError as e:
-                raise StoreDamaged(self.path, f"the record of the model it was made for (its fingerprint) is not "
-                                   f"readable ({e})", skippable=False) from None
-            made_for = db.execute("SELECT value FROM meta WHERE key = 'model'").fetchone()
+        theirs = self._parsed_fingerprint(row[0], model)
         if theirs != fingerprint:
             differ = [key for key in FINGERPRINT_KEYS if theirs.get(key) != fingerprint.get(key)]
-            raise StoreError(
-                f"{self.option} {self.path} holds the speakers of another model "
-                f"({made_for[0] if made_for else 'unknown'}): {_fingerprint_text(theirs)}; {model} has "
-                f"{_fingerprint_text(fingerprint)} (differs in: {', '.join(differ)}). Speaker rows only mean something "
-                f"in the model they were fitted on: serve that model with this store, or give {model} a store of its "
-                f"own (a new --store file or database)")
+            raise StoreModelMismatch(
+                f"{self.option} {self.path} holds the speakers{_of_model(model)} of another model ({row[1]}): "
+                f"{_fingerprint_text(theirs)}; {made_for} has {_fingerprint_text(fingerprint)} (differs in: "
+                f"{', '.join(differ)}). Speaker rows only mean something in the model they were fitted on: serve that "
+                f"model with this store, or give {made_for} a store of its own (a new --store file or database)"
+                + ("" if model == DEFAULT_MODEL else f" or another model id; a reload of model {model!r} (POST "
+                   f"/models/{model}/reload) refits its speakers on the new checkpoint"))
 
-    def fingerprint(self) -> Optional[Dict]:
-        """The fingerprint of the model the store was made for, or None while it is new."""
-        with self._transaction(write=False) as db:
-            row = db.execute("SELECT value FROM meta WHERE key = 'fingerprint'").fetchone()
-        return json.loads(row[0]) if row else None
+    def _parsed_fingerprint(self, text: str, model: str) -> Dict:
+        try:
+            theirs = json.loads(text)
+            if not isinstance(theirs, dict):
+                raise ValueError(f"a {type(theirs).__name__}, not an object")
+        except ValueError as e:
+            raise StoreDamaged(self.path, f"the record of the model it was made for{_of_model(model)} (its "
+                               f"fingerprint) is not readable ({e})", skippable=False) from None
+        return theirs
 
-    def made_for(self) -> Optional[str]:
-        """The checkpoint the store was made for, as the service that made it named it, or None while it is new."""
+    def fingerprint(self, model: str = DEFAULT_MODEL) -> Optional[Dict]:
+        """The fingerprint of the model ``model`` is tied to, or None while the store has no such id."""
         with self._transaction(write=False) as db:
-            row = db.execute("SELECT value FROM meta WHERE key = 'model'").fetchone()
+            row = db.execute("SELECT fingerprint FROM models WHERE id = ?", (model,)).fetchone()
+        return self._parsed_fingerprint(row[0], model) if row else None
+
+    def made_for(self, model: str = DEFAULT_MODEL) -> Optional[str]:
+        """The checkpoint the id ``model`` was tied to, as the service that tied it named it, or None."""
+        with self._transaction(write=False) as db:
+            row = db.execute("SELECT made_for FROM models WHERE id = ?", (model,)).fetchone()
         return row[0] if row else None
+
+    def models(self) -> List[str]:
+        """The model ids the store has, in the order of their names."""
+        with self._transaction(write=False) as db:
+            return [name for (name,) in db.execute("SELECT id FROM models ORDER BY id")]
+
+    def rebind(self, model: str, fingerprint: Dict, made_for: str, rows: Dict[str, bytes],
+               versions: Dict[str, int]) -> Dict[str, StoredSpeaker]:
+        """Tie ``model`` to the model of ``fingerprint`` and give its speakers the ``rows`` fitted on it (name ->
+        rows), in one transaction: what a reload to a checkpoint of another fingerprint stores, its speakers refitted
+        from their sentences. ``versions`` are the speakers' versions the rows were fitted from: if the model's
+        speakers are no longer those (another process wrote one meanwhile), :class:`StoreConflict` and nothing is
+        written. Returns the speakers as stored (without rows and pairs)."""
+        now = _now()
+        with self._transaction(write=True) as db:
+            current = dict(db.execute("SELECT name, version FROM speakers WHERE model = ?", (model,)))
+            if current != versions:
+                raise StoreConflict("changed", f"the speakers of model {model!r} changed while they were refitted (by "
+                                    f"another process)")
+            version = self._next_version(db)
+            db.execute("INSERT INTO models (id, fingerprint, made_for) VALUES (?, ?, ?) ON CONFLICT (id) DO UPDATE "
+                       "SET fingerprint = excluded.fingerprint, made_for = excluded.made_for",
+                       (model, json.dumps(fingerprint, sort_keys=True), made_for))
+            for name, blob in rows.items():
+                db.execute("UPDATE speakers SET rows = ?, updated = ?, version = ? WHERE model = ? AND name = ?",
+                           (sqlite3.Binary(blob), now, version, model, name))
+            stored = db.execute("SELECT name, sentences, created, updated, version FROM speakers WHERE model = ?",
+                                (model,)).fetchall()
+        return {row[0]: _speaker(row, self.path, model) for row in stored}
 
     # -- reading ----------------------------------------------------------------------------------------
     def generation(self) -> int:
-        """A number that grows with every committed write, by any process. (One statement, read in a transaction
-        of its own: every translation request asks, and a BEGIN and a COMMIT around it would treble the cost.)"""
+        """A number that grows with every committed write, by any process, to any model's speakers. (One statement,
+        read in a transaction of its own: every translation request asks, and a BEGIN and a COMMIT around it would
+        treble the cost.)"""
         with self._lock:
             return int(self._db.execute("SELECT value FROM meta WHERE key = 'generation'").fetchall()[0][0])
 
-    def versions(self) -> Tuple[int, Dict[str, int]]:
-        """The generation and each speaker's version, of one snapshot."""
+    def versions(self, model: str = DEFAULT_MODEL) -> Tuple[int, Dict[str, int]]:
+        """The generation and each speaker's version, of the model ``model``, of one snapshot."""
         with self._transaction(write=False) as db:
             generation = int(db.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()[0])
-            return generation, dict(db.execute("SELECT name, version FROM speakers"))
+            return generation, dict(db.execute("SELECT name, version FROM speakers WHERE model = ?", (model,)))
 
-    def readable_versions(self) -> Tuple[int, Dict[str, int], Dict[str, str]]:
+    def readable_versions(self, model: str = DEFAULT_MODEL) -> Tuple[int, Dict[str, int], Dict[str, str]]:
         """As :meth:`versions`, each speaker read alone: also the speakers whose record cannot be read, with why (for
         ``--skip-broken-speakers``, where :meth:`versions` fails on a damaged file). Not one snapshot: each statement
         is a transaction of its own (a transaction that met a damaged page cannot be committed)."""
         with self._lock:
             db = self._db
             generation = int(db.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()[0])
-            names = [name for (name,) in db.execute("SELECT name FROM speakers INDEXED BY sqlite_autoindex_speakers_1")]
+            names = [name for (name,) in db.execute("SELECT name FROM speakers INDEXED BY sqlite_autoindex_speakers_1 "
+                                                    "WHERE model = ?", (model,))]
             versions, broken = {}, {}
             for name in names:
                 try:
-                    row = db.execute("SELECT version FROM speakers WHERE name = ?", (name,)).fetchone()
+                    row = db.execute("SELECT version FROM speakers WHERE model = ? AND name = ?",
+                                     (model, name)).fetchone()
                     versions[name] = int(row[0])
                 except sqlite3.Error as e:
                     if not _damage(e):
@@ -364,47 +466,54 @@ class SpeakerStore:
                     broken[name] = f"its record cannot be read ({e})"
         return generation, versions, broken
 
-    def get(self, name: str, contents: bool = True) -> Optional[StoredSpeaker]:
-        """The speaker ``name`` (with its rows and sentence pairs if ``contents``), or None. Raises
+    def get(self, name: str, contents: bool = True, model: str = DEFAULT_MODEL) -> Optional[StoredSpeaker]:
+        """The speaker ``name`` of ``model`` (with its rows and sentence pairs if ``contents``), or None. Raises
         :class:`StoreDamaged` for a record that cannot be read."""
         columns = "name, sentences, created, updated, version" + (", rows, pairs" if contents else "")
         try:
             with self._transaction(write=False) as db:
-                row = db.execute(f"SELECT {columns} FROM speakers WHERE name = ?", (name,)).fetchone()
+                row = db.execute(f"SELECT {columns} FROM speakers WHERE model = ? AND name = ?",
+                                 (model, name)).fetchone()
         except sqlite3.Error as e:
             if not _damage(e):
                 raise
-            raise StoreDamaged(self.path, f"the record of speaker {name!r} cannot be read ({e})", name) from None
-        return _speaker(row, self.path) if row else None
+            raise StoreDamaged(self.path, f"the record of speaker {speaker_text(model, name)} cannot be read ({e})",
+                               name) from None
+        return _speaker(row, self.path, model) if row else None
 
-    def speakers(self) -> List[StoredSpeaker]:
-        """Every speaker, without rows and sentences, oldest first (in a damaged file: those that can be read)."""
+    def speakers(self, model: str = DEFAULT_MODEL) -> List[StoredSpeaker]:
+        """Every speaker of ``model``, without rows and sentences, oldest first (in a damaged file: those that can be
+        read)."""
         columns = "name, sentences, created, updated, version"
         try:
             with self._transaction(write=False) as db:
-                rows = db.execute(f"SELECT {columns} FROM speakers ORDER BY created, name").fetchall()
+                rows = db.execute(f"SELECT {columns} FROM speakers WHERE model = ? ORDER BY created, name",
+                                  (model,)).fetchall()
         except sqlite3.Error as e:
             if not _damage(e):
                 raise
-            rows = sorted(self._readable_rows(columns), key=lambda row: (row[2], row[0]))
-        return [_speaker(row, self.path) for row in rows]
+            rows = sorted(self._readable_rows(columns, model), key=lambda row: (row[2], row[0]))
+        return [_speaker(row, self.path, model) for row in rows]
 
     def records(self) -> List[StoredSpeaker]:
-        """Every speaker with its rows and sentence pairs, oldest first, of one snapshot (what a copy reads). Raises
-        :class:`StoreDamaged` for a record that cannot be read."""
+        """Every speaker of every model with its rows and sentence pairs, by model, oldest first, of one snapshot
+        (what a copy reads). Raises :class:`StoreDamaged` for a record that cannot be read."""
         with self._transaction(write=False) as db:
-            rows = db.execute("SELECT name, sentences, created, updated, version, rows, pairs FROM speakers "
-                              "ORDER BY created, name").fetchall()
-        return [_speaker(row, self.path) for row in rows]
+            rows = db.execute("SELECT name, sentences, created, updated, version, rows, pairs, model FROM speakers "
+                              "ORDER BY model, created, name").fetchall()
+        return [_speaker(row[:7], self.path, row[7]) for row in rows]
 
-    def _readable_rows(self, columns: str) -> List[tuple]:
-        """``columns`` of each speaker whose record can be read, one statement each (see :meth:`readable_versions`)."""
+    def _readable_rows(self, columns: str, model: str) -> List[tuple]:
+        """``columns`` of each speaker of ``model`` whose record can be read, one statement each (see
+        :meth:`readable_versions`)."""
         rows = []
         with self._lock:
-            names = self._db.execute("SELECT name FROM speakers INDEXED BY sqlite_autoindex_speakers_1").fetchall()
+            names = self._db.execute("SELECT name FROM speakers INDEXED BY sqlite_autoindex_speakers_1 WHERE model = ?",
+                                     (model,)).fetchall()
             for (name,) in names:
                 try:
-                    rows.append(self._db.execute(f"SELECT {columns} FROM speakers WHERE name = ?", (name,)).fetchone())
+                    rows.append(self._db.execute(f"SELECT {columns} FROM speakers WHERE model = ? AND name = ?",
+                                                 (model, name)).fetchone())
                 except sqlite3.Error as e:
                     if not _damage(e):
                         raise
@@ -412,56 +521,67 @@ class SpeakerStore:
 
     # -- writing ----------------------------------------------------------------------------------------
     def put(self, name: str, rows: bytes, pairs: Sequence[Tuple[str, str]], expect: Optional[int] = None,
-            replace: bool = False) -> StoredSpeaker:
-        """Write speaker ``name`` (its rows, the sentence pairs they were fitted on) in one transaction.
+            replace: bool = False, model: str = DEFAULT_MODEL, fingerprint: Optional[Dict] = None) -> StoredSpeaker:
+        """Write speaker ``name`` of ``model`` (its rows, the sentence pairs they were fitted on) in one transaction.
 
         A new name is added, unless ``expect`` is given. An existing one is overwritten only with ``replace``
         (whatever its version), or when its version is ``expect`` (nobody changed it since it was read).
-        Raises :class:`StoreConflict` otherwise.
+        Raises :class:`StoreConflict` otherwise. With ``fingerprint`` (the model's the rows were fitted on), the
+        write is refused (:class:`StoreConflict`, reason ``model``) where ``model`` is now tied to another model: a
+        process reloaded it with a checkpoint of another fingerprint meanwhile.
         """
         self._check_name(name)
         now = _now()
         with self._transaction(write=True) as db:
-            current = db.execute("SELECT version, created FROM speakers WHERE name = ?", (name,)).fetchone()
+            if fingerprint is not None:
+                tied = db.execute("SELECT fingerprint, made_for FROM models WHERE id = ?", (model,)).fetchone()
+                if tied is None or self._parsed_fingerprint(tied[0], model) != fingerprint:
+                    raise StoreConflict("model", f"model {model!r} was reloaded meanwhile with another checkpoint "
+                                        f"({tied[1] if tied else 'removed from the store'}), whose speaker rows differ")
+            current = db.execute("SELECT version, created FROM speakers WHERE model = ? AND name = ?",
+                                 (model, name)).fetchone()
+            shown = speaker_text(model, name)
             if current is None and expect is not None:
-                raise StoreConflict("deleted", f"speaker {name!r} was deleted meanwhile (by another process)")
+                raise StoreConflict("deleted", f"speaker {shown} was deleted meanwhile (by another process)")
             if current is not None and not replace and expect is None:
-                raise StoreConflict("exists", f"speaker {name!r} already exists")
+                raise StoreConflict("exists", f"speaker {shown} already exists")
             if current is not None and not replace and current[0] != expect:
-                raise StoreConflict("changed", f"speaker {name!r} was changed meanwhile (by another process)")
+                raise StoreConflict("changed", f"speaker {shown} was changed meanwhile (by another process)")
             version = self._next_version(db)
             created = current[1] if current is not None else now
-            self._write(db, StoredSpeaker(name, len(pairs), created, now, version, rows, list(pairs)))
-        return StoredSpeaker(name, len(pairs), created, now, version)
+            self._write(db, StoredSpeaker(name, len(pairs), created, now, version, rows, list(pairs), model))
+        return StoredSpeaker(name, len(pairs), created, now, version, model=model)
 
     def put_records(self, records: Sequence[StoredSpeaker], replace: bool = False) -> Dict[str, List[str]]:
-        """Write ``records`` (with their rows and pairs) as they are, their times included, in one transaction: a
-        name the store lacks is ``added``, one it holds alike (the same rows and sentence pairs) is left (``same``),
-        one it holds otherwise is overwritten with ``replace`` (``replaced``). Without ``replace`` such a name is a
-        :class:`StoreConflict` (reason ``changed``, the names in its message) and nothing is written. Returns the
-        names of each outcome."""
+        """Write ``records`` (with their rows and pairs, each of its model) as they are, their times included, in one
+        transaction: a speaker the store lacks is ``added``, one it holds alike (the same rows and sentence pairs) is
+        left (``same``), one it holds otherwise is overwritten with ``replace`` (``replaced``). Without ``replace``
+        such a speaker is a :class:`StoreConflict` (reason ``changed``, the speakers in its message) and nothing is
+        written. Returns the speakers of each outcome, as messages name them (:func:`speaker_text`)."""
         for record in records:
             self._check_name(record.name)
         outcome: Dict[str, List[str]] = {"added": [], "same": [], "replaced": [], "differ": []}
         with self._transaction(write=True) as db:
             writes = []
             for record in records:
-                current = db.execute("SELECT rows, pairs FROM speakers WHERE name = ?", (record.name,)).fetchone()
+                shown = speaker_text(record.model, record.name)
+                current = db.execute("SELECT rows, pairs FROM speakers WHERE model = ? AND name = ?",
+                                     (record.model, record.name)).fetchone()
                 if current is None:
-                    outcome["added"].append(record.name)
+                    outcome["added"].append(shown)
                 elif bytes(current[0]) == record.rows and _same_pairs(current[1], record.pairs):
-                    outcome["same"].append(record.name)
+                    outcome["same"].append(shown)
                     continue
                 else:
-                    outcome["replaced" if replace else "differ"].append(record.name)
+                    outcome["replaced" if replace else "differ"].append(shown)
                 writes.append(record)
             if outcome["differ"]:
-                raise StoreConflict("changed", ", ".join(map(repr, outcome["differ"])))
+                raise StoreConflict("changed", ", ".join(outcome["differ"]))
             if writes:
                 version = self._next_version(db)
                 for record in writes:
                     self._write(db, StoredSpeaker(record.name, len(record.pairs), record.created, record.updated,
-                                                  version, record.rows, record.pairs))
+                                                  version, record.rows, record.pairs, record.model))
         del outcome["differ"]
         return outcome
 
@@ -473,19 +593,19 @@ class SpeakerStore:
     @staticmethod
     def _write(db, record: StoredSpeaker) -> None:
         pairs = [[source, target] for source, target in record.pairs]
-        db.execute("INSERT INTO speakers VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET "
-                   "rows = excluded.rows, pairs = excluded.pairs, sentences = excluded.sentences, "
+        db.execute(f"INSERT INTO speakers ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (model, name) DO "
+                   "UPDATE SET rows = excluded.rows, pairs = excluded.pairs, sentences = excluded.sentences, "
                    "created = excluded.created, updated = excluded.updated, version = excluded.version",
-                   (record.name, sqlite3.Binary(record.rows), json.dumps(pairs, ensure_ascii=False), len(pairs),
-                    record.created, record.updated, record.version))
+                   (record.model, record.name, sqlite3.Binary(record.rows), json.dumps(pairs, ensure_ascii=False),
+                    len(pairs), record.created, record.updated, record.version))
 
-    def delete(self, name: str) -> bool:
-        """Remove speaker ``name``; False if the store does not hold it."""
+    def delete(self, name: str, model: str = DEFAULT_MODEL) -> bool:
+        """Remove speaker ``name`` of ``model``; False if the store does not hold it."""
         with self._transaction(write=True) as db:
-            if db.execute("SELECT 1 FROM speakers WHERE name = ?", (name,)).fetchone() is None:
+            if db.execute("SELECT 1 FROM speakers WHERE model = ? AND name = ?", (model, name)).fetchone() is None:
                 return False
             self._next_version(db)
-            db.execute("DELETE FROM speakers WHERE name = ?", (name,))
+            db.execute("DELETE FROM speakers WHERE model = ? AND name = ?", (model, name))
         return True
 
     def close(self) -> None:
@@ -517,8 +637,8 @@ def _is_sqlite(path: str) -> bool:
         return False
 
 
-def _speaker(row, path: str) -> StoredSpeaker:
-    speaker = StoredSpeaker(*row[:5])
+def _speaker(row, path: str, model: str) -> StoredSpeaker:
+    speaker = StoredSpeaker(*row[:5], model=model)
     if len(row) > 5:
         try:
             speaker.rows = bytes(row[5])
@@ -527,8 +647,8 @@ def _speaker(row, path: str) -> StoredSpeaker:
             if not all(isinstance(x, str) for pair in speaker.pairs for x in pair):
                 raise ValueError("a sentence is not a string")
         except (TypeError, ValueError) as e:
-            raise StoreDamaged(path, f"the record of speaker {speaker.name!r} is damaged: its sentence pairs are not "
-                               f"a JSON list of [source, target] strings ({e})", speaker.name) from None
+            raise StoreDamaged(path, f"the record of speaker {speaker_text(model, speaker.name)} is damaged: its "
+                               f"sentence pairs are not a JSON list of [source, target] strings ({e})", speaker.name) from None
     return speaker
 
 
@@ -548,12 +668,12 @@ class CopyReport:
 
 def copy_speakers(source: SpeakerStore, target: SpeakerStore, replace: bool = False) -> CopyReport:
     """Copy every speaker of ``source`` into ``target`` (an SQLite store into PostgreSQL, or any store into any
-    other), as it is: its rows, its sentence pairs, when it was created and updated. One snapshot of the source is
-    read and written in one transaction: all or nothing. Idempotent: a speaker the target holds alike is left; one it
-    holds otherwise (changed since an earlier copy) refuses the copy, naming it, unless ``replace``. The target must be
-    new or of the source's model; speakers only the target holds are left. Raises :class:`StoreError` saying what to
-    do."""
-    fingerprint = source.fingerprint()
+    other), as it is, under its model id: its rows, its sentence pairs, when it was created and updated. One snapshot
+    of the source is read and written in one transaction: all or nothing. Idempotent: a speaker the target holds alike
+    is left; one it holds otherwise (changed since an earlier copy) refuses the copy, naming it, unless ``replace``.
+    Each model id of the target must be new or tied to the source's model of that id; speakers only the target holds
+    are left. Raises :class:`StoreError` saying what to do."""
+    models = {model: source.fingerprint(model) for model in source.models()}
     try:
         records = source.records()
     except StoreDamaged as e:
@@ -561,9 +681,12 @@ def copy_speakers(source: SpeakerStore, target: SpeakerStore, replace: bool = Fa
                          f"backup, or serve it with --skip-broken-speakers and onboard that speaker again (PUT with "
                          f"\"replace\": true), then copy") from None
     report = CopyReport()
-    if fingerprint is None:  # a store no model ever used holds no speakers
+    if not records:  # nothing to copy: a target is left as it is, even unbound
         return report
-    target.bind(fingerprint, f"the model of {source.option} {source.path} ({source.made_for() or 'unnamed'})")
+    for model, fingerprint in models.items():
+        if fingerprint is not None and any(record.model == model for record in records):
+            target.bind(fingerprint, f"the model of {source.option} {source.path} ({source.made_for(model)})",
+                        model=model)
     try:
         outcome = target.put_records(records, replace=replace)
     except StoreConflict as e:
@@ -572,6 +695,7 @@ def copy_speakers(source: SpeakerStore, target: SpeakerStore, replace: bool = Fa
                          f"Give --replace to overwrite them with the source's, or delete them from the target "
                          f"(DELETE /speakers/NAME) and copy again") from None
     report.added, report.same, report.replaced = outcome["added"], outcome["same"], outcome["replaced"]
-    names = {record.name for record in records}
-    report.others = sum(1 for speaker in target.speakers() if speaker.name not in names)
+    keys = {(record.model, record.name) for record in records}
+    report.others = sum(1 for model in target.models() for speaker in target.speakers(model)
+                        if (model, speaker.name) not in keys)
     return report

@@ -29,12 +29,13 @@ def build_parser() -> argparse.ArgumentParser:
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     copy = actions.add_parser(
         "copy", help="copy every speaker of one store into another (e.g. an SQLite file into PostgreSQL)",
-        description="Copy every speaker of --from into --to: its rows, its sentence pairs, when it was created and "
-        "updated. One transaction (all or nothing); idempotent (a speaker --to holds alike is left; one it holds "
+        description="Copy every speaker of --from into --to, under its model id: its rows, its sentence pairs, when it "
+        "was created and updated. One transaction (all or nothing); idempotent (a speaker --to holds alike is left; one it holds "
         "otherwise refuses the copy, unless --replace). --to must be new or of the same model; speakers only --to "
         "holds are left.")
     copy.add_argument("--from", dest="source", required=True, metavar="STORE",
-                      help=f"the store to copy: {STORE_FORMS}; it must exist, and is only read")
+                      help=f"the store to copy: {STORE_FORMS}; it must exist, and is only read (a store of an older "
+                      f"schema is upgraded first, as a service would)")
     copy.add_argument("--to", dest="target", required=True, metavar="STORE",
                       help="the store to copy into, in the same forms (made if missing)")
     copy.add_argument("--replace", action="store_true",
@@ -84,7 +85,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     if report.same:
         parts.append(f"{len(report.same)} already there alike (left)")
     if report.replaced:
-        parts.append(f"{len(report.replaced)} replaced ({', '.join(map(repr, report.replaced))})")
+        parts.append(f"{len(report.replaced)} replaced ({', '.join(report.replaced)})")
     if report.others:
         parts.append(f"{report.others} speaker(s) only the target holds (left)")
     print("; ".join(parts))

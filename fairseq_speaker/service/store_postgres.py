@@ -5,9 +5,9 @@ and whose promises it keeps), in a server database reached by a libpq URL (``pos
 the password best in ``PGPASSWORD`` or ``~/.pgpass``, not on a command line others can read). The driver is
 psycopg 3 (``pip install 'fairseq-speaker[postgres]'``).
 
-- **Where.** Its tables ``meta`` and ``speakers`` are in the schema ``fairseq_speaker`` of the database, made on
-  first use (under an advisory lock, so that replicas starting together make them once): nothing of another
-  application's is touched, and one database holds one store.
+- **Where.** Its tables ``meta``, ``models`` and ``speakers`` are in the schema ``fairseq_speaker`` of the
+  database, made on first use (under an advisory lock, so that replicas starting together make them once, and upgrade
+  a store of schema 1 once): nothing of another application's is touched, and one database holds one store.
 - **Durable before acknowledged.** Every write is one transaction whose COMMIT returns once the server has flushed
   it (``synchronous_commit`` is raised to ``on`` for the store's connection where the server has it ``off``; a
   server running with ``fsync = off`` is logged as a warning: it may lose commits in a power cut).
@@ -28,8 +28,8 @@ import logging
 import threading
 from typing import Iterator
 
-from fairseq_speaker.service.store import (SCHEMA_VERSION, SpeakerStore, StoreError, StoreLocation, StoreUnavailable,
-                                           one_line, postgres_driver)
+from fairseq_speaker.service.store import (DEFAULT_MODEL, SCHEMA_VERSION, UPGRADE_MODELS, SpeakerStore, StoreError,
+                                           StoreLocation, StoreUnavailable, one_line, postgres_driver)
 
 logger = logging.getLogger(__name__)
 
@@ -39,9 +39,21 @@ SCHEMA = "fairseq_speaker"
 _SETUP_LOCK = 0x66737370
 _TABLES = {
     "meta": "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
-    "speakers": "CREATE TABLE speakers (name TEXT PRIMARY KEY, rows BYTEA NOT NULL, pairs TEXT NOT NULL, "
-                "sentences INTEGER NOT NULL, created TEXT NOT NULL, updated TEXT NOT NULL, version BIGINT NOT NULL)",
+    "models": "CREATE TABLE models (id TEXT PRIMARY KEY, fingerprint TEXT NOT NULL, made_for TEXT NOT NULL)",
+    "speakers": "CREATE TABLE speakers (model TEXT NOT NULL, name TEXT NOT NULL, rows BYTEA NOT NULL, pairs TEXT NOT "
+                "NULL, sentences INTEGER NOT NULL, created TEXT NOT NULL, updated TEXT NOT NULL, version BIGINT NOT "
+                "NULL, PRIMARY KEY (model, name))",
 }
+#: the tables without which a schema is no store (a store of schema 1 has no ``models``)
+_CORE = ("meta", "speakers")
+#: schema 1 to 2: the speakers keyed by (model, name), all of them the default model's (then, as in SQLite, the
+#: fingerprint moved to the table ``models``: :data:`~fairseq_speaker.service.store.UPGRADE_MODELS`)
+_UPGRADE_1_TO_2 = [
+    f"ALTER TABLE speakers ADD COLUMN model TEXT NOT NULL DEFAULT '{DEFAULT_MODEL}'",
+    "ALTER TABLE speakers DROP CONSTRAINT speakers_pkey",
+    "ALTER TABLE speakers ADD PRIMARY KEY (model, name)",
+    "ALTER TABLE speakers ALTER COLUMN model DROP DEFAULT",
+]
 
 #: what to check, by a piece of libpq's or the server's message
 _ADVICE = [
@@ -160,7 +172,8 @@ class PostgresSpeakerStore(SpeakerStore):
         self._check_schema(schema)
 
     def _setup(self, create: bool):
-        """The store's schema version, its tables made first if missing (``create``); None if missing otherwise."""
+        """The store's schema version, its tables made first if missing (``create``), a store of schema 1 upgraded;
+        None if missing otherwise."""
         db = self._db
         with self._lock:
             db.execute("BEGIN")
@@ -168,10 +181,10 @@ class PostgresSpeakerStore(SpeakerStore):
                 db.execute("SELECT pg_advisory_xact_lock(?)", (_SETUP_LOCK,))
                 missing = [table for table in _TABLES
                            if db.execute("SELECT to_regclass(?)", (f"{SCHEMA}.{table}",)).fetchone()[0] is None]
-                if missing and not create:
+                if any(table in missing for table in _CORE) and not create:
                     db.execute("ROLLBACK")
                     return None
-                if missing:
+                if all(table in missing for table in _CORE):
                     # what exists is not made again: CREATE ... IF NOT EXISTS needs the privilege even then
                     if db.execute("SELECT 1 FROM pg_namespace WHERE nspname = ?", (SCHEMA,)).fetchone() is None:
                         db.execute(f"CREATE SCHEMA {SCHEMA}")
@@ -179,12 +192,22 @@ class PostgresSpeakerStore(SpeakerStore):
                         db.execute(_TABLES[table])
                     db.execute("INSERT INTO meta VALUES ('schema', ?) ON CONFLICT DO NOTHING", (str(SCHEMA_VERSION),))
                     db.execute("INSERT INTO meta VALUES ('generation', '0') ON CONFLICT DO NOTHING")
+                elif any(table in missing for table in _CORE):
+                    raise StoreError(f"{self.option} {self.path}: the schema {SCHEMA} has the table(s) "
+                                     f"{', '.join(t for t in _CORE if t not in missing)} of a speaker store but not "
+                                     f"{', '.join(t for t in _CORE if t in missing)}: give another database")
                 row = db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
                 generation = db.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()
                 if row is None or generation is None:
                     raise StoreError(f"{self.option} {self.path}: the schema {SCHEMA} has tables meta and speakers "
                                      f"that are not a speaker store's (no schema version or generation): give another "
                                      f"database")
+                if row[0] == "1":
+                    if "models" in missing:
+                        db.execute(_TABLES["models"])
+                    for statement in _UPGRADE_1_TO_2 + UPGRADE_MODELS:
+                        db.execute(statement)
+                    row = (str(SCHEMA_VERSION),)
             except BaseException:
                 db.rollback()
                 raise
@@ -207,9 +230,9 @@ class PostgresSpeakerStore(SpeakerStore):
                 raise
             db.execute("COMMIT")
 
-    def readable_versions(self):
+    def readable_versions(self, model: str = DEFAULT_MODEL):
         """As :meth:`versions` (a server's records are read whole or not at all), with no broken speakers."""
-        generation, versions = self.versions()
+        generation, versions = self.versions(model)
         return generation, versions, {}
 
     def close(self) -> None:

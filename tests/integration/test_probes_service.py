@@ -438,7 +438,7 @@ DAMAGES = {
     "rows that are no speaker vectors": (_sql("UPDATE speakers SET rows = x'00ff' WHERE name = 'dr-lee'"),
                                          "speaker 'dr-lee'", True),
     "a damaged page": (_broken_page, "database disk image is malformed", True),
-    "a fingerprint that is not JSON": (_sql("UPDATE meta SET value = '{\"variant' WHERE key = 'fingerprint'"),
+    "a fingerprint that is not JSON": (_sql("UPDATE models SET fingerprint = '{\"variant' WHERE id = 'default'"),
                                        "the record of the model it was made for (its fingerprint) is not readable",
                                        False),
 }
