@@ -1,11 +1,13 @@
-"""``fairseq-speaker-serve``: a speaker model over HTTP (FastAPI + uvicorn). docs/serving.md is the guide.
+"""``fairseq-speaker-serve``: speaker models over HTTP (FastAPI + uvicorn). docs/serving.md is the guide.
 
 ::
 
     fairseq-speaker-serve checkpoints/checkpoint_best.pt --data data-bin --store speakers.db \\
         --token-file token.txt --port 8000
+    fairseq-speaker-serve --model en-fr=en-fr/checkpoint_best.pt:en-fr/bin \\
+        --model en-de=en-de/checkpoint_best.pt:en-de/bin --store speakers.db --token-file token.txt
 
-:func:`create_app` builds the application around a loaded :class:`SpeakerTranslator` and a
+:func:`create_app` builds the application around loaded :class:`SpeakerTranslator` s (one, or several by id) and a
 :class:`SpeakerStore` (what the tests and an embedding program use); :func:`main` is the command.
 Every endpoint answers at ``/...`` and at ``/v1/...``; the OpenAPI description is at ``/docs``, and ``/`` is a
 page to try the service in a browser.
@@ -26,9 +28,9 @@ import re
 import sys
 import time
 import warnings
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Callable, Dict, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
-from fastapi import APIRouter, Depends, FastAPI, Request, Response
+from fastapi import APIRouter, Depends, FastAPI, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
@@ -42,13 +44,15 @@ from starlette.exceptions import HTTPException
 from fairseq_speaker import __version__
 from fairseq_speaker.data.speaker_dictionary import UNKNOWN_SPEAKER_POLICIES
 from fairseq_speaker.errors import UserError, command, fail
+from fairseq_speaker.onboarding.translator import SpeakerTranslator
 from fairseq_speaker.service import schema
 from fairseq_speaker.service.batcher import BatchOptions
 from fairseq_speaker.service.connections import bounded_http_protocol
 from fairseq_speaker.service.logs import LOG_FORMATS, LogLines, configure_logging
 from fairseq_speaker.service.metrics import Metrics
-from fairseq_speaker.service.speaker_service import Limits, ServiceError, SpeakerService, timed_out
-from fairseq_speaker.service.store import SpeakerStore, StoreError, store_location
+from fairseq_speaker.service.served_models import MODEL_ID_RULE, ServedModels, model_id_problem
+from fairseq_speaker.service.speaker_service import Limits, Retired, ServiceError, SpeakerService, timed_out
+from fairseq_speaker.service.store import DEFAULT_MODEL, SpeakerStore, StoreError, store_location
 from fairseq_speaker.service.stores import open_store
 from fairseq_speaker.user_dir import add_user_dir_argument, import_user_dir
 
@@ -73,13 +77,31 @@ def _endpoint(scope) -> str:
     return path[len("/v1"):] if path.startswith("/v1/") else path
 
 
+#: the key of the request's scope state under which an endpoint notes the model a request went to (its metrics' and
+#: log lines' ``model``)
+_MODEL_KEY = "fairseq_speaker_model"
+
+
+def _note_model(scope, model: Optional[str]) -> None:
+    """Note that the request went to ``model`` (one the service serves), for its metrics and log lines."""
+    if model is not None:
+        scope.setdefault("state", {})[_MODEL_KEY] = model
+
+
+def _model_of(scope) -> str:
+    """The model the request went to, or "" (none, or an id the service does not serve)."""
+    return str((scope.get("state") or {}).get(_MODEL_KEY, ""))
+
+
 def _error(request: Request, status: int, code: str, message: str,
            headers: Optional[Dict[str, str]] = None) -> JSONResponse:
     log = logger.warning if status >= 500 else logger.info
     path = request.url.path.encode("unicode_escape").decode("ascii")  # a name's newline cannot forge a log line
-    log(f"{request.method} {path}: {status} {code}: {message}",
-        extra={"method": request.method, "path": path, "status": status, "code": code})  # --log-format json's fields
-    request.app.state.metrics.error(_endpoint(request.scope), code)
+    model = _model_of(request.scope)
+    fields = {"method": request.method, "path": path, "status": status, "code": code}  # --log-format json's fields
+    log(f"{request.method} {path}{f' (model {model})' if model else ''}: {status} {code}: {message}",
+        extra=dict(fields, model=model) if model else fields)
+    request.app.state.metrics.error(_endpoint(request.scope), code, model)
     headers = dict(headers or {}, **({"WWW-Authenticate": "Bearer"} if status == 401 else {}))
     return JSONResponse({"error": {"code": code, "message": message}}, status_code=status, headers=headers or None)
 
@@ -208,6 +230,7 @@ class _Observed:
             await self.app(scope, receive, send)
             return
         start, status, received, chunks, done = time.perf_counter(), [500], [0], [], [False]
+        scope.setdefault("state", {})  # one dict, shared by the copies of the scope below: where the model is noted
         deadline = time.monotonic() + self.body_timeout
         too_large = (f"the request body is over {self.max_body_bytes} bytes (set by --max-sentences, --max-chars and "
                      f"--max-pairs)")
@@ -257,14 +280,29 @@ class _Observed:
                 return
             await self.app(scope, limited_receive, observed_send)
         finally:
-            self.metrics.observe(_endpoint(scope), scope.get("method", ""), status[0], time.perf_counter() - start)
+            self.metrics.observe(_endpoint(scope), scope.get("method", ""), status[0], time.perf_counter() - start,
+                                 _model_of(scope))
 
 
 # -- the endpoints ---------------------------------------------------------------------------------------
 
 
-async def _service(request: Request) -> SpeakerService:  # async: no thread for a lookup
-    return request.app.state.service
+#: ``?model=`` of the speaker endpoints
+_MODEL_QUERY = Query(None, description="the model whose speakers these are, by its id (GET /models lists them; "
+                     "default: the service's default model)")
+
+_T = TypeVar("_T")
+
+
+def _on_model(request: Request, model: Optional[str], call: Callable[[SpeakerService], _T]) -> _T:
+    """``call`` on the service of ``model`` (404 for an id the service does not serve); a call that met the model's
+    reload (:class:`Retired`: it waited while the model was swapped) is made again on the new one."""
+    models: ServedModels = request.app.state.models
+    _note_model(request.scope, models.known(model))
+    try:
+        return call(models.get(model))
+    except Retired:
+        return call(models.get(model))
 
 
 _READ_ERRORS = {status: {"model": schema.Error} for status in (404, 413, 422, 503, 504)}
@@ -279,23 +317,33 @@ async def _within(awaitable, deadline: float, timeout: float, what: str):
         raise timed_out(what, timeout) from None
 
 
-async def _translation(app: FastAPI, body: schema.TranslateRequest) -> Response:
-    """The answer to a valid /translate request. Waits without holding a thread: the sentences are translated with
-    other requests' (see batcher.py)."""
-    service: SpeakerService = app.state.service
+async def _translation(app: FastAPI, body: schema.TranslateRequest, scope) -> Response:
+    """The answer to a valid /translate request, by the model it names. Waits without holding a thread: the sentences
+    are translated with other requests' (see batcher.py). A request admitted before its model is reloaded is
+    translated by the model it was admitted to."""
+    models: ServedModels = app.state.models
+    _note_model(scope, models.known(body.model))
+    service = models.get(body.model)
     timeout = service.batching.request_timeout
     deadline = time.monotonic() + timeout
-    prepared = service.prepare_translation(body, wait=False)  # at once, unless it would wait
-    if prepared is None:
-        prepared = await _within(run_in_threadpool(service.prepare_translation, body), deadline, timeout,
-                                 "reading the speaker store")
-    future = service.submit(prepared)
+    for attempt in range(2):
+        prepared = service.prepare_translation(body, wait=False)  # at once, unless it would wait
+        if prepared is None:
+            prepared = await _within(run_in_threadpool(service.prepare_translation, body), deadline, timeout,
+                                     "reading the speaker store")
+        try:
+            future = service.submit(prepared)
+            break
+        except Retired:  # reloaded between its admission and its queue: the new model takes it
+            if attempt:
+                raise
+            service = models.get(body.model)
     try:
         results = await _within(asyncio.wrap_future(future), deadline, timeout, "the translation")
     except UserError as e:
         raise ServiceError(422, "invalid_request", str(e)) from None
     answer = service.answer(prepared, results)
-    app.state.metrics.translated(len(answer.translations))
+    app.state.metrics.translated(len(answer.translations), service.model)
     # the answer as its model built and checked it (FastAPI would check it against the model again)
     return Response(answer.model_dump_json(exclude_none=True), media_type="application/json")
 
@@ -339,7 +387,7 @@ class _TranslateDirectly:
                 raise RequestValidationError(e.errors(include_url=False) if data else
                                              [{"type": "missing", "loc": ("body",), "msg": "Field required",
                                                "input": None}]) from None
-            response = await _translation(scope["app"], body)
+            response = await _translation(scope["app"], body, scope)
         except ServiceError as e:
             response = await _service_error(request, e)
         except RequestValidationError as e:
@@ -378,36 +426,54 @@ class _HeadAsGet:
 _bearer = HTTPBearer(auto_error=False)  # the check is _WriteRoute's; this shows the scheme at /docs
 
 
+def _models(request: Request) -> ServedModels:
+    return request.app.state.models
+
+
 def _reads() -> APIRouter:
     router = APIRouter(responses=_READ_ERRORS)
 
     @router.post("/translate", response_model=schema.TranslateResponse, response_model_exclude_none=True,
-                 summary="Translate each sentence as its speaker")
+                 summary="Translate each sentence as its speaker, by the model the request names")
     async def translate(body: schema.TranslateRequest, request: Request):
         # JSON bodies are answered by _TranslateDirectly, with the same code; this route describes the endpoint
-        return await _translation(request.app, body)
+        return await _translation(request.app, body, request.scope)
 
-    @router.get("/speakers", response_model=schema.SpeakerList, summary="The speakers, trained and onboarded")
-    def speakers(service: SpeakerService = Depends(_service)):
-        return service.speakers()
+    @router.get("/speakers", response_model=schema.SpeakerList, summary="The speakers of a model, trained and "
+                "onboarded")
+    def speakers(request: Request, model: Optional[str] = _MODEL_QUERY):
+        return _on_model(request, model, lambda service: service.speakers())
 
-    @router.get("/speakers/{name:path}", response_model=schema.Speaker, summary="One speaker")
-    def speaker(name: str, service: SpeakerService = Depends(_service)):
-        return service.speaker(name)
+    @router.get("/speakers/{name:path}", response_model=schema.Speaker, summary="One speaker of a model")
+    def speaker(name: str, request: Request, model: Optional[str] = _MODEL_QUERY):
+        return _on_model(request, model, lambda service: service.speaker(name))
+
+    @router.get("/models", response_model=schema.ModelList, response_model_exclude_none=True,
+                summary="The models served: id, checkpoint, its digest, when it was loaded, its speakers")
+    async def models(served: ServedModels = Depends(_models)):
+        return served.describe_all()
+
+    @router.get("/models/{model_id}", response_model=schema.ModelInfo, response_model_exclude_none=True,
+                summary="One model")
+    async def model(model_id: str, request: Request, served: ServedModels = Depends(_models)):
+        _note_model(request.scope, served.known(model_id))
+        return served.describe(model_id)
 
     @router.get("/limits", response_model=schema.ServiceLimits,
                 summary="What one request may ask (a client, such as the page at /, splits its requests by it)")
-    async def limits(service: SpeakerService = Depends(_service)):
-        return service.limits_of_a_request()
+    async def limits(served: ServedModels = Depends(_models)):
+        return served.get().limits_of_a_request()
 
-    @router.get("/health", response_model=schema.Health, summary="200 when the model is loaded and the store answers")
-    def health(request: Request, service: SpeakerService = Depends(_service)):
-        return service.health(writes=request.app.state.token is not None)
+    @router.get("/health", response_model=schema.Health,
+                summary="200 when the models are loaded and the store answers")
+    def health(request: Request, served: ServedModels = Depends(_models)):
+        return served.get().health(writes=request.app.state.token is not None, models=served.ids)
 
     @router.get("/metrics", response_class=PlainTextResponse, summary="Prometheus metrics of this process")
-    def metrics(request: Request, service: SpeakerService = Depends(_service)):
-        text = request.app.state.metrics.render({"trained": len(service.trained), "onboarded": len(service.onboarded)},
-                                                service.batcher.queued)
+    def metrics(request: Request, served: ServedModels = Depends(_models)):
+        services = served.services
+        text = request.app.state.metrics.render({s.model: s.counts() for s in services},
+                                                {s.model: s.batcher.queued for s in services})
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
     return router
@@ -417,23 +483,58 @@ def _writes() -> APIRouter:
     router = APIRouter(route_class=_WriteRoute, dependencies=[Depends(_bearer)], responses=_WRITE_ERRORS)
 
     @router.put("/speakers/{name:path}", response_model=schema.OnboardResponse, status_code=201,
-                summary="Onboard a speaker from sentence pairs (201 new, 200 replaced)")
-    def onboard(name: str, body: schema.OnboardRequest, response: Response,
-                service: SpeakerService = Depends(_service)):
-        answer, created = service.onboard(name, body)
+                summary="Onboard a speaker of a model from sentence pairs (201 new, 200 replaced)")
+    def onboard(name: str, body: schema.OnboardRequest, response: Response, request: Request,
+                model: Optional[str] = _MODEL_QUERY):
+        answer, created = _on_model(request, model, lambda service: service.onboard(name, body))
         response.status_code = 201 if created else 200
         return answer
 
     @router.post("/speakers/{name:path}/sentences", response_model=schema.OnboardResponse,
                  summary="Refit an onboarded speaker on its sentences and these")
-    def add_sentences(name: str, body: schema.SentencePairs, service: SpeakerService = Depends(_service)):
-        return service.add_sentences(name, body)
+    def add_sentences(name: str, body: schema.SentencePairs, request: Request, model: Optional[str] = _MODEL_QUERY):
+        return _on_model(request, model, lambda service: service.add_sentences(name, body))
 
     @router.delete("/speakers/{name:path}", response_model=schema.Deleted, summary="Delete an onboarded speaker")
-    def delete(name: str, service: SpeakerService = Depends(_service)):
-        return service.delete(name)
+    def delete(name: str, request: Request, model: Optional[str] = _MODEL_QUERY):
+        return _on_model(request, model, lambda service: service.delete(name))
+
+    # loads read a checkpoint: in a thread of the pool (a def, not an async def), beside the translations
+    @router.post("/models", response_model=schema.ModelInfo, response_model_exclude_none=True, status_code=201,
+                 summary="Load a checkpoint as a new model, without a restart")
+    def add_model(body: schema.ModelAdd, request: Request, served: ServedModels = Depends(_models)):
+        return _loaded(request, body.id, lambda: served.add(body.id, body.checkpoint, body.data))
+
+    @router.post("/models/{model_id}/reload", response_model=schema.ModelInfo, response_model_exclude_none=True,
+                 summary="Load a model's checkpoint again, or another one, and swap it in; requests admitted before "
+                 "finish on the old one")
+    def reload_model(model_id: str, request: Request, body: Optional[schema.ModelLoad] = None,
+                     served: ServedModels = Depends(_models)):
+        _note_model(request.scope, served.known(model_id))
+        body = body or schema.ModelLoad()
+        return _loaded(request, model_id, lambda: served.reload(model_id, body.checkpoint, body.data))
+
+    @router.delete("/models/{model_id}", response_model=schema.ModelRemoved,
+                   summary="Stop serving a model (not the default); its stored speakers are kept")
+    def remove_model(model_id: str, request: Request, served: ServedModels = Depends(_models)):
+        _note_model(request.scope, served.known(model_id))
+        return served.remove(model_id)
 
     return router
+
+
+def _loaded(request: Request, model: str, load: Callable[[], schema.ModelInfo]) -> schema.ModelInfo:
+    """The answer of a load of ``model``, counted by the metrics (loaded or failed)."""
+    metrics: Metrics = request.app.state.metrics
+    try:
+        info = load()
+    except ServiceError as e:
+        if e.code in ("load_failed", "load_refused", "store_unavailable"):
+            metrics.loaded(model, "failed")
+        raise
+    metrics.loaded(model, "loaded")
+    _note_model(request.scope, model)
+    return info
 
 
 def _static(name: str) -> bytes:
@@ -477,32 +578,54 @@ def _pages(app: FastAPI) -> None:
     app.add_route("/favicon.ico", lambda request: icon, include_in_schema=False)
 
 
-def create_app(translator, store: Optional[SpeakerStore] = None, token: Optional[str] = None,
-               limits: Limits = Limits(), beam: int = 5, generate: Optional[Dict] = None,
-               batching: BatchOptions = BatchOptions(), skip_broken_speakers: bool = False) -> FastAPI:
-    """The service of ``translator`` (a loaded :class:`SpeakerTranslator`; its speakers now are the trained
+def create_app(translator: Union[SpeakerTranslator, Mapping[str, SpeakerTranslator]],
+               store: Optional[SpeakerStore] = None, token: Optional[str] = None, limits: Limits = Limits(),
+               beam: int = 5, generate: Optional[Dict] = None, batching: BatchOptions = BatchOptions(),
+               skip_broken_speakers: bool = False, default_model: Optional[str] = None,
+               overrides: Optional[Dict] = None, data: Optional[Dict[str, str]] = None) -> FastAPI:
+    """The service of ``translator`` (a loaded :class:`SpeakerTranslator`, served as the model ``default``; or several,
+    by model id, in order: the first, or ``default_model``, is the default one; their speakers now are the trained
     ones) and ``store`` (default: one in memory, gone with the process). Without ``token`` the write endpoints
     answer 403. ``beam`` (the default of a request) and ``generate`` (fairseq generation options) apply to every
     translation; ``batching`` says how concurrent translations share beam searches, and the requests' timeout (a body
     must arrive within it too). ``skip_broken_speakers``: start without the stored speakers that cannot be read or
-    used (logged), instead of refusing the store. The app closes the store when it shuts down."""
+    used (logged), instead of refusing the store. ``overrides`` are the options a checkpoint loaded later (``POST
+    /models``, a reload) is loaded with (:meth:`SpeakerTranslator.from_pretrained`'s); ``data``: the data directory of
+    each model (default: the one its translator was loaded with). The app closes the store when it shuts down."""
+    translators = {DEFAULT_MODEL: translator} if isinstance(translator, SpeakerTranslator) else dict(translator)
+    if not translators:
+        raise ValueError("create_app needs a model")
     store = store if store is not None else SpeakerStore(":memory:")
     metrics = Metrics()
-    service = SpeakerService(translator, store, limits, beam=beam, generate=generate, batching=batching,
-                             on_batch=metrics.batch, skip_broken_speakers=skip_broken_speakers)
+    loaded_with = dict(overrides or {})
+
+    def make(loaded: SpeakerTranslator, model: str, refit: bool) -> SpeakerService:
+        return SpeakerService(loaded, store, limits, beam=beam, generate=generate, batching=batching,
+                              on_batch=metrics.batch, skip_broken_speakers=skip_broken_speakers, model=model,
+                              refit=refit)
+
+    def load(checkpoint: str, data_dir: str) -> SpeakerTranslator:
+        return SpeakerTranslator.from_pretrained(checkpoint, data=data_dir, **loaded_with)
+
+    models = ServedModels(translators, default_model or next(iter(translators)), make, load, data,
+                          on_change=lambda: setattr(app.state, "service", models.get()))
+    for model in models.ids:
+        metrics.loaded(model, "loaded")
+    service = models.get()
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
         yield
         # uvicorn's graceful shutdown (SIGTERM, SIGINT) ends here, once the requests under way are answered
-        await run_in_threadpool(service.batcher.close, batching.request_timeout)
+        await run_in_threadpool(models.close, batching.request_timeout)
         store.close()
         logger.info(f"closed the speaker store {store.path}")
 
     app = FastAPI(title="fairseq-speaker", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Personalized translation: each sentence is translated as its speaker; speakers are "
                   "onboarded from a few sentence pairs. Write endpoints need `Authorization: Bearer <token>`.")
-    app.state.service, app.state.token, app.state.metrics = service, token, metrics
+    #: the models by id; ``service``: the default model's (what a program embedding one model uses)
+    app.state.models, app.state.service, app.state.token, app.state.metrics = models, service, token, metrics
     app.state.translate_directly = True
     routers = {prefix: (_reads(), _writes()) for prefix in ("", "/v1")}
     translate = next(route for route in routers[""][0].routes if route.path == "/translate")
@@ -570,9 +693,19 @@ def build_parser(tokenizer: Optional[str] = None, bpe: Optional[str] = None) -> 
     encoders = parser.add_argument_group("the tokenizer's and BPE's options (fairseq's)")
     for dataclass in _encoders(tokenizer, bpe):  # first: ours below win where names are shared (--source-lang)
         gen_parser_from_dataclass(encoders, dataclass())
-    parser.add_argument("checkpoint", metavar="CHECKPOINT", help="the model (a fairseq-speaker checkpoint)")
-    parser.add_argument("--data", required=True, metavar="DATA_DIR",
-                        help="the data directory the model was trained on (its dict.*.txt)")
+    parser.add_argument("checkpoint", metavar="CHECKPOINT", nargs="?",
+                        help=f"the model (a fairseq-speaker checkpoint), served as the model '{DEFAULT_MODEL}'")
+    parser.add_argument("--data", metavar="DATA_DIR",
+                        help="the data directory the model was trained on (its dict.*.txt); required with CHECKPOINT, "
+                        "and the data of a --model that names none")
+    models = parser.add_argument_group("several models (docs/serving.md, \"Several models\")")
+    models.add_argument("--model", action="append", default=[], metavar="ID=CHECKPOINT[:DATA_DIR]", dest="models",
+                        help=f"serve CHECKPOINT (with DATA_DIR's dictionaries, default --data) as the model ID; "
+                        f"repeat it for several. A request names its model (\"model\" of POST /translate, ?model= of "
+                        f"the speaker endpoints) or goes to the default one. ID: {MODEL_ID_RULE}")
+    models.add_argument("--default-model", metavar="ID",
+                        help=f"the model a request that names none goes to (default: '{DEFAULT_MODEL}', CHECKPOINT's, "
+                        f"if given, else the first --model)")
     net = parser.add_argument_group("network")
     net.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s, this machine "
                      "only)")
@@ -639,12 +772,54 @@ def build_parser(tokenizer: Optional[str] = None, bpe: Optional[str] = None) -> 
     return parser
 
 
+def model_specs(args: argparse.Namespace) -> Dict[str, Tuple[str, str]]:
+    """The models the command serves, by id, in order: ``(checkpoint, data directory)``; raises :class:`UserError`
+    naming the option that is wrong and how to write it."""
+    specs: Dict[str, Tuple[str, str]] = {}
+    if args.checkpoint is not None:
+        if args.data is None:
+            raise UserError("the following arguments are required with CHECKPOINT: --data DATA_DIR (the data directory "
+                            "the model was trained on)")
+        specs[DEFAULT_MODEL] = (args.checkpoint, args.data)
+    for spec in args.models:
+        model, equals, rest = spec.partition("=")
+        checkpoint, _, data = rest.partition(":")  # as fairseq's --path, a checkpoint's path holds no ':'
+        form = "write --model ID=CHECKPOINT or --model ID=CHECKPOINT:DATA_DIR"
+        if not equals or not model:
+            raise UserError(f"--model {spec}: no model id: {form}")
+        problem = model_id_problem(model)
+        if problem:
+            raise UserError(f"--model {spec}: {problem}")
+        if not checkpoint:
+            raise UserError(f"--model {spec}: no checkpoint: {form}")
+        if not data and args.data is None:
+            raise UserError(f"--model {spec}: no data directory: {form}, or give --data DATA_DIR for the models that "
+                            f"name none")
+        if model in specs:
+            also = " (the model of CHECKPOINT)" if model == DEFAULT_MODEL and args.checkpoint is not None else ""
+            raise UserError(f"--model {spec}: the model id {model!r} is given twice{also}: give each model an id of "
+                            f"its own")
+        specs[model] = (checkpoint, data or args.data)
+    if not specs:
+        raise UserError("give the model to serve: CHECKPOINT --data DATA_DIR, or --model ID=CHECKPOINT[:DATA_DIR] "
+                        "(repeated for several)")
+    if args.default_model is not None and args.default_model not in specs:
+        raise UserError(f"--default-model {args.default_model}: no such model: the models are "
+                        f"{', '.join(map(repr, specs))}")
+    return specs
+
+
 def parse_args(argv: Optional[Sequence[str]] = None) -> Tuple[argparse.Namespace, Dict, Limits]:
-    """The options, the fairseq overrides for :meth:`SpeakerTranslator.from_pretrained`, and the limits."""
+    """The options, the fairseq overrides for :meth:`SpeakerTranslator.from_pretrained`, and the limits; ``args.specs``
+    are the models to serve (:func:`model_specs`)."""
     argv = list(argv) if argv is not None else sys.argv[1:]
     first, _ = build_parser().parse_known_args(argv)
     parser = build_parser(first.tokenizer, first.bpe)
     args = parser.parse_args(argv)
+    try:
+        args.specs = model_specs(args)
+    except UserError as e:
+        parser.error(str(e))
     if not 1 <= args.port <= 65535:
         parser.error(f"--port must be between 1 and 65535, got {args.port}")
     if not (args.header_timeout > 0 and math.isfinite(args.header_timeout)):
@@ -729,30 +904,39 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     try:
         token = read_token(args)
         import_user_dir(args.user_dir)
-        if not os.path.isdir(args.data):
-            raise UserError(f"data directory not found: {args.data} (the one the model was trained on, with its "
-                            f"dict.*.txt)")
+        for model, (_, data) in args.specs.items():
+            if not os.path.isdir(data):
+                where = "" if model == DEFAULT_MODEL and args.checkpoint is not None else f" (of --model {model})"
+                raise UserError(f"data directory not found: {data}{where} (the one the model was trained on, with its "
+                                f"dict.*.txt)")
         configure_logging(args.log_format)  # every logger, uvicorn's too (log_config=None below), in one format
         logging.getLogger("fairseq").setLevel(logging.WARNING)  # its per-batch lines, on every request
         warnings.filterwarnings("ignore", message=".*'pin_memory' argument is set as true")  # torch's, on a CPU
-        from fairseq_speaker.onboarding.translator import SpeakerTranslator
         from fairseq_speaker.runtime import start_threads
 
         start_threads(args.threads, stream=LogLines(logger))  # one line as the service starts: threads: N (why)
 
         store = open_store(args.store or ":memory:")  # first: a database it cannot reach says so at once
-        translator = SpeakerTranslator.from_pretrained(args.checkpoint, data=args.data, **overrides)
-        app = create_app(translator, store, token, limits, beam=args.beam, batching=args.batching,
-                         skip_broken_speakers=args.skip_broken_speakers)
+        translators = {}
+        for model, (checkpoint, data) in args.specs.items():
+            start = time.perf_counter()
+            translators[model] = SpeakerTranslator.from_pretrained(checkpoint, data=data, **overrides)
+            logger.info(f"model {model!r}: {checkpoint} loaded in {time.perf_counter() - start:.1f} s",
+                        extra={"model": model})
+        app = create_app(translators, store, token, limits, beam=args.beam, batching=args.batching,
+                         skip_broken_speakers=args.skip_broken_speakers, default_model=args.default_model,
+                         overrides=overrides, data={model: data for model, (_, data) in args.specs.items()})
     except UserError as e:
         if store is not None:
             store.close()
         fail(str(e), "fairseq-speaker-serve")
     import uvicorn
 
-    service = app.state.service
-    logger.info(f"{args.checkpoint}: {len(service.trained)} trained and {len(service.onboarded)} onboarded speakers; "
-                f"writes {'enabled' if token else 'disabled (no token)'}; "
+    for service in app.state.models.services:
+        logger.info(f"{service.translator.checkpoint}: {len(service.trained)} trained and {len(service.onboarded)} "
+                    f"onboarded speakers" + ("" if list(args.specs) == [DEFAULT_MODEL] else
+                                             f" (model {service.model!r})"), extra={"model": service.model})
+    logger.info(f"default model {app.state.models.default!r}; writes {'enabled' if token else 'disabled (no token)'}; "
                 f"store {store.path if args.store else '(none: in memory)'}")  # (a URL's password hidden)
     freeze_loaded_objects()
     try:  # uvicorn stops on SIGTERM or SIGINT after the requests under way (the store is closed at its shutdown)

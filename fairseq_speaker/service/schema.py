@@ -15,6 +15,8 @@ class _Request(BaseModel):
 
 
 class TranslateRequest(_Request):
+    model: Optional[str] = Field(None, description="the model to translate with, by its id (GET /models lists them; "
+                                 "default: the service's default model)")
     sentences: List[str] = Field(description="the sentences to translate, as the model reads them (raw text when "
                                  "the checkpoint keeps its preprocessing or the service was started with "
                                  "--tokenizer/--bpe)")
@@ -59,6 +61,7 @@ class TranslateResponse(BaseModel):
     translations: List[Translation] = Field(description="one per sentence, in the order of the request")
     unknown_speaker_policy: str = Field(description="what a speaker the model does not know gets: 'mean' (the mean "
                                         "of the trained speakers), 'none' (no speaker), 'fail' (refused)")
+    model: str = Field(description="the id of the model that translated")
 
 
 class SentencePairs(_Request):
@@ -133,9 +136,51 @@ class ServiceLimits(BaseModel):
 
 class Health(BaseModel):
     status: Literal["ok"]
-    speakers: Dict[str, int] = Field(description="trained and onboarded speakers")
-    model: Dict[str, object] = Field(description="the checkpoint and what ties speaker rows to it")
+    speakers: Dict[str, int] = Field(description="trained and onboarded speakers of the default model")
+    model: Dict[str, object] = Field(description="the default model's checkpoint and what ties speaker rows to it")
+    models: List[str] = Field(description="the ids of the models served, the default first (GET /models describes "
+                              "them)")
     writes: bool = Field(description="whether the write endpoints are enabled (a token is configured)")
+
+
+class ModelInfo(BaseModel):
+    id: str = Field(description="the model's id: 'model' of POST /translate, '?model=' of the speaker endpoints")
+    default: bool = Field(description="whether a request that names no model goes to this one")
+    checkpoint: str = Field(description="the checkpoint file, as it was given")
+    data: str = Field(description="the data directory of its dictionaries")
+    checkpoint_sha256: str = Field(description="the SHA-256 of the checkpoint file as it was loaded")
+    checkpoint_bytes: int = Field(description="the size of the checkpoint file")
+    checkpoint_modified: str = Field(description="when the checkpoint file was last changed (ISO 8601, UTC)")
+    loaded_at: str = Field(description="when the service loaded it (ISO 8601, UTC)")
+    load_seconds: float = Field(description="how long loading it took, its stored speakers included")
+    speakers: Dict[str, int] = Field(description="trained and onboarded speakers")
+    variant: Optional[str] = Field(None, description="the speaker variant (null: a model without speaker rows)")
+    unknown_speaker_policy: str = Field(description="what a speaker the model does not know gets")
+    refitted: Optional[int] = Field(None, description="in the answer to a load: the stored speakers refitted on this "
+                                    "checkpoint from their sentences (it has other shared parameters than the one "
+                                    "they were fitted on), or 0")
+
+
+class ModelList(BaseModel):
+    models: List[ModelInfo] = Field(description="the models served, the default first, then in the order they were "
+                                    "loaded")
+
+
+class ModelLoad(_Request):
+    checkpoint: Optional[str] = Field(None, min_length=1, description="the checkpoint to load, a path on the "
+                                      "service's machine (default: the model's own, read again)")
+    data: Optional[str] = Field(None, min_length=1, description="its data directory (default: the model's)")
+
+
+class ModelAdd(_Request):
+    id: str = Field(description="the new model's id: letters, digits, '.', '_' and '-', at most 64, beginning with a "
+                    "letter or digit")
+    checkpoint: str = Field(min_length=1, description="the checkpoint to load, a path on the service's machine")
+    data: Optional[str] = Field(None, min_length=1, description="its data directory (default: the default model's)")
+
+
+class ModelRemoved(BaseModel):
+    removed: str = Field(description="the id of the model no longer served (its stored speakers are kept)")
 
 
 class ErrorBody(BaseModel):

@@ -14,6 +14,11 @@ not shrink) but are no longer used: the speaker gets the unknown-speaker policy 
 Translations go through the :class:`~fairseq_speaker.service.batcher.Batcher`: concurrent requests share beam
 searches, each sentence with its own speaker. Writes take turns (one fit at a time per process) but hold the
 translator only to copy the model and to put the new rows in: translations go on while a speaker is fitted.
+
+One service is one model of the process, under its model id (:mod:`~fairseq_speaker.service.served_models` keeps
+the models of a process): it reads and writes only that id's speakers in the store. A reload builds a new service
+beside it and retires this one (:meth:`SpeakerService.retire`): the requests it admitted finish on its model; a
+write that was waiting for its turn is refused with :class:`Retired`, to be sent to the new one.
 """
 
 import contextlib
@@ -36,8 +41,9 @@ from fairseq_speaker.onboarding.translator import SpeakerTranslator
 from fairseq_speaker.onboarding.vectors import SpeakerVectors, describe, read_speaker_vectors, vectors_bytes
 from fairseq_speaker.service import schema
 from fairseq_speaker.service.batcher import Batcher, BatchOptions, Hypotheses, QueueFull
-from fairseq_speaker.service.store import (SpeakerStore, StoreConflict, StoreDamaged, StoredSpeaker, StoreError,
-                                           StoreUnavailable, fingerprint_of)
+from fairseq_speaker.service.store import (DEFAULT_MODEL, SpeakerStore, StoreConflict, StoreDamaged, StoredSpeaker,
+                                           StoreError, StoreModelMismatch, StoreUnavailable, fingerprint_of,
+                                           speaker_text)
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +84,15 @@ class ServiceError(Exception):
     def __init__(self, status: int, code: str, message: str, headers: Optional[Dict[str, str]] = None):
         super().__init__(message)
         self.status, self.code, self.message, self.headers = status, code, message, headers
+
+
+class Retired(ServiceError):
+    """A request that reached a service once its model was reloaded or removed (:meth:`SpeakerService.retire`): the
+    caller sends it to the model's new service (HTTP: 503 ``model_reloaded`` if it cannot)."""
+
+    def __init__(self, model: str):
+        super().__init__(503, "model_reloaded", f"model {model!r} was reloaded or removed while this request waited: "
+                         f"send it again", {"Retry-After": "0"})
 
 
 def timed_out(what: str, seconds: float) -> ServiceError:
@@ -124,12 +139,21 @@ class SpeakerService:
         skip_broken_speakers: start even when stored speakers cannot be read or used (a damaged record, rows of
             another model), logging their names, instead of refusing the store; later such records are always logged
             and left unused.
+        model: the model id: the store's speakers of that id are this service's.
+        refit: where the store ties ``model`` to a model of another fingerprint (the id's checkpoint before a
+            reload), refit each of its speakers on ``translator`` from their stored sentences and tie the id to this
+            model (:meth:`SpeakerStore.rebind`), instead of refusing the store.
     """
 
     def __init__(self, translator: SpeakerTranslator, store: SpeakerStore, limits: Limits = Limits(), beam: int = 5,
                  generate: Optional[Dict] = None, batching: BatchOptions = BatchOptions(),
-                 on_batch: Optional[Callable[[int, int], None]] = None, skip_broken_speakers: bool = False):
-        self.translator, self.store, self.limits = translator, store, limits
+                 on_batch: Optional[Callable[[int, int], None]] = None, skip_broken_speakers: bool = False,
+                 model: str = DEFAULT_MODEL, refit: bool = False):
+        self.translator, self.store, self.limits, self.model = translator, store, limits, model
+        #: why the service no longer takes requests (its model reloaded or removed), or None
+        self.retired: Optional[str] = None
+        #: the speakers refitted on this model as it was bound (a reload to a model of another fingerprint)
+        self.refitted: List[str] = []
         self.skip_broken_speakers = skip_broken_speakers
         self.beam, self.generate, self.batching = beam, dict(generate or {}), batching
         if not 1 <= beam <= limits.max_beam:
@@ -160,13 +184,18 @@ class SpeakerService:
         else:
             self.not_adaptable = None
             self.fingerprint = fingerprint_of(describe(bias, translator.task.target_dictionary))
-        self._bind()
+        self._bind(refit)
 
-    def _bind(self) -> None:
+    def _bind(self, refit: bool) -> None:
         where = self.translator.checkpoint
         try:
             if self.not_adaptable is None:
-                self.store.bind(self.fingerprint, where)
+                try:
+                    self.store.bind(self.fingerprint, where, model=self.model)
+                except StoreModelMismatch:
+                    if not refit:
+                        raise
+                    self._refit_stored()
             held = list(self._readable_versions(strict=True)[1])
         except sqlite3.Error as e:
             raise _unreadable(self.store, e) from None
@@ -181,24 +210,86 @@ class SpeakerService:
                 f"serve the checkpoint the store was made for")
         self.sync(strict=True)
 
+    def _refit_stored(self) -> None:
+        """Fit each stored speaker of this model id on this service's model from its sentences, and store the rows
+        with this model's fingerprint in one transaction (see ``refit`` in the class documentation)."""
+        _, versions = self.store.versions(self.model)
+        rows = {}
+        for name in versions:
+            if name in self._trained:
+                continue  # refused by _bind, with its message
+            record = self.store.get(name, model=self.model)
+            if record is None:
+                raise StoreError(f"--store {self.store.path}: speaker {self._shown(name)} was deleted while the "
+                                 f"speakers were refitted: load the model again")
+            try:
+                vectors, _ = self.translator.fit_speaker(name, [s for s, _ in record.pairs or []],
+                                                         [t for _, t in record.pairs or []])
+            except UserError as e:
+                raise StoreError(f"cannot refit the stored speaker {self._shown(name)} on {self.translator.checkpoint} "
+                                 f"from its sentences: {e}") from None
+            rows[name] = vectors_bytes(vectors)
+        try:
+            self.store.rebind(self.model, self.fingerprint, self.translator.checkpoint, rows, versions)
+        except StoreConflict as e:
+            raise StoreError(f"--store {self.store.path}: {e}: load the model again") from None
+        self.refitted = sorted(rows)
+
+    def _shown(self, name: str) -> str:
+        """The speaker ``name`` of this model, as messages name it."""
+        return speaker_text(self.model, name)
+
+    @property
+    def _of_model(self) -> str:
+        """`` of model 'ID'`` for a model other than the default, for messages."""
+        return "" if self.model == DEFAULT_MODEL else f" of model {self.model!r}"
+
+    @property
+    def _query_also(self) -> str:
+        """``, with ?model=ID`` for a model other than the default, for messages that name a URL."""
+        return "" if self.model == DEFAULT_MODEL else f", with ?model={self.model}"
+
+    @property
+    def _query(self) -> str:
+        """The query string that names this model in a URL (none for the default model)."""
+        return "" if self.model == DEFAULT_MODEL else f"?model={self.model}"
+
+    @contextlib.contextmanager
+    def retiring(self, why: str):
+        """Hold this service's writes (after the one under way, waited for at most ``--request-timeout``) while its
+        successor is made and put in its place; once the block ends without an error, the service is retired: a write
+        that waited for its turn gets :class:`Retired`, and so does a translation submitted once it is stopped
+        (:meth:`stop`)."""
+        if not self._writing.acquire(timeout=self.batching.request_timeout):
+            raise timed_out("waiting for the onboarding under way", self.batching.request_timeout)
+        try:
+            yield
+            self.retired = why
+        finally:
+            self._writing.release()
+
+    def stop(self) -> None:
+        """Translate the requests queued, then stop the batcher's thread (waited for at most --request-timeout)."""
+        self.batcher.close(self.batching.request_timeout)
+
     # -- keeping the translator in step with the store -------------------------------------------------
     def _readable_versions(self, strict: bool) -> Tuple[int, Dict[str, int], Dict[str, str]]:
         """The store's generation, its speakers' versions and those whose records cannot be read (with why): the
         last only with ``--skip-broken-speakers`` or after the start, the start refusing a damaged store otherwise."""
         try:
-            generation, versions = self.store.versions()
+            generation, versions = self.store.versions(self.model)
             return generation, versions, {}
         except sqlite3.DatabaseError as e:
             if isinstance(e, sqlite3.OperationalError) or (strict and not self.skip_broken_speakers):
                 raise
-        return self.store.readable_versions()
+        return self.store.readable_versions(self.model)
 
     def _broken(self, name: str, version: int, problem: str, strict: bool) -> None:
         """A stored speaker that cannot be used: the start is refused (``strict``, without --skip-broken-speakers),
         otherwise it is logged and left unused."""
         if strict and not self.skip_broken_speakers:
             raise StoreDamaged(self.store.path, problem, name)
-        logger.error(f"--store {self.store.path}: skipped speaker {name!r}: {problem}; it is left unused (restore the "
+        logger.error(f"--store {self.store.path}: skipped speaker {self._shown(name)}: {problem}; it is left unused (restore the "
                      f"store from a backup, or onboard the speaker again)")
         self._skipped[name] = version
 
@@ -219,7 +310,7 @@ class SpeakerService:
                 records = []
                 for name in changed:
                     try:
-                        record = self.store.get(name)
+                        record = self.store.get(name, model=self.model)
                     except StoreDamaged as e:
                         self._broken(name, versions[name], e.what, strict)
                         continue
@@ -243,11 +334,17 @@ class SpeakerService:
         for record in records:
             try:
                 if record.name in self._trained:  # written by a process whose model lacks it (see _bind)
-                    raise StoreError(f"store speaker {record.name!r} is a trained speaker of this model")
-                vectors = read_speaker_vectors(record.rows, where=f"{self.store.path}: speaker {record.name!r}")
-                if vectors.names != [record.name] or fingerprint_of(vectors.meta) != self.fingerprint:
-                    raise StoreError(f"{self.store.path}: the rows of speaker {record.name!r} are not this model's "
-                                     f"(named {vectors.names}): the store is damaged")
+                    raise StoreError(f"store speaker {self._shown(record.name)} is a trained speaker of this model")
+                vectors = read_speaker_vectors(record.rows,
+                                               where=f"{self.store.path}: speaker {self._shown(record.name)}")
+                if vectors.names != [record.name]:
+                    raise StoreError(f"{self.store.path}: the rows of speaker {self._shown(record.name)} are named "
+                                     f"{vectors.names}: the store is damaged")
+                if fingerprint_of(vectors.meta) != self.fingerprint:
+                    raise StoreError(f"{self.store.path}: the rows of speaker {self._shown(record.name)} are not this "
+                                     f"model's: another process reloaded model {self.model!r} with another checkpoint "
+                                     f"(reload this one too: POST /models/{self.model}/reload), or the store is "
+                                     f"damaged")
             except UserError as e:
                 self._broken(record.name, record.version, str(e), strict)
                 continue
@@ -327,7 +424,8 @@ class SpeakerService:
             if unknown and self.policy == "fail":
                 raise ServiceError(404, "unknown_speaker",
                                    f"unknown speaker(s) {', '.join(map(shown, unknown[:5]))}: the service translates "
-                                   f"only speakers it knows (--unknown-speaker fail); GET /speakers lists them")
+                                   f"only speakers it knows (--unknown-speaker fail); GET /speakers{self._query} "
+                                   f"lists them")
             in_model = self._in_model() if unknown else set()
             as_labels = [label if label in known or label not in in_model else _retired(label) for label in labels]
         finally:
@@ -342,6 +440,8 @@ class SpeakerService:
             return self.batcher.submit(prepared.sentences, prepared.as_labels, prepared.beam, prepared.nbest,
                                        prepared.tokens)
         except QueueFull as e:
+            if self.retired is not None:
+                raise Retired(self.model) from None
             raise ServiceError(503, "overloaded", f"{e}: retry later", headers={"Retry-After": "1"}) from None
 
     def answer(self, prepared: PreparedTranslation, results: List[Searched]) -> schema.TranslateResponse:
@@ -354,7 +454,7 @@ class SpeakerService:
                 hypotheses=[schema.Hypothesis(text=text, score=score) for text, score in found.best]
                 if prepared.nbest > 1 else None)
                 for found, label in zip(results, prepared.speakers)],
-            unknown_speaker_policy=self.policy)
+            unknown_speaker_policy=self.policy, model=self.model)
 
     def translate(self, request: schema.TranslateRequest) -> schema.TranslateResponse:
         """A request translated in a shared beam search, waiting at most ``--request-timeout`` (for callers in
@@ -381,7 +481,7 @@ class SpeakerService:
     def speakers(self) -> schema.SpeakerList:
         with self._lock:
             self.sync()
-            onboarded = [s for s in self._store_call(self.store.speakers) if s.name in self._loaded]
+            onboarded = [s for s in self._store_call(self.store.speakers, self.model) if s.name in self._loaded]
         return schema.SpeakerList(speakers=self._with_traits([self._trained_speaker(name) for name in self.trained]
                                                              + [_onboarded(s) for s in onboarded]))
 
@@ -390,9 +490,10 @@ class SpeakerService:
             self.sync()
             if name in self._trained:
                 return self._with_traits([self._trained_speaker(name)])[0]
-            record = self._store_call(self.store.get, name, False) if name in self._loaded else None
+            record = self._store_call(self.store.get, name, False, self.model) if name in self._loaded else None
         if record is None:
-            raise ServiceError(404, "unknown_speaker", f"no speaker {shown(name)}: GET /speakers lists them")
+            raise ServiceError(404, "unknown_speaker", f"no speaker {shown(name)}{self._of_model}: GET "
+                               f"/speakers{self._query} lists them")
         return self._with_traits([_onboarded(record)])[0]
 
     def _with_traits(self, speakers: List[schema.Speaker]) -> List[schema.Speaker]:
@@ -424,7 +525,7 @@ class SpeakerService:
                 raise ServiceError(409, "speaker_exists",
                                    f"speaker {shown(name)} is already onboarded: send \"replace\": true to fit it "
                                    f"again from these sentences alone, or POST /speakers/{{name}}/sentences to add "
-                                   f"sentences")
+                                   f"sentences{self._query_also}")
             pairs = list(zip(request.sources, request.targets))
             vectors, report = self._fit(name, pairs)  # translations go on meanwhile
             record = self._commit(name, pairs, vectors, expect=None, replace=request.replace)
@@ -438,10 +539,10 @@ class SpeakerService:
             with self._lock:
                 self.sync()
                 self._check_not_trained(name)
-                record = self._store_call(self.store.get, name) if name in self._loaded else None
+                record = self._store_call(self.store.get, name, True, self.model) if name in self._loaded else None
             if record is None:
-                raise ServiceError(404, "unknown_speaker",
-                                   f"no onboarded speaker {shown(name)}: PUT /speakers/{{name}} onboards it")
+                raise ServiceError(404, "unknown_speaker", f"no onboarded speaker {shown(name)}{self._of_model}: PUT "
+                                   f"/speakers/{{name}}{self._query} onboards it")
             pairs = list(record.pairs) + list(zip(request.sources, request.targets))
             if len(pairs) > self.limits.max_speaker_pairs:
                 raise ServiceError(413, "too_many_pairs",
@@ -459,26 +560,34 @@ class SpeakerService:
                 raise ServiceError(409, "trained_speaker",
                                    f"speaker {shown(name)} was trained with the model: only onboarded speakers can be "
                                    f"deleted")
-            if name not in self._loaded or not self._store_call(self.store.delete, name):
-                raise ServiceError(404, "unknown_speaker", f"no onboarded speaker {shown(name)}")
+            if name not in self._loaded or not self._store_call(self.store.delete, name, self.model):
+                raise ServiceError(404, "unknown_speaker", f"no onboarded speaker {shown(name)}{self._of_model}")
             del self._loaded[name]  # its rows stay in the table, unused (see the module documentation)
             self.translator.forget_words([name])  # but not its words: they would shape the others' neighbours
         return schema.Deleted(deleted=name)
 
-    def health(self, writes: bool) -> schema.Health:
-        """Ready: the model is loaded (it is, once this object exists) and the store answers."""
+    def health(self, writes: bool, models: List[str]) -> schema.Health:
+        """Ready: the model is loaded (it is, once this object exists) and the store answers; ``models``: the ids of
+        the process's models."""
         self._store_call(self.store.generation)
-        return schema.Health(status="ok", speakers={"trained": len(self.trained), "onboarded": len(self.onboarded)},
+        return schema.Health(status="ok", speakers=self.counts(), models=models, writes=writes,
                              model={"checkpoint": self.translator.checkpoint, **self.fingerprint,
-                                    "unknown_speaker_policy": self.policy}, writes=writes)
+                                    "unknown_speaker_policy": self.policy})
+
+    def counts(self) -> Dict[str, int]:
+        """The model's speakers by kind (trained, onboarded)."""
+        return {"trained": len(self.trained), "onboarded": len(self.onboarded)}
 
     # -- helpers --------------------------------------------------------------------------------------
     @contextlib.contextmanager
     def _write_turn(self):
-        """This process's turn to write, waited for at most ``--request-timeout``."""
+        """This process's turn to write, waited for at most ``--request-timeout``; :class:`Retired` once the model was
+        reloaded or removed."""
         if not self._writing.acquire(timeout=self.batching.request_timeout):
             raise timed_out("waiting for the onboarding before this one", self.batching.request_timeout)
         try:
+            if self.retired is not None:
+                raise Retired(self.model)
             yield
         finally:
             self._writing.release()
@@ -496,8 +605,12 @@ class SpeakerService:
                 replace: bool) -> StoredSpeaker:
         """Store the speaker's rows, then put them in the translator: translated with them once they are stored."""
         try:
-            record = self.store.put(name, vectors_bytes(vectors), pairs, expect=expect, replace=replace)
+            record = self.store.put(name, vectors_bytes(vectors), pairs, expect=expect, replace=replace,
+                                    model=self.model, fingerprint=self.fingerprint)
         except StoreConflict as e:
+            if e.reason == "model":
+                raise ServiceError(409, "model_changed", f"{e}: nothing was changed; reload model {self.model!r} in "
+                                   f"this process too (POST /models/{self.model}/reload), then retry") from None
             if e.reason == "exists":
                 raise ServiceError(409, "speaker_exists", f"{e} (onboarded by another process meanwhile): send "
                                    f"\"replace\": true to fit it again from these sentences alone") from None

@@ -139,7 +139,7 @@ def test_concurrent_clients_with_mixed_speakers_share_beam_searches_and_get_the_
     assert _metric(metrics, "batch_sentences_sum") == sentences
     assert _metric(metrics, "batch_requests_count") < len(requests) / 2  # gathered, not one search per request
     assert _metric(metrics, 'batch_sentences_bucket{le="1"}') < len(requests)
-    assert _metric(metrics, "queued_sentences") == 0
+    assert _metric(metrics, 'queued_sentences{model="default"}') == 0
 
 
 def test_with_a_token_cap_no_batch_passes_it_and_every_sentence_is_answered_as_its_speaker_in_order(toy, doctored,
@@ -234,7 +234,7 @@ def test_a_request_past_its_timeout_gets_504_and_is_taken_out_of_the_queue(toy, 
         metrics = client.get("/metrics").text
     assert _texts(after) == [translator.translate("i am tired .", "spk000")]
     assert calls == [["i am tired ."], ["i am tired ."]]
-    assert 'fairseq_speaker_errors_total{endpoint="/translate",code="timeout"} 2' in metrics
+    assert 'fairseq_speaker_errors_total{endpoint="/translate",code="timeout",model="default"} 2' in metrics
 
 
 def test_a_request_that_would_overflow_the_queue_gets_503_and_the_others_are_answered(toy, trained, monkeypatch):
@@ -439,15 +439,17 @@ def test_health_metrics_and_the_openapi_description(toy, trained):
         docs = client.get("/docs")
     assert metrics.headers["content-type"].startswith("text/plain")
     text = metrics.text
-    assert 'fairseq_speaker_requests_total{endpoint="/translate",method="POST",status="200"} 1' in text
-    assert 'fairseq_speaker_requests_total{endpoint="/health",method="GET",status="200"} 2' in text
-    assert 'fairseq_speaker_errors_total{endpoint="/speakers/{name}",code="unknown_speaker"} 1' in text
-    assert 'fairseq_speaker_request_duration_seconds_count{endpoint="/translate"} 1' in text
-    assert 'fairseq_speaker_request_duration_seconds_bucket{endpoint="/translate",le="+Inf"} 1' in text
-    assert "fairseq_speaker_translated_sentences_total 3" in text
-    assert 'fairseq_speaker_speakers{kind="trained"} 8' in text
-    assert sorted(paths) == ["/health", "/limits", "/metrics", "/speakers", "/speakers/{name}",
-                             "/speakers/{name}/sentences", "/translate"]
+    assert 'fairseq_speaker_requests_total{endpoint="/translate",method="POST",status="200",model="default"} 1' in text
+    assert 'fairseq_speaker_requests_total{endpoint="/health",method="GET",status="200"} 2' in text  # of no model
+    assert 'fairseq_speaker_errors_total{endpoint="/speakers/{name}",code="unknown_speaker",model="default"} 1' in text
+    assert 'fairseq_speaker_request_duration_seconds_count{endpoint="/translate",model="default"} 1' in text
+    assert 'fairseq_speaker_request_duration_seconds_bucket{endpoint="/translate",model="default",le="+Inf"} 1' in text
+    assert 'fairseq_speaker_translated_sentences_total{model="default"} 3' in text
+    assert 'fairseq_speaker_speakers{model="default",kind="trained"} 8' in text
+    assert 'fairseq_speaker_model_loads_total{model="default",outcome="loaded"} 1' in text
+    assert sorted(paths) == ["/health", "/limits", "/metrics", "/models", "/models/{model_id}",
+                             "/models/{model_id}/reload", "/speakers", "/speakers/{name}", "/speakers/{name}/sentences",
+                             "/translate"]
     assert set(paths["/speakers/{name}"]) == {"get", "put", "delete"}
     assert docs.status_code == 200
 
@@ -488,7 +490,7 @@ def _paths(client):
     found = {}
     for path, operations in client.get("/openapi.json").json()["paths"].items():
         for prefix in ("", "/v1"):
-            found[prefix + path.replace("{name}", "spk000")] = "get" in operations
+            found[prefix + path.replace("{name}", "spk000").replace("{model_id}", "default")] = "get" in operations
     for route in client.app.routes:
         methods = getattr(route, "methods", None)
         if hasattr(route, "path"):
@@ -503,7 +505,7 @@ def test_head_is_answered_wherever_get_is_with_gets_status_and_headers_and_no_bo
     with _client(_translator(trained("lstm_fact_bias"), toy)) as client:
         paths = _paths(client)
         assert {path for path, get in paths.items() if get} >= {
-            "/", "/docs", "/redoc", "/favicon.ico", "/health", "/v1/speakers/spk000", "/metrics", "/openapi.json",
+            "/", "/docs", "/redoc", "/favicon.ico", "/health", "/v1/speakers/spk000", "/models/default", "/metrics", "/openapi.json",
             "/docs/static/swagger-ui.css"}
         for path, get in paths.items():
             got, head = client.get(path), client.head(path)
@@ -516,7 +518,8 @@ def test_head_is_answered_wherever_get_is_with_gets_status_and_headers_and_no_bo
                 assert head.headers["content-length"] == got.headers["content-length"], path
         metrics = client.get("/metrics").text
     assert paths["/translate"] is False
-    assert 'fairseq_speaker_requests_total{endpoint="/speakers/{name}",method="HEAD",status="200"} 2' in metrics
+    assert ('fairseq_speaker_requests_total{endpoint="/speakers/{name}",method="HEAD",status="200",model="default"} 2'
+            in metrics)
     assert 'fairseq_speaker_requests_total{endpoint="/translate",method="HEAD",status="405"} 2' in metrics
 
 
@@ -649,7 +652,8 @@ def test_translate_answers_alike_directly_and_through_fastapis_route(guarded, pa
     for direct, routed, (body, _) in zip(answers[True], answers[False], TRANSLATE_BODIES):
         assert (direct.status_code, direct.json()) == (routed.status_code, routed.json()), body
     assert {a.status_code for a in answers[True]} >= {200, 413, 422}
-    answered = [re.search(r'_requests_total\{endpoint="/translate",method="POST",status="200"\} (\d+)', text)
+    answered = [re.search(r'_requests_total\{endpoint="/translate",method="POST",status="200",model="default"\} (\d+)',
+                          text)
                 for text in (before, guarded.get("/metrics").text)]
     assert int(answered[1].group(1)) - (int(answered[0].group(1)) if answered[0] else 0) == 2 * 2
 
