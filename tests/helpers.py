@@ -216,3 +216,31 @@ def refused(main, argv, capsys) -> str:
         main(argv)
     assert exit.value.code == 2, exit.value.code
     return capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def held_translations(translator, monkeypatch):
+    """Make ``translator``'s beam searches wait for the returned event ``release`` (``entered`` is set once one has
+    begun; ``calls`` lists the sentences of each): a service's requests then queue up behind the one held."""
+    import threading
+
+    release, entered, calls = threading.Event(), threading.Event(), []
+    real = translator.translate_nbest
+
+    def held(sentences, *args, **kwargs):
+        calls.append(list(sentences))
+        entered.set()
+        assert release.wait(timeout=60), "the test never released the translator"
+        return real(sentences, *args, **kwargs)
+
+    monkeypatch.setattr(translator, "translate_nbest", held)
+    return release, entered, calls
+
+
+def wait_until(condition, seconds: float = 30) -> None:
+    """Wait for ``condition()`` to hold (polled), failing after ``seconds``."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "the condition did not hold in time"
+        time.sleep(0.01)

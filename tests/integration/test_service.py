@@ -30,6 +30,7 @@ from fairseq_speaker.service.store import SpeakerStore, StoreError
 from fairseq_speaker.serving import SpeakerTranslator
 from fairseq_speaker.modules.speaker_words import speaker_words_of
 from tests.cli import BIN, doctored_checkpoint, run
+from tests.helpers import held_translations, wait_until
 from tests.toy_kinds import attach_gender_kinds, genders
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -158,13 +159,13 @@ def test_with_a_token_cap_no_batch_passes_it_and_every_sentence_is_answered_as_i
     tokens = {s: len(translator.hub.encode(s)) for r in requests for s in r["sentences"]}
     cap = 24
     assert tokens[long] > cap and sum(tokens[s] for s in requests[4]["sentences"]) > cap
-    release, entered, calls = _blocking(translator, monkeypatch)
+    release, entered, calls = held_translations(translator, monkeypatch)
     app = create_app(translator, batching=BatchOptions(max_batch_tokens=cap, max_batch_sentences=8, max_wait_ms=0))
     with TestClient(app) as client, ThreadPoolExecutor(max_workers=len(requests) + 1) as pool:
         first = pool.submit(client.post, "/translate", json={"sentences": ["i ."], "speaker": "spk000"})
         assert entered.wait(timeout=30)
         answers = [pool.submit(client.post, "/translate", json=r) for r in requests]
-        _until(lambda: app.state.service.batcher.queued == sum(len(r["sentences"]) for r in requests))
+        wait_until(lambda: app.state.service.batcher.queued == sum(len(r["sentences"]) for r in requests))
         release.set()
         assert first.result().status_code == 200
         answers = [a.result() for a in answers]
@@ -194,31 +195,9 @@ def test_n_best_translations_come_best_first_and_the_first_is_the_translation(to
     assert all("hypotheses" not in t for t in plain.json()["translations"])
 
 
-def _blocking(translator, monkeypatch):
-    """Make the translator's batch call wait for the returned event (and count its calls)."""
-    release, entered, calls = threading.Event(), threading.Event(), []
-    real = translator.translate_nbest
-
-    def held(sentences, *args, **kwargs):
-        calls.append(list(sentences))
-        entered.set()
-        assert release.wait(timeout=60), "the test never released the translator"
-        return real(sentences, *args, **kwargs)
-
-    monkeypatch.setattr(translator, "translate_nbest", held)
-    return release, entered, calls
-
-
-def _until(condition, seconds=30):
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "the condition did not hold in time"
-        time.sleep(0.01)
-
-
 def test_a_request_past_its_timeout_gets_504_and_is_taken_out_of_the_queue(toy, trained, monkeypatch):
     translator = _translator(trained("lstm_fact_bias"), toy)
-    release, entered, calls = _blocking(translator, monkeypatch)
+    release, entered, calls = held_translations(translator, monkeypatch)
     app = create_app(translator, batching=BatchOptions(request_timeout=0.5, max_wait_ms=0))
     with TestClient(app, raise_server_exceptions=False) as client, ThreadPoolExecutor(max_workers=2) as pool:
         first = pool.submit(client.post, "/translate", json={"sentences": ["i am tired ."], "speaker": "spk000"})
@@ -239,14 +218,14 @@ def test_a_request_past_its_timeout_gets_504_and_is_taken_out_of_the_queue(toy, 
 
 def test_a_request_that_would_overflow_the_queue_gets_503_and_the_others_are_answered(toy, trained, monkeypatch):
     translator = _translator(trained("lstm_fact_bias"), toy)
-    release, entered, _ = _blocking(translator, monkeypatch)
+    release, entered, _ = held_translations(translator, monkeypatch)
     app = create_app(translator, limits=Limits(max_sentences=3),
                      batching=BatchOptions(max_queue=4, max_wait_ms=0, max_batch_sentences=1))
     with TestClient(app, raise_server_exceptions=False) as client, ThreadPoolExecutor(max_workers=2) as pool:
         running = pool.submit(client.post, "/translate", json={"sentences": ["i ."], "speaker": "spk000"})
         assert entered.wait(timeout=30)
         waiting = pool.submit(client.post, "/translate", json={"sentences": SENTENCES[:3], "speaker": "spk001"})
-        _until(lambda: app.state.service.batcher.queued == 3)
+        wait_until(lambda: app.state.service.batcher.queued == 3)
         refused = client.post("/translate", json={"sentences": SENTENCES[:2], "speaker": "spk002"})
         release.set()
         assert _texts(running.result()) == [translator.translate("i .", "spk000")]
@@ -331,17 +310,17 @@ def test_every_flag_says_what_its_search_knew_while_clients_translate_and_speake
                 answered.append((r, client.post("/translate", json=r)))
 
         clients = [threads.submit(translate, requests) for requests in background]
-        _until(lambda: len(answered) >= 3)
+        wait_until(lambda: len(answered) >= 3)
         hold.set()
         waiting = [threads.submit(translate, [r]) for r in held]
-        _until(lambda: all(r["sentences"] in admitted for r in held))  # admitted while dr-lee is unknown
+        wait_until(lambda: all(r["sentences"] in admitted for r in held))  # admitted while dr-lee is unknown
         assert client.put("/speakers/dr-lee", json=PAIRS, headers=AUTH).status_code == 201
         assert client.put("/speakers/dr-kim", json=MORE, headers=AUTH).status_code == 201
         hold.clear()
         go.set()
         for future in waiting:
             future.result(timeout=60)
-        _until(lambda: len(answered) >= 20)
+        wait_until(lambda: len(answered) >= 20)
         assert client.delete("/speakers/dr-kim", headers=AUTH).status_code == 200
         for future in clients:
             future.result(timeout=120)
@@ -505,8 +484,8 @@ def test_head_is_answered_wherever_get_is_with_gets_status_and_headers_and_no_bo
     with _client(_translator(trained("lstm_fact_bias"), toy)) as client:
         paths = _paths(client)
         assert {path for path, get in paths.items() if get} >= {
-            "/", "/docs", "/redoc", "/favicon.ico", "/health", "/v1/speakers/spk000", "/models/default", "/metrics", "/openapi.json",
-            "/docs/static/swagger-ui.css"}
+            "/", "/docs", "/redoc", "/favicon.ico", "/health", "/v1/speakers/spk000", "/models/default", "/metrics",
+            "/openapi.json", "/docs/static/swagger-ui.css"}
         for path, get in paths.items():
             got, head = client.get(path), client.head(path)
             assert head.status_code == got.status_code, path
