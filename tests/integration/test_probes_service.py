@@ -59,67 +59,100 @@ def _renamed(t, name):
 
 # -- the Python API ---------------------------------------------------------------------------------------
 
-#: (what, the call on translator ``t``, text of the refusal)
+#: (the promise of docs/reliability.md the row checks, what, the call on translator ``t``, text of the refusal)
 API_PROBES = [
-    ("translate an empty sentence", lambda t: t.translate([""], "spk000"),
+    ("empty-sentences-refused",
+     "translate an empty sentence", lambda t: t.translate([""], "spk000"),
      "sentences[0] is empty: give a sentence (or leave it out)"),
-    ("translate a blank sentence", lambda t: t.translate(["   "], "spk000"), "sentences[0] is only whitespace"),
-    ("translate one string, empty", lambda t: t.translate("", "spk000"), "sentences[0] is empty"),
-    ("translate the second sentence blank", lambda t: t.translate(["i am tired .", "\t "], "spk000"),
+    ("empty-sentences-refused",
+     "translate a blank sentence", lambda t: t.translate(["   "], "spk000"), "sentences[0] is only whitespace"),
+    ("empty-sentences-refused",
+     "translate one string, empty", lambda t: t.translate("", "spk000"), "sentences[0] is empty"),
+    ("empty-sentences-refused",
+     "translate the second sentence blank", lambda t: t.translate(["i am tired .", "\t "], "spk000"),
      "sentences[1] is only whitespace"),
-    ("translate as a known name with a zero-width space", lambda t: t.translate("i am tired .", "spk000\u200b"),
+    ("lookalike-speaker-refused",
+     "translate as a known name with a zero-width space", lambda t: t.translate("i am tired .", "spk000\u200b"),
      "speakers[0]: 'spk000\\u200b' looks like 'spk000', a speaker of the model, but is not it"),
-    ("translate_nbest as a known name with a word joiner",
+    ("lookalike-speaker-refused",
+     "translate_nbest as a known name with a word joiner",
      lambda t: t.translate_nbest(["i ."], ["\u2060spk001"], beam=2), "write 'spk001'"),
-    ("translate_nbest blank", lambda t: t.translate_nbest([" "], "spk000", beam=2, nbest=2),
+    ("empty-sentences-refused",
+     "translate_nbest blank", lambda t: t.translate_nbest([" "], "spk000", beam=2, nbest=2),
      "sentences[0] is only whitespace"),
-    ("translate_nbest_known as a known name with a zero-width space",
+    ("lookalike-speaker-refused",
+     "translate_nbest_known as a known name with a zero-width space",
      lambda t: t.translate_nbest_known(["i ."], ["spk000\u200b"]), "write 'spk000'"),
-    ("translate_nbest_known blank", lambda t: t.translate_nbest_known(["i .", ""], "spk000"), "sentences[1] is empty"),
-    ("translate_nbest_known a speaker short", lambda t: t.translate_nbest_known(["i .", "you ."], ["a", "b", "c"]),
+    ("empty-sentences-refused",
+     "translate_nbest_known blank", lambda t: t.translate_nbest_known(["i .", ""], "spk000"), "sentences[1] is empty"),
+    ("refused-call-changes-nothing",
+     "translate_nbest_known a speaker short", lambda t: t.translate_nbest_known(["i .", "you ."], ["a", "b", "c"]),
      "3 speakers for 2 sentences"),
-    ("translate_nbest_known sentences not a list", lambda t: t.translate_nbest_known(7, "spk000"),
+    ("refused-call-changes-nothing",
+     "translate_nbest_known sentences not a list", lambda t: t.translate_nbest_known(7, "spk000"),
      "sentences: give a string or a list of strings, got int 7"),
-    ("speaker_traits a string", lambda t: t.speaker_traits("spk000"),
+    ("refused-call-changes-nothing",
+     "speaker_traits a string", lambda t: t.speaker_traits("spk000"),
      "speaker_traits: give a list of speaker names, got str 'spk000' (speaker_traits(['spk000']) for one)"),
-    ("speaker_traits not names", lambda t: t.speaker_traits([3]), "speaker_traits: give a list of speaker names"),
-    ("add_speaker empty pair", lambda t: t.add_speaker("e", [""], [""]), "sources[0] is empty"),
-    ("add_speaker blank target", lambda t: t.add_speaker("e", S, [" "]), "targets[0] is only whitespace"),
-    ("add_speaker blank held-out", lambda t: t.add_speaker("e", S, T, [" "], T), "sources[0] is only whitespace"),
-    ("fit_speaker empty pair", lambda t: t.fit_speaker("e", [""], [""]), "sources[0] is empty"),
-    ("update_speaker empty pair", lambda t: t.update_speaker("spk000", [""], [""]), "sources[0] is empty"),
-    ("update_speaker an unknown name", lambda t: t.update_speaker("ghost", S, T),
+    ("refused-call-changes-nothing",
+     "speaker_traits not names", lambda t: t.speaker_traits([3]), "speaker_traits: give a list of speaker names"),
+    ("empty-sentences-refused",
+     "add_speaker empty pair", lambda t: t.add_speaker("e", [""], [""]), "sources[0] is empty"),
+    ("empty-sentences-refused",
+     "add_speaker blank target", lambda t: t.add_speaker("e", S, [" "]), "targets[0] is only whitespace"),
+    ("empty-sentences-refused",
+     "add_speaker blank held-out", lambda t: t.add_speaker("e", S, T, [" "], T), "sources[0] is only whitespace"),
+    ("empty-sentences-refused",
+     "fit_speaker empty pair", lambda t: t.fit_speaker("e", [""], [""]), "sources[0] is empty"),
+    ("empty-sentences-refused",
+     "update_speaker empty pair", lambda t: t.update_speaker("spk000", [""], [""]), "sources[0] is empty"),
+    ("update-needs-a-known-name",
+     "update_speaker an unknown name", lambda t: t.update_speaker("ghost", S, T),
      "update_speaker: no speaker 'ghost' in the model (8 speakers: translator.speakers lists them); "
      "add_speaker(name, sources, targets) adds a new one"),
-    ("update_speaker a name that is not a string", lambda t: t.update_speaker(None, S, T),
+    ("update-needs-a-known-name",
+     "update_speaker a name that is not a string", lambda t: t.update_speaker(None, S, T),
      "update_speaker: no speaker None in the model"),
-    ("forget_words an unknown name", lambda t: t.forget_words(["zzz"]),
+    ("forget-words-checked",
+     "forget_words an unknown name", lambda t: t.forget_words(["zzz"]),
      "forget_words: no speaker(s) 'zzz' in the model (translator.speakers lists them): nothing was forgotten"),
-    ("forget_words a string", lambda t: t.forget_words("spk000"),
+    ("forget-words-checked",
+     "forget_words a string", lambda t: t.forget_words("spk000"),
      "forget_words: give a list of speaker names, got str 'spk000' (forget_words(['spk000']) for one)"),
-    ("add_speaker zero-width space", lambda t: t.add_speaker("lee\u200b", S, T),
+    ("label-policy",
+     "add_speaker zero-width space", lambda t: t.add_speaker("lee\u200b", S, T),
      "cannot add a speaker: speaker label 'lee\\u200b' contains '\\u200b' (U+200B ZERO WIDTH SPACE)"),
-    ("add_speaker right-to-left override of a known name", lambda t: t.add_speaker("\u202espk000", S, T),
+    ("label-policy",
+     "add_speaker right-to-left override of a known name", lambda t: t.add_speaker("\u202espk000", S, T),
      "U+202E RIGHT-TO-LEFT OVERRIDE"),
-    ("add_speaker a known name with a zero-width joiner", lambda t: t.add_speaker("spk\u200d000", S, T),
+    ("new-name-not-lookalike",
+     "add_speaker a known name with a zero-width joiner", lambda t: t.add_speaker("spk\u200d000", S, T),
      "it looks like 'spk000', a known speaker: use that name, or one that looks different"),
-    ("add_speaker a known name with a no-break space", lambda t: t.add_speaker("spk\u00a0000", S, T),
+    ("label-policy",
+     "add_speaker a known name with a no-break space", lambda t: t.add_speaker("spk\u00a0000", S, T),
      "U+00A0 NO-BREAK SPACE"),
-    ("add_speaker Hangul filler", lambda t: t.add_speaker("\u3164", S, T), "U+3164 HANGUL FILLER"),
-    ("add_speaker Braille blank", lambda t: t.add_speaker("lee\u2800", S, T), "U+2800 BRAILLE PATTERN BLANK"),
-    ("add_speaker Cyrillic a among Latin letters", lambda t: t.add_speaker("spk\u0430", S, T),
+    ("label-policy", "add_speaker Hangul filler", lambda t: t.add_speaker("\u3164", S, T), "U+3164 HANGUL FILLER"),
+    ("label-policy",
+     "add_speaker Braille blank", lambda t: t.add_speaker("lee\u2800", S, T), "U+2800 BRAILLE PATTERN BLANK"),
+    ("new-name-one-script",
+     "add_speaker Cyrillic a among Latin letters", lambda t: t.add_speaker("spk\u0430", S, T),
      "mixes the scripts Latin and Cyrillic in the word"),
-    ("add_speaker decomposed", lambda t: t.add_speaker("Zoe\u0308", S, T),
+    ("new-name-nfc",
+     "add_speaker decomposed", lambda t: t.add_speaker("Zoe\u0308", S, T),
      "is not in Unicode's NFC form: write it as 'Zoë'"),
-    ("add_speaker 201 characters", lambda t: t.add_speaker("x" * 201, S, T), "is longer than 200 characters"),
-    ("import_speakers a name with a zero-width space", lambda t: t.import_speakers(_renamed(t, "spk\u200b000")),
+    ("label-policy",
+     "add_speaker 201 characters", lambda t: t.add_speaker("x" * 201, S, T), "is longer than 200 characters"),
+    ("label-policy",
+     "import_speakers a name with a zero-width space", lambda t: t.import_speakers(_renamed(t, "spk\u200b000")),
      "cannot add a speaker: speaker label 'spk\\u200b000' contains '\\u200b'"),
-    ("import_speakers a name with a byte-order mark", lambda t: t.import_speakers(_renamed(t, "\ufeffnew")),
+    ("label-policy",
+     "import_speakers a name with a byte-order mark", lambda t: t.import_speakers(_renamed(t, "\ufeffnew")),
      "U+FEFF ZERO WIDTH NO-BREAK SPACE"),
 ]
 
 
-@pytest.mark.parametrize("name,call,message", API_PROBES, ids=[row[0] for row in API_PROBES])
+@pytest.mark.parametrize("name,call,message", [row[1:] for row in API_PROBES],
+                         ids=[row[1] for row in API_PROBES])
 def test_a_bad_api_call_is_refused_with_one_message(translator, name, call, message):
     before = translator.speakers
     with pytest.raises(UserError) as refused_call:
@@ -197,6 +230,35 @@ HTTP_PROBES = [
     ("put", "/", None, 405, "method_not_allowed", "Method Not Allowed"),
     ("post", "/limits", {}, 405, "method_not_allowed", "Method Not Allowed"),
     ("get", "/v1/limits/max_chars", None, 404, "not_found", "no endpoint /v1/limits/max_chars"),
+    # models
+    ("post", "/translate", {"sentences": ["i ."], "speaker": "spk000", "model": "nosuch"}, 404, "unknown_model",
+     "no model 'nosuch': this service serves 'default' (GET /models lists them)"),
+    ("post", "/translate", {"sentences": ["i ."], "speaker": "spk000", "model": 3}, 422, "invalid_request",
+     "model: Input should be a valid string"),
+    ("post", "/translate", {"sentences": ["i ."], "speaker": "spk000", "model": ["default"]}, 422, "invalid_request",
+     "model: Input should be a valid string"),
+    ("post", "/translate", {"sentences": ["i ."], "speaker": "spk000", "model": ""}, 404, "unknown_model",
+     "no model '': this service serves 'default'"),
+    ("get", "/speakers?model=nosuch", None, 404, "unknown_model", "no model 'nosuch'"),
+    ("get", "/speakers/dr-lee?model=Default", None, 404, "unknown_model", "no model 'Default'"),
+    ("put", "/speakers/zoe?model=nosuch", PAIRS, 404, "unknown_model", "no model 'nosuch'"),
+    ("delete", "/v1/speakers/dr-lee?model=nosuch", None, 404, "unknown_model", "no model 'nosuch'"),
+    ("get", "/models/nosuch", None, 404, "unknown_model", "no model 'nosuch'"),
+    ("post", "/models/default/reload", {"checkpoint": "no/such/model.pt"}, 422, "load_failed",
+     "checkpoint not found: no/such/model.pt; model 'default' goes on serving"),
+    ("post", "/models/default/reload", {"checkpoint": 3}, 422, "invalid_request",
+     "checkpoint: Input should be a valid string"),
+    ("post", "/models/default/reload", {"data": "no/such/data"}, 422, "load_failed",
+     "data directory not found: no/such/data"),
+    ("post", "/models/nosuch/reload", {}, 404, "unknown_model", "no model 'nosuch'"),
+    ("post", "/models", {"id": "two words", "checkpoint": "m.pt"}, 422, "invalid_request",
+     "id: 'two words' is not a model id: use letters, digits"),
+    ("post", "/models", {"id": "x", "checkpoint": "no/such/model.pt"}, 422, "load_failed",
+     "checkpoint not found: no/such/model.pt; nothing was loaded"),
+    ("post", "/models", {"id": "default", "checkpoint": "m.pt"}, 409, "model_exists", "POST /models/default/reload"),
+    ("post", "/models", {"id": "x"}, 422, "invalid_request", "checkpoint: Field required"),
+    ("delete", "/models/default", None, 409, "default_model", "it can be reloaded, not removed"),
+    ("delete", "/models/nosuch", None, 404, "unknown_model", "no model 'nosuch'"),
 ]
 
 
@@ -240,6 +302,8 @@ def test_the_refused_requests_changed_nothing(service):
     "replace"), and the metrics count the refusals as such (no 500)."""
     speakers = service.get("/speakers").json()["speakers"]
     assert [(s["name"], s["sentences"]) for s in speakers if s["kind"] == "onboarded"] == [("dr-lee", 2)]
+    assert [(m["id"], m["loaded_at"]) for m in service.get("/models").json()["models"]] == [
+        ("default", service.app.state.models.describe().loaded_at)]  # no model added, removed or reloaded
     metrics = service.get("/metrics").text
     assert 'status="500"' not in metrics
     assert 'code="not_utf8"' in metrics and 'code="invalid_json"' in metrics
@@ -503,9 +567,46 @@ def test_the_command_refuses_a_damaged_store_in_one_line_and_starts_with_skip_br
     (["m.pt", "--data", "d", "--log-format", "xml"], "argument --log-format: invalid choice: 'xml'"),
     (["m.pt", "--data", "d", "--log-format"], "argument --log-format: expected one argument"),
     (["m.pt", "--data", "d", "--access-log", "yes"], "unrecognized arguments: yes"),
+    ([], "give the model to serve: CHECKPOINT --data DATA_DIR, or --model ID=CHECKPOINT[:DATA_DIR]"),
+    (["m.pt"], "the following arguments are required with CHECKPOINT: --data DATA_DIR"),
+    (["--model", "m.pt"], "--model m.pt: no model id: write --model ID=CHECKPOINT or --model ID=CHECKPOINT:DATA_DIR"),
+    (["--model", "=m.pt:d"], "--model =m.pt:d: no model id"),
+    (["--model", "en de=m.pt:d"], "--model en de=m.pt:d: 'en de' is not a model id: use letters, digits"),
+    (["--model", "en/de=m.pt:d"], "'en/de' is not a model id"),
+    (["--model", "x=:d"], "--model x=:d: no checkpoint: write --model ID=CHECKPOINT"),
+    (["--model", "x=m.pt"], "--model x=m.pt: no data directory: write --model ID=CHECKPOINT or --model "
+                            "ID=CHECKPOINT:DATA_DIR, or give --data DATA_DIR for the models that name none"),
+    (["m.pt", "--data", "d", "--model", "default=n.pt"], "--model default=n.pt: the model id 'default' is given twice "
+                                                         "(the model of CHECKPOINT)"),
+    (["--model", "a=m.pt:d", "--model", "a=n.pt:d"], "the model id 'a' is given twice: give each model an id"),
+    (["--model", "a=m.pt:d", "--default-model", "b"], "--default-model b: no such model: the models are 'a'"),
+    (["--model", "a=m.pt:no/such/data"], "data directory not found: no/such/data (of --model a)"),
 ])
 def test_the_commands_new_options_are_checked(argv, message, capsys):
     assert message in refused(serve.main, argv, capsys)
+
+
+@pytest.mark.parametrize("method,path,body,headers,status,code", [
+    ("post", "/models/default/reload", {}, {}, 401, "unauthorized"),
+    ("post", "/models/default/reload", {"checkpoint": "m.pt"}, {"Authorization": "Bearer wrong-token-0123456789"},
+     401, "unauthorized"),
+    ("post", "/models", {"id": "x", "checkpoint": "m.pt"}, {}, 401, "unauthorized"),
+    ("delete", "/models/default", None, {"Authorization": TOKEN}, 401, "unauthorized"),
+    ("post", "/v1/models/nosuch/reload", None, {}, 401, "unauthorized"),
+])
+def test_loading_and_removing_models_needs_the_token(service, method, path, body, headers, status, code):
+    """The token is checked before anything else (the body, the model's id): a client without it learns nothing."""
+    response = service.request(method, path, json=body, headers=headers)
+    assert response.status_code == status and response.json()["error"]["code"] == code, response.text
+    assert response.headers["www-authenticate"] == "Bearer"
+
+
+def test_loading_models_is_disabled_without_a_token(toy, trained):
+    translator = SpeakerTranslator.from_pretrained(trained("lstm_fact_bias"), data=toy["bin"], max_len_b=6)
+    with TestClient(create_app(translator), raise_server_exceptions=False) as client:
+        response = client.post("/models/default/reload", json={}, headers=AUTH)
+    assert response.status_code == 403 and response.json()["error"]["code"] == "writes_disabled"
+    assert "--token-file" in response.json()["error"]["message"]
 
 
 def test_a_body_that_never_ends_is_refused_by_the_middleware_within_the_request_timeout():
