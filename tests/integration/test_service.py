@@ -936,13 +936,13 @@ def test_the_guides_command_lines_parse_and_its_curl_requests_name_endpoints(toy
     for command in commands:
         args, overrides, limits = parse_args(shlex.split(command)[1:])
         assert args.store and args.token_file and overrides["beam"] == 5
-    requests = re.findall(r"curl -s (?:-X (\w+) )?localhost:8000(/\S+)", text)
-    assert len(requests) >= 7
+    requests = re.findall(r"curl -s (?:-X (\w+) )?'?localhost:8000(/[^\s'?]+)", text)
+    assert len(requests) >= 13
     with _client(_translator(trained("lstm_fact_bias"), toy)) as client:
         routes = {(method, path) for method, path in
                   ((m.upper(), p) for p, ops in client.get("/openapi.json").json()["paths"].items() for m in ops)}
     for method, path in requests:
-        template = re.sub(r"/speakers/[^/]+", "/speakers/{name}", path)
+        template = re.sub(r"/models/[^/]+", "/models/{model_id}", re.sub(r"/speakers/[^/]+", "/speakers/{name}", path))
         assert ((method or ("POST" if path == "/translate" else "GET")), template) in routes, (method, path)
 
 
