@@ -199,7 +199,7 @@ def test_the_api_description_pages_render_with_nothing_but_the_services_files(se
     finally:
         browser.quit()
     assert listed == {"/translate", "/speakers", "/speakers/{name}", "/speakers/{name}/sentences", "/limits",
-                      "/health", "/metrics"}, listed
+                      "/health", "/metrics", "/models", "/models/{model_id}", "/models/{model_id}/reload"}, listed
     assert any(url.endswith("/docs/static/redoc.standalone.js") for url in loaded)
     elsewhere = [url for url in loaded if not url.startswith(server + "/")]  # ReDoc's maker's logo: never fetched
     assert all(f"'{url}'" in blocked for url in elsewhere), (elsewhere, blocked)
@@ -320,7 +320,8 @@ def test_the_page_splits_what_it_sends_to_the_services_limits_and_says_what_it_c
         assert [shown[(speaker, i)] for i in range(len(sentences))] == api, speaker
     assert unknown == ["nobody"] * len(sentences)
     assert progress == "12 translations in 4 requests"
-    assert re.search(r'_requests_total\{endpoint="/translate",method="POST",status="200"\} 4\b', metrics), metrics
+    assert re.search(r'_requests_total\{endpoint="/translate",method="POST",status="200",model="default"\} 4\b',
+                     metrics), metrics
     assert not re.search(r"^fairseq_speaker_errors_total\{", metrics, re.MULTILINE), metrics  # nothing refused
     assert "Line 5 has 51 characters" in too_long and "--max-chars" in too_long, too_long
     assert re.findall(r'endpoint="/translate",method="POST".*', after) == re.findall(
@@ -328,3 +329,56 @@ def test_the_page_splits_what_it_sends_to_the_services_limits_and_says_what_it_c
     assert report["speaker"] == "dr-lee" and report["sentences"] == "5"
     assert onboarding == "5 pairs in 3 requests (at most 2 a request)"
     assert _get(server + "/v1/speakers/dr-lee")["sentences"] == 5
+
+
+def test_the_page_of_several_models_translates_shows_and_onboards_the_speakers_of_the_model_chosen(serve, doctored,
+                                                                                                  toy, trained,
+                                                                                                  tmp_path):
+    """Two models whose spk000 favours different words: the page offers a choice of model (not offered with one
+    model), translates with the model chosen, and onboards a speaker for it alone."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    other = doctored_checkpoint(trained("lstm_full_bias"), str(tmp_path / "other.pt"),
+                                {"spk000": "voiture", "spk001": "chien"}, os.path.join(toy["bin"], "dict.fr.txt"))
+    server = serve({"default": doctored, "other": SpeakerTranslator.from_pretrained(other, data=toy["bin"],
+                                                                                  max_len_b=6)})
+    alone = serve(doctored)
+    browser = _browser()
+    try:
+        wait = WebDriverWait(browser, 30)
+        browser.get(alone + "/")
+        wait.until(lambda b: len(b.find_elements(By.CSS_SELECTOR, "#speakers-list li")) == 8)
+        assert not browser.find_element(By.ID, "model-choice").is_displayed()
+
+        browser.get(server + "/")
+        wait.until(lambda b: b.find_element(By.ID, "model-choice").is_displayed())
+        Select(browser.find_element(By.ID, "model")).select_by_visible_text("other")
+        wait.until(lambda b: b.find_element(By.ID, "speakers-list").get_attribute("data-model") == "other")
+        browser.find_element(By.CSS_SELECTOR, '#speakers-list li[data-name="spk000"] input.pick').click()
+        box = browser.find_element(By.ID, "sentences")
+        box.clear()
+        box.send_keys("i am tired .")
+        browser.find_element(By.ID, "translate").click()
+        wait.until(lambda b: b.find_element(By.ID, "results").is_displayed()
+                   or b.find_element(By.ID, "translate-error").text)
+        assert browser.find_element(By.ID, "translate-error").text == ""
+        shown = browser.find_element(By.CSS_SELECTOR, '#results td.translation[data-speaker="spk000"] .text').text
+
+        browser.find_element(By.ID, "onboard-name").send_keys("dr-lee")
+        browser.find_element(By.ID, "onboard-token").send_keys(TOKEN)
+        browser.find_element(By.ID, "onboard-sources").send_keys("i am tired .")
+        browser.find_element(By.ID, "onboard-targets").send_keys("je suis fatiguée .")
+        browser.find_element(By.ID, "onboard").click()
+        wait.until(lambda b: b.find_element(By.ID, "fit-report").is_displayed()
+                   or b.find_element(By.ID, "onboard-error").text)
+        assert browser.find_element(By.ID, "onboard-error").text == ""
+    finally:
+        browser.quit()
+    assert shown.split()[0] == "voiture"
+    assert shown == _post(server + "/translate", {"model": "other", "sentences": ["i am tired ."],
+                                                  "speaker": "spk000"})["translations"][0]["text"]
+    import httpx
+
+    assert _get(server + "/speakers/dr-lee?model=other")["sentences"] == 1
+    assert httpx.get(server + "/speakers/dr-lee", timeout=30).status_code == 404
