@@ -529,7 +529,7 @@ def _loaded(request: Request, model: str, load: Callable[[], schema.ModelInfo]) 
     try:
         info = load()
     except ServiceError as e:
-        if e.code in ("load_failed", "load_refused", "store_unavailable"):
+        if e.code in ("load_failed", "load_refused", "store_unavailable", "timeout"):
             metrics.loaded(model, "failed")
         raise
     metrics.loaded(model, "loaded")

@@ -152,7 +152,8 @@ class ServedModels:
 
     @property
     def services(self) -> List[SpeakerService]:
-        return [served.service for served in self._models.values()]
+        """The service of each model, the default first."""
+        return [served.service for served in list(self._models.values())]
 
     def known(self, model: Optional[str]) -> Optional[str]:
         """``model`` if it is one of the ids served, the default's for None, otherwise None (for metric labels:

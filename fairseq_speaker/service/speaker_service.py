@@ -214,10 +214,10 @@ class SpeakerService:
         """Fit each stored speaker of this model id on this service's model from its sentences, and store the rows
         with this model's fingerprint in one transaction (see ``refit`` in the class documentation)."""
         _, versions = self.store.versions(self.model)
+        if any(name in self._trained for name in versions):
+            return  # refused by _bind, with its message, before anything is written
         rows = {}
         for name in versions:
-            if name in self._trained:
-                continue  # refused by _bind, with its message
             record = self.store.get(name, model=self.model)
             if record is None:
                 raise StoreError(f"--store {self.store.path}: speaker {self._shown(name)} was deleted while the "

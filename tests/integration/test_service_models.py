@@ -216,6 +216,30 @@ def test_a_reload_puts_the_models_stored_speakers_in_the_new_checkpoint(toy, twi
         assert replica.put("/speakers/dr-kim", json=OTHER_PAIRS, headers=AUTH).status_code == 201
 
 
+def test_a_reload_the_store_refuses_changes_nothing_in_the_store_nor_in_the_model_served(toy, trained, retrained,
+                                                                                         tmp_path):
+    """A checkpoint of other shared parameters that has dr-lee as a trained speaker (saved after onboarding it): its
+    speakers would be refitted, but one is a trained speaker of the new checkpoint, so the reload is refused (409)
+    before anything is written: the store keeps its rows and fingerprint, and the old model serves dr-lee."""
+    fact, store = trained("lstm_fact_bias"), str(tmp_path / "speakers.db")
+    saved = _translator(retrained, toy)
+    saved.add_speaker("dr-lee", PAIRS["sources"], PAIRS["targets"])
+    saved.save(str(tmp_path / "with-dr-lee.pt"))
+    request = {"sentences": SENTENCES, "speaker": "dr-lee"}
+    with _client(_translator(fact, toy), SpeakerStore(store)) as client:
+        assert client.put("/speakers/dr-lee", json=PAIRS, headers=AUTH).status_code == 201
+        before, stored = client.post("/translate", json=request).json(), open_store(store)
+        fingerprint, record = stored.fingerprint(), stored.get("dr-lee")
+        refused = client.post("/models/default/reload", json={"checkpoint": str(tmp_path / "with-dr-lee.pt")},
+                              headers=AUTH)
+        assert refused.status_code == 409 and refused.json()["error"]["code"] == "load_refused", refused.text
+        assert "'dr-lee' that " in refused.json()["error"]["message"] and "was trained with" in \
+            refused.json()["error"]["message"]
+        assert (stored.fingerprint(), stored.get("dr-lee")) == (fingerprint, record)
+        assert client.post("/translate", json=request).json() == before
+        assert client.post("/speakers/dr-lee/sentences", json=OTHER_PAIRS, headers=AUTH).status_code == 200
+
+
 @pytest.fixture(scope="module")
 def unloadable(toy, tmp_path_factory):
     """A data folder of other dictionaries than the models'."""
