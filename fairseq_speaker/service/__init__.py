@@ -1,8 +1,10 @@
-"""``fairseq-speaker-serve``: the HTTP service of a speaker model (docs/serving.md).
+"""``fairseq-speaker-serve``: the HTTP service of speaker models (docs/serving.md).
 
 :mod:`~fairseq_speaker.service.app` is the FastAPI application and the command,
-:mod:`~fairseq_speaker.service.speaker_service` what the endpoints do (the translator kept in step with the
-store, the limits), :mod:`~fairseq_speaker.service.store` the SQLite speaker store,
-:mod:`~fairseq_speaker.service.schema` the request and response bodies, :mod:`~fairseq_speaker.service.metrics`
+:mod:`~fairseq_speaker.service.served_models` the models of a process by id (loaded, reloaded, added, removed),
+:mod:`~fairseq_speaker.service.speaker_service` what the endpoints do with one model (the translator kept in step
+with the store, the limits), :mod:`~fairseq_speaker.service.store` the speaker store (SQLite;
+:mod:`~fairseq_speaker.service.store_postgres` PostgreSQL, :mod:`~fairseq_speaker.service.stores` either by its
+URL), :mod:`~fairseq_speaker.service.schema` the request and response bodies, :mod:`~fairseq_speaker.service.metrics`
 the Prometheus metrics.
 """

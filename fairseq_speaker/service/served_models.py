@@ -18,6 +18,7 @@ Loads take turns (one at a time per process). Models added or reloaded here last
 command line says what a restart loads. Replicas are reloaded one by one (docs/serving.md, "Several models").
 """
 
+import contextlib
 import datetime
 import gc
 import hashlib
@@ -223,11 +224,16 @@ class ServedModels:
         logger.info(f"model {model!r}: removed (its stored speakers are kept)", extra={"model": model})
         return schema.ModelRemoved(removed=model)
 
+    @contextlib.contextmanager
     def _turn(self):
+        """This load's turn (one at a time), or a 409 while another is under way."""
         if not self._loading.acquire(blocking=False):
             raise ServiceError(409, "load_under_way", "another model is being loaded, reloaded or removed: retry once "
                                "it is done", {"Retry-After": "5"})
-        return _Release(self._loading)
+        try:
+            yield
+        finally:
+            self._loading.release()
 
     def _loaded(self, model: str, checkpoint: str, data: str, old: Optional[ServedModel]) -> ServedModel:
         """The model ``model`` loaded from ``checkpoint``, with its stored speakers, in ``old``'s place if given
@@ -287,19 +293,6 @@ class ServedModels:
         """Stop every model's batcher, once the requests queued are answered."""
         for served in list(self._models.values()):
             served.service.batcher.close(timeout)
-
-
-class _Release:
-    """The context of a lock already taken: released at its end."""
-
-    def __init__(self, lock: threading.Lock):
-        self.lock = lock
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.lock.release()
 
 
 def _data_of(translator: SpeakerTranslator) -> str:
