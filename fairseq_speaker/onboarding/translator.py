@@ -36,6 +36,7 @@ import numpy as np
 import scipy.sparse
 from fairseq import hub_utils
 from fairseq.tasks.fairseq_task import StatefulContainer
+from omegaconf import open_dict
 
 import fairseq_speaker  # noqa: F401  (registers the task and the models)
 from fairseq_speaker.checkpoints import read_checkpoint
@@ -45,6 +46,7 @@ from fairseq_speaker.onboarding.adapt import SpeakerAdapter
 from fairseq_speaker.onboarding.checkpoint import OnboardingError, SpeakerCheckpoint, adaptable_bias, speaker_bias_of
 from fairseq_speaker.onboarding.fit import FitOptions, FitReport
 from fairseq_speaker.onboarding.prior import prior_of_checkpoint
+from fairseq_speaker.tasks.speaker_translation import BEAM_STOPS
 from fairseq_speaker.user_dir import check_registered
 
 if TYPE_CHECKING:
@@ -127,6 +129,8 @@ def _checked_options(options: dict, generation) -> dict:
             raise OnboardingError(f"{name!r} is not an option of fairseq's generation (fairseq-generate's options, "
                                   f"written with underscores: beam, lenpen, max_len_b, sampling, ...): it would be "
                                   f"ignored")
+    if options.get("beam_stop", BEAM_STOPS[0]) not in BEAM_STOPS:
+        raise OnboardingError(f"beam_stop must be one of {', '.join(BEAM_STOPS)}, got {options['beam_stop']!r}")
     alignment = options.get("print_alignment")
     if alignment not in (None, False, "hard", "soft"):  # fairseq's generator would fail on another value
         raise OnboardingError(f"print_alignment must be 'hard' or 'soft' (or left out), got {alignment!r}")
@@ -198,6 +202,11 @@ class SpeakerTranslator:
         if not os.path.isfile(checkpoint):
             raise OnboardingError(f"checkpoint not found: {checkpoint}")
         before = _file_identity(checkpoint)
+        # the search's stop: a generation default of the translator (a checkpoint saved before the option existed
+        # has no such key for fairseq to override, which would drop it without a word)
+        beam_stop = overrides.pop("beam_stop", None)
+        if beam_stop is not None and beam_stop not in BEAM_STOPS:
+            raise OnboardingError(f"beam_stop must be one of {', '.join(BEAM_STOPS)}, got {beam_stop!r}")
         state = read_checkpoint(checkpoint)  # what save() keeps of it: the same file, checked below
         check_registered(state, checkpoint)  # a variant of another package: say to import it (--user-dir)
         loaded = hub_utils.from_pretrained(os.path.dirname(os.path.abspath(checkpoint)),
@@ -210,6 +219,9 @@ class SpeakerTranslator:
         # given (fairseq's hub builds only those)
         hub, cfg = translator.hub, loaded["args"]
         hub.tokenizer, hub.bpe = hub.task.build_tokenizer(cfg.tokenizer), hub.task.build_bpe(cfg.bpe)
+        if beam_stop is not None:
+            with open_dict(hub.cfg.generation):
+                hub.cfg.generation.beam_stop = beam_stop
         return translator
 
     @classmethod

@@ -50,6 +50,7 @@ from fairseq_speaker.service.batcher import BatchOptions
 from fairseq_speaker.service.connections import bounded_http_protocol
 from fairseq_speaker.service.logs import LOG_FORMATS, LogLines, configure_logging
 from fairseq_speaker.service.metrics import Metrics
+from fairseq_speaker.tasks.speaker_translation import BEAM_STOPS
 from fairseq_speaker.service.served_models import MODEL_ID_RULE, ServedModels, model_id_problem
 from fairseq_speaker.service.speaker_service import Limits, Retired, ServiceError, SpeakerService, timed_out
 from fairseq_speaker.service.store import DEFAULT_MODEL, SpeakerStore, StoreError, store_location
@@ -738,6 +739,9 @@ def build_parser(tokenizer: Optional[str] = None, bpe: Optional[str] = None) -> 
                       "how to recover")
     model = parser.add_argument_group("translation")
     model.add_argument("--beam", type=int, default=5, help="beam size (default: %(default)s)")
+    model.add_argument("--beam-stop", choices=BEAM_STOPS,
+                       help="when the beam search ends a sentence (fairseq-generate's --beam-stop; default: the "
+                       "checkpoint's, fairseq's rule): 'unbeaten' searches on while a live hypothesis beats the ended")
     model.add_argument("--max-len-a", type=float, help="fairseq's: at most a*source length + b target tokens")
     model.add_argument("--max-len-b", type=int, help="fairseq's (default: the checkpoint's)")
     model.add_argument("--unknown-speaker", choices=UNKNOWN_SPEAKER_POLICIES,
@@ -849,7 +853,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> Tuple[argparse.Namespace
         except StoreError as e:
             parser.error(str(e))
     overrides = {"beam": args.beam}
-    for key in ("unknown_speaker", "source_lang", "target_lang", "max_len_a", "max_len_b", "tokenizer", "bpe",
+    for key in ("unknown_speaker", "beam_stop", "source_lang", "target_lang", "max_len_a", "max_len_b", "tokenizer", "bpe",
                 "preprocessing"):
         if getattr(args, key) is not None:
             overrides[key] = getattr(args, key)

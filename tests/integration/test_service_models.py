@@ -408,6 +408,15 @@ def test_the_command_line_names_several_models(tmp_path):
     assert list(args.specs) == ["x", "y"] and args.default_model == "y"
 
 
+def test_the_command_line_passes_the_beam_stop_to_every_model_and_refuses_another(capsys):
+    _, overrides, _ = parse_args(["a.pt", "--data", "bin", "--beam-stop", "unbeaten"])
+    assert overrides["beam_stop"] == "unbeaten"
+    assert "beam_stop" not in parse_args(["a.pt", "--data", "bin"])[1]  # the checkpoint's: fairseq's rule
+    with pytest.raises(SystemExit):
+        parse_args(["a.pt", "--data", "bin", "--beam-stop", "never"])
+    assert "invalid choice: 'never'" in capsys.readouterr().err
+
+
 def _call(base, path, body=None, method=None):
     request = urllib.request.Request(base + path, data=None if body is None else json.dumps(body).encode(),
                                      method=method, headers={"Content-Type": "application/json", **AUTH})

@@ -6,8 +6,10 @@ import shutil
 import subprocess
 import sys
 
+import pytest
 import torch
 
+from fairseq_speaker.onboarding.checkpoint import OnboardingError
 from fairseq_speaker.serving import SpeakerTranslator
 from tests.cli import generate_args, run
 
@@ -58,6 +60,30 @@ def test_translate_matches_fairseq_interactive_and_speakers_change_output(toy, t
     mixed = translator.translate(sentences, speakers=[translator.speakers[0], translator.speakers[1]], max_len_b=6)
     assert mixed[0] == translator.translate(sentences[0], speakers=translator.speakers[0], max_len_b=6)
     assert mixed[1] == translator.translate(sentences[1], speakers=translator.speakers[1], max_len_b=6)
+
+
+def test_beam_stop_reaches_the_translators_search_as_it_reaches_fairseq_interactives(toy, trained):
+    """beam_stop="unbeaten" (from_pretrained's default for every call, or one call's) decodes as fairseq-interactive
+    --beam-stop unbeaten does, also for a checkpoint whose saved options predate it; a value that is no rule is
+    refused before anything is loaded or decoded."""
+    from fairseq_speaker.sequence_generator import UnbeatenStopGenerator
+
+    checkpoint = trained("lstm_full_bias")
+    translator = SpeakerTranslator.from_pretrained(checkpoint, data=toy["bin"], beam_stop="unbeaten", max_len_b=6)
+    generator = translator.task.build_generator(translator.hub.models, translator.hub.cfg.generation)
+    assert type(generator) is UnbeatenStopGenerator
+    sentences = ["i am tired .", "you want the drugs ."]
+    speaker = translator.speakers[0]
+    out = run("interactive", generate_args(toy["bin"], checkpoint, "--speaker", speaker, "--beam", "5", "--max-len-b",
+                                           "6", "--beam-stop", "unbeaten"), stdin="\n".join(sentences) + "\n")
+    theirs = [line.split("\t")[2] for line in out.stdout.splitlines() if line.startswith("H-")]
+    assert translator.translate(sentences, speaker) == theirs
+    plain = SpeakerTranslator.from_pretrained(checkpoint, data=toy["bin"], max_len_b=6)
+    assert plain.translate(sentences, speaker, beam_stop="unbeaten") == theirs
+    with pytest.raises(OnboardingError, match="beam_stop must be one of fairseq, unbeaten, got 'never'"):
+        plain.translate(sentences, speaker, beam_stop="never")
+    with pytest.raises(OnboardingError, match="got 'sometimes'"):
+        SpeakerTranslator.from_pretrained(checkpoint, data=toy["bin"], beam_stop="sometimes")
 
 
 def test_export_then_import_into_a_fresh_model(toy, trained, tmp_path):
