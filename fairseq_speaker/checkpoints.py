@@ -354,3 +354,51 @@ def check_data_folder(state: dict, path: str, data: str) -> None:
     problems = dictionary_problems(theirs, ours, files)
     if problems:
         raise dictionary_mismatch(path, data, problems)
+
+
+def check_language_model(cfg, target: dict, speaker_token: bool = False) -> None:
+    """Refuse (:class:`CheckpointError`) fairseq-generate's ``--lm-path`` where fairseq would end in a traceback or
+    add the language model's scores to other words than the translations'. ``cfg``: the speaker task's options,
+    whose ``lm_path`` is the generation's (``II("generation.lm_path")``); ``target``: the record of the data folder's
+    target dictionary (:func:`dictionaries_record`); ``speaker_token``: the model is a ``--speaker-token`` one, whose
+    target words include its speakers' tokens, which no language model has.
+
+    fairseq loads the language model with the data folder of the translations (the first of ``cfg.data``) and reads
+    its dictionary there as ``dict.txt`` (a traceback where there is none); the language model's score of each word
+    id is added to the translation model's, so ``dict.txt`` must hold the target dictionary, symbol by symbol."""
+    from fairseq.data import Dictionary
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        lm_path = getattr(cfg, "lm_path", None)
+    except OmegaConfBaseException:  # options made without fairseq's generation options, which it would name
+        return
+    if not isinstance(lm_path, str) or lm_path.startswith("${"):  # none given, or a dataclass not resolved
+        return
+    if not os.path.isfile(lm_path):
+        raise CheckpointError(f"--lm-path {lm_path}: no such file; give the checkpoint of a language model of the "
+                              f"target language (fairseq-train --task language_modeling)")
+    if speaker_token:
+        raise CheckpointError(f"--lm-path {lm_path}: a --speaker-token model's target words include its speakers' "
+                              f"tokens, which a language model does not have: fuse a language model with a model of "
+                              f"a speaker bias, or leave out --lm-path")
+    data = str(cfg.data).split(os.pathsep)[0]
+    path, target_file = os.path.join(data, "dict.txt"), os.path.join(data, f"dict.{cfg.target_lang}.txt")
+    if not os.path.isfile(path):
+        raise CheckpointError(
+            f"--lm-path {lm_path}: fairseq reads the language model's dictionary as {path}, which is not there; the "
+            f"language model must have been trained with the target dictionary {target_file}: copy it there (cp "
+            f"{target_file} {path})")
+    lm_symbols, symbols = Dictionary.load(path).symbols, list(target["symbols"])
+    if len(lm_symbols) != len(symbols):
+        problem = f"{path} has {len(lm_symbols):,} symbols, {target_file} {len(symbols):,}"
+    else:
+        i = next((i for i, (x, y) in enumerate(zip(lm_symbols, symbols)) if x != y), None)
+        if i is None:
+            return
+        line = i - int(target["nspecial"]) + 1  # the special symbols come first, before the file's lines
+        problem = f"line {line} of {path} is {lm_symbols[i]!r}, {target_file} has {symbols[i]!r} there"
+    raise CheckpointError(
+        f"--lm-path {lm_path}: the language model's dictionary is not the target dictionary ({problem}), and its "
+        f"scores are added to the translations' word by word id: give a language model trained with {target_file}, "
+        f"and that file as {path}")

@@ -187,8 +187,10 @@ def adaptable_bias(model, task, where: str = "the model") -> SpeakerBias:
             f"(--speaker-bias full, fact, ...)")
     if not bias.speaker_parameters():
         raise OnboardingError(
-            f"{where}: its speaker bias {bias.name!r} has no parameters per speaker, so there is "
-            f"nothing to adapt (a new speaker already gets what every speaker gets)")
+            f"{where}: this model has no speaker parameters (its speaker bias is {bias.name!r}: every speaker, known "
+            f"or new, is translated alike), so there is nothing to adapt, refit or remember of a speaker; give the "
+            f"checkpoint of a model trained with speaker parameters (fairseq-train --speaker-bias fact or full, or an "
+            f"--arch such as lstm_fact_bias)")
     return bias
 
 

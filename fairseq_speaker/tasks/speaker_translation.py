@@ -13,8 +13,16 @@ from fairseq.dataclass import ChoiceEnum
 from fairseq.logging import metrics
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
+from omegaconf import II
 
-from fairseq_speaker.checkpoints import AS_READ_KEY, DICTIONARIES_KEY, check_vocabulary, dictionaries_record
+from fairseq_speaker.allowed_tokens import check_ended, restricted
+from fairseq_speaker.checkpoints import (
+    AS_READ_KEY,
+    DICTIONARIES_KEY,
+    check_language_model,
+    check_vocabulary,
+    dictionaries_record,
+)
 from fairseq_speaker.data import (
     UNKNOWN_SPEAKER_POLICIES,
     SpeakerDataError,
@@ -105,6 +113,9 @@ class SpeakerTranslationConfig(TranslationConfig):
             "already in the model's tokens)"
         },
     )
+    #: fairseq-generate's --lm-path, a generation option: its language model reads its dictionary from the data folder
+    #: (load_dataset checks it there first)
+    lm_path: Optional[str] = II("generation.lm_path")
 
 
 @register_task("speaker_translation", dataclass=SpeakerTranslationConfig)
@@ -336,6 +347,7 @@ class SpeakerTranslationTask(TranslationTask):
         return read_speaker_file(path, num_sentences, hint=hint)
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
+        check_language_model(self.cfg, self.data_dictionaries["target"], self.uses_speaker_token)  # loaded next
         self._check_not_empty(split, epoch)
         try:
             super().load_dataset(split, epoch=epoch, combine=combine, **kwargs)
@@ -482,15 +494,15 @@ class SpeakerTranslationTask(TranslationTask):
         elif self._pending and torch.equal(self._pending[0][0], net_input["src_tokens"].cpu()):
             self._pending.popleft()  # a caller that kept the speakers of a batch built here
         if not self.uses_speaker_token:
-            return super().inference_step(
+            return check_ended(generator, sample, super().inference_step(
                 generator, models, sample, prefix_tokens=prefix_tokens, constraints=constraints
-            )
+            ))
         if prefix_tokens is None:
             # force each sentence's speaker token; an unseen speaker's (pad) is left to the model
             prefix_tokens = self._speaker_prefix(net_input["speakers"], self.tgt_dict.pad()).unsqueeze(1)
-        hypos = super().inference_step(
+        hypos = check_ended(generator, sample, super().inference_step(
             generator, models, sample, prefix_tokens=prefix_tokens, constraints=constraints
-        )
+        ))
         speaker_tokens = self.speaker_token_ids()
         for sentence in hypos:
             for hypo in sentence:
@@ -528,7 +540,9 @@ class SpeakerTranslationTask(TranslationTask):
         generator = super().build_generator(
             models, args, seq_gen_cls=seq_gen_cls, extra_gen_cls_kwargs=extra_gen_cls_kwargs, **kwargs
         )
-        return by_position(generator, self.target_dictionary)
+        hidden = self.speaker_token_ids().tolist() if self.uses_speaker_token else ()
+        return restricted(by_position(generator, self.target_dictionary), args, kwargs.get("prefix_allowed_tokens_fn"),
+                          self.target_dictionary, hidden)
 
     @staticmethod
     def _with_speaker_words(models, args, seq_gen_cls):

@@ -78,542 +78,784 @@ SWAPPED = ("{ckpt} was trained with the dictionaries of another data folder than
 #: the rows of the commands that read a checkpoint's training sentences and save a new checkpoint (refit, words:
 #: onboarding.refit.open_with_sentences and their --save check)
 TRAINED_SPEAKERS_TO_SAVE = [
-        (["{data}", "--path", "{tmp}/missing.pt", "--save", "{tmp}/o.pt"], 2, "checkpoint not found: {tmp}/missing.pt"),
-        (["{data}", "--save", "{tmp}/o.pt"], 2, "the following arguments are required: --path"),
-        (["{data}", "--path", "{garbage}", "--save", "{tmp}/o.pt"], 2, "{garbage}: not a readable fairseq checkpoint"),
-        (["{data}", "--path", "{ckpt}", "--save", "{ckpt}"], 2, "--save must not be the checkpoint given by --path"),
-        (["{tmp}/nowhere", "--path", "{ckpt}", "--save", "{tmp}/o.pt"], 2, "data directory not found: {tmp}/nowhere"),
-        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--subset", "nosuch"], 2,
+        ("not-a-checkpoint",
+         ["{data}", "--path", "{tmp}/missing.pt", "--save", "{tmp}/o.pt"], 2, "checkpoint not found: {tmp}/missing.pt"),
+        ("one-line-user-errors", ["{data}", "--save", "{tmp}/o.pt"], 2, "the following arguments are required: --path"),
+        ("not-a-checkpoint",
+         ["{data}", "--path", "{garbage}", "--save", "{tmp}/o.pt"], 2, "{garbage}: not a readable fairseq checkpoint"),
+        ("refused-before-writing",
+         ["{data}", "--path", "{ckpt}", "--save", "{ckpt}"], 2, "--save must not be the checkpoint given by --path"),
+        ("one-line-user-errors",
+         ["{tmp}/nowhere", "--path", "{ckpt}", "--save", "{tmp}/o.pt"], 2, "data directory not found: {tmp}/nowhere"),
+        ("speaker-file-fits-split",
+         ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--subset", "nosuch"], 2,
          "no binarized 'nosuch' split; --subset names the split"),
-        (["{swapped}", "--path", "{ckpt}", "--save", "{tmp}/o.pt"], 2, SWAPPED),
-        (["{shortspk}", "--path", "{ckpt}", "--save", "{tmp}/o.pt"], 2,
+        ("dictionaries-compared", ["{swapped}", "--path", "{ckpt}", "--save", "{tmp}/o.pt"], 2, SWAPPED),
+        ("speaker-file-fits-split",
+         ["{shortspk}", "--path", "{ckpt}", "--save", "{tmp}/o.pt"], 2,
          "{shortspk}/train.spk: 155 speaker labels but the text has 160 sentences; the speaker file needs exactly one "
          "label per sentence, in the same order"),
-        (["{strangerspk}", "--path", "{ckpt}", "--save", "{tmp}/o.pt"], 2,
+        ("speaker-file-fits-split",
+         ["{strangerspk}", "--path", "{ckpt}", "--save", "{tmp}/o.pt"], 2,
          "{strangerspk}/train.spk:7: speaker 'stranger' is not among the 8 speakers the model was trained on; the "
          "train split's speakers are those of {ckpt}: give the data folder it was trained on, with the speaker file "
          "of its training sentences"),
 ]
 
-#: surface -> (arguments, exit status, text the last line of standard error contains)
+#: surface -> (the promise of docs/reliability.md the row checks, arguments, exit status, text the last line of
+#: standard error contains)
 COMMAND_PROBES = {
     "fairseq-speaker-benchmark": [
-        (["--batch", "0"], 2, "--batch must be at least 1, got 0"),
-        (["--sentences", "0"], 2, "--sentences must be at least 1, got 0"),
-        (["--updates", "0"], 2, "--updates must be at least 1"),
-        (["--repeats", "-1"], 2, "--repeats must be at least 1"),
-        (["--threads", "0"], 2, "--threads must be at least 1"),
-        (["--vocab", "3"], 2, "--vocab must be at least 8"),
-        (["--speakers", "10", "-4"], 2, "--speakers must be at least 1, got -4"),
-        (["--sizes", "512", "0", "256"], 2, "--sizes must be positive"),
-        (["--min-len", "9", "--max-len", "3"], 2, "--max-len 3 is shorter than --min-len 9"),
-        (["--batch", "64", "--sentences", "10"], 2, "--batch 64 is more than the corpus's --sentences 10"),
-        (["--configs", "lstm_nonsense"], 2, "--configs lstm_nonsense: not an arch of a speaker model family"),
-        (["--fp16"], 2, "--fp16 is timed on a GPU: add --gpu"),
-        (["--bf16"], 2, "--bf16 is timed on a GPU: add --gpu"),
-        (["--gen-batch", "0", "--generate"], 2, "--gen-batch must be at least 1"),
-        (["--paired", "--plain"], 2, "--paired runs every configuration in one process, and --plain needs a "
+        ("numbers-checked", ["--batch", "0"], 2, "--batch must be at least 1, got 0"),
+        ("numbers-checked", ["--sentences", "0"], 2, "--sentences must be at least 1, got 0"),
+        ("numbers-checked", ["--updates", "0"], 2, "--updates must be at least 1"),
+        ("numbers-checked", ["--repeats", "-1"], 2, "--repeats must be at least 1"),
+        ("numbers-checked", ["--threads", "0"], 2, "--threads must be at least 1"),
+        ("numbers-checked", ["--vocab", "3"], 2, "--vocab must be at least 8"),
+        ("numbers-checked", ["--speakers", "10", "-4"], 2, "--speakers must be at least 1, got -4"),
+        ("numbers-checked", ["--sizes", "512", "0", "256"], 2, "--sizes must be positive"),
+        ("numbers-checked", ["--min-len", "9", "--max-len", "3"], 2, "--max-len 3 is shorter than --min-len 9"),
+        ("numbers-checked",
+         ["--batch", "64", "--sentences", "10"], 2, "--batch 64 is more than the corpus's --sentences 10"),
+        ("one-line-user-errors",
+         ["--configs", "lstm_nonsense"], 2, "--configs lstm_nonsense: not an arch of a speaker model family"),
+        ("numbers-checked", ["--fp16"], 2, "--fp16 is timed on a GPU: add --gpu"),
+        ("numbers-checked", ["--bf16"], 2, "--bf16 is timed on a GPU: add --gpu"),
+        ("numbers-checked", ["--gen-batch", "0", "--generate"], 2, "--gen-batch must be at least 1"),
+        ("ignored-options-refused",
+         ["--paired", "--plain"], 2, "--paired runs every configuration in one process, and --plain needs a "
                                      "process of its own (FAIRSEQ_SPEAKER_PLAIN=1): use one or the other"),
-        (["--batch", "x"], 2, "argument --batch: invalid int value: 'x'"),
-        (["--configs", "lstm_base:nope"], 2, "--configs lstm_base:nope: unknown --speaker-bias 'nope'; registered "
+        ("one-line-user-errors", ["--batch", "x"], 2, "argument --batch: invalid int value: 'x'"),
+        ("one-line-user-errors",
+         ["--configs", "lstm_base:nope"], 2, "--configs lstm_base:nope: unknown --speaker-bias 'nope'; registered "
                                              "variants: "),
-        (["--configs", "transformer_base:fact+fact"], 2, "--configs transformer_base:fact+fact: --speaker-bias "
+        ("one-line-user-errors",
+         ["--configs", "transformer_base:fact+fact"], 2, "--configs transformer_base:fact+fact: --speaker-bias "
                                                          "'fact+fact' names a variant twice"),
-        (["--configs", "lstm_base", "--versus", "lstm_fact_bias"], 2, "--versus lstm_fact_bias is not one of the "
+        ("one-line-user-errors",
+         ["--configs", "lstm_base", "--versus", "lstm_fact_bias"], 2, "--versus lstm_fact_bias is not one of the "
                                                                       "configurations measured (lstm_base): add it "
                                                                       "to --configs"),
-        (["--configs", "lstm_nonsense:fact"], 2, "--configs lstm_nonsense:fact: not an arch of a speaker model family"),
-        (["--configs", "stock_lstm:fact"], 2, "--configs stock_lstm:fact: a stock fairseq model has no speaker "
+        ("one-line-user-errors",
+         ["--configs", "lstm_nonsense:fact"], 2, "--configs lstm_nonsense:fact: not an arch of a speaker model family"),
+        ("one-line-user-errors",
+         ["--configs", "stock_lstm:fact"], 2, "--configs stock_lstm:fact: a stock fairseq model has no speaker "
                                               "variant; give the variant to a preset (lstm_base:fact)"),
-        (["--configs", "lstm_base:topic"], 2, "--configs lstm_base:topic: the benchmark gives a variant its default "
+        ("one-line-user-errors",
+         ["--configs", "lstm_base:topic"], 2, "--configs lstm_base:topic: the benchmark gives a variant its default "
                                               "options, and --speaker-bias topic needs --topic-model FILE"),
-        (["--configs", "lstm_base+spk_token"], 2, "--configs lstm_base+spk_token: the benchmark times speaker "
+        ("one-line-user-errors",
+         ["--configs", "lstm_base+spk_token"], 2, "--configs lstm_base+spk_token: the benchmark times speaker "
                                                   "variants (ARCH:VARIANT), not the speaker token: drop +spk_token"),
-        (["--configs", "lstm_fact_bias@lr-scale=0"], 2, "--configs lstm_fact_bias@lr-scale=0: --speaker-lr-scale '0': "
+        ("numbers-checked",
+         ["--configs", "lstm_fact_bias@lr-scale=0"], 2, "--configs lstm_fact_bias@lr-scale=0: --speaker-lr-scale '0': "
                                                         "give 'auto' (the default) or a positive number"),
-        (["--configs", "lstm_fact_bias@lr-scale=fast"], 2, "--configs lstm_fact_bias@lr-scale=fast: "
+        ("numbers-checked",
+         ["--configs", "lstm_fact_bias@lr-scale=fast"], 2, "--configs lstm_fact_bias@lr-scale=fast: "
                                                            "--speaker-lr-scale 'fast': give 'auto'"),
-        (["--configs", "stock_lstm@lr-scale=2"], 2, "--configs stock_lstm@lr-scale=2: a stock fairseq model has no "
+        ("one-line-user-errors",
+         ["--configs", "stock_lstm@lr-scale=2"], 2, "--configs stock_lstm@lr-scale=2: a stock fairseq model has no "
                                                     "speaker rows to scale"),
-        (["--configs", "stock_lstm@words", "--no-train"], 2, "--configs stock_lstm@words: a stock fairseq model has "
+        ("needs-speaker-parameters",
+         ["--configs", "stock_lstm@words", "--no-train"], 2, "--configs stock_lstm@words: a stock fairseq model has "
                                                              "no speakers whose words to remember"),
-        (["--configs", "lstm_base@words", "--no-train"], 2, "--configs lstm_base@words: the speakers' words are "
+        ("needs-speaker-parameters",
+         ["--configs", "lstm_base@words", "--no-train"], 2, "--configs lstm_base@words: the speakers' words are "
                                                             "remembered for variants whose speakers have parameters"),
-        (["--configs", "lstm_fact_bias@words"], 2, "--configs lstm_fact_bias@words: the speakers' words act in "
+        ("ignored-options-refused",
+         ["--configs", "lstm_fact_bias@words"], 2, "--configs lstm_fact_bias@words: the speakers' words act in "
                                                    "generation only: time it with --no-train --generate"),
-        (["--configs", "lstm_fact_bias@words@lr-scale=2", "--no-train"], 2, "--configs "
+        ("one-line-user-errors",
+         ["--configs", "lstm_fact_bias@words@lr-scale=2", "--no-train"], 2, "--configs "
                                                                             "lstm_fact_bias@words@lr-scale=2: @words "
                                                                             "comes last "
                                                                             "(lstm_fact_bias@lr-scale=2@words)"),
     ],
     "fairseq-speaker-demo": [
-        (["--archs", "lstm_nonsense"], 2, "unknown system 'lstm_nonsense': start it with a preset"),
-        (["--archs", "lstm_base:nope"], 2, "system 'lstm_base:nope': unknown --speaker-bias 'nope'"),
-        (["--styles", "-1"], 2, "--styles must be 0 (the default corpus) or more"),
-        (["--deviation", "1.5"], 2, "--deviation 1.5 is not a probability (0 to 1)"),
-        (["--no-such-option"], 2, "unrecognized arguments: --no-such-option"),
-        (["--beams", "0", "5"], 2, "--beams must be at least 1 (1: greedy), got 0"),
-        (["--beams", "5", "1", "5"], 2, "--beams 5 1 5 names a beam size twice"),
-        (["--beams", "greedy"], 2, "argument --beams: invalid int value: 'greedy'"),
-        (["--threads", "0"], 2, "--threads must be at least 1, got 0"),
+        ("one-line-user-errors",
+         ["--archs", "lstm_nonsense"], 2, "unknown system 'lstm_nonsense': start it with a preset"),
+        ("one-line-user-errors",
+         ["--archs", "lstm_base:nope"], 2, "system 'lstm_base:nope': unknown --speaker-bias 'nope'"),
+        ("numbers-checked", ["--styles", "-1"], 2, "--styles must be 0 (the default corpus) or more"),
+        ("numbers-checked", ["--deviation", "1.5"], 2, "--deviation 1.5 is not a probability (0 to 1)"),
+        ("one-line-user-errors", ["--no-such-option"], 2, "unrecognized arguments: --no-such-option"),
+        ("numbers-checked", ["--beams", "0", "5"], 2, "--beams must be at least 1 (1: greedy), got 0"),
+        ("numbers-checked", ["--beams", "5", "1", "5"], 2, "--beams 5 1 5 names a beam size twice"),
+        ("one-line-user-errors", ["--beams", "greedy"], 2, "argument --beams: invalid int value: 'greedy'"),
+        ("numbers-checked", ["--threads", "0"], 2, "--threads must be at least 1, got 0"),
     ],
     "fairseq-speaker-toy-corpus": [
-        (["--out", "{tmp}/c", "--speakers", "0"], 2, "--speakers must be at least 1, got 0"),
-        (["--out", "{tmp}/c", "--train", "5"], 2, "split train has 5 sentences, fewer than the 24 speakers: give "
+        ("numbers-checked", ["--out", "{tmp}/c", "--speakers", "0"], 2, "--speakers must be at least 1, got 0"),
+        ("numbers-checked",
+         ["--out", "{tmp}/c", "--train", "5"], 2, "split train has 5 sentences, fewer than the 24 speakers: give "
                                                    "larger --train/--valid/--test or fewer --speakers"),
-        (["--out", "{afile}"], 2, "--out {afile} is a file: give a folder for the corpus"),
-        (["--out", "{tmp}/c", "--train", "50", "--sentences-per-speaker", "2"], 2,
+        ("toy-corpus-names", ["--out", "{afile}"], 2, "--out {afile} is a file: give a folder for the corpus"),
+        ("ignored-options-refused",
+         ["--out", "{tmp}/c", "--train", "50", "--sentences-per-speaker", "2"], 2,
          "give --train or --sentences-per-speaker, not both"),
-        (["--out", "{tmp}/c", "--sentences-per-speaker", "0"], 2, "--sentences-per-speaker must be at least 1"),
-        (["--out", "{tmp}/c", "--styles", "-2"], 2, "--styles must be 0 (no styles) or more"),
-        (["--out", "{tmp}/c", "--deviation", "0.2"], 2, "--deviation is the styles mode's: give --styles K too"),
-        (["--out", "{tmp}/c", "--heldout", "--heldout-speakers", "0"], 2,
+        ("numbers-checked",
+         ["--out", "{tmp}/c", "--sentences-per-speaker", "0"], 2, "--sentences-per-speaker must be at least 1"),
+        ("numbers-checked", ["--out", "{tmp}/c", "--styles", "-2"], 2, "--styles must be 0 (no styles) or more"),
+        ("ignored-options-refused",
+         ["--out", "{tmp}/c", "--deviation", "0.2"], 2, "--deviation is the styles mode's: give --styles K too"),
+        ("numbers-checked",
+         ["--out", "{tmp}/c", "--heldout", "--heldout-speakers", "0"], 2,
          "--heldout-speakers and --heldout-sentences must be at least 1"),
-        (["--out", "{tmp}/c", "--structure", "nope"], 2, "--structure: no structure 'nope'; the structures: base, "
+        ("toy-corpus-names",
+         ["--out", "{tmp}/c", "--structure", "nope"], 2, "--structure: no structure 'nope'; the structures: base, "
                                                          "correlated-address, binary-many,"),
-        (["--out", "{tmp}/c", "--structure", "drawn-7-0"], 2, "no structure 'drawn-7-0'; the structures: base,"),
-        (["--structure", "base"], 2, "the following arguments are required: --out"),
-        (["--out", "{afile}", "--structure", "early"], 2, "--out {afile} is a file: give a folder for the corpus"),
-        (["--out", "{tmp}/c", "--structure", "base", "--speakers", "5", "--styles", "3"], 2,
+        ("toy-corpus-names",
+         ["--out", "{tmp}/c", "--structure", "drawn-7-0"], 2, "no structure 'drawn-7-0'; the structures: base,"),
+        ("one-line-user-errors", ["--structure", "base"], 2, "the following arguments are required: --out"),
+        ("toy-corpus-names",
+         ["--out", "{afile}", "--structure", "early"], 2, "--out {afile} is a file: give a folder for the corpus"),
+        ("ignored-options-refused",
+         ["--out", "{tmp}/c", "--structure", "base", "--speakers", "5", "--styles", "3"], 2,
          "--structure base takes no --speakers --styles: a structure's sizes, model and seed are its own"),
-        (["--list-structures", "--out", "{tmp}/c"], 2, "--list-structures writes nothing: drop --out"),
-        (["--list-structures", "--structure", "base"], 2, "give --list-structures or --structure NAME, not both"),
+        ("ignored-options-refused",
+         ["--list-structures", "--out", "{tmp}/c"], 2, "--list-structures writes nothing: drop --out"),
+        ("ignored-options-refused",
+         ["--list-structures", "--structure", "base"], 2, "give --list-structures or --structure NAME, not both"),
         # one spelling per drawn structure (drawn-007-1 was drawn-7-1 under another name; '²' an int() error)
-        (["--out", "{tmp}/c", "--structure", "drawn-007-1"], 2, "--structure: no structure 'drawn-007-1'"),
-        (["--out", "{tmp}/c", "--structure", "drawn-\u00b2-1"], 2, "--structure: no structure 'drawn-\u00b2-1'"),
-        (["--out", "{tmp}/c", "--structure", "drawn-3-101"], 2, "no structure 'drawn-3-101'"),
-        (["--out", "{afile}/c", "--structure", "base"], 2,
+        ("toy-corpus-names",
+         ["--out", "{tmp}/c", "--structure", "drawn-007-1"], 2, "--structure: no structure 'drawn-007-1'"),
+        ("toy-corpus-names",
+         ["--out", "{tmp}/c", "--structure", "drawn-\u00b2-1"], 2, "--structure: no structure 'drawn-\u00b2-1'"),
+        ("toy-corpus-names", ["--out", "{tmp}/c", "--structure", "drawn-3-101"], 2, "no structure 'drawn-3-101'"),
+        ("toy-corpus-names",
+         ["--out", "{afile}/c", "--structure", "base"], 2,
          "--out {afile}/c: {afile} is a file, so no folder can be made under it: give a folder for the corpus"),
-        (["--out", "{afile}/c", "--train", "48"], 2, "--out {afile}/c: {afile} is a file, so no folder can be made"),
+        ("toy-corpus-names",
+         ["--out", "{afile}/c", "--train", "48"], 2, "--out {afile}/c: {afile} is a file, so no folder can be made"),
     ],
     "fairseq-speaker-params": [
-        (["--tgt-vocab", "40000", "--speakers", "-5"], 2, "--speakers must not be negative, got -5"),
-        (["--tgt-vocab", "-3", "--speakers", "5"], 2, "--tgt-vocab must be at least 5"),
-        (["--tgt-vocab", "40000", "--src-vocab", "0", "--speakers", "5"], 2, "--src-vocab must be at least 5"),
-        (["--speakers", "5"], 2, "--data, or --tgt-vocab and --speakers"),
-        (["--data", "/nonexistent/data-bin"], 2, "--data /nonexistent/data-bin: no such folder"),
-        (["--data", "{emptydir}"], 2, "could not infer the language pair in {emptydir}: pass "
+        ("numbers-checked", ["--tgt-vocab", "40000", "--speakers", "-5"], 2, "--speakers must not be negative, got -5"),
+        ("numbers-checked", ["--tgt-vocab", "-3", "--speakers", "5"], 2, "--tgt-vocab must be at least 5"),
+        ("numbers-checked",
+         ["--tgt-vocab", "40000", "--src-vocab", "0", "--speakers", "5"], 2, "--src-vocab must be at least 5"),
+        ("one-line-user-errors", ["--speakers", "5"], 2, "--data, or --tgt-vocab and --speakers"),
+        ("one-line-user-errors",
+         ["--data", "/nonexistent/data-bin"], 2, "--data /nonexistent/data-bin: no such folder"),
+        ("one-line-user-errors",
+         ["--data", "{emptydir}"], 2, "could not infer the language pair in {emptydir}: pass "
                                       "--source-lang and --target-lang"),
-        (["--path", "{tmp}/missing.pt"], 2, "checkpoint not found: {tmp}/missing.pt"),
-        (["--path", "{garbage}"], 2, "{garbage}: not a readable fairseq checkpoint"),
-        (["--path", "{notckpt}"], 2, "--path {notckpt}: not a fairseq-speaker checkpoint (no model or task state)"),
-        (["--path", "{ckpt}", "--arch", "lstm_base"], 2, "--path reads the model's options and sizes from the "
+        ("not-a-checkpoint", ["--path", "{tmp}/missing.pt"], 2, "checkpoint not found: {tmp}/missing.pt"),
+        ("not-a-checkpoint", ["--path", "{garbage}"], 2, "{garbage}: not a readable fairseq checkpoint"),
+        ("not-a-checkpoint",
+         ["--path", "{notckpt}"], 2, "--path {notckpt}: not a fairseq-speaker checkpoint (no model or task state)"),
+        ("ignored-options-refused",
+         ["--path", "{ckpt}", "--arch", "lstm_base"], 2, "--path reads the model's options and sizes from the "
                                                          "checkpoint: drop --arch"),
-        (["--path", "{ckpt}", "--user-dir", "{tmp}/nowhere"], 2, "--user-dir {tmp}/nowhere: no such folder"),
+        ("one-line-user-errors",
+         ["--path", "{ckpt}", "--user-dir", "{tmp}/nowhere"], 2, "--user-dir {tmp}/nowhere: no such folder"),
     ],
     "fairseq-speaker-refit": [
         *TRAINED_SPEAKERS_TO_SAVE,
-        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--shared", "fit", "--heldout-subset", "nosuch"], 2,
+        ("speaker-file-fits-split",
+         ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--shared", "fit", "--heldout-subset", "nosuch"], 2,
          "no binarized 'nosuch' split; --heldout-subset none"),
-        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--iterations", "0"], 2,
+        ("numbers-checked",
+         ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--iterations", "0"], 2,
          "--iterations must be at least 1, got 0"),
-        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--components", "0"], 2,
+        ("numbers-checked",
+         ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--components", "0"], 2,
          "must be 'auto' or a whole number >= 1, got '0'"),
-        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--components", "many"], 2,
+        ("numbers-checked",
+         ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--components", "many"], 2,
          "must be 'auto' or a whole number >= 1, got 'many'"),
-        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--styles", "0"], 2,
+        ("numbers-checked",
+         ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--styles", "0"], 2,
          "argument --styles: must be 'auto' or a whole number >= 1, got '0'"),
-        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--styles", "some"], 2,
+        ("numbers-checked",
+         ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--styles", "some"], 2,
          "argument --styles: must be 'auto' or a whole number >= 1, got 'some'"),
-        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--styles", "2", "--style-precision", "-1"], 2,
+        ("numbers-checked",
+         ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--styles", "2", "--style-precision", "-1"], 2,
          "argument --style-precision: must be 'fit' or a positive number, got '-1'"),
-        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--styles", "2", "--style-precision", "inf"], 2,
+        ("numbers-checked",
+         ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--styles", "2", "--style-precision", "inf"], 2,
          "argument --style-precision: must be 'fit' or a positive number, got 'inf'"),
-        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--style-precision", "3"], 2,
+        ("ignored-options-refused",
+         ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--style-precision", "3"], 2,
          "--style-precision 3.0 is the pull of the --styles prior: give --styles K (or auto) too, or drop "
          "--style-precision"),
-        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--styles", "2", "--components", "auto"], 2,
+        ("ignored-options-refused",
+         ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--styles", "2", "--components", "auto"], 2,
          "--components auto sets the mixture fitted to the speakers' rows, and --styles 2 learns the prior as styles "
          "instead: give one or the other"),
-        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--l2", "-1"], 2, "--l2 must be a number >= 0, got -1.0"),
-        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--l2", "nan"], 2, "--l2 must be a number >= 0, got nan"),
-        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--label-smoothing", "1"], 2,
+        ("numbers-checked",
+         ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--l2", "-1"], 2,
+         "--l2 must be a number >= 0, got -1.0"),
+        ("numbers-checked",
+         ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--l2", "nan"], 2,
+         "--l2 must be a number >= 0, got nan"),
+        ("numbers-checked",
+         ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--label-smoothing", "1"], 2,
          "must be 'auto' or a number from 0 to below 1, got '1'"),
-        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--label-smoothing", "some"], 2,
+        ("numbers-checked",
+         ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--label-smoothing", "some"], 2,
          "must be 'auto' or a number from 0 to below 1, got 'some'"),
-        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--threads", "0"], 2, "--threads must be at least 1"),
-        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--max-iter", "0"], 2,
+        ("numbers-checked",
+         ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--threads", "0"], 2, "--threads must be at least 1"),
+        ("numbers-checked",
+         ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--max-iter", "0"], 2,
          "--max-iter, --shared-max-iter and --batch-sentences must be at least 1"),
-        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--max-cache-gb", "0"], 2,
+        ("numbers-checked",
+         ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--max-cache-gb", "0"], 2,
          "--max-cache-gb must be positive, got 0.0"),
-        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--shared", "fit", "--max-cache-gb", "1e-9"], 2,
+        ("numbers-checked",
+         ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--shared", "fit", "--max-cache-gb", "1e-9"], 2,
          "more than 0.0 GB here; pass --shared keep"),
     ],
     "fairseq-speaker-words": [
         *TRAINED_SPEAKERS_TO_SAVE,
-        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/gone/o.pt"], 2, "cannot write {tmp}/gone/o.pt: the folder"),
-        (["{data}", "--path", "{badwords}", "--save", "{tmp}/o.pt"], 2,
+        ("refused-before-writing",
+         ["{data}", "--path", "{ckpt}", "--save", "{tmp}/gone/o.pt"], 2, "cannot write {tmp}/gone/o.pt: the folder"),
+        ("not-a-checkpoint",
+         ["{data}", "--path", "{badwords}", "--save", "{tmp}/o.pt"], 2,
          "are damaged (their word ids do not add up to their speakers' counts"),
-        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--weight", "-1"], 2,
+        ("numbers-checked",
+         ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--weight", "-1"], 2,
          "argument --weight: expected a number >= 0, got '-1'"),
-        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--window", "nan"], 2,
+        ("numbers-checked",
+         ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--window", "nan"], 2,
          "argument --window: expected a number >= 0, got 'nan'"),
-        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--own", "2"], 2,
+        ("numbers-checked",
+         ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--own", "2"], 2,
          "argument --own: expected a share between 0 and 1, got '2'"),
-        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--own", "0.5", "--neighbours", "0.6"], 2,
+        ("numbers-checked",
+         ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--own", "0.5", "--neighbours", "0.6"], 2,
          "--own and --neighbours are shares of one rate: their sum must be at most 1, got 0.5 + 0.6"),
-        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--neighbours-k", "0"], 2,
+        ("numbers-checked",
+         ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--neighbours-k", "0"], 2,
          "--neighbours-k must be at least 1, got 0"),
-        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--add-to", "probs"], 2,
+        ("one-line-user-errors",
+         ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--add-to", "probs"], 2,
          "argument --add-to: invalid choice: 'probs' (choose from"),
-        (["{data}", "--path", "{badaddto}", "--save", "{tmp}/o.pt"], 2,
+        ("not-a-checkpoint",
+         ["{data}", "--path", "{badaddto}", "--save", "{tmp}/o.pt"], 2,
          "have bad options (speaker words: add_to must be one of log_probs, logits, got 'probs')"),
-        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--rank-choices", "votes"], 2,
+        ("one-line-user-errors",
+         ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--rank-choices", "votes"], 2,
          "argument --rank-choices: invalid choice: 'votes' (choose from"),
-        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--kinds-prior", "0"], 2,
+        ("numbers-checked",
+         ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--kinds-prior", "0"], 2,
          "argument --kinds-prior: expected a number > 0, got '0'"),
-        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--threads", "0"], 2, "--threads must be at least 1"),
-        (["{data}", "--path", "{lstmbase}", "--save", "{tmp}/o.pt"], 2, "has no parameters per speaker"),
-        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--weight", "1e30"], 2,
+        ("numbers-checked",
+         ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--threads", "0"], 2, "--threads must be at least 1"),
+        ("needs-speaker-parameters",
+         ["{data}", "--path", "{lstmbase}", "--save", "{tmp}/o.pt"], 2,
+         "{lstmbase}: this model has no speaker parameters (its speaker bias is 'none': every speaker, known or new, "
+         "is translated alike), so there is nothing to adapt, refit or remember of a speaker; give the checkpoint of "
+         "a model trained with speaker parameters"),
+        ("memory-weight-bounded",
+         ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--weight", "1e30"], 2,
          "argument --weight: expected a number between 0 and 100, got '1e30'"),
-        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--calibrate", "guess"], 2,
+        ("one-line-user-errors",
+         ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--calibrate", "guess"], 2,
          "argument --calibrate: invalid choice: 'guess' (choose from"),
-        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--calibrate-by", "bleu"], 2,
+        ("one-line-user-errors",
+         ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--calibrate-by", "bleu"], 2,
          "argument --calibrate-by: invalid choice: 'bleu' (choose from"),
-        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--calibration-beam", "0"], 2,
+        ("numbers-checked",
+         ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--calibration-beam", "0"], 2,
          "--calibration-beam must be at least 1, got 0"),
-        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--calibrate", "split", "--heldout-subset", "train"],
+        ("one-line-user-errors",
+         ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--calibrate", "split", "--heldout-subset", "train"],
          2, "--heldout-subset train is the split remembered (--subset): held-out sentences must be others"),
-        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--calibrate", "split", "--heldout-subset", "nowhere"],
+        ("speaker-file-fits-split",
+         ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--calibrate", "split", "--heldout-subset", "nowhere"],
          2, "{data}: no binarized 'nowhere' split; --heldout-subset names a split of held-out sentences of the same "
          "speakers (leave it out to read 'valid' where it is there, or pass --calibrate cross-fit)"),
         # a split named that is not there (a typo) was replaced by cross-fitting without a word
-        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--heldout-subset", "valdi"], 2,
+        ("speaker-file-fits-split",
+         ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--heldout-subset", "valdi"], 2,
          "{data}: no binarized 'valdi' split; --heldout-subset names a split"),
-        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--heldout-subset", "train"], 2,
+        ("one-line-user-errors",
+         ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--heldout-subset", "train"], 2,
          "--heldout-subset train is the split remembered (--subset): held-out sentences must be others"),
         # the calibration's options where nothing is calibrated, or where another option makes them idle
-        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--calibrate", "off", "--calibrate-by", "tokens"], 2,
+        ("ignored-options-refused",
+         ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--calibrate", "off", "--calibrate-by", "tokens"], 2,
          "--calibrate-by tokens: --calibrate off chooses no settings on held-out sentences: drop it, or drop "
          "--calibrate off"),
-        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--calibrate", "off", "--heldout-subset", "valid",
+        ("ignored-options-refused",
+         ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--calibrate", "off", "--heldout-subset", "valid",
           "--calibration-beam", "2"], 2, "--heldout-subset valid --calibration-beam 2: --calibrate off chooses no "
                                         "settings on held-out sentences: drop them"),
-        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--calibrate-by", "tokens", "--calibration-beam", "3"],
+        ("ignored-options-refused",
+         ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--calibrate-by", "tokens", "--calibration-beam", "3"],
          2, "--calibration-beam 3 is the beam of --calibrate-by decoding, and --calibrate-by tokens decodes nothing"),
-        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--calibrate", "cross-fit", "--heldout-subset", "test"],
+        ("ignored-options-refused",
+         ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--calibrate", "cross-fit", "--heldout-subset", "test"],
          2, "--heldout-subset test names a split for --calibrate auto or split, and --calibrate cross-fit holds out "
          "sentences of the remembered split itself"),
-        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--weight", "2", "--window", "1", "--kinds",
+        ("ignored-options-refused",
+         ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--weight", "2", "--window", "1", "--kinds",
           "--calibrate", "split"], 2, "--calibrate split: --weight, --window and --kinds/--no-kinds fix every setting, "
                                       "so nothing is chosen on held-out sentences: drop it"),
-        (["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--weight", "0", "--calibrate", "cross-fit"], 2,
+        ("ignored-options-refused",
+         ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--weight", "0", "--calibrate", "cross-fit"], 2,
          "--calibrate cross-fit: --weight 0 writes a memory that does not act"),
         # odd data: an empty held-out split (a traceback of fairseq's), every speaker with one sentence (behaved)
-        (["{emptyvalid}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--calibrate", "split"], 2,
+        ("empty-split",
+         ["{emptyvalid}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--calibrate", "split"], 2,
          "{emptyvalid}: the 'valid' split holds 0 sentences of the speakers of 'train', and --calibrate split needs"),
-        (["{onesentence}", "--path", "{ckpt}", "--save", "{tmp}/o.pt"], 2,
+        ("one-line-user-errors",
+         ["{onesentence}", "--path", "{ckpt}", "--save", "{tmp}/o.pt"], 2,
          "{onesentence}: no speaker of the 'train' split has two sentences, so none can be held out to choose the "
          "memory's settings"),
-        (["{data}", "--path", "{badweight}", "--save", "{tmp}/o.pt"], 2,
+        ("memory-weight-bounded",
+         ["{data}", "--path", "{badweight}", "--save", "{tmp}/o.pt"], 2,
          "have bad options (speaker words: weight must be at most 100, got 1e+30)"),
-        (["{data}", "--path", "{badbuilt}", "--save", "{tmp}/o.pt"], 2,
+        ("not-a-checkpoint",
+         ["{data}", "--path", "{badbuilt}", "--save", "{tmp}/o.pt"], 2,
          "are damaged (their build's rows do not add up)"),
     ],
     "fairseq-speaker-speakers": [
-        (["{tmp}/missing.pt"], 2, "checkpoint not found: {tmp}/missing.pt"),
-        ([], 2, "the following arguments are required: CHECKPOINT"),
-        (["{garbage}"], 2, "{garbage}: not a readable fairseq checkpoint"),
-        (["{notckpt}"], 2, "{notckpt}: not a fairseq-speaker checkpoint (no task state)"),
-        (["{ckpt}", "nobody"], 2, "no speaker of {ckpt} is called 'nobody'"),
-        (["{ckpt}", "--trained", "--onboarded"], 2, "argument --onboarded: not allowed with argument --trained"),
-        (["{ckpt}", "--data", "{tmp}/nowhere"], 2, "--data {tmp}/nowhere: no such folder"),
-        (["{ckpt}", "--user-dir", "{tmp}/nowhere"], 2, "--user-dir {tmp}/nowhere: no such folder"),
-        (["{ckpt}", "--no-such-option"], 2, "unrecognized arguments: --no-such-option"),
-        (["{ckpt}", "--data", "{swapped}"], 2, SWAPPED),
-        (["{ckpt}", "--data", "{other}"], 2, "{ckpt} was trained with the dictionaries of another data folder than "
+        ("not-a-checkpoint", ["{tmp}/missing.pt"], 2, "checkpoint not found: {tmp}/missing.pt"),
+        ("one-line-user-errors", [], 2, "the following arguments are required: CHECKPOINT"),
+        ("not-a-checkpoint", ["{garbage}"], 2, "{garbage}: not a readable fairseq checkpoint"),
+        ("not-a-checkpoint", ["{notckpt}"], 2, "{notckpt}: not a fairseq-speaker checkpoint (no task state)"),
+        ("one-line-user-errors", ["{ckpt}", "nobody"], 2, "no speaker of {ckpt} is called 'nobody'"),
+        ("one-line-user-errors",
+         ["{ckpt}", "--trained", "--onboarded"], 2, "argument --onboarded: not allowed with argument --trained"),
+        ("one-line-user-errors", ["{ckpt}", "--data", "{tmp}/nowhere"], 2, "--data {tmp}/nowhere: no such folder"),
+        ("one-line-user-errors",
+         ["{ckpt}", "--user-dir", "{tmp}/nowhere"], 2, "--user-dir {tmp}/nowhere: no such folder"),
+        ("one-line-user-errors", ["{ckpt}", "--no-such-option"], 2, "unrecognized arguments: --no-such-option"),
+        ("dictionaries-compared", ["{ckpt}", "--data", "{swapped}"], 2, SWAPPED),
+        ("dictionaries-compared",
+         ["{ckpt}", "--data", "{other}"], 2, "{ckpt} was trained with the dictionaries of another data folder than "
                                              "{other}: its source dictionary has 64 symbols, {other}/dict.en.txt has "
                                              "56; its target dictionary has 88 symbols, {other}/dict.fr.txt has 80"),
     ],
     "fairseq-speaker-report": [
-        ([*REPORT, "--references", "{refs}", "--system", "nameless"], 2, "--system takes NAME=PATH, got 'nameless'"),
-        ([*REPORT, "--references", "{refs}", "--system", "a={tmp}/missing.txt"], 2,
+        ("one-line-user-errors",
+         [*REPORT, "--references", "{refs}", "--system", "nameless"], 2, "--system takes NAME=PATH, got 'nameless'"),
+        ("one-line-user-errors",
+         [*REPORT, "--references", "{refs}", "--system", "a={tmp}/missing.txt"], 2,
          "--system a: file not found: {tmp}/missing.txt"),
-        ([*REPORT, "--references", "{latin1}.fr", "--system", "a={refs}"], 2,
+        ("not-utf8",
+         [*REPORT, "--references", "{latin1}.fr", "--system", "a={refs}"], 2,
          "{latin1}.fr:2: not valid UTF-8 (byte 0xe9 at column 4): text files must be UTF-8; convert this one, e.g. "
          "from Latin-1: iconv -f latin1 -t utf-8 {latin1}.fr > {latin1}.fr.utf8"),
-        ([*REPORT, "--references", "{refs}", "--system", "a={latin1}.fr"], 2,
+        ("not-utf8",
+         [*REPORT, "--references", "{refs}", "--system", "a={latin1}.fr"], 2,
          "{latin1}.fr:2: not valid UTF-8 (byte 0xe9 at column 4)"),
-        ([*REPORT, "--references", "{empty}", "--system", "a={refs}"], 2,
+        ("one-line-user-errors",
+         [*REPORT, "--references", "{empty}", "--system", "a={refs}"], 2,
          "--references {empty} is empty: there is nothing to score against"),
-        ([*REPORT, "--references", "{refs}", "--system", "a={short}.fr"], 2,
+        ("one-line-user-errors",
+         [*REPORT, "--references", "{refs}", "--system", "a={short}.fr"], 2,
          "--system a={short}.fr: 2 hypotheses for the 3 references of {refs}; give the output of the same test set"),
-        ([*REPORT, "--references", "{refs}", "--system", "a={refs}", "--train-text", "{refs}"], 2,
+        ("one-line-user-errors",
+         [*REPORT, "--references", "{refs}", "--system", "a={refs}", "--train-text", "{refs}"], 2,
          "the speaker classifier needs --train-text, --train-speakers and --test-speakers"),
-        ([*REPORT, "--references", "{refs}", "--system", "a={refs}", "--checkpoint", "m={ckpt}"], 2,
+        ("one-line-user-errors",
+         [*REPORT, "--references", "{refs}", "--system", "a={refs}", "--checkpoint", "m={ckpt}"], 2,
          "--checkpoint needs --data, the data directory with the target dictionary"),
-        (["--out", "{afile}", "--references", "{refs}", "--system", "a={refs}"], 2,
+        ("refused-before-writing",
+         ["--out", "{afile}", "--references", "{refs}", "--system", "a={refs}"], 2,
          "--out {afile} is a file: give a folder for the report (it is made if missing)"),
-        ([*REPORT, "--references", "{refs}", "--system", "a={refs}", "--baseline", "b"], 2,
+        ("one-line-user-errors",
+         [*REPORT, "--references", "{refs}", "--system", "a={refs}", "--baseline", "b"], 2,
          "--baseline b: not the NAME of a --system"),
-        ([*REPORT, "--references", "{refs}", "--system", "a={refs}", "--bootstrap", "0"], 2,
+        ("numbers-checked",
+         [*REPORT, "--references", "{refs}", "--system", "a={refs}", "--bootstrap", "0"], 2,
          "--bootstrap must be at least 1, got 0"),
-        ([*REPORT, "--references", "{refs}", "--system", "a={refs}", "--checkpoint", "m={ckpt}", "--data", "{other}"],
+        ("dictionaries-compared",
+         [*REPORT, "--references", "{refs}", "--system", "a={refs}", "--checkpoint", "m={ckpt}", "--data", "{other}"],
          2, "--checkpoint m: {other}/dict.fr.txt has 80 words but {ckpt} was trained with 88"),
-        ([*REPORT, "--references", "{refs}", "--system", "a={refs}", "--train-text", "{refs}", "--train-speakers",
+        ("not-utf8",
+         [*REPORT, "--references", "{refs}", "--system", "a={refs}", "--train-text", "{refs}", "--train-speakers",
           "{latin1}.spk", "--test-speakers", "{refs}"], 2, "{latin1}.spk:1: not valid UTF-8"),
-        ([*REPORT, "--references", "{refs}", "--system", "a={refs}", "--threads", "0"], 2,
+        ("numbers-checked",
+         [*REPORT, "--references", "{refs}", "--system", "a={refs}", "--threads", "0"], 2,
          "--threads must be at least 1, got 0"),
-        ([*REPORT, "--references", "{refs}", "--system", "a={refs}", "--checkpoint", "m={ckpt}", "--data",
+        ("dictionaries-compared",
+         [*REPORT, "--references", "{refs}", "--system", "a={refs}", "--checkpoint", "m={ckpt}", "--data",
           "{swapped}"], 2, "--checkpoint m: {swapped}/dict.fr.txt is not the target dictionary {ckpt} was trained "
                            "with: line 5 of {swapped}/dict.fr.txt is '{fr6}', the model's target dictionary has "
                            "'{fr5}' there"),
     ],
     "fairseq-speaker-topics": [
-        (["{tmp}/missing", "--out", "{tmp}/t.npz"], 2, "data directory not found: {tmp}/missing (a folder binarized "
+        ("one-line-user-errors",
+         ["{tmp}/missing", "--out", "{tmp}/t.npz"], 2, "data directory not found: {tmp}/missing (a folder binarized "
                                                         "by fairseq-preprocess)"),
-        (["{data}", "--out", "{tmp}/no/t.npz"], 2, "--out {tmp}/no/t.npz: the folder {tmp}/no does not exist"),
-        (["{data}", "--out", "{tmp}"], 2, "--out {tmp} is a directory: give the path of the file to write"),
-        (["{data}", "--out", "{tmp}/t.npz", "--topics", "0"], 2, "--topics must be at least 1, got 0"),
-        (["{data}", "--out", "{tmp}/t.npz", "--max-iter", "0"], 2, "--max-iter must be at least 1, got 0"),
-        (["{emptydir}", "--out", "{tmp}/t.npz"], 2, "could not infer the language pair in {emptydir}: pass "
+        ("refused-before-writing",
+         ["{data}", "--out", "{tmp}/no/t.npz"], 2, "--out {tmp}/no/t.npz: the folder {tmp}/no does not exist"),
+        ("refused-before-writing",
+         ["{data}", "--out", "{tmp}"], 2, "--out {tmp} is a directory: give the path of the file to write"),
+        ("numbers-checked",
+         ["{data}", "--out", "{tmp}/t.npz", "--topics", "0"], 2, "--topics must be at least 1, got 0"),
+        ("numbers-checked",
+         ["{data}", "--out", "{tmp}/t.npz", "--max-iter", "0"], 2, "--max-iter must be at least 1, got 0"),
+        ("one-line-user-errors",
+         ["{emptydir}", "--out", "{tmp}/t.npz"], 2, "could not infer the language pair in {emptydir}: pass "
                                                      "--source-lang and --target-lang"),
-        (["{data}", "--out", "{tmp}/t.npz", "--source-lang", "de", "--target-lang", "fr"], 2,
+        ("one-line-user-errors",
+         ["{data}", "--out", "{tmp}/t.npz", "--source-lang", "de", "--target-lang", "fr"], 2,
          "source dictionary not found: expected {data}/dict.de.txt (is --source-lang right?)"),
-        (["{data}", "--out", "{tmp}/t.npz", "--threads", "0"], 2, "--threads must be at least 1, got 0"),
+        ("numbers-checked",
+         ["{data}", "--out", "{tmp}/t.npz", "--threads", "0"], 2, "--threads must be at least 1, got 0"),
     ],
     "fairseq-speaker-adapt": [
-        ([*ADAPT, "--adapt-l2", "nan"], 2, "--adapt-l2 must be a number >= 0 (got nan)"),
-        ([*ADAPT, "--adapt-l2", "-1"], 2, "--adapt-l2 must be a number >= 0 (got -1.0)"),
-        ([*ADAPT, "--adapt-max-iter", "0"], 2, "--adapt-max-iter >= 1 (got 0)"),
-        ([*ADAPT, "--max-unknown-rate", "1.5"], 2, "--max-unknown-rate is a share of words, from 0 to 1"),
-        (["data", "--adapt-prefix", "new/adapt", "--save", "out.pt"], 2, "--path CHECKPOINT is required"),
-        (["data", "--path", "m.pt", "--adapt-prefix", "new/adapt", "--save", "m.pt"], 2,
+        ("numbers-checked", [*ADAPT, "--adapt-l2", "nan"], 2, "--adapt-l2 must be a number >= 0 (got nan)"),
+        ("numbers-checked", [*ADAPT, "--adapt-l2", "-1"], 2, "--adapt-l2 must be a number >= 0 (got -1.0)"),
+        ("numbers-checked", [*ADAPT, "--adapt-max-iter", "0"], 2, "--adapt-max-iter >= 1 (got 0)"),
+        ("numbers-checked",
+         [*ADAPT, "--max-unknown-rate", "1.5"], 2, "--max-unknown-rate is a share of words, from 0 to 1"),
+        ("one-line-user-errors",
+         ["data", "--adapt-prefix", "new/adapt", "--save", "out.pt"], 2, "--path CHECKPOINT is required"),
+        ("refused-before-writing",
+         ["data", "--path", "m.pt", "--adapt-prefix", "new/adapt", "--save", "m.pt"], 2,
          "--save must not be the checkpoint given by --path"),
-        (["{other}", "--path", "{ckpt}", "--adapt-prefix", "{adapt}", "--save", "{tmp}/o.pt"], 2,
+        ("dictionaries-compared",
+         ["{other}", "--path", "{ckpt}", "--adapt-prefix", "{adapt}", "--save", "{tmp}/o.pt"], 2,
          "{ckpt} was trained with the dictionaries of another data folder than {other}: its source dictionary has "
          "64 symbols, {other}/dict.en.txt has 56; its target dictionary has 88 symbols, {other}/dict.fr.txt has 80. "
          "Give the data folder the model was trained on (its dict.*.txt), or binarize this data with the model's "
          "dictionaries (fairseq-preprocess --srcdict DICT --tgtdict DICT)"),
-        ([*ADAPT_ON, "--adapt-prefix", "{latin1}", "--save", "{tmp}/o.pt"], 2,
+        ("not-utf8",
+         [*ADAPT_ON, "--adapt-prefix", "{latin1}", "--save", "{tmp}/o.pt"], 2,
          "{latin1}.en:2: not valid UTF-8 (byte 0xe9 at column 4): text files must be UTF-8; convert this one, e.g. "
          "from Latin-1: iconv -f latin1 -t utf-8 {latin1}.en > {latin1}.en.utf8 (then use that file)"),
-        ([*ADAPT_ON, "--adapt-prefix", "{tmp}/none", "--save", "{tmp}/o.pt"], 2, "file not found: expected {tmp}/none.en"),
-        ([*ADAPT_ON, "--adapt-prefix", "{short}", "--save", "{tmp}/o.pt"], 2,
+        ("one-line-user-errors",
+         [*ADAPT_ON, "--adapt-prefix", "{tmp}/none", "--save", "{tmp}/o.pt"], 2,
+         "file not found: expected {tmp}/none.en"),
+        ("one-line-user-errors",
+         [*ADAPT_ON, "--adapt-prefix", "{short}", "--save", "{tmp}/o.pt"], 2,
          "{short}.en has 3 lines but {short}.fr has 2: they must hold the same sentences"),
-        ([*ADAPT_ON, "--adapt-prefix", "{nospk}", "--save", "{tmp}/o.pt"], 2,
+        ("speaker-file-fits-split",
+         [*ADAPT_ON, "--adapt-prefix", "{nospk}", "--save", "{tmp}/o.pt"], 2,
          "speaker file not found: expected {nospk}.spk; put the speaker of each line of {nospk}.en on the same line"),
-        ([*ADAPT_ON, "--adapt-prefix", "{adapt}", "--save", "{tmp}"], 2,
+        ("refused-before-writing",
+         [*ADAPT_ON, "--adapt-prefix", "{adapt}", "--save", "{tmp}"], 2,
          "{tmp} is a directory: give the path of a file to write"),
-        ([*ADAPT_ON, "--adapt-prefix", "{adapt}", "--save", "{tmp}/o.pt", "--raw-text"], 2,
+        ("one-line-user-errors",
+         [*ADAPT_ON, "--adapt-prefix", "{adapt}", "--save", "{tmp}/o.pt", "--raw-text"], 2,
          "{ckpt}: --raw-text, but the checkpoint records no preprocessing of its training data; give the model's "
          "--tokenizer / --bpe options instead"),
-        ([*ADAPT_ON, "--adapt-prefix", "{adapt}", "--save", "{tmp}/no/o.pt"], 2,
+        ("refused-before-writing",
+         [*ADAPT_ON, "--adapt-prefix", "{adapt}", "--save", "{tmp}/no/o.pt"], 2,
          "cannot write {tmp}/no/o.pt: the folder {tmp}/no does not exist"),
-        (["{data}", "--path", "{tmp}/none.pt", "--adapt-prefix", "{adapt}", "--save", "{tmp}/o.pt"], 2,
+        ("not-a-checkpoint",
+         ["{data}", "--path", "{tmp}/none.pt", "--adapt-prefix", "{adapt}", "--save", "{tmp}/o.pt"], 2,
          "checkpoint not found: {tmp}/none.pt"),
-        (["{data}", "--path", "{garbage}", "--adapt-prefix", "{adapt}", "--save", "{tmp}/o.pt"], 2,
+        ("not-a-checkpoint",
+         ["{data}", "--path", "{garbage}", "--adapt-prefix", "{adapt}", "--save", "{tmp}/o.pt"], 2,
          "{garbage}: not a readable fairseq checkpoint"),
-        ([*ADAPT_ON, "--adapt-prefix", "{adapt}", "--heldout-prefix", "{stranger}", "--save", "{tmp}/o.pt"], 2,
+        ("one-line-user-errors",
+         [*ADAPT_ON, "--adapt-prefix", "{adapt}", "--heldout-prefix", "{stranger}", "--save", "{tmp}/o.pt"], 2,
          "{stranger}.spk: speaker(s) 'stranger' have held-out lines but no adaptation lines in {adapt}.spk"),
-        ([*ADAPT_ON, "--adapt-prefix", "{untokenized}", "--save", "{tmp}/o.pt"], 2,
+        ("text-not-in-the-models-words",
+         [*ADAPT_ON, "--adapt-prefix", "{untokenized}", "--save", "{tmp}/o.pt"], 2,
          "100% of the words (24 of 24) are not in the model's dictionaries (more than 10%): the text is probably not in "
          "the form of the training data"),
-        ([*ADAPT, "--threads", "0"], 2, "--threads must be at least 1, got 0"),
-        ([*ADAPT_ON, "--adapt-prefix", "{nfd}", "--save", "{tmp}/o.pt"], 2,
+        ("numbers-checked", [*ADAPT, "--threads", "0"], 2, "--threads must be at least 1, got 0"),
+        ("text-not-in-the-models-words",
+         [*ADAPT_ON, "--adapt-prefix", "{nfd}", "--save", "{tmp}/o.pt"], 2,
          "are not in the model's dictionaries (more than 10%): the target text (from its line 1) is in Unicode NFD, an "
          "accent written as a character of its own, while the model's words are NFC: convert the file(s) to NFC, e.g. "
          "python -c \"import sys, unicodedata; sys.stdout.write(unicodedata.normalize('NFC', sys.stdin.read()))\" < "
          "FILE > FILE.nfc (or uconv -x NFC < FILE > FILE.nfc)"),
-        (["{swapped}", "--path", "{ckpt}", "--adapt-prefix", "{adapt}", "--save", "{tmp}/o.pt"], 2, SWAPPED),
+        ("dictionaries-compared",
+         ["{swapped}", "--path", "{ckpt}", "--adapt-prefix", "{adapt}", "--save", "{tmp}/o.pt"], 2, SWAPPED),
     ],
     "fairseq-speaker-vectors": [
-        (["export", "{other}", "--path", "{ckpt}", "--out", "{tmp}/v.npz"], 2,
+        ("dictionaries-compared",
+         ["export", "{other}", "--path", "{ckpt}", "--out", "{tmp}/v.npz"], 2,
          "{ckpt} was trained with the dictionaries of another data folder than {other}"),
-        (["export", "{data}", "--path", "{ckpt}", "--out", "{tmp}"], 2,
+        ("refused-before-writing",
+         ["export", "{data}", "--path", "{ckpt}", "--out", "{tmp}"], 2,
          "{tmp} is a directory: give the path of a file to write"),
-        (["export", "{data}", "--path", "{ckpt}", "--out", "{tmp}/no/v.npz"], 2,
+        ("refused-before-writing",
+         ["export", "{data}", "--path", "{ckpt}", "--out", "{tmp}/no/v.npz"], 2,
          "--out {tmp}/no/v.npz: the folder {tmp}/no does not exist"),
-        (["export", "{data}", "--path", "{tmp}/none.pt", "--out", "{tmp}/v.npz"], 2, "checkpoint not found: {tmp}/none.pt"),
-        (["export", "{data}", "--path", "{ckpt}", "--out", "{tmp}/v.npz", "--speakers", "nobody"], 2,
+        ("not-a-checkpoint",
+         ["export", "{data}", "--path", "{tmp}/none.pt", "--out", "{tmp}/v.npz"], 2,
+         "checkpoint not found: {tmp}/none.pt"),
+        ("one-line-user-errors",
+         ["export", "{data}", "--path", "{ckpt}", "--out", "{tmp}/v.npz", "--speakers", "nobody"], 2,
          "{ckpt}: no speaker(s) 'nobody' (it has 8 speakers: 'spk000', 'spk001'"),
-        (["import", "{data}", "--path", "{ckpt}", "--vectors", "{tmp}/none.npz", "--save", "{tmp}/o.pt"], 2,
+        ("vectors-of-another-model",
+         ["import", "{data}", "--path", "{ckpt}", "--vectors", "{tmp}/none.npz", "--save", "{tmp}/o.pt"], 2,
          "speaker vectors not found: {tmp}/none.npz (fairseq-speaker-vectors export writes them)"),
-        (["import", "{data}", "--path", "{ckpt}", "--vectors", "{badwordsnpz}", "--save", "{tmp}/o.pt"], 2,
+        ("vectors-of-another-model",
+         ["import", "{data}", "--path", "{ckpt}", "--vectors", "{badwordsnpz}", "--save", "{tmp}/o.pt"], 2,
          "{badwordsnpz}: its speakers' words (words/lengths, words/ids) do not add up to 8 speakers"),
-        (["import", "{data}", "--path", "{ckpt}", "--vectors", "{garbage}", "--save", "{tmp}/o.pt"], 2,
+        ("vectors-of-another-model",
+         ["import", "{data}", "--path", "{ckpt}", "--vectors", "{garbage}", "--save", "{tmp}/o.pt"], 2,
          "{garbage}: not a .npz archive, so not a speaker vectors file"),
-        (["import", "{data}", "--path", "{ckpt}", "--vectors", "{topics_nan}", "--save", "{tmp}/o.pt"], 2,
+        ("vectors-of-another-model",
+         ["import", "{data}", "--path", "{ckpt}", "--vectors", "{topics_nan}", "--save", "{tmp}/o.pt"], 2,
          "{topics_nan}: not a speaker vectors file (fairseq-speaker-vectors export writes them)"),
-        (["import", "{data}", "--path", "m.pt", "--vectors", "v.npz", "--save", "m.pt"], 2,
+        ("refused-before-writing",
+         ["import", "{data}", "--path", "m.pt", "--vectors", "v.npz", "--save", "m.pt"], 2,
          "--save must not be the checkpoint given by --path: write the new model to another file"),
-        (["export", "{data}"], 2, "the following arguments are required: --path, --out"),
-        (["export", "{swapped}", "--path", "{ckpt}", "--out", "{tmp}/v.npz"], 2, SWAPPED),
+        ("one-line-user-errors", ["export", "{data}"], 2, "the following arguments are required: --path, --out"),
+        ("dictionaries-compared", ["export", "{swapped}", "--path", "{ckpt}", "--out", "{tmp}/v.npz"], 2, SWAPPED),
     ],
     "fairseq-speaker-onboarding-eval": [
-        ([*EVAL, "--adapt-l2", "nan"], 2, "--adapt-l2 at least 0"),
-        ([*EVAL, "--beam", "0"], 2, "--beam, --batch-size and --adapt-max-iter must be at least 1"),
-        ([*EVAL, "--shots", "-1"], 2, "--shots: numbers of sentences must be 0 or more"),
-        ([*EVAL_ON, "--heldout-prefix", "{adapt}", "--out", "{full}"], 2,
+        ("numbers-checked", [*EVAL, "--adapt-l2", "nan"], 2, "--adapt-l2 at least 0"),
+        ("numbers-checked", [*EVAL, "--beam", "0"], 2, "--beam, --batch-size and --adapt-max-iter must be at least 1"),
+        ("numbers-checked", [*EVAL, "--shots", "-1"], 2, "--shots: numbers of sentences must be 0 or more"),
+        ("results-never-mixed",
+         [*EVAL_ON, "--heldout-prefix", "{adapt}", "--out", "{full}"], 2,
          "--out {full} already holds files (an earlier run?): give another folder, or --force to replace the results "
          "written there"),
-        ([*EVAL_ON, "--heldout-prefix", "{adapt}", "--out", "{afile}"], 2,
+        ("refused-before-writing",
+         [*EVAL_ON, "--heldout-prefix", "{adapt}", "--out", "{afile}"], 2,
          "--out {afile} is a file: give a folder for the results"),
-        ([*EVAL_ON, "--heldout-prefix", "{latin1}", "--out", "{tmp}/e"], 2,
+        ("not-utf8",
+         [*EVAL_ON, "--heldout-prefix", "{latin1}", "--out", "{tmp}/e"], 2,
          "{latin1}.en:2: not valid UTF-8 (byte 0xe9 at column 4): text files must be UTF-8"),
-        (["{other}", "--path", "{ckpt}", "--heldout-prefix", "{adapt}", "--out", "{tmp}/e"], 2,
+        ("dictionaries-compared",
+         ["{other}", "--path", "{ckpt}", "--heldout-prefix", "{adapt}", "--out", "{tmp}/e"], 2,
          "{ckpt} was trained with the dictionaries of another data folder than {other}"),
-        (["{swapped}", "--path", "{ckpt}", "--heldout-prefix", "{adapt}", "--out", "{tmp}/e"], 2, SWAPPED),
-        ([*EVAL_ON, "--heldout-prefix", "{tmp}/none", "--out", "{tmp}/e"], 2, "file not found: expected {tmp}/none.en"),
-        ([*EVAL_ON, "--heldout-prefix", "{badtraits}", "--out", "{tmp}/e"], 2,
+        ("dictionaries-compared",
+         ["{swapped}", "--path", "{ckpt}", "--heldout-prefix", "{adapt}", "--out", "{tmp}/e"], 2, SWAPPED),
+        ("one-line-user-errors",
+         [*EVAL_ON, "--heldout-prefix", "{tmp}/none", "--out", "{tmp}/e"], 2, "file not found: expected {tmp}/none.en"),
+        ("not-utf8",
+         [*EVAL_ON, "--heldout-prefix", "{badtraits}", "--out", "{tmp}/e"], 2,
          "{badtraits}.traits:1: not valid UTF-8"),
-        ([*EVAL, "--threads", "0"], 2, "--threads must be at least 1, got 0"),
-        ([*EVAL, "--threads", "many"], 2, "argument --threads: invalid int value: 'many'"),
-        ([*EVAL_ON, "--heldout-prefix", "{adapt}", "--out", "{tmp}/e", "--oracle", "{tmp}/none.json"], 2,
+        ("numbers-checked", [*EVAL, "--threads", "0"], 2, "--threads must be at least 1, got 0"),
+        ("one-line-user-errors", [*EVAL, "--threads", "many"], 2, "argument --threads: invalid int value: 'many'"),
+        ("one-line-user-errors",
+         [*EVAL_ON, "--heldout-prefix", "{adapt}", "--out", "{tmp}/e", "--oracle", "{tmp}/none.json"], 2,
          "--oracle {tmp}/none.json: not found; give the speakers.json of a styles-mode toy corpus"),
-        ([*EVAL_ON, "--heldout-prefix", "{adapt}", "--out", "{tmp}/e", "--oracle", "{afile}"], 2,
+        ("one-line-user-errors",
+         [*EVAL_ON, "--heldout-prefix", "{adapt}", "--out", "{tmp}/e", "--oracle", "{afile}"], 2,
          "--oracle {afile}: the oracle scores the speaker words of {adapt}.traits, which is not there"),
-        ([*EVAL_ON, "--heldout-prefix", "{traited}", "--out", "{tmp}/e", "--oracle", "{notstyles}"], 2,
+        ("one-line-user-errors",
+         [*EVAL_ON, "--heldout-prefix", "{traited}", "--out", "{tmp}/e", "--oracle", "{notstyles}"], 2,
          "{notstyles}: not the speakers.json of a styles-mode toy corpus (KeyError: 'items')"),
     ],
     # the store's URLs, a server that refuses and copies that conflict: test_probes_service.py
     "fairseq-speaker-store": [
-        (["copy", "--from", "{tmp}/none.db", "--to", "{tmp}/new.db"], 2,
+        ("one-line-user-errors",
+         ["copy", "--from", "{tmp}/none.db", "--to", "{tmp}/new.db"], 2,
          "--from {tmp}/none.db: no such file (the SQLite store to read)"),
-        (["copy", "--from", "{afile}", "--to", "{tmp}/new.db"], 2, "--from {afile}: not a speaker store"),
-        (["copy", "--from", "ftp://host/s.db", "--to", "{tmp}/new.db"], 2,
+        ("foreign-database-refused",
+         ["copy", "--from", "{afile}", "--to", "{tmp}/new.db"], 2, "--from {afile}: not a speaker store"),
+        ("store-url-checked",
+         ["copy", "--from", "ftp://host/s.db", "--to", "{tmp}/new.db"], 2,
          "--from ftp://host/s.db: ftp:// is not a kind of store this service knows: give an SQLite file"),
-        (["copy", "--from", "{tmp}/none.db", "--to", "sqlite://host/s.db"], 2,
+        ("store-url-checked",
+         ["copy", "--from", "{tmp}/none.db", "--to", "sqlite://host/s.db"], 2,
          "--to sqlite://host/s.db: an SQLite store is a file on this machine, written sqlite:///FILE"),
-        (["copy", "--from", "{tmp}/none.db"], 2, "the following arguments are required: --to"),
-        ([], 2, "the following arguments are required: ACTION"),
-        (["move"], 2, "argument ACTION: invalid choice: 'move'"),
+        ("one-line-user-errors", ["copy", "--from", "{tmp}/none.db"], 2, "the following arguments are required: --to"),
+        ("one-line-user-errors", [], 2, "the following arguments are required: ACTION"),
+        ("one-line-user-errors", ["move"], 2, "argument ACTION: invalid choice: 'move'"),
     ],
     "fairseq-speaker-doctor": [
-        (["--user-dir", "{tmp}/nowhere"], 2, "--user-dir {tmp}/nowhere: no such folder"),
-        (["--no-such-option"], 2, "unrecognized arguments: --no-such-option"),
+        ("one-line-user-errors", ["--user-dir", "{tmp}/nowhere"], 2, "--user-dir {tmp}/nowhere: no such folder"),
+        ("one-line-user-errors", ["--no-such-option"], 2, "unrecognized arguments: --no-such-option"),
     ],
     "fairseq-speaker-serve": [
-        ([*SERVE, "--port", "0"], 2, "--port must be between 1 and 65535, got 0"),
-        ([*SERVE, "--max-sentences", "0"], 2, "--max-sentences must be at least 1, got 0"),
-        ([*SERVE, "--max-speaker-pairs", "-2"], 2, "--max-speaker-pairs must be at least 1, got -2"),
-        ([*SERVE, "--max-batch-tokens", "0"], 2, "--max-batch-tokens must be at least 1 (or not given: no cap), got 0"),
-        ([*SERVE, "--max-batch-tokens", "-64"], 2, "--max-batch-tokens must be at least 1 (or not given: no cap), "
+        ("numbers-checked", [*SERVE, "--port", "0"], 2, "--port must be between 1 and 65535, got 0"),
+        ("numbers-checked", [*SERVE, "--max-sentences", "0"], 2, "--max-sentences must be at least 1, got 0"),
+        ("numbers-checked", [*SERVE, "--max-speaker-pairs", "-2"], 2, "--max-speaker-pairs must be at least 1, got -2"),
+        ("numbers-checked",
+         [*SERVE, "--max-batch-tokens", "0"], 2, "--max-batch-tokens must be at least 1 (or not given: no cap), got 0"),
+        ("numbers-checked",
+         [*SERVE, "--max-batch-tokens", "-64"], 2, "--max-batch-tokens must be at least 1 (or not given: no cap), "
                                                    "got -64"),
-        ([*SERVE, "--max-batch-tokens", "many"], 2, "--max-batch-tokens: invalid int value: 'many'"),
-        ([*SERVE, "--max-gap-ms", "-1"], 2, "--max-gap-ms must be between 0 and 1000, got -1.0"),
-        ([*SERVE, "--beam", "0"], 2, "--beam must be at least 1, got 0"),
-        ([*SERVE, "--token-file", "token", "--token-env", "TOKEN", "--store", "s.db"], 2, "not both"),
-        ([*SERVE, "--token-env", "TOKEN"], 2, "a token enables onboarding: give --store FILE too"),
-        ([*SERVE, "--bpe", "subword_nmt"], 2, "--bpe-codes is required with this --tokenizer/--bpe"),
-        ([*SERVE, "--store", "s.db", "--token-file", "no/such/token"], 2, "--token-file no/such/token: cannot be read"),
-        ([*SERVE, "--store", "s.db", "--token-env", "FAIRSEQ_SPEAKER_UNSET_VARIABLE"], 2,
+        ("one-line-user-errors",
+         [*SERVE, "--max-batch-tokens", "many"], 2, "--max-batch-tokens: invalid int value: 'many'"),
+        ("numbers-checked", [*SERVE, "--max-gap-ms", "-1"], 2, "--max-gap-ms must be between 0 and 1000, got -1.0"),
+        ("numbers-checked", [*SERVE, "--beam", "0"], 2, "--beam must be at least 1, got 0"),
+        ("ignored-options-refused",
+         [*SERVE, "--token-file", "token", "--token-env", "TOKEN", "--store", "s.db"], 2, "not both"),
+        ("ignored-options-refused",
+         [*SERVE, "--token-env", "TOKEN"], 2, "a token enables onboarding: give --store FILE too"),
+        ("one-line-user-errors",
+         [*SERVE, "--bpe", "subword_nmt"], 2, "--bpe-codes is required with this --tokenizer/--bpe"),
+        ("one-line-user-errors",
+         [*SERVE, "--store", "s.db", "--token-file", "no/such/token"], 2, "--token-file no/such/token: cannot be read"),
+        ("one-line-user-errors",
+         [*SERVE, "--store", "s.db", "--token-env", "FAIRSEQ_SPEAKER_UNSET_VARIABLE"], 2,
          "the token is empty (is the variable set?)"),
-        (["model.pt", "--data", "no/such/data"], 2, "data directory not found: no/such/data"),
-        (["{ckpt}", "--data", "{other}"], 2, "{ckpt} was trained with the dictionaries of another data folder than "
+        ("one-line-user-errors", ["model.pt", "--data", "no/such/data"], 2, "data directory not found: no/such/data"),
+        ("dictionaries-compared",
+         ["{ckpt}", "--data", "{other}"], 2, "{ckpt} was trained with the dictionaries of another data folder than "
                                              "{other}"),
-        (["{ckpt}", "--data", "{swapped}"], 2, SWAPPED),
-        (["{lostbpe}", "--data", "{data}"], 2, "{lostbpe}: the text preprocessing saved with the model needs the file "
+        ("dictionaries-compared", ["{ckpt}", "--data", "{swapped}"], 2, SWAPPED),
+        ("one-line-user-errors",
+         ["{lostbpe}", "--data", "{data}"], 2, "{lostbpe}: the text preprocessing saved with the model needs the file "
                                                "codes.txt (--bpe subword_nmt --bpe-codes), which is missing"),
-        ([*SERVE, "--preprocessing", "raw"], 2, "argument --preprocessing: invalid choice: 'raw'"),
+        ("one-line-user-errors",
+         [*SERVE, "--preprocessing", "raw"], 2, "argument --preprocessing: invalid choice: 'raw'"),
     ],
     "fairseq-train": [
-        ([*TRAIN, "--speaker-bias", "topic", "--topic-model", "{topics_text}"], 2,
+        ("not-a-topic-model",
+         [*TRAIN, "--speaker-bias", "topic", "--topic-model", "{topics_text}"], 2,
          "{topics_text}: not a topic model written by fairseq-speaker-topics (a pickle or a text file); fit it again "
          "with fairseq-speaker-topics DATA_DIR --topics K --out FILE"),
-        ([*TRAIN, "--speaker-bias", "topic", "--topic-model", "{topics_empty}"], 2,
+        ("not-a-topic-model",
+         [*TRAIN, "--speaker-bias", "topic", "--topic-model", "{topics_empty}"], 2,
          "{topics_empty}: an empty or cut-short file, not a whole topic model"),
-        ([*TRAIN, "--speaker-bias", "topic", "--topic-model", "{topics_nan}"], 2,
+        ("not-a-topic-model",
+         [*TRAIN, "--speaker-bias", "topic", "--topic-model", "{topics_nan}"], 2,
          "{topics_nan}: exp_topic_word holds values that are not finite, non-negative numbers (NaN, inf or < 0)"),
-        ([*TRAIN, "--speaker-bias", "topic", "--topic-model", "{topics_fields}"], 2,
+        ("not-a-topic-model",
+         [*TRAIN, "--speaker-bias", "topic", "--topic-model", "{topics_fields}"], 2,
          "{topics_fields}: not a topic model written by fairseq-speaker-topics (no exp_topic_word, doc_topic_prior, "
          "max_doc_update_iter, mean_change_tol, nspecial, dictionary_hash)"),
-        ([*TRAIN, "--speaker-bias", "topic", "--topic-model", "{topics_shape}"], 2,
+        ("not-a-topic-model",
+         [*TRAIN, "--speaker-bias", "topic", "--topic-model", "{topics_shape}"], 2,
          "{topics_shape}: exp_topic_word has shape [64], not [topics, source words]"),
-        ([*TRAIN, "--speaker-bias", "topic", "--topic-model", "{tmp}"], 2,
+        ("not-a-topic-model",
+         [*TRAIN, "--speaker-bias", "topic", "--topic-model", "{tmp}"], 2,
          "{tmp} is a directory: give the topic model file fairseq-speaker-topics wrote"),
-        ([a for a in TRAIN if a != "1000" and a != "--max-tokens"], 2,
+        ("one-line-user-errors",
+         [a for a in TRAIN if a != "1000" and a != "--max-tokens"], 2,
          "Must specify batch size either with --max-tokens or --batch-size: give --max-tokens N or --batch-size N"),
-        (["{latin1spk}", *TRAIN[1:]], 2, "{latin1spk}/train.spk:3: not valid UTF-8"),
-        (["{nospkdata}", *TRAIN[1:]], 2, "speaker file not found: expected {nospkdata}/train.spk; put one speaker "
+        ("not-utf8", ["{latin1spk}", *TRAIN[1:]], 2, "{latin1spk}/train.spk:3: not valid UTF-8"),
+        ("speaker-file-fits-split",
+         ["{nospkdata}", *TRAIN[1:]], 2, "speaker file not found: expected {nospkdata}/train.spk; put one speaker "
                                          "label per sentence of the train split there"),
-        ([*TRAIN, "--speaker-bias", "full", "--speaker-l2", "-1"], 2, "--speaker-l2 must be a number >= 0, got -1.0"),
-        ([*TRAIN, "--valid-subset", "nosuch"], 2, "Dataset not found: nosuch ({data}): no binarized split 'nosuch'"),
-        (["{prepnotjson}", *TRAIN[1:]], 2, "{prepnotjson}/preprocessing.json:1: not JSON (Expecting value); correct it "
+        ("numbers-checked",
+         [*TRAIN, "--speaker-bias", "full", "--speaker-l2", "-1"], 2, "--speaker-l2 must be a number >= 0, got -1.0"),
+        ("speaker-file-fits-split",
+         [*TRAIN, "--valid-subset", "nosuch"], 2, "Dataset not found: nosuch ({data}): no binarized split 'nosuch'"),
+        ("one-line-user-errors",
+         ["{prepnotjson}", *TRAIN[1:]], 2, "{prepnotjson}/preprocessing.json:1: not JSON (Expecting value); correct it "
                                            "(docs/sated.md describes preprocessing.json) or remove it to record no "
                                            "preprocessing"),
-        (["{prepunknown}", *TRAIN[1:]], 2, "{prepunknown}/preprocessing.json: no tokenizer called 'mosses' (the "
+        ("one-line-user-errors",
+         ["{prepunknown}", *TRAIN[1:]], 2, "{prepunknown}/preprocessing.json: no tokenizer called 'mosses' (the "
                                            "choices of --tokenizer: "),
-        (["{prepnofile}", *TRAIN[1:]], 2, "{prepnofile}/preprocessing.json: bpe subword_nmt: bpe_codes 'codes.txt': "
+        ("one-line-user-errors",
+         ["{prepnofile}", *TRAIN[1:]], 2, "{prepnofile}/preprocessing.json: bpe subword_nmt: bpe_codes 'codes.txt': "
                                           "no such file {prepnofile}/codes.txt"),
-        (["{prepnotruecase}", *TRAIN[1:]], 2, "{prepnotruecase}/preprocessing.json: tokenizer moses_lowercase: "
+        ("one-line-user-errors",
+         ["{prepnotruecase}", *TRAIN[1:]], 2, "{prepnotruecase}/preprocessing.json: tokenizer moses_lowercase: "
                                               "truecase_model 'truecase.fr': no such file {prepnotruecase}/truecase.fr"),
-        ([*TRAIN, "--preprocessing", "moses"], 2, "argument --preprocessing: invalid choice: 'moses'"),
+        ("one-line-user-errors",
+         [*TRAIN, "--preprocessing", "moses"], 2, "argument --preprocessing: invalid choice: 'moses'"),
     ],
     "fairseq-generate": [
-        (["{other}", "--path", "{ckpt}", *GENERATE], 2,
+        ("dictionaries-compared",
+         ["{other}", "--path", "{ckpt}", *GENERATE], 2,
          "{ckpt} was trained with the dictionaries of another data folder than {other}: its source dictionary has "
          "64 symbols, {other}/dict.en.txt has 56"),
-        (["{swapped}", "--path", "{ckpt}", *GENERATE], 2, SWAPPED),
-        (["{swappedsrc}", "--path", "{ckpt}", *GENERATE], 2,
+        ("dictionaries-compared", ["{swapped}", "--path", "{ckpt}", *GENERATE], 2, SWAPPED),
+        ("dictionaries-compared",
+         ["{swappedsrc}", "--path", "{ckpt}", *GENERATE], 2,
          "{ckpt} was trained with the dictionaries of another data folder than {swappedsrc}: line 5 of "
          "{swappedsrc}/dict.en.txt is '{en6}', the model's source dictionary has '{en5}' there"),
-        (["{data}", "--path", "{garbage}", *GENERATE], 2, "{garbage}: not a readable fairseq checkpoint"),
-        (["{data}", "--path", "{tmp}/none.pt", *GENERATE], 2,
+        ("not-a-checkpoint",
+         ["{data}", "--path", "{garbage}", *GENERATE], 2, "{garbage}: not a readable fairseq checkpoint"),
+        ("not-a-checkpoint",
+         ["{data}", "--path", "{tmp}/none.pt", *GENERATE], 2,
          "checkpoint not found: {tmp}/none.pt; give --path the checkpoint file that fairseq-train wrote"),
-        (["{data}", "--path", "{notckpt}", *GENERATE], 2, "{notckpt}: not a fairseq checkpoint"),
-        (["{data}", "--path", "{badwords}", *GENERATE], 2,
+        ("not-a-checkpoint", ["{data}", "--path", "{notckpt}", *GENERATE], 2, "{notckpt}: not a fairseq checkpoint"),
+        ("not-a-checkpoint",
+         ["{data}", "--path", "{badwords}", *GENERATE], 2,
          "the checkpoint: its speakers' words (decoder.speaker_words._extra_state) are damaged"),
-        (["{data}", "--path", "{withwords}", *GENERATE, "--print-alignment"], 2,
+        ("memory-in-every-search",
+         ["{data}", "--path", "{withwords}", *GENERATE, "--print-alignment"], 2,
          "this model remembers its speakers' words (fairseq-speaker-words), which only fairseq's beam search adds to "
          "its steps: leave out --print-alignment"),
         # the search options of decoding (with the speakers' words: SEARCHES below for those that work)
-        (["{data}", "--path", "{withwords}", *GENERATE, "--score-reference"], 2,
+        ("memory-in-every-search",
+         ["{data}", "--path", "{withwords}", *GENERATE, "--score-reference"], 2,
          "this model remembers its speakers' words (fairseq-speaker-words), and --score-reference scores the "
          "references with the network alone: leave out --score-reference"),
-        (["{data}", "--path", "{ckpt}:{withwords}", *GENERATE], 2,
+        ("ensemble-memories-alike",
+         ["{data}", "--path", "{ckpt}:{withwords}", *GENERATE], 2,
          "--path: the 2nd model of the ensemble remembers its speakers' words and the 1st does not"),
-        (["{data}", "--path", "{withwords}:{ckpt}", *GENERATE], 2,
+        ("ensemble-memories-alike",
+         ["{data}", "--path", "{withwords}:{ckpt}", *GENERATE], 2,
          "--path: the 1st model of the ensemble remembers its speakers' words and the 2nd does not"),
-        (["{data}", "--path", "{ckpt}", *GENERATE, "--constraints"], 2,
+        ("search-options-checked",
+         ["{data}", "--path", "{ckpt}", *GENERATE, "--constraints"], 2,
          "--constraints: these sentences carry no constraints (fairseq-interactive reads them from each input line"),
-        (["{data}", "--path", "{withwords}", *GENERATE, "--sampling"], 2,
+        ("search-options-checked",
+         ["{data}", "--path", "{withwords}", *GENERATE, "--sampling"], 2,
          "--sampling requires --nbest to be equal to --beam: give --nbest N with --beam N"),
-        (["{data}", "--path", "{ckpt}", *GENERATE, "--sampling-topk", "5"], 2,
+        ("search-options-checked",
+         ["{data}", "--path", "{ckpt}", *GENERATE, "--sampling-topk", "5"], 2,
          "--sampling-topk 5 chooses among the words a sampling search draws from: give --sampling too"),
-        (["{data}", "--path", "{ckpt}", *GENERATE, "--sampling", "--nbest", "2", "--match-source-len"], 2,
+        ("search-options-checked",
+         ["{data}", "--path", "{ckpt}", *GENERATE, "--sampling", "--nbest", "2", "--match-source-len"], 2,
          "--sampling and --match-source-len each choose fairseq's search, which is one: give one of them"),
-        (["{data}", "--path", "{withwords}", *GENERATE, "--diverse-beam-groups", "3"], 2,
+        ("search-options-checked",
+         ["{data}", "--path", "{withwords}", *GENERATE, "--diverse-beam-groups", "3"], 2,
          "--diverse-beam-groups 3 splits the beam into groups of one size: give a --beam that is a multiple of 3, "
          "got --beam 2"),
-        (["{data}", "--path", "{ckpt}", *GENERATE, "--temperature", "0"], 2, "--temperature must be greater than 0"),
-        (["{emptyvalid}", "--path", "{ckpt}", *GENERATE[:-1], "valid"], 2,
+        ("search-options-checked",
+         ["{data}", "--path", "{ckpt}", *GENERATE, "--temperature", "0"], 2, "--temperature must be greater than 0"),
+        ("empty-split",
+         ["{emptyvalid}", "--path", "{ckpt}", *GENERATE[:-1], "valid"], 2,
          "{emptyvalid}/valid.en-fr.en.bin is empty: the 'valid' split of {emptyvalid} holds no sentences"),
-        (["{data}", "--path", "{badaddto}", *GENERATE], 2,
+        ("not-a-checkpoint",
+         ["{data}", "--path", "{badaddto}", *GENERATE], 2,
          "its speakers' words (decoder.speaker_words._extra_state) have bad options (speaker words: add_to must be "
          "one of log_probs, logits"),
-        (["{data}", "--path", "{badrank}", *GENERATE], 2,
+        ("not-a-checkpoint",
+         ["{data}", "--path", "{badrank}", *GENERATE], 2,
          "its speakers' words (decoder.speaker_words._extra_state) have bad options (speaker words: rank_choices must "
          "be one of posterior, rates, got 'votes'; kinds_prior must be a number >= 0, got -1.0)"),
-        (["{data}", "--path", "{badkinds}", *GENERATE], 2,
+        ("not-a-checkpoint",
+         ["{data}", "--path", "{badkinds}", *GENERATE], 2,
          "its speakers' words (decoder.speaker_words._extra_state) are damaged (their kinds of speaker are not "
          "distributions over the words of the model)"),
-        (["{data}", "--path", "{otherwords}", *GENERATE], 2,
+        ("not-a-checkpoint",
+         ["{data}", "--path", "{otherwords}", *GENERATE], 2,
          "the checkpoint: its speakers' words (decoder.speaker_words._extra_state) are over 99 target words, and "
          "the model has"),
-        (["{data}", "--path", "{ckpt}", *GENERATE, "--speaker-file", "{latin1}.spk"], 2,
+        ("not-utf8",
+         ["{data}", "--path", "{ckpt}", *GENERATE, "--speaker-file", "{latin1}.spk"], 2,
          "{latin1}.spk:1: not valid UTF-8"),
-        (["{data}", "--path", "{ckpt}", *GENERATE, "--speaker-file", "{tmp}/none.spk"], 2,
+        ("speaker-file-fits-split",
+         ["{data}", "--path", "{ckpt}", *GENERATE, "--speaker-file", "{tmp}/none.spk"], 2,
          "speaker file not found: expected {tmp}/none.spk; put one speaker label per sentence of the test split"),
-        (["{data}", "--path", "{ckpt}", *GENERATE, "--speaker-file", "{adapt}.spk"], 2,
+        ("speaker-file-fits-split",
+         ["{data}", "--path", "{ckpt}", *GENERATE, "--speaker-file", "{adapt}.spk"], 2,
          "{adapt}.spk: 3 speaker labels but the text has 37 sentences; the speaker file needs exactly one label "
          "per sentence, in the same order"),
-        (["{data}", "--path", "{ckpt}", *GENERATE, "--speaker-file", "{tmp}"], 2, "{tmp} is a directory, not a file"),
-        (["{data}", "--path", "{ckpt}", *GENERATE, "--gen-subset", "nosuch"], 2,
+        ("one-line-user-errors",
+         ["{data}", "--path", "{ckpt}", *GENERATE, "--speaker-file", "{tmp}"], 2, "{tmp} is a directory, not a file"),
+        ("speaker-file-fits-split",
+         ["{data}", "--path", "{ckpt}", *GENERATE, "--gen-subset", "nosuch"], 2,
          "Dataset not found: nosuch ({data}): no binarized split 'nosuch' there (fairseq-preprocess writes train, "
          "valid and test); give the split's name (--gen-subset, --valid-subset, --train-subset) or the data folder "
          "that has it"),
-        (["{data}", "--path", "{lostbpe}", *GENERATE], 2,
+        ("one-line-user-errors",
+         ["{data}", "--path", "{lostbpe}", *GENERATE], 2,
          "{lostbpe}: the text preprocessing saved with the model needs the file codes.txt (--bpe subword_nmt "
          "--bpe-codes), which is missing: not at {tmp}/gone/codes.txt, where it was at training, nor in {data}. Put "
          "that file back in one of these places, or give --bpe yourself (it wins over the checkpoint's), or "
          "--preprocessing none (preprocessing=\"none\") for input already in the model's tokens"),
-        (["{data}", "--path", "{alienprep}", *GENERATE], 2,
+        ("one-line-user-errors",
+         ["{data}", "--path", "{alienprep}", *GENERATE], 2,
          "{alienprep}: the text preprocessing saved with the model needs a tokenizer this installation does not "
          "have: no tokenizer called 'someone_elses' (the choices of --tokenizer: "),
-        (["{data}", "--path", "{badtruecase}", *GENERATE], 2,
+        ("one-line-user-errors",
+         ["{data}", "--path", "{badtruecase}", *GENERATE], 2,
          "{badtruecase}: the text preprocessing saved with the model: moses_lowercase: truecase_model "
          "{tmp}/truecase.fr is not a truecasing model ("),
+        # a language model to fuse (--lm-path): fairseq reads its dictionary as the data folder's dict.txt
+        ("language-model-dictionary", ["{data}", "--path", "{ckpt}", *GENERATE, "--lm-path", "{tmp}/none.pt"], 2,
+         "--lm-path {tmp}/none.pt: no such file; give the checkpoint of a language model of the target language"),
+        ("language-model-dictionary", ["{data}", "--path", "{ckpt}", *GENERATE, "--lm-path", "{lm}"], 2,
+         "--lm-path {lm}: fairseq reads the language model's dictionary as {data}/dict.txt, which is not there; the "
+         "language model must have been trained with the target dictionary {data}/dict.fr.txt: copy it there (cp "
+         "{data}/dict.fr.txt {data}/dict.txt)"),
+        ("language-model-dictionary", ["{lmswapped}", "--path", "{ckpt}", *GENERATE, "--lm-path", "{lm}"], 2,
+         "--lm-path {lm}: the language model's dictionary is not the target dictionary (line 5 of {lmswapped}/dict.txt "
+         "is '{fr6}', {lmswapped}/dict.fr.txt has '{fr5}' there), and its scores are added to the translations' word "
+         "by word id"),
+        ("language-model-dictionary", ["{lmsource}", "--path", "{ckpt}", *GENERATE, "--lm-path", "{lm}"], 2,
+         "the language model's dictionary is not the target dictionary ({lmsource}/dict.txt has 64 symbols, "
+         "{lmsource}/dict.fr.txt 88)"),
+        ("language-model-dictionary", ["{lmdata}", "--path", "{spktoken}", *GENERATE, "--lm-path", "{lm}"], 2,
+         "--lm-path {lm}: a --speaker-token model's target words include its speakers' tokens, which a language model "
+         "does not have"),
     ],
 }
 
@@ -993,6 +1235,44 @@ class Places:
     def make_lstmbase(self):
         return self.request.getfixturevalue("trained")("lstm_base")
 
+    def make_spktoken(self):
+        return self.request.getfixturevalue("trained")("lstm_base+spk_token")
+
+    # fairseq-generate's --lm-path: a language model of the toy target text, data folders with its dict.txt
+    def make_lm(self):
+        """A language model (fairseq's transformer_lm, one update) of the toy target text, trained with the toy target
+        dictionary."""
+        from fairseq_cli import preprocess
+
+        raw, lm_data = self.request.getfixturevalue("toy")["raw"], self.path("lm-data")
+        preprocess.main(preprocess.options.get_preprocessing_parser().parse_args([
+            "--only-source", "--trainpref", f"{raw}/train.fr", "--validpref", f"{raw}/valid.fr", "--srcdict",
+            os.path.join(self["data"], "dict.fr.txt"), "--destdir", lm_data, "--workers", "1"]))
+        fairseq_train([lm_data, "--task", "language_modeling", "--arch", "transformer_lm", "--decoder-layers", "1",
+                       "--decoder-embed-dim", "8", "--decoder-ffn-embed-dim", "8", "--decoder-attention-heads", "1",
+                       "--tokens-per-sample", "16", "--sample-break-mode", "none", "--batch-size", "4",
+                       "--max-update", "1", "--optimizer", "adam", "--lr", "1e-3", "--save-dir", self.path("lm"),
+                       "--no-epoch-checkpoints", "--no-progress-bar", "--num-workers", "0"])
+        return self.path("lm/checkpoint_last.pt")
+
+    def _lm_data(self, name: str, dictionary: List[str]) -> str:
+        """A copy of the toy data whose dict.txt (the language model's dictionary) holds ``dictionary``."""
+        dest = self._data_copy(name)
+        with open(os.path.join(dest, "dict.txt"), "w", encoding="utf-8") as f:
+            f.writelines(dictionary)
+        return dest
+
+    def make_lmdata(self):
+        return self._lm_data("lmdata", open(os.path.join(self["data"], "dict.fr.txt"), encoding="utf-8").readlines())
+
+    def make_lmswapped(self):
+        lines = open(os.path.join(self["data"], "dict.fr.txt"), encoding="utf-8").readlines()
+        lines[4], lines[5] = lines[5], lines[4]
+        return self._lm_data("lmswapped", lines)
+
+    def make_lmsource(self):
+        return self._lm_data("lmsource", open(os.path.join(self["data"], "dict.en.txt"), encoding="utf-8").readlines())
+
     def make_alienprep(self):
         """The shared model, as if its data were tokenized by a tokenizer of a package not installed here."""
         return self._recorded("alienprep.pt", {"source": "preprocessing.json", "bpe": None, "tokenizer": {
@@ -1012,9 +1292,9 @@ def _cases():
     for command, rows in COMMAND_PROBES.items():
         for row in rows:
             values, marks = (row.values, row.marks) if hasattr(row, "values") else (row, ())
-            args, status, message = values
+            promise, args, status, message = values
             cases.append(pytest.param(command, args, status, message, marks=marks,
-                                      id=f"{command} {' '.join(args)}"[:150]))
+                                      id=f"{command} {' '.join(args)}"[:150] + f" [{promise}]"))
     return cases
 
 
@@ -1050,8 +1330,9 @@ def test_a_bad_command_line_ends_in_one_message(command, args, status, message, 
 
 
 def _first_row(command):
+    """The arguments, exit status and message of the first row of ``command``."""
     row = COMMAND_PROBES[command][0]
-    return row.values if hasattr(row, "values") else row
+    return (row.values if hasattr(row, "values") else row)[1:]
 
 
 @pytest.mark.parametrize("command", sorted(COMMAND_PROBES))
@@ -1158,6 +1439,20 @@ def test_sampling_draws_from_the_fused_step_normalized(places, monkeypatch):
     assert not torch.allclose(searched, torch.zeros_like(searched), atol=1e-3)  # the memory acts on the beam's steps
 
 
+def test_a_language_model_trained_with_the_target_dictionary_is_fused(places, capsys):
+    """--lm-path with the target dictionary as the data folder's dict.txt (what the refusals of COMMAND_PROBES say to
+    do): fairseq adds the language model's scores to each step's."""
+    def generated(*options: str) -> List[str]:
+        capsys.readouterr()
+        fairseq_generate([places["lmdata"], "--path", places["ckpt"], *GENERATE, *options])
+        return sorted(line for line in capsys.readouterr().out.splitlines() if line[:2] in ("H-", "P-"))
+
+    alone = generated()
+    fused = generated("--lm-path", places["lm"], "--lm-weight", "0.5")
+    assert sum(line.startswith("H-") for line in fused) == sum(line.startswith("H-") for line in alone) == 37
+    assert fused != alone
+
+
 def test_a_corpus_written_where_another_was_leaves_none_of_its_held_out_speakers(tmp_path, capsys):
     """The held-out split of the earlier corpus was left beside the new one's (onboarding-eval would read another
     corpus's speakers)."""
@@ -1200,25 +1495,32 @@ def test_fairseq_train_refuses_a_bad_speaker_lr_scale(toy, tmp_path, value):
     assert not os.path.exists(tmp_path / "ckpt" / "checkpoint_last.pt")
 
 
-@pytest.mark.parametrize("stdin,extra,message", [
-    ("spk000\ti am tired .\n", ["--speaker-per-line", "--constraints"],
+#: fairseq-interactive's input and options: (the promise of docs/reliability.md, standard input, options, text of the
+#: refusal)
+INTERACTIVE_PROBES = [
+    ("search-options-checked", "spk000\ti am tired .\n", ["--speaker-per-line", "--constraints"],
      "--speaker-per-line and --constraints both read tab-separated fields"),
-    ("i am tired .\n", [], "pass --speaker NAME, or --speaker-per-line"),
-    ("nobody\ti am tired .\n", ["--speaker-per-line", "--unknown-speaker", "fail"],
+    ("one-line-user-errors", "i am tired .\n", [], "pass --speaker NAME, or --speaker-per-line"),
+    ("one-line-user-errors", "nobody\ti am tired .\n", ["--speaker-per-line", "--unknown-speaker", "fail"],
      "<input>:1: speaker 'nobody' is not among the 8 speakers"),
-    ("spk000\ti am tired .\n", ["--speaker-per-line", "--source-lang", "en", "--target-lang", "fr", "--tokenizer",
-                                  "moses_lowercase", "--recase", "--truecase-model", "no/such/truecase.fr"],
+    ("one-line-user-errors",
+     "spk000\ti am tired .\n", ["--speaker-per-line", "--source-lang", "en", "--target-lang", "fr", "--tokenizer",
+                                 "moses_lowercase", "--recase", "--truecase-model", "no/such/truecase.fr"],
      "moses_lowercase: truecase_model no/such/truecase.fr: no such file"),
-    ("spk000\ti am tired .\n", ["--speaker-per-line", "--source-lang", "en", "--target-lang", "fr", "--tokenizer",
-                                  "moses_lowercase", "--truecase-model", "no/such/truecase.fr"],
+    ("ignored-options-refused",
+     "spk000\ti am tired .\n", ["--speaker-per-line", "--source-lang", "en", "--target-lang", "fr", "--tokenizer",
+                                 "moses_lowercase", "--truecase-model", "no/such/truecase.fr"],
      "truecase_model no/such/truecase.fr is only used with recase: give recase true (--recase)"),
     # fairseq's own checks of its options, which ended in a traceback
-    ("i am tired .\n", ["--speaker", "spk000", "--score-reference"],
+    ("search-options-checked", "i am tired .\n", ["--speaker", "spk000", "--score-reference"],
      "--score-reference scores the reference translations of a binarized split (fairseq-generate), and these sentences "
      "have none: leave out --score-reference"),
-    ("i am tired .\n", ["--speaker", "spk000", "--batch-size", "4", "--buffer-size", "2"],
+    ("one-line-user-errors", "i am tired .\n", ["--speaker", "spk000", "--batch-size", "4", "--buffer-size", "2"],
      "--batch-size cannot be larger than --buffer-size: give a --buffer-size of at least --batch-size"),
-])
+]
+
+
+@pytest.mark.parametrize("stdin,extra,message", [row[1:] for row in INTERACTIVE_PROBES])
 def test_fairseq_interactive_refuses_bad_speakers(toy, trained, stdin, extra, message):
     """Both read the tab-separated fields of a line: fairseq would translate the speaker's label. (And the
     tokenizer of SATED's recipe, named on the command line, with a truecasing model it cannot use.)"""
@@ -1229,10 +1531,18 @@ def test_fairseq_interactive_refuses_bad_speakers(toy, trained, stdin, extra, me
     assert message in proc.stderr
 
 
-@pytest.mark.parametrize("data,path,message", [
-    ("{swapped}", "{ckpt}", SWAPPED),  # the same size, two words swapped: every id would be read as another word
-    ("{data}", "{tmp}/none.pt", "checkpoint not found: {tmp}/none.pt; give --path the checkpoint file"),
-], ids=["a data folder of other dictionaries", "no such checkpoint"])
+#: fairseq-interactive given a data folder and a checkpoint: (the promise of docs/reliability.md, the data folder, the
+#: checkpoint, text of the refusal)
+PAIRING_PROBES = [
+    # the same size, two words swapped: every id would be read as another word
+    ("dictionaries-compared", "{swapped}", "{ckpt}", SWAPPED),
+    ("not-a-checkpoint", "{data}", "{tmp}/none.pt",
+     "checkpoint not found: {tmp}/none.pt; give --path the checkpoint file"),
+]
+
+
+@pytest.mark.parametrize("data,path,message", [row[1:] for row in PAIRING_PROBES],
+                         ids=["a data folder of other dictionaries", "no such checkpoint"])
 def test_fairseq_interactive_refuses_what_it_cannot_pair(places, data, path, message):
     proc = run("interactive", [places.fill(data), "--user-dir", USER_DIR, "--task", "speaker_translation", "--path",
                                places.fill(path), "--speaker", "spk000"], stdin="i am tired .\n", check=False)
@@ -1283,68 +1593,121 @@ def translator(toy, trained):
 
 
 
-#: SpeakerTranslator method calls (``t``: the translator, ``p``: :class:`Places`) -> text of the refusal
+#: SpeakerTranslator method calls: (the promise of docs/reliability.md, what, the call (``t``: the translator, ``p``:
+#: :class:`Places`), text of the refusal)
 API_PROBES = [
-    ("translate speakers=None", lambda t, p: t.translate("i am tired .", speakers=None),
+    ("refused-call-changes-nothing",
+     "translate speakers=None", lambda t, p: t.translate("i am tired .", speakers=None),
      "speakers: give a string or a list of strings, got NoneType None"),
-    ("translate 3 speakers for 2", lambda t, p: t.translate(["a .", "b ."], speakers=["x", "y", "z"]),
+    ("refused-call-changes-nothing",
+     "translate 3 speakers for 2", lambda t, p: t.translate(["a .", "b ."], speakers=["x", "y", "z"]),
      "3 speakers for 2 sentences: give one speaker for all, or one per sentence"),
-    ("translate a number", lambda t, p: t.translate([3], speakers="spk000"),
+    ("refused-call-changes-nothing",
+     "translate a number", lambda t, p: t.translate([3], speakers="spk000"),
      "sentences: give a string or a list of strings, got list [3]"),
-    ("translate beam=0", lambda t, p: t.translate("i am tired .", speakers="spk000", beam=0),
+    ("refused-call-changes-nothing",
+     "translate beam=0", lambda t, p: t.translate("i am tired .", speakers="spk000", beam=0),
      "beam must be a whole number of at least 1, got 0"),
-    ("translate beam=2.5", lambda t, p: t.translate("i am tired .", speakers="spk000", beam=2.5),
+    ("refused-call-changes-nothing",
+     "translate beam=2.5", lambda t, p: t.translate("i am tired .", speakers="spk000", beam=2.5),
      "beam must be a whole number of at least 1, got 2.5"),
-    ("add_speaker tab", lambda t, p: t.add_speaker("dr\tlee", p.sources, p.targets),
+    ("label-policy",
+     "add_speaker tab", lambda t, p: t.add_speaker("dr\tlee", p.sources, p.targets),
      "cannot add a speaker: speaker label 'dr\\tlee' contains '\\t'"),
-    ("add_speaker empty", lambda t, p: t.add_speaker("", p.sources, p.targets), "cannot add a speaker: empty speaker label"),
-    ("add_speaker trailing space", lambda t, p: t.add_speaker("lee ", p.sources, p.targets),
+    ("label-policy",
+     "add_speaker empty", lambda t, p: t.add_speaker("", p.sources, p.targets),
+     "cannot add a speaker: empty speaker label"),
+    ("label-policy",
+     "add_speaker trailing space", lambda t, p: t.add_speaker("lee ", p.sources, p.targets),
      "cannot add a speaker: speaker label 'lee ' with surrounding whitespace"),
-    ("add_speaker BOM", lambda t, p: t.add_speaker("\ufefflee", p.sources, p.targets),
+    ("label-policy",
+     "add_speaker BOM", lambda t, p: t.add_speaker("\ufefflee", p.sources, p.targets),
      "cannot add a speaker: speaker label '\\ufefflee' contains '\\ufeff'"),
-    ("add_speaker number", lambda t, p: t.add_speaker(7, p.sources, p.targets),
+    ("label-policy",
+     "add_speaker number", lambda t, p: t.add_speaker(7, p.sources, p.targets),
      "cannot add a speaker: a speaker label must be a string, got int 7"),
-    ("add_speaker no sentences", lambda t, p: t.add_speaker("lee", [], []), "no sentences to adapt on for 'lee'"),
-    ("add_speaker uneven", lambda t, p: t.add_speaker("lee", p.sources * 2, p.targets),
+    ("refused-call-changes-nothing",
+     "add_speaker no sentences", lambda t, p: t.add_speaker("lee", [], []), "no sentences to adapt on for 'lee'"),
+    ("refused-call-changes-nothing",
+     "add_speaker uneven", lambda t, p: t.add_speaker("lee", p.sources * 2, p.targets),
      "2 source sentences but 1 target sentences"),
-    ("add_speaker known", lambda t, p: t.add_speaker("spk000", p.sources, p.targets),
+    ("refused-call-changes-nothing",
+     "add_speaker known", lambda t, p: t.add_speaker("spk000", p.sources, p.targets),
      "speaker(s) 'spk000' already in the model: pass --replace (replace=True)"),
-    ("update_speaker no sentences", lambda t, p: t.update_speaker("spk000", [], []),
+    ("refused-call-changes-nothing",
+     "update_speaker no sentences", lambda t, p: t.update_speaker("spk000", [], []),
      "no sentences to update speaker 'spk000' with"),
-    ("export_speakers to a folder", lambda t, p: t.export_speakers(p.tmp, ["spk000"]),
+    ("refused-before-writing",
+     "export_speakers to a folder", lambda t, p: t.export_speakers(p.tmp, ["spk000"]),
      "{tmp} is a directory: give the path of a file to write"),
-    ("export_speakers missing folder", lambda t, p: t.export_speakers(p.path("no/v.npz"), ["spk000"]),
+    ("refused-before-writing",
+     "export_speakers missing folder", lambda t, p: t.export_speakers(p.path("no/v.npz"), ["spk000"]),
      "cannot write {tmp}/no/v.npz: the folder {tmp}/no does not exist"),
-    ("import_speakers missing file", lambda t, p: t.import_speakers(p.path("none.npz")),
+    ("vectors-of-another-model",
+     "import_speakers missing file", lambda t, p: t.import_speakers(p.path("none.npz")),
      "speaker vectors not found: {tmp}/none.npz (fairseq-speaker-vectors export writes them)"),
-    ("import_speakers not vectors", lambda t, p: t.import_speakers(p["garbage"]),
+    ("vectors-of-another-model",
+     "import_speakers not vectors", lambda t, p: t.import_speakers(p["garbage"]),
      "{garbage}: not a .npz archive, so not a speaker vectors file"),
-    ("save to a folder", lambda t, p: t.save(p.tmp), "{tmp} is a directory: give the path of a file to write"),
-    ("save missing folder", lambda t, p: t.save(p.path("no/m.pt")),
+    ("refused-before-writing",
+     "save to a folder", lambda t, p: t.save(p.tmp), "{tmp} is a directory: give the path of a file to write"),
+    ("refused-before-writing",
+     "save missing folder", lambda t, p: t.save(p.path("no/m.pt")),
      "cannot write {tmp}/no/m.pt: the folder {tmp}/no does not exist"),
     # generation options: a misspelt one (or one that is not fairseq's generation's) was ignored without a word
-    ("translate beem=3", lambda t, p: t.translate("i am tired .", "spk000", beem=3),
+    ("generation-keywords-checked",
+     "translate beem=3", lambda t, p: t.translate("i am tired .", "spk000", beem=3),
      "'beem' is not an option of fairseq's generation"),
-    ("translate seed=1", lambda t, p: t.translate("i am tired .", "spk000", sampling=True, seed=1),
+    ("generation-keywords-checked",
+     "translate seed=1", lambda t, p: t.translate("i am tired .", "spk000", sampling=True, seed=1),
      "'seed' is not an option of fairseq's generation"),
-    ("translate_nbest nbest=0", lambda t, p: t.translate_nbest(["i am tired ."], "spk000", beam=2, nbest=0),
+    ("generation-keywords-checked",
+     "translate_nbest nbest=0", lambda t, p: t.translate_nbest(["i am tired ."], "spk000", beam=2, nbest=0),
      "nbest must be a whole number from 1 to the beam (2), got 0"),
-    ("translate_nbest nbest above the beam",
+    ("generation-keywords-checked",
+     "translate_nbest nbest above the beam",
      lambda t, p: t.translate_nbest(["i am tired ."], "spk000", beam=2, nbest=3),
      "nbest must be a whole number from 1 to the beam (2), got 3"),
-    ("translate print_alignment=True", lambda t, p: t.translate("i am tired .", "spk000", print_alignment=True),
+    ("search-options-checked",
+     "translate print_alignment=True", lambda t, p: t.translate("i am tired .", "spk000", print_alignment=True),
      "print_alignment must be 'hard' or 'soft' (or left out), got True"),
-    ("translate score_reference", lambda t, p: t.translate("i am tired .", "spk000", score_reference=True),
+    ("search-options-checked",
+     "translate score_reference", lambda t, p: t.translate("i am tired .", "spk000", score_reference=True),
      "--score-reference scores the reference translations of a binarized split (fairseq-generate), and these "
      "sentences have none"),
-    ("translate constraints", lambda t, p: t.translate("i am tired .", "spk000", constraints="ordered"),
+    ("search-options-checked",
+     "translate constraints", lambda t, p: t.translate("i am tired .", "spk000", constraints="ordered"),
      "--constraints: these sentences carry no constraints"),
-    ("translate diverse groups", lambda t, p: t.translate("i am tired .", "spk000", beam=3, diverse_beam_groups=2),
+    ("search-options-checked",
+     "translate diverse groups", lambda t, p: t.translate("i am tired .", "spk000", beam=3, diverse_beam_groups=2),
      "--diverse-beam-groups 2 splits the beam into groups of one size"),
+    # the hub's prefix_allowed_tokens_fn(batch_id, tokens): fairseq's search ended in an IndexError on each of these
+    ("allowed-tokens-checked", "translate prefix_allowed_tokens_fn of an id outside the dictionary",
+     lambda t, p: t.translate("i am tired .", "spk000", prefix_allowed_tokens_fn=lambda i, tokens: [10 ** 6]),
+     "prefix_allowed_tokens_fn(0, [2]) returned the id 1000000, outside the target dictionary (ids 0 to 87)"),
+    ("allowed-tokens-checked", "translate prefix_allowed_tokens_fn of words",
+     lambda t, p: t.translate("i am tired .", "spk000", prefix_allowed_tokens_fn=lambda i, tokens: ["je"]),
+     "prefix_allowed_tokens_fn(0, [2]) returned ['je']: it must return the ids of the target words allowed next"),
+    ("allowed-tokens-checked", "translate prefix_allowed_tokens_fn that lets nothing end",
+     lambda t, p: t.translate(["i am tired .", "you ."], "spk000", prefix_allowed_tokens_fn=lambda i, tokens: [4]),
+     "prefix_allowed_tokens_fn let no translation of sentence 0 (its batch_id) end, nor of 1 more sentence(s) of the "
+     "batch: allow the end of the sentence (id 2, target_dictionary.eos())"),
+    ("allowed-tokens-checked", "translate_nbest prefix_allowed_tokens_fn that lets nothing end",  # gave no translation
+     lambda t, p: t.translate_nbest(["i am tired ."], "spk000", prefix_allowed_tokens_fn=lambda i, tokens: [4]),
+     "prefix_allowed_tokens_fn let no translation of sentence 0 (its batch_id) end"),
+    ("allowed-tokens-checked", "translate prefix_allowed_tokens_fn not a function",
+     lambda t, p: t.translate("i am tired .", "spk000", prefix_allowed_tokens_fn=3),
+     "prefix_allowed_tokens_fn must be a function (batch_id, tokens) -> the ids of the target words allowed next, got "
+     "int 3"),
+    ("allowed-tokens-checked", "translate prefix_allowed_tokens_fn with sampling",  # fairseq's sampling ignored it
+     lambda t, p: t.translate("i am tired .", "spk000", sampling=True, prefix_allowed_tokens_fn=lambda i, tokens: [2]),
+     "prefix_allowed_tokens_fn restricts fairseq's beam search, and sampling chooses another search, which would "
+     "ignore it"),
 ]
 
 
-@pytest.mark.parametrize("name,call,message", API_PROBES, ids=[row[0] for row in API_PROBES])
+@pytest.mark.parametrize("name,call,message", [row[1:] for row in API_PROBES],
+                         ids=[row[1] for row in API_PROBES])
 def test_a_bad_api_call_is_refused_with_one_message(translator, places, name, call, message):
     from fairseq_speaker.errors import UserError
 
@@ -1355,13 +1718,18 @@ def test_a_bad_api_call_is_refused_with_one_message(translator, places, name, ca
     assert translator.speakers == before  # nothing half-added
 
 
-@pytest.mark.parametrize("name,data,message", [
-    ("another dictionary", "{other}", "{ckpt} was trained with the dictionaries of another data folder than {other}: "
-     "its source dictionary has 64 symbols, {other}/dict.en.txt has 56; its target dictionary has 88 symbols, "
-     "{other}/dict.fr.txt has 80"),
-    ("a dictionary of the same size", "{swapped}", SWAPPED),
-    ("no such checkpoint", "{data}", "checkpoint not found: {tmp}/none.pt"),
-], ids=["another dictionary", "a dictionary of the same size", "no such checkpoint"])
+#: SpeakerTranslator.from_pretrained: (the promise of docs/reliability.md, what, the data folder, text of the refusal)
+FROM_PRETRAINED_PROBES = [
+    ("dictionaries-compared", "another dictionary", "{other}",
+     "{ckpt} was trained with the dictionaries of another data folder than {other}: its source dictionary has 64 "
+     "symbols, {other}/dict.en.txt has 56; its target dictionary has 88 symbols, {other}/dict.fr.txt has 80"),
+    ("dictionaries-compared", "a dictionary of the same size", "{swapped}", SWAPPED),
+    ("not-a-checkpoint", "no such checkpoint", "{data}", "checkpoint not found: {tmp}/none.pt"),
+]
+
+
+@pytest.mark.parametrize("name,data,message", [row[1:] for row in FROM_PRETRAINED_PROBES],
+                         ids=[row[1] for row in FROM_PRETRAINED_PROBES])
 def test_from_pretrained_refuses_what_it_cannot_load(places, name, data, message):
     from fairseq_speaker.errors import UserError
     from fairseq_speaker.serving import SpeakerTranslator

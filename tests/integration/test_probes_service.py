@@ -166,99 +166,138 @@ def test_a_bad_api_call_is_refused_with_one_message(translator, name, call, mess
 LIMITS = Limits(max_sentences=3, max_chars=40, max_pairs=2, max_speaker_pairs=3)
 DEEP = b"[" * 60_000  # under the body limit of LIMITS (66,496 bytes); json.loads would recurse 60,000 deep
 
-#: (method, path, body (JSON, or bytes sent as application/json), status, error code, text of the message)
+#: (the promise of docs/reliability.md the row checks, method, path, body (JSON, or bytes sent as application/json),
+#: status, error code, text of the message)
 HTTP_PROBES = [
-    ("post", "/translate", {"sentences": [""], "speaker": "spk000"}, 422, "invalid_request",
+    ("one-json-error",
+     "post", "/translate", {"sentences": [""], "speaker": "spk000"}, 422, "invalid_request",
      "sentences[0] is empty: give a sentence"),
-    ("post", "/translate", {"sentences": ["   "], "speaker": "spk000"}, 422, "invalid_request",
+    ("one-json-error",
+     "post", "/translate", {"sentences": ["   "], "speaker": "spk000"}, 422, "invalid_request",
      "sentences[0] is only whitespace"),
-    ("post", "/v1/translate", {"sentences": ["i .", "\n"], "speaker": "spk000"}, 422, "invalid_request",
+    ("one-json-error",
+     "post", "/v1/translate", {"sentences": ["i .", "\n"], "speaker": "spk000"}, 422, "invalid_request",
      "sentences[1] is only whitespace"),
-    ("put", "/speakers/e", {"sources": [""], "targets": [""]}, 422, "invalid_request", "sources[0] is empty"),
-    ("put", "/speakers/e", {"sources": ["i ."], "targets": ["  "]}, 422, "invalid_request",
+    ("one-json-error",
+     "put", "/speakers/e", {"sources": [""], "targets": [""]}, 422, "invalid_request", "sources[0] is empty"),
+    ("one-json-error",
+     "put", "/speakers/e", {"sources": ["i ."], "targets": ["  "]}, 422, "invalid_request",
      "targets[0] is only whitespace"),
-    ("post", "/speakers/dr-lee/sentences", {"sources": [" "], "targets": ["je ."]}, 422, "invalid_request",
+    ("one-json-error",
+     "post", "/speakers/dr-lee/sentences", {"sources": [" "], "targets": ["je ."]}, 422, "invalid_request",
      "sources[0] is only whitespace"),
-    ("post", "/translate", b'{"sentences": ["i \\ud800 ."], "speaker": "spk000"}', 422, "invalid_request",
+    ("one-json-error",
+     "post", "/translate", b'{"sentences": ["i \\ud800 ."], "speaker": "spk000"}', 422, "invalid_request",
      "sentences[0] holds a lone surrogate ('\\ud800' at character 2), which is not text"),
-    ("put", "/speakers/e", b'{"sources": ["i ."], "targets": ["je \\udfff ."]}', 422, "invalid_request",
+    ("one-json-error",
+     "put", "/speakers/e", b'{"sources": ["i ."], "targets": ["je \\udfff ."]}', 422, "invalid_request",
      "targets[0] holds a lone surrogate"),
     # names
-    ("put", "/speakers/lee%E2%80%8B", PAIRS, 422, "invalid_speaker", "U+200B ZERO WIDTH SPACE"),
-    ("put", "/speakers/%E2%80%AEdr-lee", PAIRS, 422, "invalid_speaker", "it looks like 'dr-lee', a known speaker"),
-    ("put", "/speakers/spk000%EF%BB%BF", PAIRS, 422, "invalid_speaker", "it looks like 'spk000'"),
-    ("put", "/speakers/dr%C2%A0lee", PAIRS, 422, "invalid_speaker", "U+00A0 NO-BREAK SPACE"),
-    ("put", "/speakers/%E3%85%A4", PAIRS, 422, "invalid_speaker", "U+3164 HANGUL FILLER"),
-    ("put", "/speakers/dr-l%D0%B5e", PAIRS, 422, "invalid_speaker", "mixes the scripts Latin and Cyrillic"),
-    ("put", "/speakers/Zoe%CC%88", PAIRS, 422, "invalid_speaker", "is not in Unicode's NFC form"),
-    ("put", "/speakers/" + "x" * 201, PAIRS, 422, "invalid_speaker", "is longer than 200 characters"),
-    ("put", "/speakers/a%FFb", PAIRS, 422, "invalid_speaker", "U+FFFD REPLACEMENT CHARACTER"),
-    ("post", "/translate", {"sentences": ["i ."], "speaker": "spk000\u200b"}, 422, "invalid_speaker",
+    ("label-policy", "put", "/speakers/lee%E2%80%8B", PAIRS, 422, "invalid_speaker", "U+200B ZERO WIDTH SPACE"),
+    ("new-name-not-lookalike",
+     "put", "/speakers/%E2%80%AEdr-lee", PAIRS, 422, "invalid_speaker", "it looks like 'dr-lee', a known speaker"),
+    ("new-name-not-lookalike",
+     "put", "/speakers/spk000%EF%BB%BF", PAIRS, 422, "invalid_speaker", "it looks like 'spk000'"),
+    ("label-policy", "put", "/speakers/dr%C2%A0lee", PAIRS, 422, "invalid_speaker", "U+00A0 NO-BREAK SPACE"),
+    ("label-policy", "put", "/speakers/%E3%85%A4", PAIRS, 422, "invalid_speaker", "U+3164 HANGUL FILLER"),
+    ("new-name-one-script",
+     "put", "/speakers/dr-l%D0%B5e", PAIRS, 422, "invalid_speaker", "mixes the scripts Latin and Cyrillic"),
+    ("new-name-nfc", "put", "/speakers/Zoe%CC%88", PAIRS, 422, "invalid_speaker", "is not in Unicode's NFC form"),
+    ("label-policy", "put", "/speakers/" + "x" * 201, PAIRS, 422, "invalid_speaker", "is longer than 200 characters"),
+    ("label-policy", "put", "/speakers/a%FFb", PAIRS, 422, "invalid_speaker", "U+FFFD REPLACEMENT CHARACTER"),
+    ("lookalike-speaker-refused",
+     "post", "/translate", {"sentences": ["i ."], "speaker": "spk000\u200b"}, 422, "invalid_speaker",
      "it looks like 'spk000'"),
-    ("post", "/translate", {"sentences": ["i ."], "speakers": ["dr-lee\u2060"]}, 422, "invalid_speaker",
+    ("label-policy",
+     "post", "/translate", {"sentences": ["i ."], "speakers": ["dr-lee\u2060"]}, 422, "invalid_speaker",
      "U+2060 WORD JOINER"),
     # types
-    ("post", "/translate", {"sentences": ["i ."], "speaker": "spk000", "beam": True}, 422, "invalid_request",
+    ("strict-json-types",
+     "post", "/translate", {"sentences": ["i ."], "speaker": "spk000", "beam": True}, 422, "invalid_request",
      "beam: Input should be a valid integer"),
-    ("post", "/translate", {"sentences": ["i ."], "speaker": "spk000", "beam": 2.0}, 422, "invalid_request",
+    ("strict-json-types",
+     "post", "/translate", {"sentences": ["i ."], "speaker": "spk000", "beam": 2.0}, 422, "invalid_request",
      "beam: Input should be a valid integer"),
-    ("post", "/translate", {"sentences": ["i ."], "speaker": "spk000", "nbest": "1"}, 422, "invalid_request",
+    ("strict-json-types",
+     "post", "/translate", {"sentences": ["i ."], "speaker": "spk000", "nbest": "1"}, 422, "invalid_request",
      "nbest: Input should be a valid integer"),
-    ("post", "/translate", {"sentences": ["i ."], "speaker": 0}, 422, "invalid_request",
+    ("strict-json-types",
+     "post", "/translate", {"sentences": ["i ."], "speaker": 0}, 422, "invalid_request",
      "speaker: Input should be a valid string"),
-    ("put", "/speakers/dr-lee", {**MORE, "replace": "yes"}, 422, "invalid_request",
+    ("strict-json-types",
+     "put", "/speakers/dr-lee", {**MORE, "replace": "yes"}, 422, "invalid_request",
      "replace: Input should be a valid boolean"),
-    ("put", "/speakers/dr-lee", {**MORE, "replace": 1}, 422, "invalid_request",
+    ("strict-json-types",
+     "put", "/speakers/dr-lee", {**MORE, "replace": 1}, 422, "invalid_request",
      "replace: Input should be a valid boolean"),
-    ("put", "/speakers/dr-lee", {**MORE, "replace": "true"}, 422, "invalid_request",
+    ("strict-json-types",
+     "put", "/speakers/dr-lee", {**MORE, "replace": "true"}, 422, "invalid_request",
      "replace: Input should be a valid boolean"),
     # bytes
-    ("post", "/translate", b'{"sentences": ["\xff"], "speaker": "spk000"}', 400, "not_utf8",
+    ("body-judged-before-parsing",
+     "post", "/translate", b'{"sentences": ["\xff"], "speaker": "spk000"}', 400, "not_utf8",
      "the body is not UTF-8 text (byte 0xff at position 16)"),
-    ("put", "/speakers/zoe", b'{"sources": ["\xc3("], "targets": ["a"]}', 400, "not_utf8", "byte 0xc3"),
-    ("post", "/translate", DEEP, 422, "invalid_json", "nests arrays and objects more than 32 deep"),
-    ("post", "/translate", b'{"sentences": ' + DEEP, 422, "invalid_json", "more than 32 deep"),
-    ("put", "/speakers/zoe", b'{"sources": ' + b"{" * 50_000, 422, "invalid_json", "more than 32 deep"),
-    ("post", "/speakers/dr-lee/sentences", b"[" * 33 + b"]" * 33, 422, "invalid_json", "more than 32 deep"),
+    ("body-judged-before-parsing",
+     "put", "/speakers/zoe", b'{"sources": ["\xc3("], "targets": ["a"]}', 400, "not_utf8", "byte 0xc3"),
+    ("body-judged-before-parsing",
+     "post", "/translate", DEEP, 422, "invalid_json", "nests arrays and objects more than 32 deep"),
+    ("body-judged-before-parsing",
+     "post", "/translate", b'{"sentences": ' + DEEP, 422, "invalid_json", "more than 32 deep"),
+    ("body-judged-before-parsing",
+     "put", "/speakers/zoe", b'{"sources": ' + b"{" * 50_000, 422, "invalid_json", "more than 32 deep"),
+    ("body-judged-before-parsing",
+     "post", "/speakers/dr-lee/sentences", b"[" * 33 + b"]" * 33, 422, "invalid_json", "more than 32 deep"),
     # the pages and their files
-    ("get", "/docs/static/missing.js", None, 404, "not_found", "no endpoint /docs/static/missing.js: see /docs"),
-    ("get", "/docs/static/%2e%2e/%2e%2e/app.py", None, 404, "not_found", "no endpoint"),
-    ("get", "/docs/static/", None, 404, "not_found", "no endpoint"),
-    ("post", "/docs/static/swagger-ui.css", None, 405, "method_not_allowed", "Method Not Allowed"),
-    ("post", "/docs", {}, 405, "method_not_allowed", "Method Not Allowed"),
-    ("delete", "/favicon.ico", None, 405, "method_not_allowed", "Method Not Allowed"),
-    ("put", "/", None, 405, "method_not_allowed", "Method Not Allowed"),
-    ("post", "/limits", {}, 405, "method_not_allowed", "Method Not Allowed"),
-    ("get", "/v1/limits/max_chars", None, 404, "not_found", "no endpoint /v1/limits/max_chars"),
+    ("head-and-static-files",
+     "get", "/docs/static/missing.js", None, 404, "not_found", "no endpoint /docs/static/missing.js: see /docs"),
+    ("head-and-static-files", "get", "/docs/static/%2e%2e/%2e%2e/app.py", None, 404, "not_found", "no endpoint"),
+    ("head-and-static-files", "get", "/docs/static/", None, 404, "not_found", "no endpoint"),
+    ("head-and-static-files",
+     "post", "/docs/static/swagger-ui.css", None, 405, "method_not_allowed", "Method Not Allowed"),
+    ("one-json-error", "post", "/docs", {}, 405, "method_not_allowed", "Method Not Allowed"),
+    ("one-json-error", "delete", "/favicon.ico", None, 405, "method_not_allowed", "Method Not Allowed"),
+    ("one-json-error", "put", "/", None, 405, "method_not_allowed", "Method Not Allowed"),
+    ("one-json-error", "post", "/limits", {}, 405, "method_not_allowed", "Method Not Allowed"),
+    ("one-json-error", "get", "/v1/limits/max_chars", None, 404, "not_found", "no endpoint /v1/limits/max_chars"),
     # models
-    ("post", "/translate", {"sentences": ["i ."], "speaker": "spk000", "model": "nosuch"}, 404, "unknown_model",
+    ("one-json-error",
+     "post", "/translate", {"sentences": ["i ."], "speaker": "spk000", "model": "nosuch"}, 404, "unknown_model",
      "no model 'nosuch': this service serves 'default' (GET /models lists them)"),
-    ("post", "/translate", {"sentences": ["i ."], "speaker": "spk000", "model": 3}, 422, "invalid_request",
+    ("strict-json-types",
+     "post", "/translate", {"sentences": ["i ."], "speaker": "spk000", "model": 3}, 422, "invalid_request",
      "model: Input should be a valid string"),
-    ("post", "/translate", {"sentences": ["i ."], "speaker": "spk000", "model": ["default"]}, 422, "invalid_request",
+    ("strict-json-types",
+     "post", "/translate", {"sentences": ["i ."], "speaker": "spk000", "model": ["default"]}, 422, "invalid_request",
      "model: Input should be a valid string"),
-    ("post", "/translate", {"sentences": ["i ."], "speaker": "spk000", "model": ""}, 404, "unknown_model",
+    ("one-json-error",
+     "post", "/translate", {"sentences": ["i ."], "speaker": "spk000", "model": ""}, 404, "unknown_model",
      "no model '': this service serves 'default'"),
-    ("get", "/speakers?model=nosuch", None, 404, "unknown_model", "no model 'nosuch'"),
-    ("get", "/speakers/dr-lee?model=Default", None, 404, "unknown_model", "no model 'Default'"),
-    ("put", "/speakers/zoe?model=nosuch", PAIRS, 404, "unknown_model", "no model 'nosuch'"),
-    ("delete", "/v1/speakers/dr-lee?model=nosuch", None, 404, "unknown_model", "no model 'nosuch'"),
-    ("get", "/models/nosuch", None, 404, "unknown_model", "no model 'nosuch'"),
-    ("post", "/models/default/reload", {"checkpoint": "no/such/model.pt"}, 422, "load_failed",
+    ("one-json-error", "get", "/speakers?model=nosuch", None, 404, "unknown_model", "no model 'nosuch'"),
+    ("one-json-error", "get", "/speakers/dr-lee?model=Default", None, 404, "unknown_model", "no model 'Default'"),
+    ("one-json-error", "put", "/speakers/zoe?model=nosuch", PAIRS, 404, "unknown_model", "no model 'nosuch'"),
+    ("one-json-error", "delete", "/v1/speakers/dr-lee?model=nosuch", None, 404, "unknown_model", "no model 'nosuch'"),
+    ("one-json-error", "get", "/models/nosuch", None, 404, "unknown_model", "no model 'nosuch'"),
+    ("one-json-error",
+     "post", "/models/default/reload", {"checkpoint": "no/such/model.pt"}, 422, "load_failed",
      "checkpoint not found: no/such/model.pt; model 'default' goes on serving"),
-    ("post", "/models/default/reload", {"checkpoint": 3}, 422, "invalid_request",
+    ("strict-json-types",
+     "post", "/models/default/reload", {"checkpoint": 3}, 422, "invalid_request",
      "checkpoint: Input should be a valid string"),
-    ("post", "/models/default/reload", {"data": "no/such/data"}, 422, "load_failed",
+    ("one-json-error",
+     "post", "/models/default/reload", {"data": "no/such/data"}, 422, "load_failed",
      "data directory not found: no/such/data"),
-    ("post", "/models/nosuch/reload", {}, 404, "unknown_model", "no model 'nosuch'"),
-    ("post", "/models", {"id": "two words", "checkpoint": "m.pt"}, 422, "invalid_request",
+    ("one-json-error", "post", "/models/nosuch/reload", {}, 404, "unknown_model", "no model 'nosuch'"),
+    ("one-json-error",
+     "post", "/models", {"id": "two words", "checkpoint": "m.pt"}, 422, "invalid_request",
      "id: 'two words' is not a model id: use letters, digits"),
-    ("post", "/models", {"id": "x", "checkpoint": "no/such/model.pt"}, 422, "load_failed",
+    ("one-json-error",
+     "post", "/models", {"id": "x", "checkpoint": "no/such/model.pt"}, 422, "load_failed",
      "checkpoint not found: no/such/model.pt; nothing was loaded"),
-    ("post", "/models", {"id": "default", "checkpoint": "m.pt"}, 409, "model_exists", "POST /models/default/reload"),
-    ("post", "/models", {"id": "x"}, 422, "invalid_request", "checkpoint: Field required"),
-    ("delete", "/models/default", None, 409, "default_model", "it can be reloaded, not removed"),
-    ("delete", "/models/nosuch", None, 404, "unknown_model", "no model 'nosuch'"),
+    ("one-json-error",
+     "post", "/models", {"id": "default", "checkpoint": "m.pt"}, 409, "model_exists", "POST /models/default/reload"),
+    ("one-json-error", "post", "/models", {"id": "x"}, 422, "invalid_request", "checkpoint: Field required"),
+    ("one-json-error", "delete", "/models/default", None, 409, "default_model", "it can be reloaded, not removed"),
+    ("one-json-error", "delete", "/models/nosuch", None, 404, "unknown_model", "no model 'nosuch'"),
 ]
 
 
@@ -270,8 +309,8 @@ def service(toy, trained):
         yield client
 
 
-@pytest.mark.parametrize("method,path,body,status,code,message", HTTP_PROBES,
-                         ids=[f"{r[0]} {r[1][:40]} {r[3]} {r[4]} {r[5][:40]}" for r in HTTP_PROBES])
+@pytest.mark.parametrize("method,path,body,status,code,message", [row[1:] for row in HTTP_PROBES],
+                         ids=[f"{r[1]} {r[2][:40]} {r[4]} {r[5]} {r[6][:40]}" for r in HTTP_PROBES])
 @pytest.mark.parametrize("directly", [True, False], ids=["as served", "through FastAPI's route"])
 def test_a_bad_request_gets_one_json_error(service, method, path, body, status, code, message, directly):
     service.app.state.translate_directly = directly
@@ -288,9 +327,16 @@ def test_a_bad_request_gets_one_json_error(service, method, path, body, status, 
     assert message in response.json()["error"]["message"], response.text
 
 
-@pytest.mark.parametrize("path,status,code", [
-    ("/translate", 405, "method_not_allowed"), ("/speakers/nobody", 404, "unknown_speaker"),
-    ("/docs/static/missing.js", 404, "not_found"), ("/nothing", 404, "not_found")])
+#: HEAD requests: (the promise of docs/reliability.md, path, status, error code)
+HEAD_PROBES = [
+    ("head-and-static-files", "/translate", 405, "method_not_allowed"),
+    ("head-and-static-files", "/speakers/nobody", 404, "unknown_speaker"),
+    ("head-and-static-files", "/docs/static/missing.js", 404, "not_found"),
+    ("head-and-static-files", "/nothing", 404, "not_found"),
+]
+
+
+@pytest.mark.parametrize("path,status,code", [row[1:] for row in HEAD_PROBES])
 def test_a_head_request_is_refused_as_its_get_without_a_body(service, path, status, code):
     head, got = service.head(path), service.get(path)
     assert head.status_code == got.status_code == status and got.json()["error"]["code"] == code
@@ -382,11 +428,18 @@ def _slow_client(port: int, kind: str) -> socket.socket:
     return sock  # "silent": connects and sends nothing
 
 
-@pytest.mark.parametrize("kind,status,code,within", [
-    ("headers", 408, "request_timeout", 1.0), ("silent", 408, "request_timeout", 1.0),
-    ("body", 408, "request_timeout", 2.0), ("huge headers", 431, "headers_too_large", 0.0),
-    ("answered before its body", 403, "writes_disabled", 0.0),
-])
+#: slow and oversized clients (_slow_client's kinds): (the promise of docs/reliability.md, kind, status, error code,
+#: seconds within which the answer comes)
+SLOW_CLIENT_PROBES = [
+    ("slow-clients-let-go", "headers", 408, "request_timeout", 1.0),
+    ("slow-clients-let-go", "silent", 408, "request_timeout", 1.0),
+    ("slow-clients-let-go", "body", 408, "request_timeout", 2.0),
+    ("slow-clients-let-go", "huge headers", 431, "headers_too_large", 0.0),
+    ("slow-clients-let-go", "answered before its body", 403, "writes_disabled", 0.0),
+]
+
+
+@pytest.mark.parametrize("kind,status,code,within", [row[1:] for row in SLOW_CLIENT_PROBES])
 def test_a_slow_or_oversized_client_gets_its_answer_and_its_connection_closed_in_time(toy, trained, kind, status,
                                                                                         code, within):
     """A client that never finishes its headers, one that sends nothing, one whose Content-Length promises more than
@@ -493,25 +546,31 @@ def _broken_page(path):
         f.write(b"\xff\xff\xff\xf0")
 
 
-DAMAGES = {
-    "pairs that are not JSON": (_sql("UPDATE speakers SET pairs = 'not json [' WHERE name = 'dr-lee'"),
+#: a store damaged each way: (the promise of docs/reliability.md, the damage, text of the refusal, whether the service
+#: can start without the speakers it damaged)
+DAMAGE_PROBES = {
+    "pairs that are not JSON": ("unreadable-store-refused",
+                                _sql("UPDATE speakers SET pairs = 'not json [' WHERE name = 'dr-lee'"),
                                 "the record of speaker 'dr-lee' is damaged: its sentence pairs are not a JSON list",
                                 True),
-    "pairs of another shape": (_sql("UPDATE speakers SET pairs = '[1, 2]' WHERE name = 'dr-lee'"),
+    "pairs of another shape": ("unreadable-store-refused",
+                               _sql("UPDATE speakers SET pairs = '[1, 2]' WHERE name = 'dr-lee'"),
                                "the record of speaker 'dr-lee' is damaged", True),
-    "rows that are no speaker vectors": (_sql("UPDATE speakers SET rows = x'00ff' WHERE name = 'dr-lee'"),
+    "rows that are no speaker vectors": ("unreadable-store-refused",
+                                         _sql("UPDATE speakers SET rows = x'00ff' WHERE name = 'dr-lee'"),
                                          "speaker 'dr-lee'", True),
-    "a damaged page": (_broken_page, "database disk image is malformed", True),
-    "a fingerprint that is not JSON": (_sql("UPDATE models SET fingerprint = '{\"variant' WHERE id = 'default'"),
+    "a damaged page": ("unreadable-store-refused", _broken_page, "database disk image is malformed", True),
+    "a fingerprint that is not JSON": ("unreadable-store-refused",
+                                       _sql("UPDATE models SET fingerprint = '{\"variant' WHERE id = 'default'"),
                                        "the record of the model it was made for (its fingerprint) is not readable",
                                        False),
 }
 
 
-@pytest.mark.parametrize("damage", list(DAMAGES))
+@pytest.mark.parametrize("damage", list(DAMAGE_PROBES))
 def test_a_store_that_cannot_be_read_is_refused_with_how_to_recover_and_can_be_served_without_its_broken_speakers(
         toy, trained, stored, damage, caplog):
-    make, what, skippable = DAMAGES[damage]
+    _, make, what, skippable = DAMAGE_PROBES[damage]
     path = _damaged(stored, damage.replace(" ", "-") + ".db", make)
     translator = SpeakerTranslator.from_pretrained(trained("lstm_fact_bias"), data=toy["bin"], max_len_b=6)
     with pytest.raises(StoreError) as refusal:
@@ -535,7 +594,7 @@ def test_a_store_that_cannot_be_read_is_refused_with_how_to_recover_and_can_be_s
 
 def test_the_command_refuses_a_damaged_store_in_one_line_and_starts_with_skip_broken_speakers(toy, trained, stored,
                                                                                                capsys, monkeypatch):
-    path = _damaged(stored, "command.db", DAMAGES["pairs that are not JSON"][0])
+    path = _damaged(stored, "command.db", DAMAGE_PROBES["pairs that are not JSON"][1])
     argv = [trained("lstm_fact_bias"), "--data", toy["bin"], "--store", path, "--threads", "1"]
     line = refused(serve.main, argv, capsys)
     assert line.startswith(f"fairseq-speaker-serve: error: --store {path}: the record of speaker 'dr-lee' is "
@@ -560,40 +619,61 @@ def test_the_command_refuses_a_damaged_store_in_one_line_and_starts_with_skip_br
     assert served == [["dr-kim"]]
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["m.pt", "--data", "d", "--header-timeout", "0"],
+#: fairseq-speaker-serve's options of the service: (the promise of docs/reliability.md, arguments, text of the one line)
+SERVE_OPTION_PROBES = [
+    ("numbers-checked",
+     ["m.pt", "--data", "d", "--header-timeout", "0"],
      "--header-timeout must be a positive number of seconds, got 0.0"),
-    (["m.pt", "--data", "d", "--header-timeout", "nan"], "--header-timeout must be a positive number of seconds"),
-    (["m.pt", "--data", "d", "--log-format", "xml"], "argument --log-format: invalid choice: 'xml'"),
-    (["m.pt", "--data", "d", "--log-format"], "argument --log-format: expected one argument"),
-    (["m.pt", "--data", "d", "--access-log", "yes"], "unrecognized arguments: yes"),
-    ([], "give the model to serve: CHECKPOINT --data DATA_DIR, or --model ID=CHECKPOINT[:DATA_DIR]"),
-    (["m.pt"], "the following arguments are required with CHECKPOINT: --data DATA_DIR"),
-    (["--model", "m.pt"], "--model m.pt: no model id: write --model ID=CHECKPOINT or --model ID=CHECKPOINT:DATA_DIR"),
-    (["--model", "=m.pt:d"], "--model =m.pt:d: no model id"),
-    (["--model", "en de=m.pt:d"], "--model en de=m.pt:d: 'en de' is not a model id: use letters, digits"),
-    (["--model", "en/de=m.pt:d"], "'en/de' is not a model id"),
-    (["--model", "x=:d"], "--model x=:d: no checkpoint: write --model ID=CHECKPOINT"),
-    (["--model", "x=m.pt"], "--model x=m.pt: no data directory: write --model ID=CHECKPOINT or --model "
+    ("numbers-checked",
+     ["m.pt", "--data", "d", "--header-timeout", "nan"], "--header-timeout must be a positive number of seconds"),
+    ("one-line-user-errors",
+     ["m.pt", "--data", "d", "--log-format", "xml"], "argument --log-format: invalid choice: 'xml'"),
+    ("one-line-user-errors", ["m.pt", "--data", "d", "--log-format"], "argument --log-format: expected one argument"),
+    ("one-line-user-errors", ["m.pt", "--data", "d", "--access-log", "yes"], "unrecognized arguments: yes"),
+    ("one-line-user-errors",
+     [], "give the model to serve: CHECKPOINT --data DATA_DIR, or --model ID=CHECKPOINT[:DATA_DIR]"),
+    ("one-line-user-errors", ["m.pt"], "the following arguments are required with CHECKPOINT: --data DATA_DIR"),
+    ("one-line-user-errors",
+     ["--model", "m.pt"], "--model m.pt: no model id: write --model ID=CHECKPOINT or --model ID=CHECKPOINT:DATA_DIR"),
+    ("one-line-user-errors", ["--model", "=m.pt:d"], "--model =m.pt:d: no model id"),
+    ("one-line-user-errors",
+     ["--model", "en de=m.pt:d"], "--model en de=m.pt:d: 'en de' is not a model id: use letters, digits"),
+    ("one-line-user-errors", ["--model", "en/de=m.pt:d"], "'en/de' is not a model id"),
+    ("one-line-user-errors", ["--model", "x=:d"], "--model x=:d: no checkpoint: write --model ID=CHECKPOINT"),
+    ("one-line-user-errors",
+     ["--model", "x=m.pt"], "--model x=m.pt: no data directory: write --model ID=CHECKPOINT or --model "
                             "ID=CHECKPOINT:DATA_DIR, or give --data DATA_DIR for the models that name none"),
-    (["m.pt", "--data", "d", "--model", "default=n.pt"], "--model default=n.pt: the model id 'default' is given twice "
+    ("one-line-user-errors",
+     ["m.pt", "--data", "d", "--model", "default=n.pt"], "--model default=n.pt: the model id 'default' is given twice "
                                                          "(the model of CHECKPOINT)"),
-    (["--model", "a=m.pt:d", "--model", "a=n.pt:d"], "the model id 'a' is given twice: give each model an id"),
-    (["--model", "a=m.pt:d", "--default-model", "b"], "--default-model b: no such model: the models are 'a'"),
-    (["--model", "a=m.pt:no/such/data"], "data directory not found: no/such/data (of --model a)"),
-])
+    ("one-line-user-errors",
+     ["--model", "a=m.pt:d", "--model", "a=n.pt:d"], "the model id 'a' is given twice: give each model an id"),
+    ("one-line-user-errors",
+     ["--model", "a=m.pt:d", "--default-model", "b"], "--default-model b: no such model: the models are 'a'"),
+    ("one-line-user-errors",
+     ["--model", "a=m.pt:no/such/data"], "data directory not found: no/such/data (of --model a)"),
+]
+
+
+@pytest.mark.parametrize("argv,message", [row[1:] for row in SERVE_OPTION_PROBES])
 def test_the_commands_new_options_are_checked(argv, message, capsys):
     assert message in refused(serve.main, argv, capsys)
 
 
-@pytest.mark.parametrize("method,path,body,headers,status,code", [
-    ("post", "/models/default/reload", {}, {}, 401, "unauthorized"),
-    ("post", "/models/default/reload", {"checkpoint": "m.pt"}, {"Authorization": "Bearer wrong-token-0123456789"},
+#: loading and removing models without the token: (the promise of docs/reliability.md, method, path, body, headers,
+#: status, error code)
+TOKEN_PROBES = [
+    ("one-json-error", "post", "/models/default/reload", {}, {}, 401, "unauthorized"),
+    ("one-json-error",
+     "post", "/models/default/reload", {"checkpoint": "m.pt"}, {"Authorization": "Bearer wrong-token-0123456789"},
      401, "unauthorized"),
-    ("post", "/models", {"id": "x", "checkpoint": "m.pt"}, {}, 401, "unauthorized"),
-    ("delete", "/models/default", None, {"Authorization": TOKEN}, 401, "unauthorized"),
-    ("post", "/v1/models/nosuch/reload", None, {}, 401, "unauthorized"),
-])
+    ("one-json-error", "post", "/models", {"id": "x", "checkpoint": "m.pt"}, {}, 401, "unauthorized"),
+    ("one-json-error", "delete", "/models/default", None, {"Authorization": TOKEN}, 401, "unauthorized"),
+    ("one-json-error", "post", "/v1/models/nosuch/reload", None, {}, 401, "unauthorized"),
+]
+
+
+@pytest.mark.parametrize("method,path,body,headers,status,code", [row[1:] for row in TOKEN_PROBES])
 def test_loading_and_removing_models_needs_the_token(service, method, path, body, headers, status, code):
     """The token is checked before anything else (the body, the model's id): a client without it learns nothing."""
     response = service.request(method, path, json=body, headers=headers)
@@ -641,15 +721,23 @@ def test_a_body_that_never_ends_is_refused_by_the_middleware_within_the_request_
     assert 0.25 < waited < 2.0
 
 
-@pytest.mark.parametrize("body,problem", [
-    (b'{"sentences": ["' + b"[" * 100 + b'"], "speaker": "spk000"}', None),  # brackets in a string are text
-    (b'{"sentences": ["a \\" ' + b"{" * 100 + b'"], "speaker": "[[["}', None),  # an escaped quote ends no string
-    (b"[" * 32 + b"]" * 32, None),
-    (b"[" * 33, "more than 32 deep"),
-    (b'{"a": "\\\\"' + b", [" * 40, "more than 32 deep"),  # the string ends at the quote after the escaped backslash
-    ("é".encode("latin-1"), "byte 0xe9 at position 0"),
-    (b'"\xed\xa0\x80"', "byte 0xed at position 1"),  # a surrogate written in UTF-8: not UTF-8
-])
+#: bodies judged before they are parsed: (the promise of docs/reliability.md, body, what is wrong in it, or None)
+BODY_PROBES = [
+    ("body-judged-before-parsing",
+     b'{"sentences": ["' + b"[" * 100 + b'"], "speaker": "spk000"}', None),  # brackets in a string are text
+    ("body-judged-before-parsing",
+     b'{"sentences": ["a \\" ' + b"{" * 100 + b'"], "speaker": "[[["}', None),  # an escaped quote ends no string
+    ("body-judged-before-parsing", b"[" * 32 + b"]" * 32, None),
+    ("body-judged-before-parsing", b"[" * 33, "more than 32 deep"),
+    ("body-judged-before-parsing",
+     b'{"a": "\\\\"' + b", [" * 40, "more than 32 deep"),  # the string ends at the quote after the escaped backslash
+    ("body-judged-before-parsing", "é".encode("latin-1"), "byte 0xe9 at position 0"),
+    ("body-judged-before-parsing",
+     b'"\xed\xa0\x80"', "byte 0xed at position 1"),  # a surrogate written in UTF-8: not UTF-8
+]
+
+
+@pytest.mark.parametrize("body,problem", [row[1:] for row in BODY_PROBES])
 def test_a_body_is_judged_before_it_is_parsed(body, problem):
     found = serve.body_problem(body)
     assert (found is None) if problem is None else (problem in found[2]), found
@@ -677,33 +765,46 @@ def test_a_record_damaged_while_the_service_runs_gets_503_and_the_others_are_ser
 
 # -- where the store is: --store URLs, a server that refuses, fairseq-speaker-store copy ------------------------------
 
-#: (the --store value, text of the command's one line): refused before the model loads, the database untouched.
+#: (the promise of docs/reliability.md, the --store value, text of the command's one line): refused before the model
+#: loads, the database untouched.
 #: ``{url}`` is a database of the tests' PostgreSQL server (its password in it), ``{port}`` that server's port;
 #: ``{silent}`` a port where nothing listens.
 STORE_PROBES = [
-    ("mysql://u@host/db", "--store mysql://u@host/db: mysql:// is not a kind of store this service knows: give an "
+    ("store-url-checked",
+     "mysql://u@host/db", "--store mysql://u@host/db: mysql:// is not a kind of store this service knows: give an "
                           "SQLite file (speakers.db, or sqlite:///speakers.db"),
-    ("sqlite://host/speakers.db", "--store sqlite://host/speakers.db: an SQLite store is a file on this machine, "
+    ("store-url-checked",
+     "sqlite://host/speakers.db", "--store sqlite://host/speakers.db: an SQLite store is a file on this machine, "
                                   "written sqlite:///FILE (no host"),
-    ("sqlite:///", "--store sqlite:///: no file named: write sqlite:///speakers.db"),
-    ("sqlite:////no/such/folder/s.db", "--store /no/such/folder/s.db: the folder /no/such/folder does not exist"),
-    ("postgresql:/db", "--store postgresql:/db: a URL is written postgresql://... (two slashes after the colon)"),
-    ("postgresql://u:secret@host:port/db", "--store postgresql://u:***@host:port/db: the port 'port' is not a number "
+    ("store-url-checked", "sqlite:///", "--store sqlite:///: no file named: write sqlite:///speakers.db"),
+    ("store-url-checked",
+     "sqlite:////no/such/folder/s.db", "--store /no/such/folder/s.db: the folder /no/such/folder does not exist"),
+    ("store-url-checked",
+     "postgresql:/db", "--store postgresql:/db: a URL is written postgresql://... (two slashes after the colon)"),
+    ("store-url-checked",
+     "postgresql://u:secret@host:port/db", "--store postgresql://u:***@host:port/db: the port 'port' is not a number "
                                            "between 1 and 65535"),
-    ("postgresql://u@host/db?bogus=1", "--store postgresql://u@host/db?bogus=1: not a PostgreSQL URL (invalid URI "
+    ("store-url-checked",
+     "postgresql://u@host/db?bogus=1", "--store postgresql://u@host/db?bogus=1: not a PostgreSQL URL (invalid URI "
                                        "query parameter: \"bogus\"): write postgresql://USER@HOST[:PORT]/DATABASE"),
-    ("postgres://u@[::1/db", "--store postgres://u@[::1/db: not a PostgreSQL URL (end of string reached when looking "
+    ("store-url-checked",
+     "postgres://u@[::1/db", "--store postgres://u@[::1/db: not a PostgreSQL URL (end of string reached when looking "
                              "for matching \"]\""),
-    ("postgresql://postgres:wrong@127.0.0.1:{port}/postgres", "--store postgresql://postgres:***@127.0.0.1:{port}/"
+    ("store-url-checked",
+     "postgresql://postgres:wrong@127.0.0.1:{port}/postgres", "--store postgresql://postgres:***@127.0.0.1:{port}/"
      "postgres: cannot connect to the PostgreSQL server (connection to server at \"127.0.0.1\", port {port} failed: "
      "FATAL: password authentication failed for user \"postgres\"): the server refused the user or the password"),
-    ("postgresql://postgres@127.0.0.1:{port}/postgres?password=wrong", "?password=***: cannot connect to the "
+    ("store-url-checked",
+     "postgresql://postgres@127.0.0.1:{port}/postgres?password=wrong", "?password=***: cannot connect to the "
      "PostgreSQL server (connection to server at \"127.0.0.1\", port {port} failed: FATAL: password authentication"),
-    ("postgresql://postgres@127.0.0.1:{silent}/postgres", "cannot connect to the PostgreSQL server (connection to "
+    ("store-url-checked",
+     "postgresql://postgres@127.0.0.1:{silent}/postgres", "cannot connect to the PostgreSQL server (connection to "
      "server at \"127.0.0.1\", port {silent} failed: Connection refused"),
-    ("{server}/nosuch", "failed: FATAL: database \"nosuch\" does not exist): name a database and a user the server "
+    ("store-url-checked",
+     "{server}/nosuch", "failed: FATAL: database \"nosuch\" does not exist): name a database and a user the server "
                         "has (createdb and createuser make them)"),
-    ("postgresql://nobody:x@127.0.0.1:{port}/postgres", "password authentication failed for user \"nobody\""),
+    ("store-url-checked",
+     "postgresql://nobody:x@127.0.0.1:{port}/postgres", "password authentication failed for user \"nobody\""),
 ]
 
 
@@ -715,7 +816,7 @@ def places(postgres):
     return {"port": postgres.port, "silent": silent, "server": postgres.url("")[:-1], "url": postgres.database()}
 
 
-@pytest.mark.parametrize("store,message", STORE_PROBES, ids=[row[0] for row in STORE_PROBES])
+@pytest.mark.parametrize("store,message", [row[1:] for row in STORE_PROBES], ids=[row[1] for row in STORE_PROBES])
 def test_a_store_url_that_cannot_be_used_ends_the_command_in_one_line_before_the_model_loads(store, message, places,
                                                                                               tmp_path, capsys):
     """The model is never loaded (its path does not exist), no file is made, no password is shown."""
@@ -771,24 +872,31 @@ def copies(postgres, tmp_path):
     return places
 
 
-#: (fairseq-speaker-store copy's arguments, text of its one line): the target unchanged
+#: (the promise of docs/reliability.md, fairseq-speaker-store copy's arguments, text of its one line): the target
+#: unchanged
 COPY_PROBES = [
-    (["--from", "{source}", "--to", "{changed}"], "--to {changed_shown} holds speaker(s) 'dr-lee' otherwise than "
+    ("store-copy-whole",
+     ["--from", "{source}", "--to", "{changed}"], "--to {changed_shown} holds speaker(s) 'dr-lee' otherwise than "
      "--from {source} (other rows or sentences: changed after an earlier copy?): nothing was copied. Give --replace to "
      "overwrite them with the source's, or delete them from the target (DELETE /speakers/NAME) and copy again"),
-    (["--from", "{source}", "--to", "{other_model}"], "--to {other_model_shown} holds the speakers of another model "
+    ("store-copy-whole",
+     ["--from", "{source}", "--to", "{other_model}"], "--to {other_model_shown} holds the speakers of another model "
      "(full.pt): a 'full' speaker bias"),
-    (["--from", "{empty}", "--to", "{changed}"], "--from {empty_shown}: holds no speaker store (no tables meta and "
+    ("store-copy-whole",
+     ["--from", "{empty}", "--to", "{changed}"], "--from {empty_shown}: holds no speaker store (no tables meta and "
      "speakers in the schema fairseq_speaker): give the database a service wrote to"),
-    (["--from", "{damaged}", "--to", "{changed}"], "--from {damaged}: the record of speaker 'dr-kim' is damaged: its "
+    ("store-copy-whole",
+     ["--from", "{damaged}", "--to", "{changed}"], "--from {damaged}: the record of speaker 'dr-kim' is damaged: its "
      "sentence pairs are not a JSON list of [source, target] strings (Expecting"),
-    (["--from", "{source}", "--to", "{server}/nosuch"], "--to {server_shown}/nosuch: cannot connect to the PostgreSQL "
+    ("store-copy-whole",
+     ["--from", "{source}", "--to", "{server}/nosuch"], "--to {server_shown}/nosuch: cannot connect to the PostgreSQL "
      "server"),
-    (["--from", "{source}", "--to", "{tmp}"], "--to {tmp} is a directory: give the path of a file"),
+    ("store-copy-whole", ["--from", "{source}", "--to", "{tmp}"], "--to {tmp} is a directory: give the path of a file"),
 ]
 
 
-@pytest.mark.parametrize("args,message", COPY_PROBES, ids=[" ".join(row[0]) for row in COPY_PROBES])
+@pytest.mark.parametrize("args,message", [row[1:] for row in COPY_PROBES],
+                         ids=[" ".join(row[1]) for row in COPY_PROBES])
 def test_a_copy_that_cannot_be_done_ends_in_one_line_and_changes_nothing(args, message, copies, places, capsys):
     values = {**copies, "server": places["server"]}
     values.update({f"{key}_shown": hide_password(value) for key, value in list(values.items())})
