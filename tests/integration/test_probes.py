@@ -667,6 +667,7 @@ COMMAND_PROBES = {
          [*SERVE, "--max-batch-tokens", "many"], 2, "--max-batch-tokens: invalid int value: 'many'"),
         ("numbers-checked", [*SERVE, "--max-gap-ms", "-1"], 2, "--max-gap-ms must be between 0 and 1000, got -1.0"),
         ("numbers-checked", [*SERVE, "--beam", "0"], 2, "--beam must be at least 1, got 0"),
+        ("search-options-checked", [*SERVE, "--beam-stop", "never"], 2, "--beam-stop: invalid choice: 'never'"),
         ("ignored-options-refused",
          [*SERVE, "--token-file", "token", "--token-env", "TOKEN", "--store", "s.db"], 2, "not both"),
         ("ignored-options-refused",
