@@ -244,3 +244,29 @@ def wait_until(condition, seconds: float = 30) -> None:
     while not condition():
         assert time.monotonic() < deadline, "the condition did not hold in time"
         time.sleep(0.01)
+
+
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 that nothing listens on (for a real server a test starts)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http_call(url: str, body=None, method: Optional[str] = None, headers: Optional[Dict[str, str]] = None,
+              timeout: float = 30):
+    """(status, the JSON answer) of one HTTP request to a real server; ``body`` is sent as JSON."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, method=method,
+                                     headers={"Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())

@@ -7,7 +7,6 @@ import os
 import re
 import shlex
 import signal
-import socket
 import sqlite3
 import subprocess
 import threading
@@ -30,7 +29,7 @@ from fairseq_speaker.service.store import SpeakerStore, StoreError
 from fairseq_speaker.serving import SpeakerTranslator
 from fairseq_speaker.modules.speaker_words import speaker_words_of
 from tests.cli import BIN, doctored_checkpoint, run
-from tests.helpers import held_translations, wait_until
+from tests.helpers import free_port, held_translations, http_call, wait_until
 from tests.toy_kinds import attach_gender_kinds, genders
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -765,25 +764,8 @@ def test_a_file_that_is_no_store_is_refused(tmp_path):
 # -- a real server ------------------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _call(url, body=None, method=None, headers=None):
-    data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url, data=data, method=method,
-                                     headers={"Content-Type": "application/json", **(headers or {})})
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
-
-
 def test_a_real_server_answers_health_translates_onboards_and_stops_on_sigterm(toy, trained, tmp_path):
-    checkpoint, store, port = trained("lstm_fact_bias"), str(tmp_path / "speakers.db"), _free_port()
+    checkpoint, store, port = trained("lstm_fact_bias"), str(tmp_path / "speakers.db"), free_port()
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", SERVICE_TOKEN=TOKEN)
     log = open(tmp_path / "server.log", "w+")
     server = subprocess.Popen([os.path.join(BIN, "fairseq-speaker-serve"), checkpoint, "--data", toy["bin"],
@@ -795,17 +777,17 @@ def test_a_real_server_answers_health_translates_onboards_and_stops_on_sigterm(t
         while True:
             assert server.poll() is None, open(tmp_path / "server.log").read()[-3000:]
             try:
-                status, health = _call(base + "/health")
+                status, health = http_call(base + "/health")
                 break
             except (urllib.error.URLError, ConnectionError):
                 assert time.monotonic() < deadline, "the server did not answer /health within 90 s"
                 time.sleep(0.2)
         assert status == 200 and health["status"] == "ok" and health["writes"] is True
-        status, answer = _call(base + "/v1/translate", {"sentences": SENTENCES[:2], "speaker": "spk000"})
+        status, answer = http_call(base + "/v1/translate", {"sentences": SENTENCES[:2], "speaker": "spk000"})
         assert status == 200
         assert [t["text"] for t in answer["translations"]] == _translator(checkpoint, toy).translate(SENTENCES[:2],
                                                                                                      "spk000")
-        status, onboarded = _call(base + "/speakers/dr-lee", PAIRS, method="PUT", headers=AUTH)
+        status, onboarded = http_call(base + "/speakers/dr-lee", PAIRS, method="PUT", headers=AUTH)
         assert status == 201 and onboarded["speaker"]["sentences"] == 2
         server.send_signal(signal.SIGTERM)
         assert server.wait(timeout=30) in (0, -signal.SIGTERM)  # uvicorn raises the signal again once it stopped
@@ -826,7 +808,7 @@ def test_json_logs_are_one_object_a_line_with_each_records_fields_and_the_access
     """--log-format json --access-log: every line the server writes, uvicorn's too, is a JSON object with its time,
     level, logger and message; each request has an access line with its method, path and status, and a refusal its
     code; a newline in a path stays inside its line."""
-    port = _free_port()
+    port = free_port()
     log = open(tmp_path / "server.log", "w+")
     server = subprocess.Popen([os.path.join(BIN, "fairseq-speaker-serve"), trained("lstm_fact_bias"), "--data",
                                toy["bin"], "--port", str(port), "--max-len-b", "6", "--threads", "1",
@@ -838,15 +820,15 @@ def test_json_logs_are_one_object_a_line_with_each_records_fields_and_the_access
         while True:
             assert server.poll() is None, open(tmp_path / "server.log").read()[-3000:]
             try:
-                assert _call(base + "/health")[0] == 200
+                assert http_call(base + "/health")[0] == 200
                 break
             except (urllib.error.URLError, ConnectionError):
                 assert time.monotonic() < deadline, "the server did not answer /health within 90 s"
                 time.sleep(0.2)
-        assert _call(base + "/v1/translate", {"sentences": SENTENCES[:1], "speaker": "spk000"})[0] == 200
-        assert _call(base + "/speakers/zoe", PAIRS, method="PUT")[0] == 403
-        assert _call(base + "/speakers/nobody")[0] == 404
-        assert _call(base + "/speakers/no%0Aone")[0] == 404
+        assert http_call(base + "/v1/translate", {"sentences": SENTENCES[:1], "speaker": "spk000"})[0] == 200
+        assert http_call(base + "/speakers/zoe", PAIRS, method="PUT")[0] == 403
+        assert http_call(base + "/speakers/nobody")[0] == 404
+        assert http_call(base + "/speakers/no%0Aone")[0] == 404
         with urllib.request.urlopen(urllib.request.Request(base + "/", method="HEAD"), timeout=30) as head:
             assert head.status == 200 and head.read() == b""
         server.send_signal(signal.SIGTERM)

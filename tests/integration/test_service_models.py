@@ -9,7 +9,6 @@ import os
 import shlex
 import shutil
 import signal
-import socket
 import sqlite3
 import subprocess
 import time
@@ -28,7 +27,7 @@ from fairseq_speaker.service.store import SpeakerStore
 from fairseq_speaker.service.stores import open_store
 from fairseq_speaker.serving import SpeakerTranslator
 from tests.cli import BIN, doctored_checkpoint
-from tests.helpers import held_translations, wait_until
+from tests.helpers import free_port, held_translations, http_call, wait_until
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOKEN = "test-token-0123456789abcdef"
@@ -418,19 +417,11 @@ def test_the_command_line_passes_the_beam_stop_to_every_model_and_refuses_anothe
 
 
 def _call(base, path, body=None, method=None):
-    request = urllib.request.Request(base + path, data=None if body is None else json.dumps(body).encode(),
-                                     method=method, headers={"Content-Type": "application/json", **AUTH})
-    try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
+    return http_call(base + path, body, method, headers=AUTH, timeout=60)
 
 
 def test_a_real_server_serves_the_models_its_command_line_names(toy, twins, tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     command = (f"{twins['dog']} --data {toy['bin']} --model car={twins['car']} --port {port} --store "
                f"{tmp_path / 'speakers.db'} --token-env SERVICE_TOKEN --max-len-b 6 --threads 1")
     log = open(tmp_path / "server.log", "w+")
