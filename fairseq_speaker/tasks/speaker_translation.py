@@ -535,6 +535,12 @@ class SpeakerTranslationTask(TranslationTask):
                     "--beam-stop unbeaten changes fairseq's beam search, and this generator is another "
                     f"({'--print-alignment' if seq_gen_cls is None else seq_gen_cls.__name__}'s): leave out "
                     "--beam-stop, or --print-alignment")
+            if getattr(args, "sampling", False):
+                # sampling draws each hypothesis's words: searching on for better ones would keep the likeliest of
+                # more draws (no longer samples), and ends in fairseq's assertion where every draw ended at once
+                raise SpeakerDataError(
+                    "--beam-stop unbeaten searches on for better hypotheses, and --sampling draws them: the best of "
+                    "more draws would no longer be samples; leave out --beam-stop unbeaten, or --sampling")
             seq_gen_cls = UnbeatenStopGenerator
         models = self._with_speaker_words(models, args, seq_gen_cls)
         generator = super().build_generator(
@@ -607,6 +613,29 @@ def _check_inference_input(generator, sample, constraints) -> None:
         raise SpeakerDataError(
             "--score-reference scores the reference translations of a binarized split (fairseq-generate), and these "
             "sentences have none: leave out --score-reference")
+    _check_lengths(generator, sample)
+
+
+def _check_lengths(generator, sample) -> None:
+    """Refuse a ``--min-len`` above the longest translation the search allows a batch (fairseq's generator ends in
+    an assertion): its maximum, ``--max-len-a`` × the batch's source length + ``--max-len-b`` (at most the model's
+    positions), or the source's length with ``--match-source-len``."""
+    from fairseq.sequence_generator import SequenceGenerator
+
+    if not isinstance(generator, SequenceGenerator):
+        return
+    src_tokens, src_lengths = sample["net_input"]["src_tokens"], sample["net_input"].get("src_lengths")
+    if getattr(generator, "match_source_len", False) and src_lengths is not None:
+        longest, rule = int(src_lengths.max()), "the source's length (--match-source-len)"
+    else:
+        a, b, src_len = generator.max_len_a, generator.max_len_b, src_tokens.size(1)
+        longest = min(int(a * src_len + b), generator.max_len - 1)
+        rule = (f"--max-len-a {a:g} x {src_len} source tokens + --max-len-b {b}" +
+                (f", within the model's {generator.max_len} positions" if longest == generator.max_len - 1 else ""))
+    if generator.min_len > longest:
+        raise SpeakerDataError(
+            f"--min-len {generator.min_len} (min_len) asks for translations longer than the search allows these "
+            f"sentences: at most {longest} tokens ({rule}); lower --min-len, or raise --max-len-b (max_len_b)")
 
 
 def _dev_name(split: str) -> Optional[str]:
