@@ -311,7 +311,8 @@ class SpeakerStore:
                 tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
                 if not {"meta", "speakers"} <= tables:
                     raise _NotAStore("it has no tables meta and speakers")
-                schema = db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()[0]
+                row = db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+                schema = row[0] if row else None
             if schema == "1":
                 schema = self._upgrade()
         except sqlite3.DatabaseError as e:
@@ -334,7 +335,21 @@ class SpeakerStore:
                 schema = str(SCHEMA_VERSION)
         return schema
 
-    def _check_schema(self, schema: str) -> None:
+    def _check_schema(self, schema: Optional[str]) -> None:
+        """Refuse a store of a newer schema, or one whose records of its schema or of its writes (``meta``'s
+        ``schema`` and ``generation``) are not whole numbers: nothing else in it could be trusted to mean what this
+        version reads (they ended the service's start and ``copy`` in a traceback)."""
+        problem = None
+        if not (isinstance(schema, str) and schema.isascii() and schema.isdigit() and int(schema) >= 1):
+            problem = f"its record of its schema (meta 'schema') is {schema!r}, not a schema's number (1, 2, ...)"
+        else:
+            try:
+                self.generation()
+            except (ValueError, TypeError, IndexError):
+                problem = "its count of writes (meta 'generation') is missing or not a whole number"
+        if problem is not None:
+            self.close()
+            raise StoreDamaged(self.path, problem, skippable=False)
         if int(schema) > SCHEMA_VERSION:
             self.close()
             raise StoreError(f"{self.option} {self.path}: written by a newer fairseq-speaker (store schema {schema}, "

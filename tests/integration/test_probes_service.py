@@ -564,6 +564,13 @@ DAMAGE_PROBES = {
                                        _sql("UPDATE models SET fingerprint = '{\"variant' WHERE id = 'default'"),
                                        "the record of the model it was made for (its fingerprint) is not readable",
                                        False),
+    "a schema that is no number": ("unreadable-store-refused",
+                                   _sql("UPDATE meta SET value = '2.0' WHERE key = 'schema'"),
+                                   "its record of its schema (meta 'schema') is '2.0', not a schema's number", False),
+    "a count of writes that is no number": ("unreadable-store-refused",
+                                            _sql("UPDATE meta SET value = 'x' WHERE key = 'generation'"),
+                                            "its count of writes (meta 'generation') is missing or not a whole number",
+                                            False),
 }
 
 
