@@ -191,9 +191,18 @@ class UnbeatenStopGenerator(SequenceGenerator):
     longer hypothesis gains from its length and the rule is the same heuristic as Hugging Face's.
 
     A sentence is checked when one of its hypotheses ends (where fairseq checks it): one whose live hypotheses
-    never end again runs to the maximum length, which costs time and not correctness. Every other part of the
-    search (candidates, scores, constraints, the ensemble's step) is fairseq's.
+    never end again runs to the maximum length, which costs time and not correctness. There it ends with the
+    hypotheses it has ended even where none of its live ones could end (all of them scored -inf: a forced prefix
+    that held the end of the sentence, ``--prefix-size`` longer than the reference), where fairseq's loop asserts
+    that every sentence has ended. Every other part of the search (candidates, scores, constraints, the ensemble's
+    step) is fairseq's.
     """
+
+    def _generate(self, sample, *args, **kwargs):
+        # fairseq's loop ends at the maximum length instead of asserting that no sentence is left (its own rule has
+        # ended every sentence by then: `beam` ended; here one whose live hypotheses all score -inf may be left)
+        self.search.stop_on_max_len = True
+        return super()._generate(sample, *args, **kwargs)
 
     def finalize_hypos(self, step: int, bbsz_idx, eos_scores, tokens, scores, finalized, finished, beam_size: int,
                        attn, src_lengths, max_len: int):

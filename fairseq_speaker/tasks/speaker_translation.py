@@ -497,9 +497,16 @@ class SpeakerTranslationTask(TranslationTask):
             return check_ended(generator, sample, super().inference_step(
                 generator, models, sample, prefix_tokens=prefix_tokens, constraints=constraints
             ))
+        # force each sentence's speaker token; an unseen speaker's (pad) is left to the model
+        speaker_prefix = self._speaker_prefix(net_input["speakers"], self.tgt_dict.pad()).unsqueeze(1)
         if prefix_tokens is None:
-            # force each sentence's speaker token; an unseen speaker's (pad) is left to the model
-            prefix_tokens = self._speaker_prefix(net_input["speakers"], self.tgt_dict.pad()).unsqueeze(1)
+            prefix_tokens = speaker_prefix
+        elif bool(prefix_tokens[:, 0].eq(self.tgt_dict.pad()).all()):
+            # fairseq-generate's --prefix-size: the references' first words, whose speaker token is padding in the
+            # targets (an input, not a prediction: SpeakerDataset); left so, the search chose any speaker's token
+            prefix_tokens = torch.cat([speaker_prefix.to(prefix_tokens), prefix_tokens[:, 1:]], dim=1)
+        else:  # a caller's prefix of words (the hub's inference_step_args): the speaker token goes before them
+            prefix_tokens = torch.cat([speaker_prefix.to(prefix_tokens), prefix_tokens], dim=1)
         hypos = check_ended(generator, sample, super().inference_step(
             generator, models, sample, prefix_tokens=prefix_tokens, constraints=constraints
         ))

@@ -1418,6 +1418,48 @@ def test_a_memory_of_weight_0_decodes_as_the_network_under_every_search(places, 
         assert sum(line.startswith("H-") for line in remembered) == sum(line.startswith("H-") for line in network)
 
 
+#: what a search returns, against another run of the toy test split: (the promise of docs/reliability.md, what, the
+#: model, its options, the other run's options, "same" (the same hypotheses and scores) or "no-lower" (each sentence's
+#: best score no lower than the other run's))
+SEARCH_PROBES = [
+    ("prefix-keeps-the-speaker", "--prefix-size 1 on a --speaker-token model is its speaker token alone", "{spktoken}",
+     ["--prefix-size", "1"], [], "same"),
+    ("prefix-keeps-the-speaker", "--prefix-size 1 with --beam-stop unbeaten on a --speaker-token model", "{spktoken}",
+     ["--prefix-size", "1", "--beam-stop", "unbeaten"], ["--beam-stop", "unbeaten"], "same"),
+    ("unbeaten-never-worse", "--prefix-size longer than the references", "{ckpt}",
+     ["--prefix-size", "50", "--beam-stop", "unbeaten"], ["--prefix-size", "50"], "no-lower"),
+    ("unbeaten-never-worse", "--prefix-size longer than the references of a --speaker-token model", "{spktoken}",
+     ["--prefix-size", "50", "--beam-stop", "unbeaten"], ["--prefix-size", "50"], "no-lower"),
+    ("unbeaten-never-worse", "--nbest 2 --lenpen 0 --max-len-b 12", "{ckpt}",
+     ["--nbest", "2", "--lenpen", "0", "--max-len-b", "12", "--beam-stop", "unbeaten"],
+     ["--nbest", "2", "--lenpen", "0", "--max-len-b", "12"], "no-lower"),
+    ("unbeaten-never-worse", "--diverse-beam-groups 2 --unnormalized", "{ckpt}",
+     ["--diverse-beam-groups", "2", "--unnormalized", "--beam-stop", "unbeaten"],
+     ["--diverse-beam-groups", "2", "--unnormalized"], "no-lower"),
+]
+
+
+@pytest.mark.parametrize("model,options,other,relation", [row[2:] for row in SEARCH_PROBES],
+                         ids=[row[1] for row in SEARCH_PROBES])
+def test_a_search_returns_what_its_options_promise(places, capsys, model, options, other, relation):
+    def best(lines: List[str]) -> Dict[str, float]:
+        scores: Dict[str, float] = {}
+        for line in lines:
+            if line.startswith("H-"):
+                sentence, score, _ = line.split("\t")
+                scores[sentence] = max(scores.get(sentence, -float("inf")), float(score))
+        return scores
+
+    path = places.fill(model)
+    mine, theirs = _generated(places, capsys, path, *options), _generated(places, capsys, path, *other)
+    assert len(best(mine)) == 37, mine[:3]
+    if relation == "same":
+        assert mine == theirs
+    else:
+        lower = {s: (score, best(theirs)[s]) for s, score in best(mine).items() if score < best(theirs)[s] - 1e-4}
+        assert not lower, lower
+
+
 def test_diverse_beam_search_gives_a_sentence_the_same_hypotheses_in_any_batch(places, capsys):
     """fairseq's diverse beam search looked a sentence's groups' overlap up by its id in the split, where it keeps it by
     position in the batch: an IndexError past the first batch, another sentence's overlap within it."""
