@@ -48,6 +48,26 @@ class AllowedTokensSearch(PrefixConstrainedBeamSearch):
         super().__init__(tgt_dict, allowed)
         self.hidden = torch.tensor(sorted(hidden), dtype=torch.long)
 
+    def step(self, step: int, lprobs: Tensor, scores: Optional[Tensor], prev_output_tokens: Tensor,
+             original_batch_idxs: Tensor):
+        """fairseq's step, with 2 x ``beam`` candidates as its beam search takes (fairseq's takes ``beam``): where
+        fewer than ``beam`` of them do not end the sentence, the generator kept ended hypotheses in the beam and
+        went on writing them, so that the n-best held one translation several times ("suis", "suis </s>",
+        "suis </s> </s>"), each longer one scored better by the length normalization, and ``--beam-stop unbeaten``
+        met fairseq's assertion that a sentence has a live candidate."""
+        # lprobs: [bsz, beam, V]; scores: [bsz, beam, step] (the hypotheses' scores so far)
+        bsz, beam_size, vocab_size = lprobs.size()
+        lprobs = lprobs + self.apply_mask(lprobs.view(bsz * beam_size, 1, vocab_size), prev_output_tokens,
+                                          original_batch_idxs).view(bsz, beam_size, vocab_size)
+        if step == 0:  # every hypothesis is the same at the first step: the first beam's
+            lprobs = lprobs[:, ::beam_size, :].contiguous()
+        else:
+            assert scores is not None
+            lprobs = lprobs + scores[:, :, step - 1].unsqueeze(-1)
+        flat = lprobs.view(bsz, -1)
+        top_scores, top = torch.topk(flat, k=min(beam_size * 2, flat.size(1) - 1))  # -1: pad is never chosen
+        return top_scores, top.fmod(vocab_size), torch.div(top, vocab_size, rounding_mode="trunc")
+
     def apply_mask(self, x: Tensor, prev_output_tokens: Tensor, original_batch_idxs: Tensor) -> Tensor:
         # x: [bsz * beam, 1, V]; prev_output_tokens: [bsz * beam, step + 1]; original_batch_idxs: [bsz]
         beam_size = x.shape[0] // original_batch_idxs.shape[0]

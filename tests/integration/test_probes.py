@@ -1787,6 +1787,30 @@ def test_a_bad_api_call_is_refused_with_one_message(translator, places, name, ca
     assert translator.speakers == before  # nothing half-added
 
 
+#: the n-best of a search restricted by prefix_allowed_tokens_fn: (the promise of docs/reliability.md, what, the words
+#: allowed, beam and --beam-stop)
+ALLOWED_NBEST_PROBES = [
+    ("allowed-tokens-checked", "three words and the end, beam 3", ["je", "suis", "."], 3, "fairseq"),
+    ("allowed-tokens-checked", "three words and the end, beam 5, unbeaten", ["je", "suis", "."], 5, "unbeaten"),
+    ("allowed-tokens-checked", "one word and the end, beam 4", ["suis"], 4, "fairseq"),
+]
+
+
+@pytest.mark.parametrize("allowed,beam,stop", [row[2:] for row in ALLOWED_NBEST_PROBES],
+                         ids=[row[1] for row in ALLOWED_NBEST_PROBES])
+def test_an_allowed_tokens_search_gives_each_translation_once_scored_as_it_is(translator, allowed, beam, stop):
+    """fairseq's restricted search took `beam` candidates, where its beam search takes twice as many: ended hypotheses
+    went on in the beam ("suis", "suis </s>", "suis </s> </s>": one translation three times, each longer one scored
+    better by the length normalization), and --beam-stop unbeaten ended in fairseq's assertion."""
+    words = translator.task.target_dictionary
+    ids = [words.index(word) for word in allowed] + [words.eos()]
+    nbest = translator.translate_nbest(["i am tired ."], "spk000", beam=beam, nbest=beam, beam_stop=stop,
+                                       prefix_allowed_tokens_fn=lambda i, tokens: ids)[0]
+    texts = [text for text, _ in nbest]
+    assert len(texts) == len(set(texts)) and all(text.split() and set(text.split()) <= set(allowed) for text in texts), \
+        nbest
+
+
 #: SpeakerTranslator.from_pretrained: (the promise of docs/reliability.md, what, the data folder, text of the refusal)
 FROM_PRETRAINED_PROBES = [
     ("dictionaries-compared", "another dictionary", "{other}",
