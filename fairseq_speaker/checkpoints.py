@@ -356,6 +356,14 @@ def check_data_folder(state: dict, path: str, data: str) -> None:
         raise dictionary_mismatch(path, data, problems)
 
 
+def _task_of(state: dict) -> Optional[str]:
+    """The name of the task a checkpoint was trained with, where its options record it."""
+    cfg = state.get("cfg") or {}
+    task = cfg.get("task") if hasattr(cfg, "get") else None
+    name = task.get("_name") if hasattr(task, "get") else None
+    return name if isinstance(name, str) else None
+
+
 def check_language_model(cfg, target: dict, speaker_token: bool = False) -> None:
     """Refuse (:class:`CheckpointError`) fairseq-generate's ``--lm-path`` where fairseq would end in a traceback or
     add the language model's scores to other words than the translations'. ``cfg``: the speaker task's options,
@@ -378,6 +386,11 @@ def check_language_model(cfg, target: dict, speaker_token: bool = False) -> None
     if not os.path.isfile(lm_path):
         raise CheckpointError(f"--lm-path {lm_path}: no such file; give the checkpoint of a language model of the "
                               f"target language (fairseq-train --task language_modeling)")
+    task = _task_of(read_checkpoint(lm_path))
+    if task is not None and "language_modeling" not in task:
+        raise CheckpointError(f"--lm-path {lm_path}: a checkpoint of the task {task}, not a language model (fusing it "
+                              f"ended in a traceback at the first sentence): give the checkpoint of a language model "
+                              f"of the target language (fairseq-train --task language_modeling)")
     if speaker_token:
         raise CheckpointError(f"--lm-path {lm_path}: a --speaker-token model's target words include its speakers' "
                               f"tokens, which a language model does not have: fuse a language model with a model of "
@@ -389,7 +402,19 @@ def check_language_model(cfg, target: dict, speaker_token: bool = False) -> None
             f"--lm-path {lm_path}: fairseq reads the language model's dictionary as {path}, which is not there; the "
             f"language model must have been trained with the target dictionary {target_file}: copy it there (cp "
             f"{target_file} {path})")
-    lm_symbols, symbols = Dictionary.load(path).symbols, list(target["symbols"])
+    try:
+        lm_symbols = Dictionary.load(path).symbols
+    except (ValueError, UnicodeError) as e:  # fairseq's reader: a line that is no "<token> <count>", not UTF-8
+        raise CheckpointError(f"--lm-path {lm_path}: {path}, the language model's dictionary, cannot be read ({' '.join(str(e).split())}): it "
+                              f"must be the target dictionary {target_file}: copy it there (cp {target_file} "
+                              f"{path})") from None
+    except Exception as e:  # fairseq raises a bare Exception for text that is not UTF-8
+        if "encoding" not in str(e):
+            raise
+        raise CheckpointError(f"--lm-path {lm_path}: {path}, the language model's dictionary, is not UTF-8 text: it "
+                              f"must be the target dictionary {target_file}: copy it there (cp {target_file} "
+                              f"{path})") from None
+    symbols = list(target["symbols"])
     if len(lm_symbols) != len(symbols):
         problem = f"{path} has {len(lm_symbols):,} symbols, {target_file} {len(symbols):,}"
     else:

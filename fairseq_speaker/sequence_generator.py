@@ -22,6 +22,7 @@ its batch but looks it up by the sentence's id in the split (an ``IndexError`` p
 sentence's overlap within it): :class:`DiverseBeamSearchByPosition` looks it up by position.
 """
 
+import math
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -139,6 +140,11 @@ def check_search(args) -> None:
     if groups > 0 and isinstance(beam, int) and beam % groups:
         raise UserError(f"--diverse-beam-groups {groups} splits the beam into groups of one size: give a --beam that "
                         f"is a multiple of {groups}, got --beam {beam}")
+    for name in ("lenpen", "unkpen", "lm_weight", "max_len_a", "temperature", "diversity_rate", "sampling_topp"):
+        value = getattr(args, name, None)
+        if isinstance(value, (int, float)) and not math.isfinite(value):
+            # a NaN score ranks nothing, and an infinite one left every hypothesis -inf (fairseq's loop asserted)
+            raise UserError(f"--{name.replace('_', '-')} must be a finite number, got {value}")
     temperature = getattr(args, "temperature", 1.0)
     if temperature is not None and not temperature > 0:
         raise UserError(f"--temperature must be greater than 0 (1: the model's own probabilities), got {temperature:g}")

@@ -873,6 +873,15 @@ COMMAND_PROBES = {
         ("language-model-dictionary", ["{lmdata}", "--path", "{spktoken}", *GENERATE, "--lm-path", "{lm}"], 2,
          "--lm-path {lm}: a --speaker-token model's target words include its speakers' tokens, which a language model "
          "does not have"),
+        ("language-model-dictionary", ["{lmbadformat}", "--path", "{ckpt}", *GENERATE, "--lm-path", "{lm}"], 2,
+         "--lm-path {lm}: {lmbadformat}/dict.txt, the language model's dictionary, cannot be read (Incorrect dictionary "
+         "format"),
+        ("language-model-dictionary", ["{lmdata}", "--path", "{ckpt}", *GENERATE, "--lm-path", "{ckpt}"], 2,
+         "--lm-path {ckpt}: a checkpoint of the task speaker_translation, not a language model"),
+        ("numbers-checked", ["{lmdata}", "--path", "{ckpt}", *GENERATE, "--lm-path", "{lm}", "--lm-weight", "inf"], 2,
+         "--lm-weight must be a finite number, got inf"),
+        ("numbers-checked", ["{data}", "--path", "{ckpt}", *GENERATE, "--lenpen", "nan"], 2,
+         "--lenpen must be a finite number, got nan"),
     ],
 }
 
@@ -1281,6 +1290,9 @@ class Places:
 
     def make_lmdata(self):
         return self._lm_data("lmdata", open(os.path.join(self["data"], "dict.fr.txt"), encoding="utf-8").readlines())
+
+    def make_lmbadformat(self):
+        return self._lm_data("lmbadformat", ["je\n", "suis 3\n"])
 
     def make_lmswapped(self):
         lines = open(os.path.join(self["data"], "dict.fr.txt"), encoding="utf-8").readlines()
