@@ -199,8 +199,16 @@ class SpeakerTranslator:
         ``unknown_speaker="fail"``, ``preprocessing="none"``). A checkpoint trained on data that records its
         preprocessing (``examples/sated/prepare.py``) takes raw text and gives detokenized text, unless
         ``tokenizer=``/``bpe=`` or ``preprocessing="none"`` say otherwise (docs/sated.md)."""
+        if os.path.isdir(checkpoint):
+            raise OnboardingError(f"checkpoint {checkpoint} is a directory: give the checkpoint file in it (e.g. "
+                                  f"{os.path.join(checkpoint, 'checkpoint_best.pt')})")
         if not os.path.isfile(checkpoint):
             raise OnboardingError(f"checkpoint not found: {checkpoint}")
+        if os.pathsep in os.path.basename(checkpoint):
+            # fairseq's hub reads a file name as checkpoints separated by ':' (an ensemble): 'co' and 'lon.pt'
+            raise OnboardingError(f"checkpoint {checkpoint}: fairseq reads a file name holding {os.pathsep!r} as "
+                                  f"several checkpoints (an ensemble): rename the file, or link it under a name "
+                                  f"without {os.pathsep!r} (ln -s)")
         before = _file_identity(checkpoint)
         # the search's stop: a generation default of the translator (a checkpoint saved before the option existed
         # has no such key for fairseq to override, which would drop it without a word)

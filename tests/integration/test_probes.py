@@ -1291,6 +1291,9 @@ class Places:
     def make_lmdata(self):
         return self._lm_data("lmdata", open(os.path.join(self["data"], "dict.fr.txt"), encoding="utf-8").readlines())
 
+    def make_colonckpt(self):
+        return shutil.copy(self["ckpt"], self.path("model:v2.pt"))
+
     def make_lmbadformat(self):
         return self._lm_data("lmbadformat", ["je\n", "suis 3\n"])
 
@@ -1825,23 +1828,28 @@ def test_an_allowed_tokens_search_gives_each_translation_once_scored_as_it_is(tr
 
 #: SpeakerTranslator.from_pretrained: (the promise of docs/reliability.md, what, the data folder, text of the refusal)
 FROM_PRETRAINED_PROBES = [
-    ("dictionaries-compared", "another dictionary", "{other}",
+    ("dictionaries-compared", "another dictionary", "{ckpt}", "{other}",
      "{ckpt} was trained with the dictionaries of another data folder than {other}: its source dictionary has 64 "
      "symbols, {other}/dict.en.txt has 56; its target dictionary has 88 symbols, {other}/dict.fr.txt has 80"),
-    ("dictionaries-compared", "a dictionary of the same size", "{swapped}", SWAPPED),
-    ("not-a-checkpoint", "no such checkpoint", "{data}", "checkpoint not found: {tmp}/none.pt"),
+    ("dictionaries-compared", "a dictionary of the same size", "{ckpt}", "{swapped}", SWAPPED),
+    ("not-a-checkpoint", "no such checkpoint", "{tmp}/none.pt", "{data}", "checkpoint not found: {tmp}/none.pt"),
+    ("not-a-checkpoint", "a directory", "{tmp}", "{data}",
+     "checkpoint {tmp} is a directory: give the checkpoint file in it (e.g. {tmp}/checkpoint_best.pt)"),
+    # fairseq's hub read it as the checkpoints 'model' and 'v2.pt', and said that 'model' was not there
+    ("not-a-checkpoint", "a file name holding ':'", "{colonckpt}", "{data}",
+     "checkpoint {colonckpt}: fairseq reads a file name holding ':' as several checkpoints (an ensemble): rename the "
+     "file"),
 ]
 
 
-@pytest.mark.parametrize("name,data,message", [row[1:] for row in FROM_PRETRAINED_PROBES],
+@pytest.mark.parametrize("checkpoint,data,message", [row[2:] for row in FROM_PRETRAINED_PROBES],
                          ids=[row[1] for row in FROM_PRETRAINED_PROBES])
-def test_from_pretrained_refuses_what_it_cannot_load(places, name, data, message):
+def test_from_pretrained_refuses_what_it_cannot_load(places, checkpoint, data, message):
     from fairseq_speaker.errors import UserError
     from fairseq_speaker.serving import SpeakerTranslator
 
-    checkpoint = places.path("none.pt") if name == "no such checkpoint" else places["ckpt"]
     with pytest.raises(UserError) as refused:
-        SpeakerTranslator.from_pretrained(checkpoint, data=places.fill(data))
+        SpeakerTranslator.from_pretrained(places.fill(checkpoint), data=places.fill(data))
     assert places.fill(message) in str(refused.value)
 
 
