@@ -28,7 +28,7 @@ import re
 import sys
 import time
 import warnings
-from typing import Callable, Dict, Mapping, Optional, Sequence, Tuple, TypeVar, Union
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
 from fastapi import APIRouter, Depends, FastAPI, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -579,6 +579,19 @@ def _pages(app: FastAPI) -> None:
     app.add_route("/favicon.ico", lambda request: icon, include_in_schema=False)
 
 
+def _warn_of_unserved_speakers(store: SpeakerStore, served: List[str]) -> None:
+    """Say which speakers of the store this process leaves out: those of a model id it does not serve (a store of
+    fairseq-speaker 0.8 keeps its speakers as the model 'default''s; a model removed before a restart). Requests
+    naming them get the unknown-speaker policy, which nothing else would explain."""
+    for model in store.models():
+        count = len(store.versions(model)[1]) if model not in served else 0
+        if count:
+            logger.warning(f"--store {store.path} holds {count} speaker(s) of the model {model!r}, which this service "
+                           f"does not serve ({', '.join(map(repr, served))}): requests cannot name them. Serve that "
+                           f"model under this id (--model {model}=CHECKPOINT, or POST /models) to translate as them",
+                           extra={"model": model})
+
+
 def create_app(translator: Union[SpeakerTranslator, Mapping[str, SpeakerTranslator]],
                store: Optional[SpeakerStore] = None, token: Optional[str] = None, limits: Limits = Limits(),
                beam: int = 5, generate: Optional[Dict] = None, batching: BatchOptions = BatchOptions(),
@@ -612,6 +625,7 @@ def create_app(translator: Union[SpeakerTranslator, Mapping[str, SpeakerTranslat
                           on_change=lambda: setattr(app.state, "service", models.get()))
     for model in models.ids:
         metrics.loaded(model, "loaded")
+    _warn_of_unserved_speakers(store, models.ids)
     service = models.get()
 
     @contextlib.asynccontextmanager

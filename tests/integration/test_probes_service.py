@@ -750,6 +750,33 @@ def test_a_body_is_judged_before_it_is_parsed(body, problem):
     assert (found is None) if problem is None else (problem in found[2]), found
 
 
+#: a store holding speakers of a model id the service does not serve: (the promise of docs/reliability.md, what, the id
+#: they were onboarded under, the id served next)
+UNSERVED_PROBES = [
+    ("unserved-speakers-named", "a store of 0.8 upgraded (its speakers are the model default's) served as en-fr",
+     "default", "en-fr"),
+    ("unserved-speakers-named", "a model removed before the restart", "old", "default"),
+]
+
+
+@pytest.mark.parametrize("onboarded,served", [row[2:] for row in UNSERVED_PROBES], ids=[row[1] for row in UNSERVED_PROBES])
+def test_the_speakers_of_a_model_the_service_does_not_serve_are_named_at_its_start(toy, trained, tmp_path, caplog,
+                                                                                  onboarded, served):
+    """Requests could not name them, and got the unknown-speaker policy without a word."""
+    def translator():
+        return SpeakerTranslator.from_pretrained(trained("lstm_fact_bias"), data=toy["bin"], max_len_b=4)
+
+    path = str(tmp_path / "speakers.db")
+    with TestClient(create_app({onboarded: translator()}, SpeakerStore(path), token=TOKEN)) as client:
+        assert client.put("/speakers/dr-lee", json=PAIRS, headers=AUTH).status_code == 201
+    with caplog.at_level(logging.WARNING, logger="fairseq_speaker.service"):
+        with TestClient(create_app({served: translator()}, SpeakerStore(path))):
+            pass
+    assert (f"--store {path} holds 1 speaker(s) of the model {onboarded!r}, which this service does not serve "
+            f"({served!r}): requests cannot name them. Serve that model under this id (--model {onboarded}=CHECKPOINT"
+            in caplog.text), caplog.text
+
+
 def test_the_store_refuses_to_write_a_name_the_label_policy_refuses():
     store = SpeakerStore(":memory:")
     with pytest.raises(StoreError, match=r"--store :memory:: cannot store speaker 'lee\\u200b': .*U\+200B"):
