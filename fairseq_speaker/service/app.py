@@ -846,6 +846,12 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> Tuple[argparse.Namespace
         value = getattr(args, option)
         if value is not None and value < 1:
             parser.error(f"--{option} must be at least 1, got {value}")
+    # every request would be refused (422) for the search's lengths: a translation of at most 0 words, or NaN
+    if args.max_len_a is not None and not (math.isfinite(args.max_len_a) and args.max_len_a >= 0):
+        parser.error(f"--max-len-a must be a finite number of at least 0, got {args.max_len_a}")
+    if args.max_len_b is not None and args.max_len_b < (0 if args.max_len_a else 1):
+        parser.error(f"--max-len-b must be at least {0 if args.max_len_a else 1} (a translation of at least one word"
+                     f"{' for every source' if not args.max_len_a else ''}), got {args.max_len_b}")
     try:
         limits = Limits(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Limits)})
         #: how concurrent translations are gathered (:class:`BatchOptions`), for :func:`create_app`

@@ -659,6 +659,11 @@ SERVE_OPTION_PROBES = [
      ["--model", "a=m.pt:d", "--default-model", "b"], "--default-model b: no such model: the models are 'a'"),
     ("one-line-user-errors",
      ["--model", "a=m.pt:no/such/data"], "data directory not found: no/such/data (of --model a)"),
+    # every request was then refused (422) for the search's lengths, the service up
+    ("numbers-checked", ["--model", "a=m.pt:d", "--max-len-b", "0"],
+     "--max-len-b must be at least 1 (a translation of at least one word for every source), got 0"),
+    ("numbers-checked", ["--model", "a=m.pt:d", "--max-len-a", "nan"],
+     "--max-len-a must be a finite number of at least 0, got nan"),
 ]
 
 
