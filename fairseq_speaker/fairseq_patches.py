@@ -110,6 +110,12 @@ CHANGES: List[Change] = [
            "drops the speaker token that starts every reference with --speaker-token",
            "--eval-bleu would score the speaker token as a word of every reference",
            "fairseq_speaker.tasks.speaker_translation.SpeakerTranslationTask._inference_with_bleu"),
+    Change("fairseq.sequence_generator.SequenceGenerator._generate", "overridden",
+           "makes the search of --beam-stop unbeaten end at the maximum length (search.stop_on_max_len) before "
+           "fairseq's own loop runs",
+           "a sentence whose live hypotheses all score -inf is left at the maximum length, where fairseq's loop "
+           "asserts that every sentence has ended (its own rule has ended them all by then)",
+           "fairseq_speaker.sequence_generator.UnbeatenStopGenerator._generate"),
     Change("fairseq.trainer.Trainer.__init__", "wrapped",
            "refuses --fp16, --bf16 and their memory-efficient forms without a CUDA GPU, with what to do",
            "fairseq then fails deep inside with an assertion or takes the machine for a TPU (a traceback)",

@@ -108,13 +108,16 @@ def private_names() -> set:
     import argparse
 
     from fairseq.models import BaseFairseqModel, FairseqDecoder, FairseqEncoder, FairseqIncrementalDecoder
+    from fairseq.search import BeamSearch, DiverseBeamSearch
+    from fairseq.sequence_generator import EnsembleModel, SequenceGenerator
     from fairseq.tasks import FairseqTask
     from fairseq.tasks.translation import TranslationTask
     from fairseq.trainer import Trainer
 
     owners = (torch, torch.Tensor, torch.zeros(0), torch.nn.Module(), torch.nn.Linear(1, 1), torch.optim.Optimizer,
               argparse.ArgumentParser(), FairseqTask, TranslationTask, BaseFairseqModel, FairseqDecoder,
-              FairseqEncoder, FairseqIncrementalDecoder, FairseqOptimizer, Trainer)
+              FairseqEncoder, FairseqIncrementalDecoder, FairseqOptimizer, Trainer, SequenceGenerator, EnsembleModel,
+              BeamSearch, DiverseBeamSearch)
     return set().union(*(_private(owner) for owner in owners))
 
 
