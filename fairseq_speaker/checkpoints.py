@@ -358,8 +358,8 @@ def check_data_folder(state: dict, path: str, data: str) -> None:
 
 def _task_of(state: dict) -> Optional[str]:
     """The name of the task a checkpoint was trained with, where its options record it."""
-    cfg = state.get("cfg") or {}
-    task = cfg.get("task") if hasattr(cfg, "get") else None
+    cfg: Any = state.get("cfg") or {}
+    task: Any = cfg.get("task") if hasattr(cfg, "get") else None
     name = task.get("_name") if hasattr(task, "get") else None
     return name if isinstance(name, str) else None
 
@@ -405,9 +405,10 @@ def check_language_model(cfg, target: dict, speaker_token: bool = False) -> None
     try:
         lm_symbols = Dictionary.load(path).symbols
     except (ValueError, UnicodeError) as e:  # fairseq's reader: a line that is no "<token> <count>", not UTF-8
-        raise CheckpointError(f"--lm-path {lm_path}: {path}, the language model's dictionary, cannot be read ({' '.join(str(e).split())}): it "
-                              f"must be the target dictionary {target_file}: copy it there (cp {target_file} "
-                              f"{path})") from None
+        why = " ".join(str(e).split())  # one line: fairseq's message holds the line read, its newline included
+        raise CheckpointError(f"--lm-path {lm_path}: {path}, the language model's dictionary, cannot be read "
+                              f"({why}): it must be the target dictionary {target_file}: copy it there (cp "
+                              f"{target_file} {path})") from None
     except Exception as e:  # fairseq raises a bare Exception for text that is not UTF-8
         if "encoding" not in str(e):
             raise

@@ -802,7 +802,8 @@ COMMAND_PROBES = {
          "--beam-stop unbeaten searches on for better hypotheses, and --sampling draws them"),
         ("search-options-checked",
          ["{data}", "--path", "{ckpt}", *GENERATE, "--min-len", "30"], 2,
-         "--min-len 30 (min_len) asks for translations longer than the search allows these sentences: at most 4 tokens"),
+         "--min-len 30 (min_len) asks for translations longer than the search allows these sentences: at most 4 "
+         "tokens"),
         ("search-options-checked",
          ["{data}", "--path", "{ckpt}", *GENERATE, "--max-len-b", "0", "--beam-stop", "unbeaten"], 2,
          "--min-len 1 (min_len) asks for translations longer than the search allows these sentences: at most 0 tokens"),
@@ -874,8 +875,8 @@ COMMAND_PROBES = {
          "--lm-path {lm}: a --speaker-token model's target words include its speakers' tokens, which a language model "
          "does not have"),
         ("language-model-dictionary", ["{lmbadformat}", "--path", "{ckpt}", *GENERATE, "--lm-path", "{lm}"], 2,
-         "--lm-path {lm}: {lmbadformat}/dict.txt, the language model's dictionary, cannot be read (Incorrect dictionary "
-         "format"),
+         "--lm-path {lm}: {lmbadformat}/dict.txt, the language model's dictionary, cannot be read (Incorrect "
+         "dictionary format"),
         ("language-model-dictionary", ["{lmdata}", "--path", "{ckpt}", *GENERATE, "--lm-path", "{ckpt}"], 2,
          "--lm-path {ckpt}: a checkpoint of the task speaker_translation, not a language model"),
         ("numbers-checked", ["{lmdata}", "--path", "{ckpt}", *GENERATE, "--lm-path", "{lm}", "--lm-weight", "inf"], 2,
@@ -1822,8 +1823,8 @@ def test_an_allowed_tokens_search_gives_each_translation_once_scored_as_it_is(tr
     nbest = translator.translate_nbest(["i am tired ."], "spk000", beam=beam, nbest=beam, beam_stop=stop,
                                        prefix_allowed_tokens_fn=lambda i, tokens: ids)[0]
     texts = [text for text, _ in nbest]
-    assert len(texts) == len(set(texts)) and all(text.split() and set(text.split()) <= set(allowed) for text in texts), \
-        nbest
+    assert len(texts) == len(set(texts)), nbest
+    assert all(text.split() and set(text.split()) <= set(allowed) for text in texts), nbest
 
 
 #: SpeakerTranslator.from_pretrained: (the promise of docs/reliability.md, what, the data folder, text of the refusal)

@@ -764,7 +764,8 @@ UNSERVED_PROBES = [
 ]
 
 
-@pytest.mark.parametrize("onboarded,served", [row[2:] for row in UNSERVED_PROBES], ids=[row[1] for row in UNSERVED_PROBES])
+@pytest.mark.parametrize("onboarded,served", [row[2:] for row in UNSERVED_PROBES],
+                         ids=[row[1] for row in UNSERVED_PROBES])
 def test_the_speakers_of_a_model_the_service_does_not_serve_are_named_at_its_start(toy, trained, tmp_path, caplog,
                                                                                   onboarded, served):
     """Requests could not name them, and got the unknown-speaker policy without a word."""
