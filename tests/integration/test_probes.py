@@ -1476,6 +1476,20 @@ def test_a_search_returns_what_its_options_promise(places, capsys, model, option
         assert not lower, lower
 
 
+def test_a_callers_prefix_on_a_speaker_token_model_follows_the_speaker_token(places):
+    """The hub's prefix_tokens are words: the task puts the sentence's speaker token before them (they took its place,
+    and the sentence was translated as no speaker)."""
+    from fairseq_speaker.serving import SpeakerTranslator
+
+    translator = SpeakerTranslator.from_pretrained(places["spktoken"], data=places["data"], max_len_b=4)
+    for sentence, speaker in (("i am tired .", "spk000"), ("you want the drugs .", "spk001")):
+        best = translator.translate(sentence, speaker)
+        # forcing the first word the search chose anyway changes nothing (one sentence a call: the hub gives the
+        # same prefix to every batch, in its own order)
+        first = torch.tensor([[translator.task.target_dictionary.index(best.split()[0])]])
+        assert translator.translate(sentence, speaker, inference_step_args={"prefix_tokens": first}) == best
+
+
 def test_diverse_beam_search_gives_a_sentence_the_same_hypotheses_in_any_batch(places, capsys):
     """fairseq's diverse beam search looked a sentence's groups' overlap up by its id in the split, where it keeps it by
     position in the batch: an IndexError past the first batch, another sentence's overlap within it."""
