@@ -1,16 +1,27 @@
-"""Running the real fairseq command lines in tests: tiny toy data, tiny models, one thread."""
+"""Running the real fairseq command lines in tests: tiny toy data, tiny models, one thread. A command runs as a
+process (:func:`run`) or, where the check is of what it computes, through its main in the test process
+(:func:`run_here`, :func:`call_main`: no interpreter start, no imports)."""
 
+import contextlib
+import importlib
+import io
+import logging
 import os
 import shutil
 import subprocess
 import sys
+import warnings
+from types import SimpleNamespace
 from typing import Dict
 
 import torch
 
 from fairseq_speaker import USER_DIR, commands
+from fairseq_speaker.command_registry import main_of
 from fairseq_speaker.commands import family
+from fairseq_speaker.errors import USER_ERROR_STATUS, user_error_in
 from fairseq_speaker.models import FAMILY_REGISTRY
+from fairseq_speaker.runtime import LIBRARY_NOTICES
 from fairseq_speaker.toy.corpus import write_corpus
 
 BIN = os.path.dirname(sys.executable)
@@ -31,6 +42,141 @@ def run(command: str, args, check: bool = True, stdin=None, cwd=None, env=None) 
     if check and proc.returncode != 0:
         raise AssertionError(f"{name} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     return proc
+
+
+#: the parser of each fairseq command :func:`run_here` runs
+HERE_PARSERS = {"train": "get_training_parser", "generate": "get_generation_parser",
+                "interactive": "get_interactive_generation_parser"}
+
+
+def _fairseq_cli(command: str):
+    """``fairseq_cli.<command>``, imported without the logging configuration its import makes in a fresh
+    process (``logging.basicConfig`` to standard output): this process's logging stays as it was."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    module = importlib.import_module(f"fairseq_cli.{command}")
+    for handler in root.handlers:
+        if handler not in handlers:
+            root.removeHandler(handler)
+    root.setLevel(level)
+    return module
+
+
+def _as_a_new_process() -> None:
+    """Clear what fairseq and the package keep between runs of one process (the best validation loss so far, early
+    stopping's count, the optimizer's messages said once a process), as a new process would have it."""
+    from fairseq import checkpoint_utils
+
+    from fairseq_speaker.optim import speaker_rows
+
+    for function, names in ((checkpoint_utils.save_checkpoint, ("best",)),
+                            (_fairseq_cli("train").should_stop_early, ("best", "num_runs"))):
+        for name in names:
+            if hasattr(function, name):
+                delattr(function, name)
+    speaker_rows._said.clear()
+
+
+def run_here(command: str, args, stdin: str = "") -> SimpleNamespace:
+    """``fairseq-<command> args`` (train, generate or interactive) in this process, through the function its
+    command line calls: the same options, code and files as :func:`run`, without a process's start (seconds of
+    imports). For the checks of what the command computes; what a process does itself (its exit status and
+    one-line errors, its hooks, its quiet logging) is checked through :func:`run`.
+
+    Returns ``stdout`` (what the command printed: fairseq-generate's ``H-`` lines, ...) and ``log`` (fairseq's
+    log lines, formatted as its command lines print them). An error is raised as in the command, not turned
+    into an exit status. What fairseq keeps between runs of one process is cleared first. The batches are read
+    in this process (``--num-workers 0``: the same batches, no worker process forked from the test process,
+    whose exit fairseq's data loader waits seconds for).
+    """
+    from fairseq import distributed_utils, options
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    module = _fairseq_cli(command)
+    _as_a_new_process()
+    log, printed = io.StringIO(), io.StringIO()
+    handler = logging.StreamHandler(log)
+    handler.setFormatter(logging.Formatter("%(asctime)s | %(levelname)s | %(name)s | %(message)s"))
+    root = logging.getLogger()
+    level, stdin_before = root.level, sys.stdin
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    sys.stdin = io.StringIO(stdin)
+    try:
+        with contextlib.redirect_stdout(printed), warnings.catch_warnings():
+            for notice in LIBRARY_NOTICES:  # held back as in fairseq's command lines with the package
+                warnings.filterwarnings("ignore", message=notice, category=UserWarning)
+            parser = getattr(options, HERE_PARSERS[command])()
+            if command == "generate":  # as fairseq-generate's cli_main
+                parser.add_argument("--arch", "-a", metavar="ARCH", default="wav2vec2")
+            cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(parser, [str(a) for a in args]))
+            cfg.dataset.num_workers = 0  # the same batches, read here: no process forked from the test process
+            distributed_utils.call_main(cfg, module.main)
+    finally:
+        sys.stdin = stdin_before
+        root.removeHandler(handler)
+        root.setLevel(level)
+    return SimpleNamespace(stdout=printed.getvalue(), log=log.getvalue())
+
+
+def hydra_train_here(config_dir: str, config: str, overrides) -> None:
+    """``fairseq-hydra-train --config-dir CONFIG_DIR --config-name CONFIG OVERRIDES`` in this process: the
+    configuration composed by hydra's compose API as the command's ``hydra.main`` composes it (fairseq's schema
+    stored under the config's name, hydra 1.1's behaviour), then trained by the function the command calls. A
+    process of its own composes the config before it imports the package (--user-dir): test_cli.py runs one so."""
+    from fairseq.dataclass.initialize import hydra_init
+    from hydra import compose, initialize_config_dir
+
+    module = _fairseq_cli("hydra_train")
+    _as_a_new_process()
+    with warnings.catch_warnings():
+        for notice in LIBRARY_NOTICES:
+            warnings.filterwarnings("ignore", message=notice, category=UserWarning)
+        hydra_init(config)
+        with initialize_config_dir(config_dir=config_dir, version_base="1.1"):
+            cfg = compose(config_name=config, overrides=list(overrides))
+        cfg.dataset.num_workers = 0  # as in run_here
+        module._hydra_main(cfg)
+
+
+def call_main(command, args, check: bool = True) -> SimpleNamespace:
+    """``command``'s main with ``args`` in this process: one of ours by name (``fairseq-speaker-adapt``, as
+    :func:`run`; its module from the command registry) or any ``main`` function (an example script's). It ends as
+    its process would: ``returncode`` (``sys.exit``'s status; 1 for ``sys.exit(MESSAGE)``, the message then on
+    standard error; a user error left to the exception hook the command installed ends as the hook ends it), what
+    it printed on ``stdout`` and ``stderr``; with ``check``, a failure raises as in :func:`run`. What a command sets
+    process-wide (the logging configuration, the warning filters, the exception hook) is put back. Any other
+    exception is raised (in a process: a traceback)."""
+    name, main = (command, main_of(command)) if isinstance(command, str) else (command.__module__, command)
+    root = logging.getLogger()
+    handlers, level, hook = list(root.handlers), root.level, sys.excepthook
+    out, err = io.StringIO(), io.StringIO()
+    returncode = 0
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                main([str(a) for a in args])
+            except SystemExit as e:
+                if isinstance(e.code, str):
+                    print(e.code, file=sys.stderr)
+                    returncode = 1
+                else:
+                    returncode = e.code or 0
+            except Exception as e:  # what the exception hook a command installs does with a user error
+                if not (getattr(sys.excepthook, "handles_user_errors", False) and user_error_in(e) is not None):
+                    raise
+                print(f"error: {user_error_in(e)}", file=sys.stderr)
+                returncode = USER_ERROR_STATUS
+    finally:
+        for handler in list(root.handlers):
+            root.removeHandler(handler)
+        for handler in handlers:
+            root.addHandler(handler)
+        root.setLevel(level)
+        sys.excepthook = hook
+    if check and returncode != 0:
+        raise AssertionError(f"{name} failed ({returncode}):\n{err.getvalue()[-3000:]}")
+    return SimpleNamespace(returncode=returncode, stdout=out.getvalue(), stderr=err.getvalue())
 
 
 def train_args(data: str, save_dir: str, system: str, *extra: str):
@@ -82,5 +228,5 @@ def copy_data(toy: Dict[str, str], tmp_path, name: str = "bin") -> str:
     return dest
 
 
-__all__ = ["SIZES", "TINY", "USER_DIR", "assert_user_error", "copy_data", "doctored_checkpoint", "family", "generate_args",
-           "make_toy", "run", "train_args"]
+__all__ = ["SIZES", "TINY", "USER_DIR", "assert_user_error", "call_main", "copy_data", "doctored_checkpoint", "family",
+           "generate_args", "hydra_train_here", "make_toy", "run", "run_here", "train_args"]

@@ -8,7 +8,7 @@ import pytest
 from filelock import FileLock
 
 from tests import postgres as postgres_server
-from tests.cli import make_toy, run, train_args
+from tests.cli import make_toy, run_here, train_args
 
 
 @pytest.fixture(scope="session")
@@ -41,13 +41,13 @@ def toy(shared):
 @pytest.fixture(scope="session")
 def trained(toy, shared):
     """A function system -> checkpoint path, training each system (``ARCH[:VARIANT][+spk_token]``) once
-    for all test workers."""
+    for all test workers (fairseq-train's main, in the worker that asks first)."""
 
     def train(system, save_dir):
         extra = []
         if system == "lstm_fact_bias":  # numpy values in the checkpoint
             extra = ["--eval-bleu", "--eval-bleu-args", '{"beam": 1, "max_len_b": 3}']
-        run("train", train_args(toy["bin"], save_dir, system, *extra))
+        run_here("train", train_args(toy["bin"], save_dir, system, *extra))
 
     def get(system):
         name = "trained-" + system.replace(":", "-").replace("+", "-")
