@@ -12,7 +12,7 @@ import torch
 
 from fairseq_speaker.onboarding.checkpoint import SpeakerCheckpoint
 from fairseq_speaker.onboarding.vectors import load_speaker_vectors, main, write_npz
-from tests.cli import SIZES, generate_args, run, train_args
+from tests.cli import SIZES, generate_args, run, run_here, train_args
 
 VECTORS = "fairseq-speaker-vectors"
 
@@ -88,15 +88,15 @@ def test_export_then_replace_gives_the_same_rows(toy, trained, tmp_path, call, s
     assert all(torch.equal(rows[k], new_rows[k]) for k in rows)
 
 
-def test_renamed_speakers_are_added_and_translate_like_the_originals(toy, trained, tmp_path):
+def test_renamed_speakers_are_added_and_translate_like_the_originals(toy, trained, tmp_path, call):
     checkpoint = trained("lstm_fact_bias")
     out, renamed, saved = str(tmp_path / "ab.npz"), str(tmp_path / "new.npz"), str(tmp_path / "more.pt")
-    ok(vectors("export", toy["bin"], "--path", checkpoint, "--out", out, "--speakers", "spk000", "spk001"))
+    ok(call("export", toy["bin"], "--path", checkpoint, "--out", out, "--speakers", "spk000", "spk001"))
     exported = load_speaker_vectors(out)
     assert exported.names == ["spk000", "spk001"]
     write_npz(renamed, ["new-a", "new-b"], exported.rows, exported.meta)
 
-    proc = ok(vectors("import", toy["bin"], "--path", checkpoint, "--vectors", renamed, "--save", saved))
+    proc = ok(call("import", toy["bin"], "--path", checkpoint, "--vectors", renamed, "--save", saved))
     assert "added 2: 'new-a', 'new-b'" in proc.stdout and "(10 speakers)" in proc.stdout
     names, rows = speaker_rows(checkpoint, toy["bin"])
     new_names, new_rows = speaker_rows(saved, toy["bin"])
@@ -108,7 +108,7 @@ def test_renamed_speakers_are_added_and_translate_like_the_originals(toy, traine
     def translate(speaker: str):
         spk_file = tmp_path / f"{speaker}.spk"
         spk_file.write_text(f"{speaker}\n" * SIZES["test"])
-        return hypotheses(run("generate", generate_args(toy["bin"], saved, "--speaker-file", str(spk_file))))
+        return hypotheses(run_here("generate", generate_args(toy["bin"], saved, "--speaker-file", str(spk_file))))
 
     as_a = translate("spk000")
     assert len(as_a) == SIZES["test"]
@@ -147,7 +147,7 @@ def test_vectors_of_another_training_run_are_refused(toy, trained, tmp_path, cal
     fact_file = str(tmp_path / "fact.npz")
     ok(call("export", toy["bin"], "--path", trained("lstm_fact_bias"), "--out", fact_file))
     save_dir = str(tmp_path / "seed2")
-    run("train", train_args(toy["bin"], save_dir, "lstm_fact_bias", "--seed", "2"))
+    run_here("train", train_args(toy["bin"], save_dir, "lstm_fact_bias", "--seed", "2"))
     other = os.path.join(save_dir, "checkpoint_best.pt")
     proc = call("import", toy["bin"], "--path", other, "--vectors", fact_file, "--save",
                    str(tmp_path / "x.pt"), "--replace")
