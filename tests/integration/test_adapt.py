@@ -1,4 +1,5 @@
-"""fairseq-speaker-adapt through the real command lines: new speakers in, old speakers untouched."""
+"""fairseq-speaker-adapt through the real command lines: new speakers in, old speakers untouched. The models are
+compared by fairseq-generate's main in this process (tests/cli.py's run_here)."""
 
 import os
 import shutil
@@ -10,7 +11,7 @@ import torch
 
 from fairseq_speaker.data import read_lines
 from fairseq_speaker.onboarding.adapt import main
-from tests.cli import generate_args, run
+from tests.cli import generate_args, run, run_here
 
 SPEAKER_PARAMETER = {"lstm_full_bias": "decoder.speaker_bias.weight",
                      "transformer_fact_bias": "decoder.speaker_bias.speaker_weights"}
@@ -62,17 +63,17 @@ def test_new_speakers_are_added_and_old_ones_untouched(toy, trained, tmp_path, s
             assert torch.equal(got["model"][name], value), name
 
     # every trained speaker translates bit-identically with the new checkpoint
-    before = run("generate", generate_args(toy["bin"], checkpoint, "--gen-subset", "test"))
-    after = run("generate", generate_args(toy["bin"], adapted, "--gen-subset", "test"))
+    before = run_here("generate", generate_args(toy["bin"], checkpoint, "--gen-subset", "test"))
+    after = run_here("generate", generate_args(toy["bin"], adapted, "--gen-subset", "test"))
     assert _hypotheses(before.stdout) == _hypotheses(after.stdout)
     # the new speakers are known by name, and used: not the mean speaker any more
     args = ["--gen-subset", "test", "--speaker-file", prefix + ".spk"]
-    as_new = run("generate", generate_args(toy["bin"], adapted, *args, "--unknown-speaker", "fail"))
-    as_mean = run("generate", generate_args(toy["bin"], checkpoint, *args))
-    assert "unseen in training" not in as_new.stderr and "unseen in training" in as_mean.stderr
+    as_new = run_here("generate", generate_args(toy["bin"], adapted, *args, "--unknown-speaker", "fail"))
+    as_mean = run_here("generate", generate_args(toy["bin"], checkpoint, *args))
+    assert "unseen in training" not in as_new.log and "unseen in training" in as_mean.log
     assert _hypotheses(as_new.stdout) != _hypotheses(as_mean.stdout)
-    interactive = run("interactive", generate_args(toy["bin"], adapted, "--speaker", new[0], "--unknown-speaker",
-                                                   "fail"), stdin="i went to the office .\n")
+    interactive = run_here("interactive", generate_args(toy["bin"], adapted, "--speaker", new[0], "--unknown-speaker",
+                                                        "fail"), stdin="i went to the office .\n")
     assert "H-0" in interactive.stdout
 
 
