@@ -1,4 +1,5 @@
-"""fairseq-speaker-onboarding-eval: held-out speakers adapted on n sentences, scored on the sentences after."""
+"""fairseq-speaker-onboarding-eval: held-out speakers adapted on n sentences, scored on the sentences after (the
+command's main, in this process; its process's output: test_quiet.py)."""
 
 import json
 import os
@@ -10,7 +11,7 @@ from fairseq_speaker.data import read_lines
 from fairseq_speaker.serving import SpeakerTranslator
 from fairseq_speaker.analysis.speaker_words import read_traits, trait_accuracy
 from fairseq_speaker.toy.corpus import write_corpus
-from tests.cli import run
+from tests.cli import call_main
 
 SPEAKERS, SENTENCES, SHOTS = 3, 8, ["0", "1", "5"]
 
@@ -24,8 +25,8 @@ def heldout(tmp_path_factory):
 
 
 def evaluate(toy, checkpoint, prefix, out, *extra, check=True):
-    return run("fairseq-speaker-onboarding-eval", [toy["bin"], "--path", checkpoint, "--heldout-prefix", prefix,
-                                                   "--out", str(out), "--max-len-b", "6", *extra], check=check)
+    return call_main("fairseq-speaker-onboarding-eval", [toy["bin"], "--path", checkpoint, "--heldout-prefix", prefix,
+                                                         "--out", str(out), "--max-len-b", "6", *extra], check=check)
 
 
 def test_a_row_per_n_and_n0_is_the_mean_speaker(toy, trained, heldout, tmp_path):
