@@ -1,10 +1,11 @@
-"""Row-sparse updates of the full speaker table through fairseq-train: logged, checkpointed, resumed."""
+"""Row-sparse updates of the full speaker table through fairseq-train (its main, in this process): logged,
+checkpointed, resumed."""
 
 import os
 
 import torch
 
-from tests.cli import run, train_args
+from tests.cli import run_here, train_args
 
 TABLE = "decoder.speaker_bias.weight"
 
@@ -20,8 +21,8 @@ def _table_state(checkpoint: str):
 
 def test_fairseq_train_updates_only_the_rows_of_each_batchs_speakers_and_resumes(toy, tmp_path):
     save = str(tmp_path / "sparse")
-    first = run("train", train_args(toy["bin"], save, "lstm_full_bias", "--batch-size", "4", "--max-update", "5"))
-    assert "row-sparse adam updates (only the rows of each batch's speakers)" in first.stdout + first.stderr
+    first = run_here("train", train_args(toy["bin"], save, "lstm_full_bias", "--batch-size", "4", "--max-update", "5"))
+    assert "row-sparse adam updates (only the rows of each batch's speakers)" in first.log
     state, table = _table_state(os.path.join(save, "checkpoint_last.pt"))
     steps = table["row_step"].round().long()
     assert table["step"] == 5 and int(steps.max()) <= 5
@@ -32,11 +33,11 @@ def test_fairseq_train_updates_only_the_rows_of_each_batchs_speakers_and_resumes
     assert bool((weight[steps > 0].abs().sum(1) > 0).all())
     assert table["lr_scale"] == 0.0  # a new run: --speaker-lr-scale auto, recorded for its resumption
     # before the validation, the log says how far the speakers moved
-    assert "speaker table weight (8, " in first.stdout and "of the 8 speakers moved, by" in first.stdout
+    assert "speaker table weight (8, " in first.log and "of the 8 speakers moved, by" in first.log
 
-    resumed = run("train", train_args(toy["bin"], save, "lstm_full_bias", "--batch-size", "4", "--max-update", "8",
-                                      "--restore-file", os.path.join(save, "checkpoint_last.pt")))
-    assert "row-sparse adam updates" in resumed.stdout + resumed.stderr
+    resumed = run_here("train", train_args(toy["bin"], save, "lstm_full_bias", "--batch-size", "4", "--max-update",
+                                           "8", "--restore-file", os.path.join(save, "checkpoint_last.pt")))
+    assert "row-sparse adam updates" in resumed.log
     _, after = _table_state(os.path.join(save, "checkpoint_last.pt"))
     assert after["step"] == 8
     assert bool((after["row_step"].round().long() >= steps).all()) and int(after["row_step"].sum()) > int(steps.sum())
@@ -44,9 +45,9 @@ def test_fairseq_train_updates_only_the_rows_of_each_batchs_speakers_and_resumes
 
 def test_dense_updates_on_request(toy, tmp_path):
     save = str(tmp_path / "dense")
-    out = run("train", train_args(toy["bin"], save, "lstm_full_bias", "--batch-size", "4", "--max-update", "3",
-                                  "--speaker-dense-updates"))
-    assert "row-sparse" not in out.stdout + out.stderr
+    out = run_here("train", train_args(toy["bin"], save, "lstm_full_bias", "--batch-size", "4", "--max-update", "3",
+                                       "--speaker-dense-updates"))
+    assert "row-sparse" not in out.stdout + out.log
     _, table = _table_state(os.path.join(save, "checkpoint_last.pt"))
     # the dense step, scaled by --speaker-lr-scale (auto): the state counts the table's updates and each row's
     counts = table["row_step"].round().long()
@@ -54,9 +55,9 @@ def test_dense_updates_on_request(toy, tmp_path):
     assert int(counts.max()) <= 3 and int(counts.sum()) >= 3
 
     # resumed row by row, each row goes on from its own count
-    resumed = run("train", train_args(toy["bin"], save, "lstm_full_bias", "--batch-size", "4", "--max-update", "5",
-                                      "--restore-file", os.path.join(save, "checkpoint_last.pt")))
-    assert "row-sparse adam updates" in resumed.stdout + resumed.stderr
+    resumed = run_here("train", train_args(toy["bin"], save, "lstm_full_bias", "--batch-size", "4", "--max-update",
+                                           "5", "--restore-file", os.path.join(save, "checkpoint_last.pt")))
+    assert "row-sparse adam updates" in resumed.log
     _, after = _table_state(os.path.join(save, "checkpoint_last.pt"))
     steps = after["row_step"].round().long()
     assert after["step"] == 5 and bool((steps >= counts).all()) and int((steps - counts).max()) <= 2
@@ -75,8 +76,8 @@ def test_row_sparse_sgd_trains_exactly_as_dense_sgd_through_fairseq_train(toy, t
                           "--clip-norm", "0.5", *extra)
         args[args.index("--optimizer") + 1] = "sgd"
         args[args.index("--lr") + 1] = "0.5"
-        out = run("train", args)
-        assert ("row-sparse sgd updates" in out.stdout + out.stderr) == (mode == "sparse")
+        out = run_here("train", args)
+        assert ("row-sparse sgd updates" in out.stdout + out.log) == (mode == "sparse")
         models[mode] = torch.load(os.path.join(save, "checkpoint_last.pt"), weights_only=True)["model"]
     assert torch.count_nonzero(models["sparse"][TABLE]) > 0
     for name, value in models["dense"].items():
