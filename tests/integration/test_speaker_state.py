@@ -1,5 +1,6 @@
-"""Variants acting on the decoder's state through the real command lines: fairseq-train, fairseq-generate with a
-speaker per sentence, fairseq-interactive, and onboarding a new speaker through the frozen decoder."""
+"""Variants acting on the decoder's state through fairseq's command lines: fairseq-train, fairseq-generate with a
+speaker per sentence, fairseq-interactive, and onboarding a new speaker through the frozen decoder. Decoding and
+onboarding run the commands' mains in this process (tests/cli.py's run_here and call_main)."""
 
 import os
 import re
@@ -10,7 +11,7 @@ import torch
 
 from fairseq_speaker.data import read_lines
 from fairseq_speaker.generate_output import read_generate_output
-from tests.cli import SIZES, generate_args, run
+from tests.cli import SIZES, call_main, generate_args, run_here
 
 #: system -> the prefix of its hyper_lhuc parameters in the checkpoint
 SYSTEMS = {"lstm_base:fact+hyper_lhuc": "decoder.speaker_bias.parts.hyper_lhuc.",
@@ -56,7 +57,8 @@ def test_a_state_variant_trains_and_decodes_each_sentence_with_its_own_speaker(t
     def generate(labels):
         spk_file = tmp_path / "test.spk"
         spk_file.write_text("\n".join(labels) + "\n")
-        return _scored(run("generate", generate_args(toy["bin"], doctored, "--speaker-file", str(spk_file))).stdout)
+        return _scored(run_here("generate", generate_args(toy["bin"], doctored, "--speaker-file",
+                                                          str(spk_file))).stdout)
 
     mixed = generate(speakers)
     alone = {name: generate([name] * len(labels)) for name in ("spk000", "spk005")}
@@ -69,7 +71,7 @@ def test_a_state_variant_trains_and_decodes_each_sentence_with_its_own_speaker(t
     common = generate_args(toy["bin"], doctored, "--source-lang", "en", "--target-lang", "fr")
     sentences = read_lines(os.path.join(toy["raw"], "test.en"))[:4]
     lines = [f"{name}\t{sentence}" for name in ("spk000", "spk005") for sentence in sentences]
-    proc = run("interactive", [*common, "--speaker-per-line"], stdin="\n".join(lines) + "\n")
+    proc = run_here("interactive", [*common, "--speaker-per-line"], stdin="\n".join(lines) + "\n")
     assert read_generate_output(proc.stdout) == [alone[name][i][0] for name in ("spk000", "spk005")
                                                  for i in range(len(sentences))]
 
@@ -83,8 +85,8 @@ def test_a_new_speaker_of_a_state_variant_is_fitted_through_the_frozen_decoder(t
     labels = read_lines(os.path.join(toy["raw"], "test.spk"))
     (folder / "adapt.spk").write_text("".join(f"new-{label}\n" for label in labels))
     adapted = str(tmp_path / "adapted.pt")
-    proc = run("fairseq-speaker-adapt", [toy["bin"], "--path", checkpoint, "--adapt-prefix", str(folder / "adapt"),
-                                         "--save", adapted])
+    proc = call_main("fairseq-speaker-adapt", [toy["bin"], "--path", checkpoint, "--adapt-prefix",
+                                               str(folder / "adapt"), "--save", adapted])
     assert "saved to" in proc.stdout
     old, got = torch.load(checkpoint, weights_only=True), torch.load(adapted, weights_only=True)
     names = old["task_state"]["speaker_dictionary"]["names"]
@@ -98,8 +100,8 @@ def test_a_new_speaker_of_a_state_variant_is_fitted_through_the_frozen_decoder(t
     for key, value in old["model"].items():  # and nothing shared changed
         if torch.is_tensor(value) and not key.endswith(("speaker_codes", "speaker_weights")):
             assert torch.equal(got["model"][key], value), key
-    proc = run("generate", generate_args(toy["bin"], adapted, "--speaker-file", str(folder / "adapt.spk"),
-                                         "--unknown-speaker", "fail"))
+    proc = run_here("generate", generate_args(toy["bin"], adapted, "--speaker-file", str(folder / "adapt.spk"),
+                                              "--unknown-speaker", "fail"))
     assert len(read_generate_output(proc.stdout)) == SIZES["test"]
 
 
