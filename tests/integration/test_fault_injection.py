@@ -17,7 +17,7 @@ import torch
 
 from fairseq_speaker.atomic_write import KILL_DURING_WRITE_VARIABLE, TMP_MARK, atomic_path, leftovers, write_text
 from fairseq_speaker.onboarding.vectors import load_speaker_vectors
-from tests.cli import run, train_args
+from tests.cli import call_main, run, train_args
 
 
 def digest(path: str) -> str:
@@ -66,7 +66,7 @@ def test_an_adaptation_save_killed_leaves_the_previous_model(toy, trained, tmp_p
     open(f"{prefix}.spk", "w", encoding="utf-8").write("newbie\n" * 4)
     out = str(tmp_path / "adapted.pt")
     args = [toy["bin"], "--path", trained("lstm_fact_bias"), "--adapt-prefix", prefix, "--save", out]
-    run("fairseq-speaker-adapt", args)
+    call_main("fairseq-speaker-adapt", args)  # the runs not killed: the command's main, in this process
     before = digest(out)
 
     open(f"{prefix}.spk", "w", encoding="utf-8").write("other\n" * 4)  # another speaker: another model
@@ -76,7 +76,7 @@ def test_an_adaptation_save_killed_leaves_the_previous_model(toy, trained, tmp_p
     assert "newbie" in names and "other" not in names
     assert len(leftovers(out)) == 1
 
-    run("fairseq-speaker-adapt", args)
+    call_main("fairseq-speaker-adapt", args)
     names = torch.load(out, weights_only=False)["task_state"]["speaker_dictionary"]["names"]
     assert "other" in names and leftovers(out) == []
 
@@ -84,7 +84,7 @@ def test_an_adaptation_save_killed_leaves_the_previous_model(toy, trained, tmp_p
 def test_a_vector_export_killed_leaves_the_previous_file(toy, trained, tmp_path):
     out = str(tmp_path / "speakers.npz")
     args = ["export", toy["bin"], "--path", trained("lstm_fact_bias"), "--out", out]
-    run("fairseq-speaker-vectors", [*args, "--speakers", "spk000"])
+    call_main("fairseq-speaker-vectors", [*args, "--speakers", "spk000"])  # not killed: in this process
     before = digest(out)
 
     assert_killed(run("fairseq-speaker-vectors", [*args, "--speakers", "spk001"], check=False,
@@ -93,7 +93,7 @@ def test_a_vector_export_killed_leaves_the_previous_file(toy, trained, tmp_path)
     assert load_speaker_vectors(out).names == ["spk000"]
     assert len(leftovers(out)) == 1
 
-    run("fairseq-speaker-vectors", [*args, "--speakers", "spk001"])
+    call_main("fairseq-speaker-vectors", [*args, "--speakers", "spk001"])
     assert load_speaker_vectors(out).names == ["spk001"] and leftovers(out) == []
 
 
