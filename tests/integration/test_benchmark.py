@@ -1,11 +1,12 @@
-"""fairseq-speaker-benchmark at toy sizes: every configuration measured, the JSON complete, the impossible skipped."""
+"""fairseq-speaker-benchmark at toy sizes: every configuration measured, the JSON complete, the impossible skipped.
+The default tier's runs call the command's main in this process (its paired rounds are processes of their own)."""
 
 import json
 import re
 
 import pytest
 
-from tests.cli import run
+from tests.cli import call_main, run
 
 TINY = ["--sizes", "8", "8", "8", "--vocab", "40", "--sentences", "120", "--warmup", "1", "--updates", "2",
         "--repeats", "1", "--gen-sentences", "8", "--gen-batch", "4", "--gen-len", "4"]
@@ -152,8 +153,8 @@ def test_a_configuration_at_another_speaker_lr_scale_is_trained_with_it_and_meas
         "lstm_fact_bias", [8, 8, 8], 1)
     out = tmp_path / "bench.json"
     configs = ["lstm_fact_bias", "lstm_fact_bias@lr-scale=1"]
-    proc = run("fairseq-speaker-benchmark", [*TINY, "--speakers", "4", "--paired", "--configs", *configs,
-                                             "--versus", "lstm_fact_bias@lr-scale=1", "--json", str(out)])
+    proc = call_main("fairseq-speaker-benchmark", [*TINY, "--speakers", "4", "--paired", "--configs", *configs,
+                                                   "--versus", "lstm_fact_bias@lr-scale=1", "--json", str(out)])
     rows = {r["config"]: r for r in json.loads(out.read_text())["rows"]}
     assert set(rows) == set(configs) and all(not r["errors"] and r["median"] > 0 for r in rows.values())
     assert rows["lstm_fact_bias@lr-scale=1"]["vs_versus"] == 1.0 and rows["lstm_fact_bias"]["vs_versus"] > 0
@@ -189,10 +190,11 @@ def test_a_configuration_with_its_speakers_words_translates_with_them_beside_the
 
     out = tmp_path / "bench.json"
     configs = ["lstm_fact_bias", "lstm_fact_bias@words"]
-    proc = run("fairseq-speaker-benchmark", [*TINY, "--speakers", "4", "--paired", "--no-train", "--generate",
-                                             "--configs", *configs, "--versus", "lstm_fact_bias", "--json", str(out)])
+    proc = call_main("fairseq-speaker-benchmark", [*TINY, "--speakers", "4", "--paired", "--no-train", "--generate",
+                                                   "--configs", *configs, "--versus", "lstm_fact_bias", "--json",
+                                                   str(out)])
     rows = {r["config"]: r for r in json.loads(out.read_text())["rows"]}
     assert set(rows) == set(configs) and all(not r["errors"] and r["median"] > 0 for r in rows.values())
     assert rows["lstm_fact_bias@words"]["vs_versus"] > 0 and " lstm_fact_bias@words " in proc.stdout
-    refused = run("fairseq-speaker-benchmark", [*TINY, "--configs", "lstm_fact_bias@words"], check=False)
+    refused = call_main("fairseq-speaker-benchmark", [*TINY, "--configs", "lstm_fact_bias@words"], check=False)
     assert refused.returncode == 2 and "act in generation only" in refused.stderr
