@@ -1,6 +1,6 @@
-"""fairseq-speaker-speakers through the real command lines: a checkpoint's speakers, trained and onboarded; and a
-variant from another package (examples/custom_variant) through export, adaptation, accounting and listing with
---user-dir."""
+"""fairseq-speaker-speakers: a checkpoint's speakers, trained and onboarded (the command's main in this process); and
+a variant from another package (examples/custom_variant) through export, adaptation, accounting and listing with
+--user-dir, through the real command lines (processes: what a --user-dir registers stays in its process)."""
 
 import json
 import os
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from fairseq_speaker.data import read_lines
-from tests.cli import TINY, run
+from tests.cli import TINY, call_main, run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLE = os.path.join(ROOT, "examples", "custom_variant", "sparse_speaker_bias")
@@ -34,7 +34,8 @@ def _adaptation_files(toy, folder, sentences):
 
 
 def speakers(*args, check=True):
-    proc = run("fairseq-speaker-speakers", [*args, "--json"], check=check)
+    """The listing of fairseq-speaker-speakers --json (its main, in this process)."""
+    proc = call_main("fairseq-speaker-speakers", [*args, "--json"], check=check)
     return json.loads(proc.stdout) if proc.returncode == 0 else proc
 
 
@@ -53,7 +54,7 @@ def test_a_trained_checkpoint_lists_every_speaker_with_its_training_sentences(tr
                                   "listed": len(counts)}
     assert listing["unknown_speaker"] == "mean" and f"all {len(counts)} speakers" in listing["mean_speaker"]
 
-    text = run("fairseq-speaker-speakers", [checkpoint, "spk00[12]"]).stdout
+    text = call_main("fairseq-speaker-speakers", [checkpoint, "spk00[12]"]).stdout
     lines = text.splitlines()
     assert lines[0].startswith(f"{len(counts)} speakers ({len(counts)} trained, 0 onboarded); variant fact")
     assert [line.split()[0] for line in lines[3:5]] == ["spk001", "spk002"] and "(2 of 8 speakers listed)" in text
@@ -93,7 +94,7 @@ def test_a_checkpoint_that_does_not_record_onboarding_says_unknown_rather_than_g
     listing = speakers(old)
     assert {s["kind"] for s in listing["speakers"]} == {"unknown"} and not listing["onboarding_known"]
     assert by_name(listing)["new000"]["sentences"] == 2  # the count the speaker dictionary holds
-    proc = run("fairseq-speaker-speakers", [old, "--onboarded"], check=False)
+    proc = call_main("fairseq-speaker-speakers", [old, "--onboarded"], check=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "does not record which speakers were onboarded" in proc.stderr and "without --onboarded" in proc.stderr
 
@@ -107,7 +108,7 @@ def test_a_checkpoint_that_does_not_record_onboarding_says_unknown_rather_than_g
 ])
 def test_bad_input_ends_in_one_message_naming_it(trained, args, says):
     checkpoint = trained("lstm_fact_bias")
-    proc = run("fairseq-speaker-speakers", [a.format(ckpt=checkpoint) for a in args], check=False)
+    proc = call_main("fairseq-speaker-speakers", [a.format(ckpt=checkpoint) for a in args], check=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert says in proc.stderr.strip().splitlines()[-1]
 
@@ -159,7 +160,7 @@ def test_a_custom_variant_is_exported_adapted_counted_and_listed_with_its_user_d
     side = next(line for line in accounting.splitlines() if "speaker side (9 speakers)" in line)
     assert side.split()[4] == f"{9 * vocab:,}"  # every row of the checkpoint's table, no shared parameter
 
-    listing = speakers(adapted, "--user-dir", EXAMPLE)
+    listing = json.loads(run("fairseq-speaker-speakers", [adapted, "--user-dir", EXAMPLE, "--json"]).stdout)
     assert listing["variant"] == "sparse_full" and listing["parameters_per_speaker"] == vocab
     assert (by_name(listing)["dr-lee"]["kind"], by_name(listing)["dr-lee"]["sentences"]) == ("onboarded", 4)
     assert listing["summary"]["trained"] == 8
