@@ -3,7 +3,8 @@
 fairseq restores the model, not the task state: the speaker dictionary comes from the data
 directory, which may list the speakers in another order, fewer of them or new ones. Each case
 trains one more epoch at a learning rate too small to move a row measurably, then compares every
-speaker's row in the new checkpoint with that speaker's row in the old one.
+speaker's row in the new checkpoint with that speaker's row in the old one. The commands run in this process
+(their mains, through tests/cli.py's run_here and call_main).
 """
 
 import os
@@ -12,7 +13,7 @@ import pytest
 import torch
 
 from fairseq_speaker.data import SpeakerDictionary, read_speaker_file
-from tests.cli import copy_data, generate_args, run, train_args
+from tests.cli import call_main, copy_data, generate_args, run_here, train_args
 
 WEIGHT = "decoder.speaker_bias.weight"
 
@@ -35,9 +36,9 @@ def _relabel(data, mapping):
 
 def _continue(tmp_path, data, checkpoint, flag="--restore-file"):
     save_dir = str(tmp_path / "continued")
-    proc = run("train", train_args(data, save_dir, "lstm_full_bias", flag, checkpoint, "--lr", "1e-9",
-                                   "--max-epoch", "3" if flag == "--restore-file" else "1"))
-    return os.path.join(save_dir, "checkpoint_last.pt"), proc.stderr + proc.stdout
+    proc = run_here("train", train_args(data, save_dir, "lstm_full_bias", flag, checkpoint, "--lr", "1e-9",
+                                        "--max-epoch", "3" if flag == "--restore-file" else "1"))
+    return os.path.join(save_dir, "checkpoint_last.pt"), proc.log + proc.stdout
 
 
 @pytest.fixture(scope="module")
@@ -92,8 +93,8 @@ def test_extended_speaker_list(toy, tmp_path, before, flag):
         assert torch.allclose(weight_after[new], weight.mean(0), atol=1e-4)
     assert "2 new speaker(s) added after them as the mean speaker" in log
     # every label of the data is a speaker of the new checkpoint
-    generated = run("generate", generate_args(data, after, "--gen-subset", "valid", "--unknown-speaker", "fail"))
-    assert "unseen in training" not in generated.stderr
+    generated = run_here("generate", generate_args(data, after, "--gen-subset", "valid", "--unknown-speaker", "fail"))
+    assert "unseen in training" not in generated.log
 
 
 @pytest.mark.parametrize("flag", ["--restore-file", "--finetune-from-model"])
@@ -109,13 +110,13 @@ def test_an_onboarded_speaker_keeps_its_sentence_count(toy, tmp_path, before, fl
             out.writelines(f.readlines()[:3])
     (tmp_path / "new.spk").write_text("newbie\n" * 3, encoding="utf-8")
     adapted = str(tmp_path / "adapted.pt")
-    run("fairseq-speaker-adapt", [toy["bin"], "--path", checkpoint, "--adapt-prefix", str(tmp_path / "new"),
-                                  "--save", adapted, "--threads", "1"])
+    call_main("fairseq-speaker-adapt", [toy["bin"], "--path", checkpoint, "--adapt-prefix", str(tmp_path / "new"),
+                                        "--save", adapted, "--threads", "1"])
     assert {s.name: s.sentences for s in list_speakers(adapted).speakers}["newbie"] == 3
     extra = ["--reset-optimizer", "--reset-dataloader", "--reset-meters"] if flag == "--restore-file" else []
     save_dir = str(tmp_path / "continued")
-    run("train", train_args(toy["bin"], save_dir, "lstm_full_bias", flag, adapted, *extra, "--lr", "1e-9",
-                            "--max-epoch", "3" if flag == "--restore-file" else "1"))
+    run_here("train", train_args(toy["bin"], save_dir, "lstm_full_bias", flag, adapted, *extra, "--lr", "1e-9",
+                                 "--max-epoch", "3" if flag == "--restore-file" else "1"))
     listed = {s.name: s for s in list_speakers(os.path.join(save_dir, "checkpoint_last.pt")).speakers}
     assert (listed["newbie"].kind, listed["newbie"].sentences) == ("onboarded", 3)
     trained_in_data = SpeakerDictionary.load(os.path.join(toy["bin"], "dict.spk.txt"))
