@@ -1,5 +1,6 @@
 """fairseq-speaker-words: a checkpoint that remembers its speakers' words, decoded by fairseq's commands with each
-hypothesis's speaker, and kept up to date by onboarding."""
+hypothesis's speaker, and kept up to date by onboarding. The commands run in this process (their mains: what their
+processes do themselves is checked in test_quiet.py and test_probes.py)."""
 
 import dataclasses
 import os
@@ -14,15 +15,15 @@ from fairseq_speaker.modules.speaker_words import CHECKPOINT_KEY, SpeakerWords, 
 from fairseq_speaker.onboarding import words as words_command
 from fairseq_speaker.onboarding.translator import SpeakerTranslator
 from fairseq_speaker.modules.speaker_words import speaker_words_of
-from tests.cli import generate_args, run
+from tests.cli import call_main, generate_args, run_here
 
 
 @pytest.fixture(scope="module")
 def remembered(trained, toy, tmp_path_factory):
     checkpoint = trained("lstm_fact_bias")
     out = str(tmp_path_factory.mktemp("words") / "words.pt")
-    proc = run("fairseq-speaker-words", [toy["bin"], "--path", checkpoint, "--save", out, "--threads", "1",
-                                           "--calibrate", "off"])
+    proc = call_main("fairseq-speaker-words", [toy["bin"], "--path", checkpoint, "--save", out, "--threads", "1",
+                                                 "--calibrate", "off"])
     return checkpoint, out, proc
 
 
@@ -54,17 +55,18 @@ def test_the_checkpoint_keeps_every_training_speakers_words_and_nothing_else_cha
     assert memory.num_speakers == len(names) == 8
     for row, name in enumerate(names):
         assert set(memory.words_of(row).tolist()) == said[name], name
-    listed = run("fairseq-speaker-speakers", [out]).stdout.splitlines()[0]
+    listed = call_main("fairseq-speaker-speakers", [out]).stdout.splitlines()[0]
     assert listed.endswith("; the words of 8 speakers remembered (fairseq-speaker-words)")
-    assert "remembered" not in run("fairseq-speaker-speakers", [checkpoint]).stdout
+    assert "remembered" not in call_main("fairseq-speaker-speakers", [checkpoint]).stdout
 
 
 def test_generation_with_zero_weight_is_the_checkpoints_own(remembered, toy, tmp_path):
     checkpoint, out, _ = remembered
     silent = str(tmp_path / "silent.pt")
-    run("fairseq-speaker-words", [toy["bin"], "--path", checkpoint, "--save", silent, "--weight", "0", "--threads", "1"])
-    plain = run("generate", generate_args(toy["bin"], checkpoint, "--gen-subset", "test")).stdout
-    assert run("generate", generate_args(toy["bin"], silent, "--gen-subset", "test")).stdout == plain
+    call_main("fairseq-speaker-words", [toy["bin"], "--path", checkpoint, "--save", silent, "--weight", "0",
+                                        "--threads", "1"])
+    plain = run_here("generate", generate_args(toy["bin"], checkpoint, "--gen-subset", "test")).stdout
+    assert run_here("generate", generate_args(toy["bin"], silent, "--gen-subset", "test")).stdout == plain
     assert "H-" in plain
 
 
@@ -93,7 +95,7 @@ def test_beam_hypotheses_keep_their_speakers_words_in_fairseq_interactive(rememb
     speakers = [names[i % 2] for i in range(len(sentences))]
     (tmp_path / "in.txt").write_text("".join(f"{speaker}\t{sentence}\n" for speaker, sentence in zip(speakers, sentences)),
                                      encoding="utf-8")
-    out = run("interactive", [toy["bin"], "--path", path, "--user-dir", "fairseq_speaker", "--task",
+    out = run_here("interactive", [toy["bin"], "--path", path, "--user-dir", "fairseq_speaker", "--task",
                               "speaker_translation", "--beam", "4", "--nbest", "4", "--max-len-b", "3",
                               "--input", str(tmp_path / "in.txt"), "--speaker-per-line",
                               "--batch-size", "8", "--buffer-size", "8"]).stdout
@@ -164,12 +166,12 @@ def test_kinds_are_learned_from_the_sentence_pairs_and_decoded_with(remembered, 
     found = {tuple(sorted(names[int(i)] for i in w)) for t in memory.kinds for w in t.choices}
     assert ("fatigué", "fatiguée") in found and ("drogues", "médicaments") in found, found
     plain = str(tmp_path / "no-kinds.pt")
-    no_kinds = run("fairseq-speaker-words", [toy["bin"], "--path", checkpoint, "--save", plain, "--no-kinds",
-                                             "--threads", "1"])
+    no_kinds = call_main("fairseq-speaker-words", [toy["bin"], "--path", checkpoint, "--save", plain, "--no-kinds",
+                                                   "--threads", "1"])
     assert "kinds of speaker" not in no_kinds.stdout
     without = from_state(torch.load(plain, weights_only=False)["model"][CHECKPOINT_KEY], len(ids), plain)
     assert without.kinds == [] and [w.tolist() for w in without.words] == [w.tolist() for w in memory.words]
-    assert "H-" in run("generate", generate_args(toy["bin"], out, "--gen-subset", "test")).stdout
+    assert "H-" in run_here("generate", generate_args(toy["bin"], out, "--gen-subset", "test")).stdout
 
 
 def test_a_record_written_before_its_options_existed_decodes_as_it_did(remembered):
@@ -205,7 +207,8 @@ def test_onboarding_gives_a_new_speaker_their_words_and_an_update_adds_its_own(r
     onboarded = str(tmp_path / "onboarded-lee.pt")
     translator.save(onboarded)
     again = str(tmp_path / "again.pt")
-    said = run("fairseq-speaker-words", [toy["bin"], "--path", onboarded, "--save", again, "--weight", "3"]).stdout
+    said = call_main("fairseq-speaker-words", [toy["bin"], "--path", onboarded, "--save", again, "--weight",
+                                               "3"]).stdout
     assert f"those of 1 more kept from {onboarded}" in said
     record = torch.load(again, weights_only=False)["model"][CHECKPOINT_KEY]
     assert set(from_state(record, len(dictionary), again).words_of(row).tolist()) == lee
@@ -309,10 +312,10 @@ def test_a_memory_that_beats_nothing_is_written_with_weight_0_and_says_so(rememb
     the network on them: the memory is written with weight 0, the command warns, and decoding is the network's own."""
     checkpoint, _, _ = remembered
     out = str(tmp_path / "chosen.pt")
-    proc = run("fairseq-speaker-words", [toy["bin"], "--path", checkpoint, "--save", out, "--threads", "1"])
+    proc = call_main("fairseq-speaker-words", [toy["bin"], "--path", checkpoint, "--save", out, "--threads", "1"])
     assert "(cross-fitted)" in proc.stdout and "chosen: the network alone (weight 0)" in proc.stdout
     assert "| on | 2 |" in proc.stdout or "| off | 2 |" in proc.stdout  # every candidate's figures are printed
     assert "no setting of the memory beat the network alone" in proc.stderr
     assert torch.load(out, weights_only=False)["model"][CHECKPOINT_KEY]["options"]["weight"] == 0.0
-    plain = run("generate", generate_args(toy["bin"], checkpoint, "--gen-subset", "test")).stdout
-    assert run("generate", generate_args(toy["bin"], out, "--gen-subset", "test")).stdout == plain
+    plain = run_here("generate", generate_args(toy["bin"], checkpoint, "--gen-subset", "test")).stdout
+    assert run_here("generate", generate_args(toy["bin"], out, "--gen-subset", "test")).stdout == plain
