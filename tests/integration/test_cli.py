@@ -1,4 +1,5 @@
-"""The README's flow through the real fairseq command lines, on tiny data."""
+"""The README's flow through the real fairseq command lines, on tiny data. The checks of what a command computes
+run its main in this process (tests/cli.py's run_here); its exit status and messages, its process."""
 
 import os
 import re
@@ -22,7 +23,9 @@ from tests.cli import (
     doctored_checkpoint,
     family,
     generate_args,
+    hydra_train_here,
     run,
+    run_here,
     train_args,
 )
 
@@ -83,7 +86,7 @@ def test_generate_translates_each_sentence_as_its_speaker(toy, speaker_words, tm
     speakers = ["spk000" if i % 3 else "spk001" for i in range(SIZES["test"])]
     spk_file = tmp_path / "alternating.spk"
     spk_file.write_text("\n".join(speakers) + "\n")
-    proc = run("generate", generate_args(data, checkpoint, "--speaker-file", str(spk_file)))
+    proc = run_here("generate", generate_args(data, checkpoint, "--speaker-file", str(spk_file)))
     hyps = hypotheses(proc)
     assert len(hyps) == SIZES["test"]
     for speaker, hyp in zip(speakers, hyps):
@@ -97,7 +100,7 @@ def test_beam_stop_unbeaten_never_returns_a_worse_translation(toy, trained, tmp_
     checkpoint = trained("lstm_fact_bias")
 
     def scored(*extra):
-        proc = run("generate", generate_args(toy["bin"], checkpoint, "--nbest", "3", *extra))
+        proc = run_here("generate", generate_args(toy["bin"], checkpoint, "--nbest", "3", *extra))
         rows = [line.split("\t") for line in proc.stdout.splitlines() if line.startswith("H-")]
         best = {}
         for key, score, text in rows:
@@ -119,9 +122,9 @@ def test_unknown_speaker_policy_none_gives_no_bias(toy, speaker_words, tmp_path)
     checkpoint, _ = speaker_words
     spk_file = tmp_path / "strangers.spk"
     spk_file.write_text("nobody\n" * SIZES["test"])
-    proc = run("generate", generate_args(toy["bin"], checkpoint, "--speaker-file", str(spk_file),
-                                         "--unknown-speaker", "none"))
-    assert "37 of 37 sentences have speakers unseen in training" in proc.stderr
+    proc = run_here("generate", generate_args(toy["bin"], checkpoint, "--speaker-file", str(spk_file),
+                                              "--unknown-speaker", "none"))
+    assert "37 of 37 sentences have speakers unseen in training" in proc.log
     assert not any(h.split()[:1] in (["chien"], ["voiture"]) for h in hypotheses(proc))
 
 
@@ -140,28 +143,30 @@ def test_unknown_speaker_policy_fail(toy, speaker_words, tmp_path):
 def test_interactive_with_one_speaker_and_with_a_speaker_per_line(toy, speaker_words):
     checkpoint, boosts = speaker_words
     common = generate_args(toy["bin"], checkpoint, "--source-lang", "en", "--target-lang", "fr")
-    proc = run("interactive", [*common, "--speaker", "spk001"], stdin="i am tired .\nyou have the car .\n")
+    proc = run_here("interactive", [*common, "--speaker", "spk001"], stdin="i am tired .\nyou have the car .\n")
     hyps = hypotheses(proc)
     assert len(hyps) == 2 and all(h.split()[0] == "voiture" for h in hyps)
 
     lines = ["spk000\ti am tired .", "spk001\ti am tired .", "spk000\tyou want the key ."] * 3
-    proc = run("interactive", [*common, "--speaker-per-line", "--buffer-size", "4"], stdin="\n".join(lines) + "\n")
+    proc = run_here("interactive", [*common, "--speaker-per-line", "--buffer-size", "4"],
+                    stdin="\n".join(lines) + "\n")
     hyps = hypotheses(proc)
     assert [h.split()[0] for h in hyps] == [boosts[line.split("\t")[0]] for line in lines]
 
     # a malformed line is reported by its input line number and skipped; the session goes on
-    proc = run("interactive", [*common, "--speaker-per-line", "--buffer-size", "2"],
-               stdin="spk000\ti am tired .\nno tab here\nspk001\ti am tired .\nab\rc\tyou have the car .\n"
-               "spk000\tyou have the car .\n")
+    proc = run_here("interactive", [*common, "--speaker-per-line", "--buffer-size", "2"],
+                    stdin="spk000\ti am tired .\nno tab here\nspk001\ti am tired .\nab\rc\tyou have the car .\n"
+                    "spk000\tyou have the car .\n")
     assert ("<input>:2: expected 'SPEAKER<TAB>sentence' (--speaker-per-line), got 'no tab here'; line skipped"
-            in proc.stderr)
-    assert "<input>:4: speaker label 'ab\\rc' contains '\\r'" in proc.stderr
+            in proc.log)
+    assert "<input>:4: speaker label 'ab\\rc' contains '\\r'" in proc.log
     firsts = [line.split("\t")[2].split()[0] for line in proc.stdout.splitlines() if line.startswith("H-")]
     assert firsts == ["chien", "voiture", "chien"]
 
     # an unknown speaker: a warning naming the input line (the mean speaker), or with fail an error
-    proc = run("interactive", [*common, "--speaker-per-line"], stdin="spk000\ti am tired .\nspk0001\ti am tired .\n")
-    assert "<input>:2: speaker 'spk0001' is not among the model's 8 speakers" in proc.stderr
+    proc = run_here("interactive", [*common, "--speaker-per-line"],
+                    stdin="spk000\ti am tired .\nspk0001\ti am tired .\n")
+    assert "<input>:2: speaker 'spk0001' is not among the model's 8 speakers" in proc.log
     proc = run("interactive", [*common, "--speaker", "spk0001", "--buffer-size", "1"],
                stdin="i am tired .\ni am tired .\n", check=False)
     assert "<input>:1: speaker 'spk0001'" in proc.stderr and "<input>:2: speaker 'spk0001'" in proc.stderr
@@ -181,20 +186,24 @@ def test_interactive_with_one_speaker_and_with_a_speaker_per_line(toy, speaker_w
     ("transformer_fact_bias", "transformer_fact_bias"),
 ])
 def test_hydra_train_with_each_packaged_config(toy, tmp_path, config, system):
-    """A packaged config trains the system it is named after: its preset's variant, the speaker token or not."""
+    """A packaged config trains the system it is named after: its preset's variant, the speaker token or not. One
+    config runs fairseq-hydra-train's process, the others its composition and training in this process."""
     bias, token = preset_variant(system_args(system)[1]), system.endswith("+spk_token")
     config_dir = os.path.join(USER_DIR, "config")
     tiny = TINY[family(system)] + TINY_VARIANTS
     # ++ sets a key whether or not the config file lists it
-    overrides = [f"++model.{flag[2:].replace('-', '_')}={value}" for flag, value in zip(tiny[::2], tiny[1::2])]
-    proc = subprocess.run(
-        [os.path.join(os.path.dirname(sys.executable), "fairseq-hydra-train"),
-         "--config-dir", config_dir, "--config-name", config,
-         f"task.data={toy['bin']}", f"common.user_dir={USER_DIR}", f"checkpoint.save_dir={tmp_path}/ckpt",
-         "optimization.max_epoch=1", *overrides, f"hydra.run.dir={tmp_path}/hydra"],
-        env=dict(os.environ, OMP_NUM_THREADS="1"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    overrides = [f"task.data={toy['bin']}", f"common.user_dir={USER_DIR}", f"checkpoint.save_dir={tmp_path}/ckpt",
+                 "optimization.max_epoch=1",
+                 *[f"++model.{flag[2:].replace('-', '_')}={value}" for flag, value in zip(tiny[::2], tiny[1::2])]]
+    if config == "lstm_fact_bias":
+        proc = subprocess.run(
+            [os.path.join(os.path.dirname(sys.executable), "fairseq-hydra-train"),
+             "--config-dir", config_dir, "--config-name", config, *overrides, f"hydra.run.dir={tmp_path}/hydra"],
+            env=dict(os.environ, OMP_NUM_THREADS="1"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    else:
+        hydra_train_here(config_dir, config, overrides)
     state = torch.load(os.path.join(tmp_path, "ckpt", "checkpoint_last.pt"), weights_only=True)
     model = state["cfg"]["model"]
     assert (model["speaker_bias"], state["cfg"]["task"]["speaker_token"]) == (bias, token)
@@ -215,9 +224,9 @@ def test_sated_speaker_suffix(toy, tmp_path):
     data = copy_data(toy, tmp_path)
     for split in SIZES:
         os.rename(os.path.join(data, f"{split}.spk"), os.path.join(data, f"{split}.usr"))
-    proc = run("train", train_args(data, str(tmp_path / "ckpt"), "lstm_full_bias", "--max-epoch", "1",
-                                   "--speaker-suffix", "usr"))
-    assert f"speaker dictionary: 8 speakers, saved to {data}/dict.spk.txt" in proc.stdout + proc.stderr
+    proc = run_here("train", train_args(data, str(tmp_path / "ckpt"), "lstm_full_bias", "--max-epoch", "1",
+                                        "--speaker-suffix", "usr"))
+    assert f"speaker dictionary: 8 speakers, saved to {data}/dict.spk.txt" in proc.stdout + proc.log
     assert os.path.exists(os.path.join(data, "dict.spk.txt"))
 
 
@@ -287,7 +296,7 @@ def test_restart_from_best_in_fairseq_train(toy, tmp_path):
     save_dir = tmp_path / "ckpt"
     args = train_args(toy["bin"], str(save_dir), "lstm_base", "--max-epoch", "4")
     args[args.index("--lr") + 1] = "3.0"
-    run("train", [*args, "--lr-scheduler", "restart_from_best", "--lr-shrink", "0.5"])
+    run_here("train", [*args, "--lr-scheduler", "restart_from_best", "--lr-shrink", "0.5"])
     state = torch.load(save_dir / "checkpoint_last.pt", weights_only=True)
     schedule = state["optimizer_history"][-1]["lr_scheduler_state"]
     assert schedule["restarts"] >= 1
@@ -306,9 +315,10 @@ def test_restart_from_best_resumes_as_if_uninterrupted(toy, tmp_path):
         a[a.index("--lr") + 1] = "3.0"  # validation gets worse: plateaus and restarts
         return a
 
-    run("train", args(tmp_path / "through", 3))
-    for epochs in (2, 3):  # the same run, stopped after epoch 2, whose validation is worse (a restart)
-        run("train", args(tmp_path / "resumed", epochs))
+    run_here("train", args(tmp_path / "through", 3))
+    # the same run, stopped after epoch 2, whose validation is worse (a restart), and resumed by a new process
+    run_here("train", args(tmp_path / "resumed", 2))
+    run("train", args(tmp_path / "resumed", 3))
     through = torch.load(tmp_path / "through" / "checkpoint_last.pt", weights_only=True)
     resumed = torch.load(tmp_path / "resumed" / "checkpoint_last.pt", weights_only=True)
     schedules = [s["optimizer_history"][-1]["lr_scheduler_state"] for s in (through, resumed)]
