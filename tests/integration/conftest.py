@@ -33,6 +33,13 @@ def _once(shared, name, make):
 
 
 @pytest.fixture(scope="session")
+def once(shared):
+    """``once(name, make)``: the folder ``make(folder)`` filled the first time any test worker asked for ``name``
+    (what a test module's fixture makes, made once though the module's tests run in both workers)."""
+    return lambda name, make: _once(shared, name, make)
+
+
+@pytest.fixture(scope="session")
 def toy(shared):
     folder = _once(shared, "toy", make_toy)
     return {"root": folder, "raw": os.path.join(folder, "raw"), "bin": os.path.join(folder, "bin")}

@@ -1,10 +1,11 @@
 """SATED preparation on a hand-written fixture, the per-pair recipes at toy scale through the real CLIs, and raw text
 in and out of a model trained on the prepared data (docs/sated.md)."""
 
-import ast
 import glob
+import importlib.util
 import json
 import os
+import pathlib
 import re
 import shlex
 import shutil
@@ -17,7 +18,7 @@ from sacremoses import MosesDetokenizer
 
 from fairseq_speaker.data import SpeakerDictionary
 from tests import documents
-from tests.cli import BIN, USER_DIR, assert_user_error, run, train_args
+from tests.cli import BIN, USER_DIR, assert_user_error, call_main, run, run_here, train_args
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SATED = os.path.join(ROOT, "examples", "sated")
@@ -30,17 +31,39 @@ def lines(path):
         return f.read().splitlines()
 
 
-def prepare(*args):
+def script(name: str):
+    """examples/sated/NAME.py as a module, to call its ``main`` in this process."""
+    spec = importlib.util.spec_from_file_location(f"sated_{name}", os.path.join(SATED, f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def prepare_script(*args):
+    """prepare.py run as the docs run it: a process of its own."""
     return subprocess.run([sys.executable, os.path.join(SATED, "prepare.py"), *args], env=ENV,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def prepare(*args):
+    """prepare.py's main in this process (its fairseq-preprocess still a process): the same outcome as
+    :func:`prepare_script` without a Python start (the ``prepared`` fixture runs the script itself)."""
+    return call_main(script("prepare").main, args, check=False)
+
+
 @pytest.fixture(scope="module")
-def prepared(tmp_path_factory):
-    out = str(tmp_path_factory.mktemp("sated") / "en-fr")
-    proc = prepare("--input", os.path.join(FIXTURE, "en-fr"), "--src", "en", "--tgt", "fr", "--out", out)
-    assert proc.returncode == 0, proc.stderr
-    return out, proc.stdout
+def prepared(once):
+    """The fixture prepared (once for all test workers): the output folder and what prepare.py printed."""
+    def make(folder):
+        out = os.path.join(folder, "en-fr")
+        proc = prepare_script("--input", os.path.join(FIXTURE, "en-fr"), "--src", "en", "--tgt", "fr", "--out", out)
+        assert proc.returncode == 0, proc.stderr
+        with open(os.path.join(folder, "stdout.txt"), "w", encoding="utf-8") as f:
+            f.write(proc.stdout)
+
+    folder = once("sated-prepared", make)
+    with open(os.path.join(folder, "stdout.txt"), encoding="utf-8") as f:
+        return os.path.join(folder, "en-fr"), f.read()
 
 
 def test_long_pairs_are_dropped_with_their_speaker_labels(prepared):
@@ -150,8 +173,8 @@ def test_the_manual_flow_reads_sateds_dev_speakers_for_the_valid_split(tmp_path)
     for path in glob.glob(os.path.join(corpus, "*.usr")):
         shutil.copy(path, data)
     args = train_args(data, str(tmp_path / "ckpt"), "lstm_fact_bias", "--max-epoch", "1", "--speaker-suffix", "usr")
-    proc = run("train", args)
-    assert f"valid: no valid.usr, speaker labels read from {data}/dev.usr" in proc.stderr + proc.stdout
+    proc = run_here("train", args)
+    assert f"valid: no valid.usr, speaker labels read from {data}/dev.usr" in proc.log + proc.stdout
     assert os.path.exists(tmp_path / "ckpt" / "checkpoint_best.pt")
 
     os.remove(os.path.join(data, "dev.usr"))
@@ -162,20 +185,36 @@ def test_the_manual_flow_reads_sateds_dev_speakers_for_the_valid_split(tmp_path)
         f"valid split there or in {data}/dev.usr (SATED's name for that split)")
 
 
-def recipe(*options):
+def recipe_script(*options):
+    """recipe.py run as the docs run it: a process of its own."""
     return subprocess.run([sys.executable, os.path.join(SATED, "recipe.py"), *options], env=ENV,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def recipe(*options):
+    """recipe.py's main in this process (its fairseq commands still processes): the same outcome as
+    :func:`recipe_script` without a Python start (the ``toy_run`` fixture runs the script itself)."""
+    return call_main(script("recipe").main, options, check=False)
+
+
 @pytest.fixture(scope="module")
-def toy_run(prepared, tmp_path_factory):
-    """The base system trained by the recipe at toy sizes, two epochs a stage."""
+def toy_run(prepared, once):
+    """The base system trained by the recipe at toy sizes, two epochs a stage (once for all test workers)."""
     data, _ = prepared
-    out = tmp_path_factory.mktemp("recipe") / "runs"
-    options = ["--data", data, "--pair", "en-fr", "--out", str(out), "--systems", "base", "--toy", "--max-epoch", "2"]
-    proc = recipe(*options)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return out, options, proc.stdout
+
+    def options(folder):
+        return ["--data", data, "--pair", "en-fr", "--out", os.path.join(folder, "runs"), "--systems", "base", "--toy",
+                "--max-epoch", "2"]
+
+    def make(folder):
+        proc = recipe_script(*options(folder))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        with open(os.path.join(folder, "stdout.txt"), "w", encoding="utf-8") as f:
+            f.write(proc.stdout)
+
+    folder = once("sated-recipe", make)
+    with open(os.path.join(folder, "stdout.txt"), encoding="utf-8") as f:
+        return pathlib.Path(folder) / "runs", options(folder), f.read()
 
 
 def test_toy_runs_the_epochs_max_epoch_asks_for(toy_run):
@@ -347,12 +386,12 @@ def raw_text(line: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def raw_model(prepared, tmp_path_factory):
-    """A tiny model trained through the test helpers on the data prepare.py made, with what it recorded."""
+def raw_model(prepared, once):
+    """A tiny model trained through the test helpers on the data prepare.py made, with what it recorded (once for
+    all test workers)."""
     data = os.path.join(prepared[0], "bin")
-    save = str(tmp_path_factory.mktemp("raw-model"))
-    run("train", train_args(data, save, "lstm_fact_bias", "--max-epoch", "60", "--lr", "0.02",
-                            "--no-epoch-checkpoints"))
+    save = once("sated-raw-model", lambda folder: run_here("train", train_args(
+        data, folder, "lstm_fact_bias", "--max-epoch", "60", "--lr", "0.02", "--no-epoch-checkpoints")))
     return {"data": data, "checkpoint": os.path.join(save, "checkpoint_best.pt"),
             "text": os.path.join(prepared[0], "text")}
 
@@ -368,8 +407,9 @@ def unrecorded(raw_model, tmp_path_factory):
 
 
 def interactive_lines(model, sentences, *extra, checkpoint=None):
-    """fairseq-interactive's S-, H- and D- texts (the score left out) of ``sentences`` as talk_3."""
-    proc = run("interactive", [model["data"], "--user-dir", USER_DIR, "--task", "speaker_translation", "--path",
+    """fairseq-interactive's S-, H- and D- texts (the score left out) of ``sentences`` as talk_3 (its main in this
+    process: the documented command lines below run as processes)."""
+    proc = run_here("interactive", [model["data"], "--user-dir", USER_DIR, "--task", "speaker_translation", "--path",
                                checkpoint or model["checkpoint"], "--source-lang", "en", "--target-lang", "fr",
                                "--beam", "5", "--speaker", SPEAKER, *extra], stdin="".join(s + "\n" for s in sentences))
     return {kind: [line.split("\t")[-1] for line in proc.stdout.splitlines() if line.startswith(kind + "-")]
@@ -413,8 +453,8 @@ def test_fairseq_interactive_reads_raw_text_as_the_data_was_made_and_detokenizes
 
 
 def test_fairseq_generate_keeps_the_models_tokens_in_h_lines_and_detokenizes_the_others(raw_model):
-    proc = run("generate", [raw_model["data"], "--user-dir", USER_DIR, "--task", "speaker_translation", "--path",
-                            raw_model["checkpoint"], "--gen-subset", "valid", "--beam", "5"])
+    proc = run_here("generate", [raw_model["data"], "--user-dir", USER_DIR, "--task", "speaker_translation", "--path",
+                                 raw_model["checkpoint"], "--gen-subset", "valid", "--beam", "5"])
 
     def texts(kind):  # sentence id -> the line's text
         return {int(line.split("\t")[0][2:]): line.split("\t")[-1] for line in proc.stdout.splitlines()
@@ -520,10 +560,9 @@ def test_the_documented_python_translates_raw_text(raw_model):
     code = re.findall(r"```python\n(.*?)```", doc_section(), re.S)
     assert len(code) == 1
     code = code[0].replace(DOC_DATA, raw_model["data"]).replace(DOC_MODEL, raw_model["checkpoint"])
-    proc = subprocess.run([sys.executable, "-c", code + "\nprint(repr(translations))\n"], env=ENV, cwd=ROOT,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    translations = ast.literal_eval(proc.stdout.strip().splitlines()[-1])
+    namespace = {}
+    exec(compile(code, DOCS, "exec"), namespace)  # as a reader runs it, in this process
+    translations = namespace["translations"]
     assert len(translations) == 2 and not any("&apos;" in t for t in translations)
 
 
@@ -534,7 +573,7 @@ def test_a_checkpoint_whose_bpe_codes_are_gone_stops_with_one_message(raw_model,
     (data / "codes.txt").write_text("#version: 0.2\ni t\n")
     (data / "preprocessing.json").write_text(json.dumps({"bpe": {"name": "subword_nmt", "bpe_codes": "codes.txt"}}))
     save = tmp_path / "ckpt"
-    run("train", train_args(str(data), str(save), "lstm_base", "--max-epoch", "1"))  # no subword_nmt needed to train
+    run_here("train", train_args(str(data), str(save), "lstm_base", "--max-epoch", "1"))  # no subword_nmt to train
     os.remove(data / "codes.txt")
     checkpoint = str(save / "checkpoint_best.pt")
     proc = run("interactive", [str(data), "--user-dir", USER_DIR, "--task", "speaker_translation", "--path", checkpoint,
@@ -548,15 +587,16 @@ def test_a_checkpoint_whose_bpe_codes_are_gone_stops_with_one_message(raw_model,
         f"checkpoint's), or --preprocessing none (preprocessing=\"none\") for input already in the model's tokens")
     assert "S-0" not in proc.stdout
     # what it says to do works
-    proc = run("interactive", [str(data), "--user-dir", USER_DIR, "--task", "speaker_translation", "--path", checkpoint,
-                               "--speaker", SPEAKER, "--preprocessing", "none"], stdin="it &apos;s my idea .\n")
+    proc = run_here("interactive", [str(data), "--user-dir", USER_DIR, "--task", "speaker_translation", "--path",
+                                    checkpoint, "--speaker", SPEAKER, "--preprocessing", "none"],
+                    stdin="it &apos;s my idea .\n")
     assert "S-0\tit &apos;s my idea ." in proc.stdout.splitlines()
 
 
 def test_adapt_reads_raw_text_with_the_checkpoints_preprocessing(raw_model, unrecorded, tmp_path):
     """--raw-text: raw adaptation files are tokenized as the training data was (Moses with its escapes, then
     lowercasing, done here by sacremoses itself), so the speaker fitted is the one fitted on the model's tokens;
-    a checkpoint without the record refuses it, saying what to give instead."""
+    a checkpoint without the record refuses it, saying what to give instead (the command's main in this process)."""
     from sacremoses import MosesTokenizer
 
     raw = {"en": ["It's my idea.", "I am happy.", "Is it yours?"], "fr": ["C'est mon idée.", "Je suis heureuse.",
@@ -571,14 +611,15 @@ def test_adapt_reads_raw_text_with_the_checkpoints_preprocessing(raw_model, unre
             (tmp_path / f"{kind}.{lang}").write_text("".join(s + "\n" for s in sentences), encoding="utf-8")
         (tmp_path / f"{kind}.spk").write_text("new_talk\n" * 3)
         save = str(tmp_path / f"{kind}.pt")
-        run("fairseq-speaker-adapt", [raw_model["data"], "--path", raw_model["checkpoint"], "--adapt-prefix",
-                                      str(prefix), "--save", save, "--source-lang", "en", "--target-lang", "fr",
-                                      "--max-unknown-rate", "1", *extra])
+        call_main("fairseq-speaker-adapt", [raw_model["data"], "--path", raw_model["checkpoint"], "--adapt-prefix",
+                                            str(prefix), "--save", save, "--source-lang", "en", "--target-lang", "fr",
+                                            "--max-unknown-rate", "1", *extra])
         rows[kind] = torch.load(save, weights_only=False)["model"]["decoder.speaker_bias.speaker_weights"]
     assert torch.equal(rows["raw"], rows["tokens"])
-    refused = run("fairseq-speaker-adapt", [raw_model["data"], "--path", unrecorded, "--adapt-prefix",
-                                            str(tmp_path / "raw"), "--save", str(tmp_path / "x.pt"), "--source-lang",
-                                            "en", "--target-lang", "fr", "--raw-text"], check=False)
+    refused = call_main("fairseq-speaker-adapt", [raw_model["data"], "--path", unrecorded, "--adapt-prefix",
+                                                  str(tmp_path / "raw"), "--save", str(tmp_path / "x.pt"),
+                                                  "--source-lang", "en", "--target-lang", "fr", "--raw-text"],
+                        check=False)
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
     assert "--raw-text, but the checkpoint records no preprocessing" in refused.stderr.strip().splitlines()[-1]
     assert not os.path.exists(tmp_path / "x.pt")
