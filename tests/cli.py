@@ -127,11 +127,11 @@ def hydra_train_here(config_dir: str, config: str, overrides) -> None:
     from fairseq.dataclass.initialize import hydra_init
     from hydra import compose, initialize_config_dir
 
-    module = _fairseq_cli("hydra_train")
-    _as_a_new_process()
     with warnings.catch_warnings():
         for notice in LIBRARY_NOTICES:
             warnings.filterwarnings("ignore", message=notice, category=UserWarning)
+        module = _fairseq_cli("hydra_train")  # its hydra.main warns when imported
+        _as_a_new_process()
         hydra_init(config)
         with initialize_config_dir(config_dir=config_dir, version_base="1.1"):
             cfg = compose(config_name=config, overrides=list(overrides))
