@@ -23,6 +23,7 @@ from fairseq_speaker.errors import USER_ERROR_STATUS, user_error_in
 from fairseq_speaker.models import FAMILY_REGISTRY
 from fairseq_speaker.runtime import LIBRARY_NOTICES
 from fairseq_speaker.toy.corpus import write_corpus
+from tests.process_state import kept
 
 BIN = os.path.dirname(sys.executable)
 #: tiny sizes of each model family (its ``tiny`` sizes: 8-16 dims)
@@ -97,13 +98,12 @@ def run_here(command: str, args, stdin: str = "") -> SimpleNamespace:
     log, printed = io.StringIO(), io.StringIO()
     handler = logging.StreamHandler(log)
     handler.setFormatter(logging.Formatter("%(asctime)s | %(levelname)s | %(name)s | %(message)s"))
-    root = logging.getLogger()
-    level, stdin_before = root.level, sys.stdin
-    root.addHandler(handler)
-    root.setLevel(logging.INFO)
+    stdin_before = sys.stdin
     sys.stdin = io.StringIO(stdin)
     try:
-        with contextlib.redirect_stdout(printed), warnings.catch_warnings():
+        with kept(), contextlib.redirect_stdout(printed):
+            logging.getLogger().addHandler(handler)
+            logging.getLogger().setLevel(logging.INFO)
             for notice in LIBRARY_NOTICES:  # held back as in fairseq's command lines with the package
                 warnings.filterwarnings("ignore", message=notice, category=UserWarning)
             parser = getattr(options, HERE_PARSERS[command])()
@@ -114,8 +114,6 @@ def run_here(command: str, args, stdin: str = "") -> SimpleNamespace:
             distributed_utils.call_main(cfg, module.main)
     finally:
         sys.stdin = stdin_before
-        root.removeHandler(handler)
-        root.setLevel(level)
     return SimpleNamespace(stdout=printed.getvalue(), log=log.getvalue())
 
 
@@ -127,7 +125,7 @@ def hydra_train_here(config_dir: str, config: str, overrides) -> None:
     from fairseq.dataclass.initialize import hydra_init
     from hydra import compose, initialize_config_dir
 
-    with warnings.catch_warnings():
+    with kept():
         for notice in LIBRARY_NOTICES:
             warnings.filterwarnings("ignore", message=notice, category=UserWarning)
         module = _fairseq_cli("hydra_train")  # its hydra.main warns when imported
@@ -145,35 +143,25 @@ def call_main(command, args, check: bool = True) -> SimpleNamespace:
     its process would: ``returncode`` (``sys.exit``'s status; 1 for ``sys.exit(MESSAGE)``, the message then on
     standard error; a user error left to the exception hook the command installed ends as the hook ends it), what
     it printed on ``stdout`` and ``stderr``; with ``check``, a failure raises as in :func:`run`. What a command sets
-    process-wide (the logging configuration, the warning filters, the exception hook) is put back. Any other
-    exception is raised (in a process: a traceback)."""
+    process-wide (the logging configuration, the warning filters, the exception hook, the thread count) is put
+    back. Any other exception is raised (in a process: a traceback)."""
     name, main = (command, main_of(command)) if isinstance(command, str) else (command.__module__, command)
-    root = logging.getLogger()
-    handlers, level, hook = list(root.handlers), root.level, sys.excepthook
     out, err = io.StringIO(), io.StringIO()
     returncode = 0
-    try:
-        with warnings.catch_warnings(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                main([str(a) for a in args])
-            except SystemExit as e:
-                if isinstance(e.code, str):
-                    print(e.code, file=sys.stderr)
-                    returncode = 1
-                else:
-                    returncode = e.code or 0
-            except Exception as e:  # what the exception hook a command installs does with a user error
-                if not (getattr(sys.excepthook, "handles_user_errors", False) and user_error_in(e) is not None):
-                    raise
-                print(f"error: {user_error_in(e)}", file=sys.stderr)
-                returncode = USER_ERROR_STATUS
-    finally:
-        for handler in list(root.handlers):
-            root.removeHandler(handler)
-        for handler in handlers:
-            root.addHandler(handler)
-        root.setLevel(level)
-        sys.excepthook = hook
+    with kept(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main([str(a) for a in args])
+        except SystemExit as e:
+            if isinstance(e.code, str):
+                print(e.code, file=sys.stderr)
+                returncode = 1
+            else:
+                returncode = e.code or 0
+        except Exception as e:  # what the exception hook a command installs does with a user error
+            if not (getattr(sys.excepthook, "handles_user_errors", False) and user_error_in(e) is not None):
+                raise
+            print(f"error: {user_error_in(e)}", file=sys.stderr)
+            returncode = USER_ERROR_STATUS
     if check and returncode != 0:
         raise AssertionError(f"{name} failed ({returncode}):\n{err.getvalue()[-3000:]}")
     return SimpleNamespace(returncode=returncode, stdout=out.getvalue(), stderr=err.getvalue())

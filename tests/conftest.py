@@ -4,6 +4,8 @@ import pytest
 import torch
 from hypothesis import settings
 
+from tests.process_state import kept
+
 # two test workers on two cores: one thread each, or their threads contend for the same cores
 torch.set_num_threads(1)
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -28,3 +30,11 @@ def fast_path_switch():
     before = fast_paths.enabled()
     yield fast_paths.set_enabled
     fast_paths.set_enabled(before)
+
+
+@pytest.fixture(autouse=True)
+def _process_state():
+    """Each test leaves the process as it found it: logging, warning filters, exception hook, thread count (a
+    command's main run in this process sets them; tests/process_state.py)."""
+    with kept():
+        yield
