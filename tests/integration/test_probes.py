@@ -39,6 +39,7 @@ def fairseq_train(argv: List[str]) -> None:
     from fairseq_cli import train
 
     args = options.parse_args_and_arch(options.get_training_parser(), input_args=argv)
+    args.num_workers = 0  # batches read here: no worker process, whose exit takes seconds (tests/cli.py's run_here)
     distributed_utils.call_main(convert_namespace_to_omegaconf(args), train.main)
 
 
@@ -47,7 +48,9 @@ def fairseq_generate(argv: List[str]) -> None:
     from fairseq import options
     from fairseq_cli import generate
 
-    generate.main(options.parse_args_and_arch(options.get_generation_parser(), input_args=argv))
+    args = options.parse_args_and_arch(options.get_generation_parser(), input_args=argv)
+    args.num_workers = 0  # as fairseq_train's
+    generate.main(args)
 
 
 #: fairseq's commands with our task, run in this process as their console scripts run them
