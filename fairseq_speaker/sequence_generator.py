@@ -22,6 +22,7 @@ its batch but looks it up by the sentence's id in the split (an ``IndexError`` p
 sentence's overlap within it): :class:`DiverseBeamSearchByPosition` looks it up by position.
 """
 
+import logging
 import math
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -34,6 +35,8 @@ from torch import Tensor
 from fairseq_speaker.errors import UserError
 from fairseq_speaker.modules.speaker_plumbing import encoder_speakers
 from fairseq_speaker.modules.speaker_words import SpeakerWords, speaker_words_of
+
+logger = logging.getLogger(__name__)
 
 
 class SpeakerWordsEnsemble(EnsembleModel):
@@ -250,3 +253,34 @@ class UnbeatenStopGenerator(SequenceGenerator):
 
 def _best_first(hypos: List[Dict[str, Tensor]]) -> List[Dict[str, Tensor]]:
     return sorted(hypos, key=lambda hypo: float(hypo["score"]), reverse=True)
+
+
+def empty_sources_left_empty(generator, sample: dict, hypos: List[list], src_dict, tgt_dict) -> List[list]:
+    """``hypos`` (``generator``'s result for ``sample``) with each sentence whose source is empty (the end-of-sentence
+    token alone: an empty input line of fairseq-interactive, an empty line of a split) answered by one empty
+    translation of score 0, logged once for the batch. A model given nothing invents a fluent sentence; the empty one
+    keeps the output's lines in step with the input's. A scorer of references (``--score-reference``) is left as it
+    is: it scores what it is given."""
+    if not isinstance(generator, SequenceGenerator):
+        return hypos
+    src, pad, eos = sample["net_input"]["src_tokens"], src_dict.pad(), src_dict.eos()
+    empty = [i for i in range(src.size(0)) if int(src[i].ne(pad).sum()) == 1 and int(src[i][src[i].ne(pad)][0]) == eos]
+    if not empty:
+        return hypos
+    ids = sample.get("id")
+    for i in empty:
+        first = hypos[i][0] if hypos[i] else None
+        hypo: Dict = {"tokens": torch.tensor([tgt_dict.eos()], dtype=src.dtype, device=src.device),
+                      "score": torch.tensor(0.0), "positional_scores": torch.zeros(1)}
+        if first is not None:
+            hypo["attention"] = first["attention"][:, :1] if torch.is_tensor(first.get("attention")) and \
+                first["attention"].dim() == 2 else first.get("attention")
+            hypo["alignment"] = first["alignment"][:0] if first.get("alignment") is not None else None
+        else:
+            hypo["attention"], hypo["alignment"] = torch.empty(0), torch.empty(0)
+        hypos[i] = [hypo]
+    numbers = [int(ids[i]) if isinstance(ids, Tensor) else i for i in empty]
+    shown = ", ".join(map(str, numbers[:3])) + (f" and {len(numbers) - 3} more" if len(numbers) > 3 else "")
+    logger.warning(f"an empty source (sentence id {shown}) is translated as an empty sentence: given nothing, a model "
+                   f"invents one")
+    return hypos

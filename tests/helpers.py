@@ -1,6 +1,7 @@
 """Tiny dictionaries, models and batches for the unit tests (8-16 dims, a dozen words)."""
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import re
@@ -253,6 +254,41 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def real_server(args, log_path, env: Optional[Dict[str, str]] = None, seconds: float = 120):
+    """``fairseq-speaker-serve ARGS --port PORT`` as a process (one thread), its output written to ``log_path``, from
+    the moment it answers ``GET /health`` with 200: yields the process and its base URL. Killed on leaving if it still
+    runs (a test that stops it checks how it stopped)."""
+    import subprocess
+    import sys
+    import time
+    import urllib.error
+
+    port = free_port()
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", **(env or {}))
+    command = os.path.join(os.path.dirname(sys.executable), "fairseq-speaker-serve")
+    with open(log_path, "w+") as log:
+        server = subprocess.Popen([command, *map(str, args), "--port", str(port)], env=env, stdout=log,
+                                  stderr=subprocess.STDOUT)
+        base = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + seconds
+            while True:
+                assert server.poll() is None, open(log_path).read()[-3000:]
+                try:
+                    if http_call(base + "/health")[0] == 200:
+                        break
+                except (urllib.error.URLError, ConnectionError):
+                    pass
+                assert time.monotonic() < deadline, f"the server did not answer /health within {seconds} s"
+                time.sleep(0.2)
+            yield server, base
+        finally:
+            if server.poll() is None:
+                server.kill()
+                server.wait(timeout=30)
 
 
 def http_call(url: str, body=None, method: Optional[str] = None, headers: Optional[Dict[str, str]] = None,

@@ -129,6 +129,8 @@ def _checked_options(options: dict, generation) -> dict:
             raise OnboardingError(f"{name!r} is not an option of fairseq's generation (fairseq-generate's options, "
                                   f"written with underscores: beam, lenpen, max_len_b, sampling, ...): it would be "
                                   f"ignored")
+    if "beam_stop" in options and options["beam_stop"] is None:  # the translator's own, as from_pretrained's None
+        options = {name: value for name, value in options.items() if name != "beam_stop"}
     if options.get("beam_stop", BEAM_STOPS[0]) not in BEAM_STOPS:
         raise OnboardingError(f"beam_stop must be one of {', '.join(BEAM_STOPS)}, got {options['beam_stop']!r}")
     alignment = options.get("print_alignment")

@@ -51,7 +51,7 @@ from fairseq_speaker.service.connections import bounded_http_protocol
 from fairseq_speaker.service.logs import LOG_FORMATS, LogLines, configure_logging
 from fairseq_speaker.service.metrics import Metrics
 from fairseq_speaker.tasks.speaker_translation import BEAM_STOPS
-from fairseq_speaker.service.served_models import MODEL_ID_RULE, ServedModels, model_id_problem
+from fairseq_speaker.service.served_models import MODEL_ID_RULE, ServedModels, case_twin, model_id_problem
 from fairseq_speaker.service.speaker_service import Limits, Retired, ServiceError, SpeakerService, timed_out
 from fairseq_speaker.service.store import DEFAULT_MODEL, SpeakerStore, StoreError, store_location
 from fairseq_speaker.service.stores import open_store
@@ -817,6 +817,10 @@ def model_specs(args: argparse.Namespace) -> Dict[str, Tuple[str, str]]:
             also = " (the model of CHECKPOINT)" if model == DEFAULT_MODEL and args.checkpoint is not None else ""
             raise UserError(f"--model {spec}: the model id {model!r} is given twice{also}: give each model an id of "
                             f"its own")
+        twin = case_twin(model, specs)
+        if twin is not None:
+            raise UserError(f"--model {spec}: the model ids {twin!r} and {model!r} differ only by case: give each "
+                            f"model an id that differs from the others in more than case")
         specs[model] = (checkpoint, data or args.data)
     if not specs:
         raise UserError("give the model to serve: CHECKPOINT --data DATA_DIR, or --model ID=CHECKPOINT[:DATA_DIR] "

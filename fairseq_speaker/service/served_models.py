@@ -29,7 +29,7 @@ import sqlite3
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, Iterable, List, Optional
 
 from fairseq_speaker.errors import UserError
 from fairseq_speaker.onboarding.translator import SpeakerTranslator
@@ -53,6 +53,15 @@ def model_id_problem(text: object) -> Optional[str]:
     """Why ``text`` cannot be a model id, or None."""
     if not isinstance(text, str) or not MODEL_ID.fullmatch(text):
         return f"{text!r} is not a model id: use {MODEL_ID_RULE}"
+    return None
+
+
+def case_twin(model: str, ids: Iterable[str]) -> Optional[str]:
+    """The id among ``ids`` that ``model`` equals but for case, or None: two such ids would read as one model in a
+    URL, a log or a metric label written by hand, each request going to one of them by the letters' case."""
+    for other in ids:
+        if other != model and other.casefold() == model.casefold():
+            return other
     return None
 
 
@@ -116,10 +125,12 @@ class ServedModels:
                  data: Optional[Dict[str, str]] = None, on_change: Optional[Callable[[], None]] = None):
         if default not in translators:
             raise ValueError(f"the default model {default!r} is not among the models {list(translators)}")
-        for model_id in translators:
+        for number, model_id in enumerate(translators):
             problem = model_id_problem(model_id)
-            if problem:
-                raise UserError(problem)
+            twin = case_twin(model_id, list(translators)[:number]) if problem is None else None
+            if problem or twin:
+                raise UserError(problem or f"the model ids {twin!r} and {model_id!r} differ only by case: give each "
+                                f"model an id that differs from the others in more than case")
         self.default = default
         self._make, self._load, self._on_change = make, load, on_change
         self._loading = threading.Lock()  # one load at a time
@@ -183,6 +194,11 @@ class ServedModels:
             if model in self._models:
                 raise ServiceError(409, "model_exists", f"model {model!r} is already served: POST "
                                    f"/models/{model}/reload loads another checkpoint for it")
+            twin = case_twin(model, self._models)
+            if twin is not None:
+                raise ServiceError(409, "model_exists", f"model {twin!r} is served, whose id differs from {model!r} "
+                                   f"only by case: give the new model an id that differs in more than case, or "
+                                   f"POST /models/{twin}/reload to load another checkpoint for {twin!r}")
             served = self._loaded(model, checkpoint, data or self._models[self.default].data, None)
             self._models[model] = served
             self._changed()
@@ -300,4 +316,4 @@ def _data_of(translator: SpeakerTranslator) -> str:
     return str(getattr(translator.task.cfg, "data", "") or "")
 
 
-__all__ = ["DEFAULT_MODEL", "MODEL_ID_RULE", "ServedModels", "model_id_problem"]
+__all__ = ["DEFAULT_MODEL", "MODEL_ID_RULE", "ServedModels", "case_twin", "model_id_problem"]

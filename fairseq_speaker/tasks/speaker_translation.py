@@ -494,7 +494,7 @@ class SpeakerTranslationTask(TranslationTask):
         elif self._pending and torch.equal(self._pending[0][0], net_input["src_tokens"].cpu()):
             self._pending.popleft()  # a caller that kept the speakers of a batch built here
         if not self.uses_speaker_token:
-            return check_ended(generator, sample, super().inference_step(
+            return self._ended(generator, sample, super().inference_step(
                 generator, models, sample, prefix_tokens=prefix_tokens, constraints=constraints
             ))
         # force each sentence's speaker token; an unseen speaker's (pad) is left to the model
@@ -507,7 +507,7 @@ class SpeakerTranslationTask(TranslationTask):
             prefix_tokens = torch.cat([speaker_prefix.to(prefix_tokens), prefix_tokens[:, 1:]], dim=1)
         else:  # a caller's prefix of words (the hub's inference_step_args): the speaker token goes before them
             prefix_tokens = torch.cat([speaker_prefix.to(prefix_tokens), prefix_tokens], dim=1)
-        hypos = check_ended(generator, sample, super().inference_step(
+        hypos = self._ended(generator, sample, super().inference_step(
             generator, models, sample, prefix_tokens=prefix_tokens, constraints=constraints
         ))
         speaker_tokens = self.speaker_token_ids()
@@ -516,6 +516,14 @@ class SpeakerTranslationTask(TranslationTask):
                 if len(hypo["tokens"]) and bool((speaker_tokens == hypo["tokens"][0].cpu()).any()):
                     _strip_first_token(hypo)
         return hypos
+
+    def _ended(self, generator, sample, hypos):
+        """The search's hypotheses, each empty source answered by an empty translation, and a sentence no
+        translation of which could end refused (:func:`check_ended`)."""
+        from fairseq_speaker.sequence_generator import empty_sources_left_empty
+
+        hypos = empty_sources_left_empty(generator, sample, hypos, self.src_dict, self.tgt_dict)
+        return check_ended(generator, sample, hypos)
 
     def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None, **kwargs):
         if self.cfg.speaker_per_line and getattr(args, "constraints", None):

@@ -29,7 +29,7 @@ from fairseq_speaker.command_registry import COMMANDS, main_of
 from fairseq_speaker.data import preprocessing
 from fairseq_speaker.errors import USER_ERROR_STATUS, user_error_in
 from fairseq_speaker.onboarding import evaluate, vectors, words
-from tests.cli import USER_DIR, assert_user_error, run, train_args
+from tests.cli import USER_DIR, assert_user_error, run, run_here, train_args
 
 
 def fairseq_train(argv: List[str]) -> None:
@@ -1621,6 +1621,40 @@ def test_fairseq_interactive_refuses_bad_speakers(toy, trained, stdin, extra, me
     assert proc.returncode == 2
     assert_user_error(proc)
     assert message in proc.stderr
+
+
+#: empty input lines of fairseq-interactive: (the promise of docs/reliability.md, standard input, options, the line
+#: numbers (from 0) that are empty)
+EMPTY_INPUT_PROBES = [
+    ("empty-line-empty-translation", "i am tired .\n\nyou are happy .\n", ["--speaker", "spk000"], [1]),
+    ("empty-line-empty-translation", "   \ni am tired .\n", ["--speaker", "spk000", "--nbest", "2"], [0]),
+    ("empty-line-empty-translation", "\n\n", ["--speaker", "spk000", "--beam-stop", "unbeaten"], [0, 1]),
+]
+
+
+@pytest.mark.parametrize("stdin,extra,empty", [row[1:] for row in EMPTY_INPUT_PROBES])
+def test_fairseq_interactive_answers_an_empty_line_with_an_empty_one(toy, trained, stdin, extra, empty):
+    """Each empty line gets one empty hypothesis (its H- line's text empty) and a warning; the other lines are
+    translated as they are without it, one line out for one line in."""
+    args = [toy["bin"], "--user-dir", USER_DIR, "--task", "speaker_translation", "--path", trained("lstm_fact_bias"),
+            "--beam", "5", "--max-len-b", "6", *extra]
+    out = run_here("interactive", args, stdin=stdin)
+    hypotheses: Dict[int, List[str]] = {}
+    for line in out.stdout.splitlines():
+        if line.startswith("H-"):
+            number, _, text = line[2:].split("\t")
+            hypotheses.setdefault(int(number), []).append(text)
+    lines = stdin.splitlines()
+    assert sorted(hypotheses) == list(range(len(lines))), out.stdout
+    for number in empty:
+        assert hypotheses[number] == [""], out.stdout
+    assert "is translated as an empty sentence" in out.log
+    others = [line for number, line in enumerate(lines) if number not in empty]
+    if others:
+        alone = run_here("interactive", args, stdin="".join(line + "\n" for line in others))
+        assert [line.split("\t")[2] for line in alone.stdout.splitlines() if line.startswith("H-")] == [
+            text for number in sorted(hypotheses) if number not in empty for text in hypotheses[number]]
+        assert "empty sentence" not in alone.log
 
 
 #: fairseq-interactive given a data folder and a checkpoint: (the promise of docs/reliability.md, the data folder, the

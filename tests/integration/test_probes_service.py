@@ -295,6 +295,9 @@ HTTP_PROBES = [
      "checkpoint not found: no/such/model.pt; nothing was loaded"),
     ("one-json-error",
      "post", "/models", {"id": "default", "checkpoint": "m.pt"}, 409, "model_exists", "POST /models/default/reload"),
+    ("model-ids-differ-beyond-case",
+     "post", "/models", {"id": "Default", "checkpoint": "m.pt"}, 409, "model_exists",
+     "model 'default' is served, whose id differs from 'Default' only by case"),
     ("one-json-error", "post", "/models", {"id": "x"}, 422, "invalid_request", "checkpoint: Field required"),
     ("one-json-error", "delete", "/models/default", None, 409, "default_model", "it can be reloaded, not removed"),
     ("one-json-error", "delete", "/models/nosuch", None, 404, "unknown_model", "no model 'nosuch'"),
@@ -655,6 +658,11 @@ SERVE_OPTION_PROBES = [
                                                          "(the model of CHECKPOINT)"),
     ("one-line-user-errors",
      ["--model", "a=m.pt:d", "--model", "a=n.pt:d"], "the model id 'a' is given twice: give each model an id"),
+    ("model-ids-differ-beyond-case",
+     ["--model", "en-fr=m.pt:d", "--model", "EN-fr=n.pt:d"], "--model EN-fr=n.pt:d: the model ids 'en-fr' and 'EN-fr' "
+                                                             "differ only by case"),
+    ("model-ids-differ-beyond-case",
+     ["m.pt", "--data", "d", "--model", "DEFAULT=n.pt"], "the model ids 'default' and 'DEFAULT' differ only by case"),
     ("one-line-user-errors",
      ["--model", "a=m.pt:d", "--default-model", "b"], "--default-model b: no such model: the models are 'a'"),
     ("one-line-user-errors",
@@ -691,6 +699,14 @@ def test_loading_and_removing_models_needs_the_token(service, method, path, body
     response = service.request(method, path, json=body, headers=headers)
     assert response.status_code == status and response.json()["error"]["code"] == code, response.text
     assert response.headers["www-authenticate"] == "Bearer"
+
+
+def test_models_whose_ids_differ_only_by_case_are_refused_from_python(toy, trained):
+    """create_app's models as --model's: ids that read as one model are refused before anything is served."""
+    translator = SpeakerTranslator.from_pretrained(trained("lstm_fact_bias"), data=toy["bin"], max_len_b=6)
+    with pytest.raises(UserError, match="the model ids 'en-fr' and 'EN-fr' differ only by case"):
+        with TestClient(create_app({"en-fr": translator, "EN-fr": translator})):
+            pass
 
 
 def test_loading_models_is_disabled_without_a_token(toy, trained):

@@ -14,7 +14,6 @@ as a run resumed after a kill is.
 """
 
 import json
-import os
 import shutil
 
 import pytest

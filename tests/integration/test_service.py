@@ -8,9 +8,7 @@ import re
 import shlex
 import signal
 import sqlite3
-import subprocess
 import threading
-import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -28,8 +26,8 @@ from fairseq_speaker.service.speaker_service import Limits
 from fairseq_speaker.service.store import SpeakerStore, StoreError
 from fairseq_speaker.serving import SpeakerTranslator
 from fairseq_speaker.modules.speaker_words import speaker_words_of
-from tests.cli import BIN, doctored_checkpoint, run
-from tests.helpers import free_port, held_translations, http_call, wait_until
+from tests.cli import doctored_checkpoint, run
+from tests.helpers import held_translations, http_call, real_server, wait_until
 from tests.toy_kinds import attach_gender_kinds, genders
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -765,23 +763,11 @@ def test_a_file_that_is_no_store_is_refused(tmp_path):
 
 
 def test_a_real_server_answers_health_translates_onboards_and_stops_on_sigterm(toy, trained, tmp_path):
-    checkpoint, store, port = trained("lstm_fact_bias"), str(tmp_path / "speakers.db"), free_port()
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", SERVICE_TOKEN=TOKEN)
-    log = open(tmp_path / "server.log", "w+")
-    server = subprocess.Popen([os.path.join(BIN, "fairseq-speaker-serve"), checkpoint, "--data", toy["bin"],
-                               "--port", str(port), "--store", store, "--token-env", "SERVICE_TOKEN",
-                               "--max-len-b", "6", "--threads", "1"], env=env, stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            assert server.poll() is None, open(tmp_path / "server.log").read()[-3000:]
-            try:
-                status, health = http_call(base + "/health")
-                break
-            except (urllib.error.URLError, ConnectionError):
-                assert time.monotonic() < deadline, "the server did not answer /health within 90 s"
-                time.sleep(0.2)
+    checkpoint, store = trained("lstm_fact_bias"), str(tmp_path / "speakers.db")
+    with real_server([checkpoint, "--data", toy["bin"], "--store", store, "--token-env", "SERVICE_TOKEN",
+                      "--max-len-b", "6", "--threads", "1"], tmp_path / "server.log",
+                     env={"SERVICE_TOKEN": TOKEN}) as (server, base):
+        status, health = http_call(base + "/health")
         assert status == 200 and health["status"] == "ok" and health["writes"] is True
         status, answer = http_call(base + "/v1/translate", {"sentences": SENTENCES[:2], "speaker": "spk000"})
         assert status == 200
@@ -791,10 +777,6 @@ def test_a_real_server_answers_health_translates_onboards_and_stops_on_sigterm(t
         assert status == 201 and onboarded["speaker"]["sentences"] == 2
         server.send_signal(signal.SIGTERM)
         assert server.wait(timeout=30) in (0, -signal.SIGTERM)  # uvicorn raises the signal again once it stopped
-    finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait(timeout=30)
     output = open(tmp_path / "server.log").read()
     assert "Traceback" not in output, output[-3000:]
     assert f"closed the speaker store {store}" in output  # a graceful shutdown
@@ -808,23 +790,8 @@ def test_json_logs_are_one_object_a_line_with_each_records_fields_and_the_access
     """--log-format json --access-log: every line the server writes, uvicorn's too, is a JSON object with its time,
     level, logger and message; each request has an access line with its method, path and status, and a refusal its
     code; a newline in a path stays inside its line."""
-    port = free_port()
-    log = open(tmp_path / "server.log", "w+")
-    server = subprocess.Popen([os.path.join(BIN, "fairseq-speaker-serve"), trained("lstm_fact_bias"), "--data",
-                               toy["bin"], "--port", str(port), "--max-len-b", "6", "--threads", "1",
-                               "--log-format", "json", "--access-log"],
-                              env=dict(os.environ, OMP_NUM_THREADS="1"), stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            assert server.poll() is None, open(tmp_path / "server.log").read()[-3000:]
-            try:
-                assert http_call(base + "/health")[0] == 200
-                break
-            except (urllib.error.URLError, ConnectionError):
-                assert time.monotonic() < deadline, "the server did not answer /health within 90 s"
-                time.sleep(0.2)
+    with real_server([trained("lstm_fact_bias"), "--data", toy["bin"], "--max-len-b", "6", "--threads", "1",
+                      "--log-format", "json", "--access-log"], tmp_path / "server.log") as (server, base):
         assert http_call(base + "/v1/translate", {"sentences": SENTENCES[:1], "speaker": "spk000"})[0] == 200
         assert http_call(base + "/speakers/zoe", PAIRS, method="PUT")[0] == 403
         assert http_call(base + "/speakers/nobody")[0] == 404
@@ -833,10 +800,6 @@ def test_json_logs_are_one_object_a_line_with_each_records_fields_and_the_access
             assert head.status == 200 and head.read() == b""
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=30)
-    finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait(timeout=30)
     lines = [line for line in open(tmp_path / "server.log").read().splitlines() if line.strip()]
     records = [json.loads(line) for line in lines]  # every line: one JSON object
     assert all({"time", "level", "logger", "message"} <= set(r) for r in records)

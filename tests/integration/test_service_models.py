@@ -10,10 +10,6 @@ import shlex
 import shutil
 import signal
 import sqlite3
-import subprocess
-import time
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -26,8 +22,8 @@ from fairseq_speaker.service.app import create_app, parse_args
 from fairseq_speaker.service.store import SpeakerStore
 from fairseq_speaker.service.stores import open_store
 from fairseq_speaker.serving import SpeakerTranslator
-from tests.cli import BIN, doctored_checkpoint
-from tests.helpers import free_port, held_translations, http_call, wait_until
+from tests.cli import doctored_checkpoint
+from tests.helpers import held_translations, http_call, real_server, wait_until
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOKEN = "test-token-0123456789abcdef"
@@ -421,25 +417,9 @@ def _call(base, path, body=None, method=None):
 
 
 def test_a_real_server_serves_the_models_its_command_line_names(toy, twins, tmp_path):
-    port = free_port()
-    command = (f"{twins['dog']} --data {toy['bin']} --model car={twins['car']} --port {port} --store "
-               f"{tmp_path / 'speakers.db'} --token-env SERVICE_TOKEN --max-len-b 6 --threads 1")
-    log = open(tmp_path / "server.log", "w+")
-    server = subprocess.Popen([os.path.join(BIN, "fairseq-speaker-serve"), *shlex.split(command)],
-                              env=dict(os.environ, OMP_NUM_THREADS="1", SERVICE_TOKEN=TOKEN), stdout=log,
-                              stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert server.poll() is None, open(tmp_path / "server.log").read()[-3000:]
-            try:
-                if _call(base, "/health")[0] == 200:
-                    break
-            except (urllib.error.URLError, ConnectionError):
-                pass
-            assert time.monotonic() < deadline, "the server did not answer /health within 120 s"
-            time.sleep(0.2)
+    command = (f"{twins['dog']} --data {toy['bin']} --model car={twins['car']} --store {tmp_path / 'speakers.db'} "
+               f"--token-env SERVICE_TOKEN --max-len-b 6 --threads 1")
+    with real_server(shlex.split(command), tmp_path / "server.log", env={"SERVICE_TOKEN": TOKEN}) as (server, base):
         request = {"sentences": SENTENCES[:1], "speaker": "spk000"}
         assert _call(base, "/translate", request)[1]["translations"][0]["text"].split()[0] == "chien"
         assert _call(base, "/translate", {**request, "model": "car"})[1]["translations"][0]["text"].split()[0] == \
@@ -451,10 +431,6 @@ def test_a_real_server_serves_the_models_its_command_line_names(toy, twins, tmp_
         assert [m["id"] for m in _call(base, "/models")[1]["models"]] == ["default", "car"]
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=30)
-    finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait(timeout=30)
     output = open(tmp_path / "server.log").read()
     assert "Traceback" not in output, output[-3000:]
     assert "model 'car': reloaded from" in output

@@ -64,7 +64,7 @@ def test_translate_matches_fairseq_interactive_and_speakers_change_output(toy, t
 
 def test_beam_stop_reaches_the_translators_search_as_it_reaches_fairseq_interactives(toy, trained):
     """beam_stop="unbeaten" (from_pretrained's default for every call, or one call's) decodes as fairseq-interactive
-    --beam-stop unbeaten does, also for a checkpoint whose saved options predate it; a value that is no rule is
+    --beam-stop unbeaten does (a call's None: the translator's default, as from_pretrained's None), also for a checkpoint whose saved options predate it; a value that is no rule is
     refused before anything is loaded or decoded."""
     from fairseq_speaker.sequence_generator import UnbeatenStopGenerator
 
@@ -78,8 +78,10 @@ def test_beam_stop_reaches_the_translators_search_as_it_reaches_fairseq_interact
                                            "6", "--beam-stop", "unbeaten"), stdin="\n".join(sentences) + "\n")
     theirs = [line.split("\t")[2] for line in out.stdout.splitlines() if line.startswith("H-")]
     assert translator.translate(sentences, speaker) == theirs
+    assert translator.translate(sentences, speaker, beam_stop=None) == theirs  # None: the translator's own, as there
     plain = SpeakerTranslator.from_pretrained(checkpoint, data=toy["bin"], max_len_b=6)
     assert plain.translate(sentences, speaker, beam_stop="unbeaten") == theirs
+    assert plain.translate(sentences, speaker, beam_stop=None) == plain.translate(sentences, speaker)
     with pytest.raises(OnboardingError, match="beam_stop must be one of fairseq, unbeaten, got 'never'"):
         plain.translate(sentences, speaker, beam_stop="never")
     with pytest.raises(OnboardingError, match="got 'sometimes'"):

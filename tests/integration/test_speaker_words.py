@@ -12,7 +12,6 @@ import pytest
 import torch
 
 from fairseq_speaker.modules.speaker_words import CHECKPOINT_KEY, SpeakerWords, WordOptions, from_state
-from fairseq_speaker.onboarding import words as words_command
 from fairseq_speaker.onboarding.translator import SpeakerTranslator
 from fairseq_speaker.modules.speaker_words import speaker_words_of
 from tests.cli import call_main, generate_args, run_here

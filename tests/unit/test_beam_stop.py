@@ -133,3 +133,38 @@ def test_never_worse_than_fairseqs_rule_on_random_models(seed, normalize):
         assert float(ours[0]["score"]) >= float(fair[0]["score"]) - 1e-6
         if float(ours[0]["score"]) <= float(fair[0]["score"]) + 1e-6:
             assert ours[0]["tokens"].tolist() == fair[0]["tokens"].tolist()
+
+
+@pytest.mark.parametrize("generator_cls", [SequenceGenerator, UnbeatenStopGenerator])
+def test_an_empty_source_gets_one_empty_translation_and_the_others_are_untouched(generator_cls, caplog):
+    """A source of the end-of-sentence token alone (an empty line) would be given the model's invented sentence
+    (here always "a b"); it gets one empty translation of score 0, whatever the search, and a warning naming it."""
+    from fairseq.sequence_scorer import SequenceScorer
+
+    from fairseq_speaker.sequence_generator import empty_sources_left_empty
+
+    d = _dictionary(["a", "b"])
+    a, b = d.index("a"), d.index("b")
+    favourite = {(): a, (a,): b, (a, b): d.eos()}
+
+    def step_fn(prefix, source):
+        p = torch.full((len(d),), 0.01)
+        p[favourite.get(prefix, d.eos())] = 1.0
+        return torch.log(p / p.sum())
+
+    ensemble = ScriptedEnsemble(step_fn, len(d))
+    generator = generator_cls(ensemble, d, beam_size=2, max_len_b=5, search_strategy=BeamSearch(d))
+    src = torch.tensor([[d.pad(), a, d.eos()], [d.pad(), d.pad(), d.eos()], [b, a, d.eos()]])
+    sample = {"id": torch.tensor([7, 8, 9]), "net_input": {"src_tokens": src, "src_lengths": torch.tensor([2, 1, 3])}}
+    plain = generator.generate([ensemble], sample)
+    assert plain[1][0]["tokens"].tolist() == [a, b, d.eos()]  # what the model invents for nothing
+    with caplog.at_level("WARNING"):
+        answered = empty_sources_left_empty(generator, sample, [list(h) for h in plain], d, d)
+    assert [h["tokens"].tolist() for h in answered[1]] == [[d.eos()]]
+    assert float(answered[1][0]["score"]) == 0.0 and answered[1][0]["positional_scores"].tolist() == [0.0]
+    assert all(mine is theirs for i in (0, 2) for mine, theirs in zip(answered[i], plain[i]))
+    assert "an empty source (sentence id 8) is translated as an empty sentence" in caplog.text
+    assert len(answered) == 3
+    # a scorer of references scores what it is given
+    scorer = SequenceScorer(d)
+    assert empty_sources_left_empty(scorer, sample, plain, d, d) is plain
