@@ -2,8 +2,10 @@
 --list-structures``): for each structure, the corpus written and binarized once, each system trained as the demo trains
 it and the test split decoded; with ``--words`` the system's speakers' words written with ``fairseq-speaker-words``'s
 defaults (their settings chosen on the corpus's valid split) and the test split decoded with them too; with ``--shots``
-the structure's held-out speakers onboarded from their first n sentences (``fairseq-speaker-onboarding-eval``). The
-figures of docs/speaker_learning.md ("The corpus suite", "The speakers' words, chosen on held-out sentences").
+the structure's held-out speakers onboarded from their first n sentences (``fairseq-speaker-onboarding-eval``); with
+``--fit`` the training split decoded greedily beside the test split (how well a system fits its own training speakers'
+choices; also for systems an earlier run trained). The figures of docs/speaker_learning.md ("The corpus suite", "The
+speakers' words, chosen on held-out sentences").
 
     .venv/bin/python scripts/suite.py --workdir suite --structures judge-2 judge-5 --systems lstm_fact_bias --words
     .venv/bin/python scripts/suite.py --workdir design --structures base early --systems lstm_speaker lstm_fact_bias
@@ -25,8 +27,10 @@ from typing import Dict, List, Optional
 
 import sacrebleu
 
+from fairseq_speaker import commands
 from fairseq_speaker.analysis.speaker_words import read_traits, trait_accuracy
 from fairseq_speaker.data import read_lines
+from fairseq_speaker.generate_output import read_generate_output
 from fairseq_speaker.models import FAMILY_REGISTRY
 from fairseq_speaker.toy import demo
 from fairseq_speaker.toy.oracle import BAYES, oracle_rows
@@ -77,6 +81,26 @@ def score(workdir: str, data: str, name: str, checkpoint: str, threads: int, sta
     bleu = sacrebleu.corpus_bleu(hypotheses, [references], tokenize="none", force=True)
     return {"system": name, "bleu": bleu.score, "traits": trait_accuracy(hypotheses, traits),
             "seconds": round(time.time() - started, 1)}
+
+
+def fit(workdir: str, data: str, name: str, checkpoint: str, threads: int) -> Dict[str, Dict[str, float]]:
+    """Each trait's accuracy on the training split and on the test split, decoded greedily: whether the system fits its
+    training speakers' choices, or learns them and does not carry them to new sentences."""
+    found = {}
+    for split in ("train", "test"):
+        path = os.path.join(workdir, f"fit.{name}.{split}.txt")
+        out = commands.run_fairseq("generate", commands.generate_args(
+            data, checkpoint, "--beam", "1", "--batch-size", "128", "--gen-subset", split,
+            "--speaker-file", os.path.join(workdir, "raw", f"{split}.spk")), path[:-len(".txt")] + ".log", threads)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(out)
+        traits = read_traits(os.path.join(workdir, "raw", f"{split}.traits"))
+        found[split] = trait_accuracy(read_generate_output(out, source=path), traits)
+    return found
+
+
+def checkpoint_of(workdir: str, system: str) -> str:
+    return os.path.join(workdir, "checkpoints", demo.system_name(system), "checkpoint_best.pt")
 
 
 def run_system(args, structure: str, system: str, data: str) -> Dict:
@@ -132,6 +156,9 @@ def main(argv: Optional[List[str]] = None) -> None:
                         help="also write each system's speakers' words (fairseq-speaker-words) and decode with them")
     parser.add_argument("--shots", nargs="*", type=int, default=[],
                         help="also onboard the held-out speakers from their first n sentences, for each n given")
+    parser.add_argument("--fit", action="store_true",
+                        help="also decode the training split greedily beside the test split (each system's fit of its "
+                        "training speakers' choices)")
     parser.add_argument("--epochs", type=int, default=15)
     parser.add_argument("--lr", type=float, default=None, help="default: the family's demo learning rate")
     parser.add_argument("--train-options", default="", help="more fairseq-train options, one string (they win)")
@@ -157,15 +184,22 @@ def main(argv: Optional[List[str]] = None) -> None:
         found["limit"] = demo.ceilings(os.path.join(workdir, "raw"))[BAYES]
         for system in args.systems:
             cell = found["systems"].get(system)
-            if cell and (not args.words or len(cell["rows"]) > 1) and (not args.shots or "new_speakers" in cell):
-                continue  # finished by an earlier run
-            found["systems"][system] = run_system(args, structure, system, data)
+            if not (cell and (not args.words or len(cell["rows"]) > 1) and (not args.shots or "new_speakers" in cell)):
+                cell = found["systems"][system] = run_system(args, structure, system, data)
+            if args.fit and "fit" not in cell:
+                cell["fit"] = fit(workdir, data, demo.system_name(system), checkpoint_of(workdir, system), args.threads)
             with open(results_path, "w", encoding="utf-8") as f:
                 json.dump(results, f, indent=2)
         rows = [r for s in args.systems for r in found["systems"][s]["rows"]]
         print(f"\n{structure}:")
         print(demo.format_table(rows + oracle_rows({BAYES: found["limit"]})), flush=True)
         for system in args.systems:
+            fitted = found["systems"][system].get("fit")
+            if fitted:
+                print(f"\n{structure}, {demo.system_name(system)} decoded greedily, training split / test split:")
+                for trait in fitted["train"]:
+                    print(f"  {trait}: {100 * fitted['train'][trait]:.1f}% / "
+                          f"{100 * fitted['test'].get(trait, float('nan')):.1f}%")
             for name, onboarded in found["systems"][system].get("new_speakers", {}).items():
                 print(f"\n{structure}, new speakers, {name} (speaker words / style words; the limit's):")
                 for r in onboarded:
