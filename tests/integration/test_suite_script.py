@@ -1,4 +1,4 @@
-"""scripts/suite.py's --fit: the training split decoded beside the test split, scored as the demo scores the test split."""
+"""scripts/suite.py --fit: the training split decoded beside the test split, scored as the demo scores the test."""
 
 import importlib.util
 import os
