@@ -133,13 +133,13 @@ WORDS = "+words"
 def remember_words(data: str, checkpoint: str, threads: int) -> Optional[str]:
     """``checkpoint`` with its speakers' words (``fairseq-speaker-words`` on the training split), written beside it;
     None for a model whose speakers have no parameters of their own (a speaker-agnostic or speaker-token one)."""
-    from fairseq_speaker.onboarding.speakers import list_speakers
-
-    listing = list_speakers(checkpoint)
-    if not listing.parameters_per_speaker or listing.variant == "spk_token":
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    # the checkpoint's speakers as fairseq-speaker-speakers lists them (the demo runs the commands, as a user would)
+    listing = json.loads(subprocess.run([sys.executable, "-m", "fairseq_speaker.onboarding.speakers", checkpoint,
+                                         "--json"], check=True, env=env, stdout=subprocess.PIPE, text=True).stdout)
+    if not listing["parameters_per_speaker"] or listing["variant"] == "spk_token":
         return None
     out = os.path.join(os.path.dirname(checkpoint), "words.pt")
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     subprocess.run([sys.executable, "-m", "fairseq_speaker.onboarding.words", data, "--path", checkpoint, "--save", out,
                     "--threads", str(threads)], check=True, env=env, stdout=subprocess.DEVNULL)
     return out

@@ -154,3 +154,23 @@ def test_the_files_the_architecture_page_names_by_their_name_exist():
 
 def test_the_readme_links_the_architecture_page():
     assert "(docs/ARCHITECTURE.md)" in open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+
+
+def _package_imports(path: str) -> Iterator[str]:
+    """Every module of the package ``path`` imports, at its top or inside a function."""
+    for node in ast.walk(ast.parse(open(path, encoding="utf-8").read())):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield node.module
+
+
+@pytest.mark.parametrize("lower,upper", [("toy", "onboarding")])
+def test_a_floor_does_not_import_the_floor_above_it(lower, upper):
+    """toy/ sits under onboarding/ (fairseq-speaker-onboarding-eval reads its corpus and oracle): the demo runs the
+    onboarding commands as processes, as a user would, and imports none of their modules."""
+    folder = os.path.join(ROOT, "fairseq_speaker", lower)
+    found = [(name, module) for name in sorted(os.listdir(folder)) if name.endswith(".py")
+             for module in _package_imports(os.path.join(folder, name))
+             if module == f"fairseq_speaker.{upper}" or module.startswith(f"fairseq_speaker.{upper}.")]
+    assert not found, f"fairseq_speaker/{lower}/ imports fairseq_speaker/{upper}/: {found}"
