@@ -279,8 +279,11 @@ def empty_sources_left_empty(generator, sample: dict, hypos: List[list], src_dic
         else:
             hypo["attention"], hypo["alignment"] = torch.empty(0), torch.empty(0)
         hypos[i] = [hypo]
-    numbers = [int(ids[i]) if isinstance(ids, Tensor) else i for i in empty]
-    shown = ", ".join(map(str, numbers[:3])) + (f" and {len(numbers) - 3} more" if len(numbers) > 3 else "")
-    logger.warning(f"an empty source (sentence id {shown}) is translated as an empty sentence: given nothing, a model "
-                   f"invents one")
+    if isinstance(ids, Tensor):  # a split's sentences (fairseq-generate): their ids, as its S- lines print them
+        numbers = [int(ids[i]) for i in empty]
+        shown = ", ".join(map(str, numbers[:3])) + (f" and {len(numbers) - 3} more" if len(numbers) > 3 else "")
+        which = f"an empty source (sentence id {shown})"
+    else:  # fairseq-interactive gives no ids with a batch: its S- and H- lines show which
+        which = "an empty input line" if len(empty) == 1 else f"{len(empty)} empty input lines"
+    logger.warning(f"{which} translated as an empty sentence: given nothing, a model invents one")
     return hypos

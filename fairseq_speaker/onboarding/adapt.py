@@ -235,7 +235,7 @@ class SpeakerAdapter:
         empty = [name for name, pairs in sentences.items() if not pairs]
         if not sentences or empty:
             raise OnboardingError("no sentences to adapt on" + (f" for {', '.join(map(repr, empty))}" if empty else ""))
-        known = [name for name in sentences if name in self.task.speaker_dictionary and name not in self.sentences]
+        known = [name for name in sentences if name in self.task.speaker_dictionary]  # onboarded here too
         if known and not replace:
             raise OnboardingError(
                 f"speaker(s) {', '.join(map(repr, known[:5]))}{' ...' if len(known) > 5 else ''} already in the "

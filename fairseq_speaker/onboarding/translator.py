@@ -341,7 +341,10 @@ class SpeakerTranslator:
                     heldout_targets: Sentences = (), replace: bool = False) -> FitReport:
         """Learn a speaker's parameters from their sentences and their translations (raw text, tokenized
         and BPE-encoded as the model's inputs are); a known name needs ``replace=True``."""
-        heldout = {name: self.encode_pairs(heldout_sources, heldout_targets)} if _as_list(heldout_sources) else None
+        if not isinstance(replace, bool):  # "no" would replace
+            raise OnboardingError(f"replace must be True or False, got {replace!r}")
+        heldout = ({name: self.encode_pairs(heldout_sources, heldout_targets)}
+                   if _as_list(heldout_sources) or _as_list(heldout_targets) else None)
         return self.adapter.adapt({name: self.encode_pairs(sources, targets)}, heldout, replace=replace)[name]
 
     def fit_speaker(self, name: str, sources: Sentences, targets: Sentences, heldout_sources: Sentences = (),
@@ -361,7 +364,8 @@ class SpeakerTranslator:
             adapter = self._new_adapter(model, task)
             adapter.share_starts(self.adapter)  # the known speakers where a fit starts, made once for all copies
         pairs = self.encode_pairs(sources, targets)
-        heldout = {name: self.encode_pairs(heldout_sources, heldout_targets)} if _as_list(heldout_sources) else None
+        heldout = ({name: self.encode_pairs(heldout_sources, heldout_targets)}
+                   if _as_list(heldout_sources) or _as_list(heldout_targets) else None)
         report = adapter.adapt({name: pairs}, heldout, replace=name in task.speaker_dictionary)[name]
         self.adapter.share_starts(adapter)
         return speaker_vectors(adapter.bias, [name], task.target_dictionary, model_label=self.checkpoint,

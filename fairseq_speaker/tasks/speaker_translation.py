@@ -526,6 +526,10 @@ class SpeakerTranslationTask(TranslationTask):
         return check_ended(generator, sample, hypos)
 
     def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None, **kwargs):
+        if self.cfg.speaker_per_line and self.cfg.speaker is not None:
+            raise SpeakerDataError(
+                f"--speaker {self.cfg.speaker} and --speaker-per-line both give the input's speakers (every line's, "
+                f"or each line's own): give one of them")
         if self.cfg.speaker_per_line and getattr(args, "constraints", None):
             # fairseq-interactive cuts each line at its tabs for the constraints before the task sees it: the
             # speaker label would be translated and the sentence taken for a constraint
@@ -545,6 +549,10 @@ class SpeakerTranslationTask(TranslationTask):
         if beam_stop not in BEAM_STOPS:
             raise SpeakerDataError(f"beam_stop must be one of {', '.join(BEAM_STOPS)}, got {beam_stop!r}")
         if beam_stop == "unbeaten":
+            if getattr(args, "score_reference", False):  # fairseq's scorer of the references: no search to stop
+                raise SpeakerDataError(
+                    "--beam-stop unbeaten says when a beam search ends a sentence, and --score-reference runs none "
+                    "(it scores the references): leave out --beam-stop, or --score-reference")
             if seq_gen_cls is not None or getattr(args, "print_alignment", False):
                 raise SpeakerDataError(
                     "--beam-stop unbeaten changes fairseq's beam search, and this generator is another "

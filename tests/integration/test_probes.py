@@ -804,6 +804,9 @@ COMMAND_PROBES = {
           "--nbest", "2"], 2,
          "--beam-stop unbeaten searches on for better hypotheses, and --sampling draws them"),
         ("search-options-checked",
+         ["{data}", "--path", "{ckpt}", *GENERATE, "--beam-stop", "unbeaten", "--score-reference"], 2,
+         "--beam-stop unbeaten says when a beam search ends a sentence, and --score-reference runs none"),
+        ("search-options-checked",
          ["{data}", "--path", "{ckpt}", *GENERATE, "--min-len", "30"], 2,
          "--min-len 30 (min_len) asks for translations longer than the search allows these sentences: at most 4 "
          "tokens"),
@@ -1592,6 +1595,8 @@ def test_fairseq_train_refuses_a_bad_speaker_lr_scale(toy, tmp_path, value):
 INTERACTIVE_PROBES = [
     ("search-options-checked", "spk000\ti am tired .\n", ["--speaker-per-line", "--constraints"],
      "--speaker-per-line and --constraints both read tab-separated fields"),
+    ("ignored-options-refused", "spk000\ti am tired .\n", ["--speaker-per-line", "--speaker", "spk005"],
+     "--speaker spk005 and --speaker-per-line both give the input's speakers"),
     ("one-line-user-errors", "i am tired .\n", [], "pass --speaker NAME, or --speaker-per-line"),
     ("one-line-user-errors", "nobody\ti am tired .\n", ["--speaker-per-line", "--unknown-speaker", "fail"],
      "<input>:1: speaker 'nobody' is not among the 8 speakers"),
@@ -1648,7 +1653,7 @@ def test_fairseq_interactive_answers_an_empty_line_with_an_empty_one(toy, traine
     assert sorted(hypotheses) == list(range(len(lines))), out.stdout
     for number in empty:
         assert hypotheses[number] == [""], out.stdout
-    assert "is translated as an empty sentence" in out.log
+    assert "translated as an empty sentence" in out.log and "sentence id" not in out.log  # no position for an id
     others = [line for number, line in enumerate(lines) if number not in empty]
     if others:
         alone = run_here("interactive", args, stdin="".join(line + "\n" for line in others))
@@ -1761,6 +1766,17 @@ API_PROBES = [
      "add_speaker known", lambda t, p: t.add_speaker("spk000", p.sources, p.targets),
      "speaker(s) 'spk000' already in the model: pass --replace (replace=True)"),
     ("refused-call-changes-nothing",
+     "add_speaker replace='no'", lambda t, p: t.add_speaker("lee", p.sources, p.targets, replace="no"),
+     "replace must be True or False, got 'no'"),
+    ("refused-call-changes-nothing",
+     "add_speaker held-out targets alone",
+     lambda t, p: t.add_speaker("lee", p.sources, p.targets, heldout_targets=p.targets),
+     "0 source sentences but 1 target sentences"),
+    ("refused-call-changes-nothing",
+     "fit_speaker held-out targets alone",
+     lambda t, p: t.fit_speaker("lee", p.sources, p.targets, heldout_targets=p.targets),
+     "0 source sentences but 1 target sentences"),
+    ("refused-call-changes-nothing",
      "update_speaker no sentences", lambda t, p: t.update_speaker("spk000", [], []),
      "no sentences to update speaker 'spk000' with"),
     ("refused-before-writing",
@@ -1840,6 +1856,26 @@ API_PROBES = [
      "prefix_allowed_tokens_fn restricts fairseq's beam search, and sampling chooses another search, which would "
      "ignore it"),
 ]
+
+
+
+def test_a_speaker_onboarded_in_this_session_is_not_refitted_without_replace(toy, trained):
+    """A second add_speaker of a name onboarded a moment ago refitted it on the new pairs alone, the first ones
+    dropped without a word (only trained names were refused): it is refused as a trained name is, and changes
+    nothing; replace=True refits it."""
+    from fairseq_speaker.errors import UserError
+    from fairseq_speaker.serving import SpeakerTranslator
+
+    translator = SpeakerTranslator.from_pretrained(trained("lstm_fact_bias"), data=toy["bin"], max_len_b=6)
+    translator.add_speaker("zz", ["i am tired .", "you are happy ."], ["je suis fatiguée .", "tu es heureuse ."])
+    row = translator.speaker_vectors(["zz"])
+    with pytest.raises(UserError, match="speaker\\(s\\) 'zz' already in the model: pass --replace"):
+        translator.add_speaker("zz", ["i am sorry ."], ["je suis désolé ."])
+    assert len(translator.adapter.sentences["zz"]) == 2
+    after = translator.speaker_vectors(["zz"]).rows
+    assert row.rows.keys() == after.keys() and all(np.array_equal(row.rows[k], after[k]) for k in after)
+    translator.add_speaker("zz", ["i am sorry ."], ["je suis désolé ."], replace=True)
+    assert len(translator.adapter.sentences["zz"]) == 1
 
 
 @pytest.mark.parametrize("name,call,message", [row[1:] for row in API_PROBES],
