@@ -117,11 +117,12 @@ def label_problem(label: str) -> Optional[str]:
 
 def visible_form(label: str) -> str:
     """``label`` as a reader sees it: in NFC, without the characters a label may not hold (invisible, format,
-    control characters), every space a plain one. Two labels with the same visible form look alike."""
+    control characters), every space a plain one, none around it. Two labels with the same visible form look
+    alike."""
     kept = "".join(" " if unicodedata.category(c) == "Zs" else c for c in label
                    if not (unicodedata.category(c) in REFUSED_CATEGORIES or (_invisible(c) and
                                                                                unicodedata.category(c) != "Zs")))
-    return unicodedata.normalize("NFC", kept)
+    return unicodedata.normalize("NFC", kept).strip(" ")
 
 
 def _scripts(word: str) -> List[str]:

@@ -267,6 +267,9 @@ class SpeakerTranslator:
         unknown-speaker policy instead of the speaker meant."""
         dictionary = self.task.speaker_dictionary
         for i, label in enumerate(labels):
+            if not label.strip():
+                raise OnboardingError(f"speakers[{i}] is {'empty' if not label else 'only whitespace'}: give a "
+                                      f"speaker's name (an unknown one gets the unknown-speaker policy)")
             twin = dictionary.lookalike(label) if label not in dictionary else None
             if twin is not None:
                 raise OnboardingError(f"speakers[{i}]: {label!r} looks like {twin!r}, a speaker of the model, but is "

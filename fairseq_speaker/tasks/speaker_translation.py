@@ -438,6 +438,7 @@ class SpeakerTranslationTask(TranslationTask):
                 label, sep, sentence = line.partition("\t")
                 label = label.strip()
                 problem = label_problem(label) if sep else "expected 'SPEAKER<TAB>sentence' (--speaker-per-line)"
+                problem = problem or self._lookalike_problem(label)
                 if problem:
                     logger.warning(f"<input>:{number}: {problem}, got {line!r}; line skipped")
                     continue
@@ -460,7 +461,23 @@ class SpeakerTranslationTask(TranslationTask):
                 "no speaker given for the input: pass --speaker NAME, or --speaker-per-line "
                 "with input lines 'SPEAKER<TAB>sentence'"
             )
+        problem = self._lookalike_problem(self.cfg.speaker)
+        if problem:
+            raise SpeakerDataError(f"--speaker: {problem}")
         return [self.cfg.speaker] * n
+
+    def _lookalike_problem(self, label: str) -> Optional[str]:
+        """Why ``label``, not a speaker of the model, must not get the unknown-speaker policy: it looks like one of
+        them (docs/reliability.md, "Speaker labels"), or it is empty; None otherwise."""
+        if label in self.speaker_dictionary:
+            return None
+        if not label.strip():
+            return "an empty speaker name: give a speaker's name"
+        twin = self.speaker_dictionary.lookalike(label)
+        if twin is not None:
+            return (f"speaker {label!r} looks like {twin!r}, a speaker of the model, but is not it (invisible "
+                    f"characters, another space or another Unicode normalization): write {twin!r}")
+        return None
 
     def build_dataset_for_inference(self, src_tokens, src_lengths, constraints=None):
         dataset = super().build_dataset_for_inference(src_tokens, src_lengths, constraints=constraints)
