@@ -140,13 +140,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "corpus shows\"), so that a speaker's rivals they never said follow their posterior over the "
                         "kinds rather than their neighbours' votes (--no-kinds: the neighbours alone; neither: "
                         "chosen on held-out sentences)")
-    parser.add_argument("--rank-choices", choices=speaker_words.RANK_CHOICES, default=defaults.rank_choices,
+    parser.add_argument("--rank-choices", choices=speaker_words.RANK_CHOICES, default=None,
                         help="how the alternatives of a choice of the kinds are ranked: by the speaker's posterior "
-                        "predictive, their own choices first, every other word then only raised (default), or by "
-                        "their rate ratio as every other word (0.7.0)")
-    parser.add_argument("--kinds-prior", type=_positive, default=defaults.kinds_prior, metavar="ALPHA",
+                        f"predictive, their own choices first, every other word then only raised (default: "
+                        f"{defaults.rank_choices}), or by their rate ratio as every other word (0.7.0)")
+    parser.add_argument("--kinds-prior", type=_positive, default=None, metavar="ALPHA",
                         help="how many of a speaker's own choices the kinds' prediction of a choice counts as (below "
-                        "1: an alternative the speaker said outranks any they did not)")
+                        f"1: an alternative the speaker said outranks any they did not; default {defaults.kinds_prior})")
     parser.add_argument("--floor", action=argparse.BooleanOptionalAction, default=defaults.floor,
                         help="keep the words within the window at or above its edge, so that the memory only re-ranks "
                         "the words the network proposes (default; --no-floor: as 0.8.0, where lowering the network's "
@@ -324,6 +324,11 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     if os.path.abspath(args.save) == os.path.abspath(args.path):
         parser.error("--save must not be the checkpoint given by --path: write the new model to a new file")
     _check_calibration(parser, args)
+    kinds_options = [f"{option} {value}" for option, value in (("--rank-choices", args.rank_choices),
+                                                               ("--kinds-prior", args.kinds_prior)) if value is not None]
+    if kinds_options and args.kinds is False:
+        parser.error(f"{' '.join(kinds_options)}: how the kinds' choices are ranked, and --no-kinds learns no kinds: "
+                     f"drop {'it' if len(kinds_options) == 1 else 'them'}, or --no-kinds")
     start_threads(args.threads)
     start = time.perf_counter()
     checkpoint, sentences = open_with_sentences(args)
@@ -333,7 +338,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     options = WordOptions(weight=defaults.weight if args.weight is None else args.weight,
                           window=defaults.window if args.window is None else args.window, own=args.own,
                           neighbours=args.neighbours, k=args.neighbours_k, power=args.power, evidence=args.evidence,
-                          add_to=args.add_to, rank_choices=args.rank_choices, kinds_prior=args.kinds_prior,
+                          add_to=args.add_to,
+                          rank_choices=defaults.rank_choices if args.rank_choices is None else args.rank_choices,
+                          kinds_prior=defaults.kinds_prior if args.kinds_prior is None else args.kinds_prior,
                           floor=args.floor)
     use_kinds = args.kinds is not False
     fixed = args.weight is not None and args.window is not None and args.kinds is not None

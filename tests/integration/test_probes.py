@@ -379,6 +379,14 @@ COMMAND_PROBES = {
          "--heldout-subset train is the split remembered (--subset): held-out sentences must be others"),
         # the calibration's options where nothing is calibrated, or where another option makes them idle
         ("ignored-options-refused",
+         ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--no-kinds", "--kinds-prior", "2"], 2,
+         "--kinds-prior 2.0: how the kinds' choices are ranked, and --no-kinds learns no kinds: drop it, or --no-kinds"),
+        ("ignored-options-refused",
+         ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--no-kinds", "--rank-choices", "rates",
+          "--kinds-prior", "0.5"], 2,
+         "--rank-choices rates --kinds-prior 0.5: how the kinds' choices are ranked, and --no-kinds learns no kinds: "
+         "drop them"),
+        ("ignored-options-refused",
          ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--calibrate", "off", "--calibrate-by", "tokens"], 2,
          "--calibrate-by tokens: --calibrate off chooses no settings on held-out sentences: drop it, or drop "
          "--calibrate off"),
