@@ -53,7 +53,7 @@ from fairseq_speaker.service.metrics import Metrics
 from fairseq_speaker.tasks.speaker_translation import BEAM_STOPS
 from fairseq_speaker.service.served_models import MODEL_ID_RULE, ServedModels, case_twin, model_id_problem
 from fairseq_speaker.service.speaker_service import Limits, Retired, ServiceError, SpeakerService, timed_out
-from fairseq_speaker.service.store import DEFAULT_MODEL, SpeakerStore, StoreError, store_location
+from fairseq_speaker.service.store import DEFAULT_MODEL, SpeakerStore, StoreError, durable_location
 from fairseq_speaker.service.stores import open_store
 from fairseq_speaker.user_dir import add_user_dir_argument, import_user_dir
 
@@ -172,7 +172,66 @@ def authorize(token: Optional[str], header: Optional[str]) -> None:
         raise ServiceError(401, "unauthorized", "wrong token")
 
 
-class _WriteRoute(APIRoute):
+def _query_names(dependant) -> List[str]:
+    """The query parameters a route declares (its own and its dependencies'), by the names a request gives them."""
+    names = [field.alias for field in dependant.query_params]
+    for sub in dependant.dependencies:
+        names.extend(_query_names(sub))
+    return list(dict.fromkeys(names))
+
+
+def _body_names(dependant) -> List[str]:
+    """The fields of a route's JSON body (where its body is one model)."""
+    names: List[str] = []
+    for field in dependant.body_params:
+        names.extend(getattr(getattr(field.field_info, "annotation", None), "model_fields", None) or ())
+    return names
+
+
+class _CheckedRoute(APIRoute):
+    """A route that refuses (422) a query parameter it does not declare, and one given more than once: a misspelt
+    ``?modle=`` was ignored, a ``?model=`` of ``/translate`` too, and the request went to the default model; of
+    ``?model=a&model=b`` the last was taken. Checked before the body is read."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.query_names = _query_names(self.dependant)
+        self.body_names = _body_names(self.dependant)
+
+    def check_query(self, request: Request) -> None:
+        """Raise :class:`ServiceError` (422) for a query parameter of ``request`` this route does not take, or one
+        given twice."""
+        given = [name for name, _ in request.query_params.multi_items()]
+        if not given:
+            return
+        where = self.path.replace(":path}", "}")
+        unknown = [name for name in dict.fromkeys(given) if name not in self.query_names]
+        if unknown:
+            takes = (f"{where} takes {', '.join(self.query_names)}" if self.query_names else
+                     f"{where} takes no query parameters")
+            in_body = [name for name in unknown if name in self.body_names]
+            if in_body:
+                takes += f": give {', '.join(json.dumps(name) for name in in_body)} in the body"
+            raise ServiceError(422, "invalid_request", f"unknown query parameter{'s' if len(unknown) > 1 else ''} "
+                               f"{', '.join(map(repr, unknown))}: {takes}")
+        for name in dict.fromkeys(given):
+            count = given.count(name)
+            if count > 1:
+                values = ", ".join(repr(value) for value in request.query_params.getlist(name))
+                raise ServiceError(422, "invalid_request", f"the query parameter {name!r} is given {count} times "
+                                   f"({values}): give it once")
+
+    def get_route_handler(self):
+        handler = super().get_route_handler()
+
+        async def checked(request: Request) -> Response:
+            self.check_query(request)
+            return await handler(request)
+
+        return checked
+
+
+class _WriteRoute(_CheckedRoute):
     """A route whose token is checked before its body is read: a client without the token learns nothing more."""
 
     def get_route_handler(self):
@@ -367,7 +426,7 @@ class _TranslateDirectly:
 
     PATHS = ("/translate", "/v1/translate")
 
-    def __init__(self, app, route: APIRoute):
+    def __init__(self, app, route: "_CheckedRoute"):
         self.app, self.route = app, route
 
     async def __call__(self, scope, receive, send):
@@ -378,6 +437,7 @@ class _TranslateDirectly:
         scope["route"] = self.route  # as routing would set it (the metrics name the endpoint by it)
         request = Request(scope, receive)
         try:
+            self.route.check_query(request)
             data = await request.body()
             try:  # the errors FastAPI would give (json.loads, then the model as FastAPI validates a body)
                 body = schema.TranslateRequest.model_validate(json.loads(data) if data else None, from_attributes=True)
@@ -432,7 +492,7 @@ def _models(request: Request) -> ServedModels:
 
 
 def _reads() -> APIRouter:
-    router = APIRouter(responses=_READ_ERRORS)
+    router = APIRouter(route_class=_CheckedRoute, responses=_READ_ERRORS)
 
     @router.post("/translate", response_model=schema.TranslateResponse, response_model_exclude_none=True,
                  summary="Translate each sentence as its speaker, by the model the request names")
@@ -803,7 +863,9 @@ def model_specs(args: argparse.Namespace) -> Dict[str, Tuple[str, str]]:
         model, equals, rest = spec.partition("=")
         checkpoint, _, data = rest.partition(":")  # as fairseq's --path, a checkpoint's path holds no ':'
         form = "write --model ID=CHECKPOINT or --model ID=CHECKPOINT:DATA_DIR"
-        if not equals or not model:
+        if not equals:
+            raise UserError(f"--model {spec}: no '=': {form}")
+        if not model:
             raise UserError(f"--model {spec}: no model id: {form}")
         problem = model_id_problem(model)
         if problem:
@@ -873,7 +935,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> Tuple[argparse.Namespace
         parser.error("a token enables onboarding: give --store FILE too, to keep the onboarded speakers")
     if args.store is not None:
         try:  # its form and driver, before the model loads (the database is reached once it has)
-            store_location(args.store)
+            durable_location(args.store, lost="when the service stops, with every speaker onboarded")
         except StoreError as e:
             parser.error(str(e))
     overrides = {"beam": args.beam}

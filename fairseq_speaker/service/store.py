@@ -38,6 +38,7 @@ import os
 import re
 import sqlite3
 import threading
+import urllib.parse
 from dataclasses import dataclass, field
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -251,6 +252,31 @@ def store_location(text: str, option: str = "--store") -> StoreLocation:
         if port and not (port.isdigit() and 1 <= int(port) <= 65535):
             raise StoreError(f"{option} {shown}: the port {port!r} is not a number between 1 and 65535")
     return StoreLocation("postgresql", text, shown)
+
+
+def in_memory(location: StoreLocation) -> bool:
+    """Whether SQLite keeps the store of ``location`` nowhere once it is closed: ``:memory:`` (``sqlite:///:memory:``),
+    or an SQLite URI filename (``file:...``, which SQLite reads as a URI) naming ``:memory:``, no file, or
+    ``mode=memory``."""
+    if location.kind != "sqlite":
+        return False
+    if location.target == ":memory:":
+        return True
+    if not location.target.startswith("file:"):
+        return False
+    path, _, query = location.target[len("file:"):].partition("#")[0].partition("?")
+    modes = [value for key, value in urllib.parse.parse_qsl(query, keep_blank_values=True) if key == "mode"]
+    return path in ("", ":memory:") or "memory" in modes
+
+
+def durable_location(text: str, option: str = "--store", lost: str = "when the process ends") -> StoreLocation:
+    """:func:`store_location`, refusing a store SQLite keeps in memory (:func:`in_memory`): what is written there is
+    gone ``lost``, while the command would say it was kept."""
+    location = store_location(text, option)
+    if in_memory(location):
+        raise StoreError(f"{option} {text} is an SQLite database in memory, gone {lost}: give a file (speakers.db, or "
+                         f"sqlite:///speakers.db) or a PostgreSQL database (postgresql://USER@HOST[:PORT]/DATABASE)")
+    return location
 
 
 def postgres_driver(option: str = "--store", shown: str = "postgresql://..."):

@@ -17,7 +17,8 @@ from typing import Optional, Sequence
 
 from fairseq_speaker.command_registry import program_name
 from fairseq_speaker.errors import UserError, command
-from fairseq_speaker.service.store import STORE_FORMS, StoreLocation, copy_speakers, hide_password, store_location
+from fairseq_speaker.service.store import (STORE_FORMS, StoreLocation, copy_speakers, durable_location, hide_password,
+                                           store_location)
 from fairseq_speaker.service.stores import open_store
 
 PROG = program_name(__name__)
@@ -62,7 +63,7 @@ def same_store(one: StoreLocation, other: StoreLocation) -> bool:
 def main(argv: Optional[Sequence[str]] = None) -> None:
     args = build_parser().parse_args(argv)
     source_at = store_location(args.source, "--from")  # both checked before either is opened
-    target_at = store_location(args.target, "--to")
+    target_at = durable_location(args.target, "--to", "when the copy ends, with everything copied")
     if same_store(source_at, target_at):
         raise UserError(f"--from {source_at.shown} and --to {target_at.shown} are the same store: give another --to")
     source = open_store(args.source, create=False, option="--from")

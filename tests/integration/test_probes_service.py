@@ -301,6 +301,31 @@ HTTP_PROBES = [
     ("one-json-error", "post", "/models", {"id": "x"}, 422, "invalid_request", "checkpoint: Field required"),
     ("one-json-error", "delete", "/models/default", None, 409, "default_model", "it can be reloaded, not removed"),
     ("one-json-error", "delete", "/models/nosuch", None, 404, "unknown_model", "no model 'nosuch'"),
+    # query parameters: a misspelt or repeated ?model= went to the default model (or the last one), ignored
+    ("one-json-error",
+     "put", "/speakers/zoe?modle=default", PAIRS, 422, "invalid_request",
+     "unknown query parameter 'modle': /speakers/{name} takes model"),
+    ("one-json-error",
+     "post", "/speakers/dr-lee/sentences?mdoel=default", MORE, 422, "invalid_request",
+     "unknown query parameter 'mdoel': /speakers/{name}/sentences takes model"),
+    ("one-json-error",
+     "delete", "/v1/speakers/dr-lee?modle=default", None, 422, "invalid_request",
+     "unknown query parameter 'modle': /speakers/{name} takes model"),
+    ("one-json-error",
+     "post", "/translate?model=default", {"sentences": ["i ."], "speaker": "spk000"}, 422, "invalid_request",
+     "unknown query parameter 'model': /translate takes no query parameters: give \"model\" in the body"),
+    ("one-json-error",
+     "post", "/v1/translate?beam=2&nbest=1", {"sentences": ["i ."], "speaker": "spk000"}, 422, "invalid_request",
+     "unknown query parameters 'beam', 'nbest': "),
+    ("one-json-error",
+     "get", "/speakers/dr-lee?model=default&model=nosuch", None, 422, "invalid_request",
+     "the query parameter 'model' is given 2 times ('default', 'nosuch'): give it once"),
+    ("one-json-error",
+     "put", "/speakers/zoe?model=default&model=default", PAIRS, 422, "invalid_request",
+     "the query parameter 'model' is given 2 times"),
+    ("one-json-error",
+     "get", "/models?model=default", None, 422, "invalid_request",
+     "unknown query parameter 'model': /models takes no query parameters"),
 ]
 
 
@@ -336,6 +361,7 @@ HEAD_PROBES = [
     ("head-and-static-files", "/speakers/nobody", 404, "unknown_speaker"),
     ("head-and-static-files", "/docs/static/missing.js", 404, "not_found"),
     ("head-and-static-files", "/nothing", 404, "not_found"),
+    ("head-and-static-files", "/speakers/dr-lee?modle=default", 422, "invalid_request"),
 ]
 
 
@@ -356,6 +382,17 @@ def test_the_refused_requests_changed_nothing(service):
     metrics = service.get("/metrics").text
     assert 'status="500"' not in metrics
     assert 'code="not_utf8"' in metrics and 'code="invalid_json"' in metrics
+
+
+def test_the_query_parameters_a_route_takes_are_accepted_and_the_pages_take_any(service):
+    """The refusal of unknown query parameters is the API routes': the page, /docs and their files take any (a
+    browser's cache-busting ?v=, Swagger UI's own)."""
+    assert service.get("/speakers/dr-lee?model=default").json()["name"] == "dr-lee"
+    assert service.get("/v1/speakers?model=default").status_code == 200
+    for path in ("/?model=default", "/docs?x=1", "/redoc?x=1", "/favicon.ico?v=2", "/openapi.json?v=2",
+                 "/docs/static/swagger-ui.css?v=1"):
+        assert service.get(path).status_code == 200, path
+        assert service.head(path).status_code == 200, path
 
 
 # -- a real server: slow and malformed clients ---------------------------------------------------------------
@@ -644,7 +681,9 @@ SERVE_OPTION_PROBES = [
      [], "give the model to serve: CHECKPOINT --data DATA_DIR, or --model ID=CHECKPOINT[:DATA_DIR]"),
     ("one-line-user-errors", ["m.pt"], "the following arguments are required with CHECKPOINT: --data DATA_DIR"),
     ("one-line-user-errors",
-     ["--model", "m.pt"], "--model m.pt: no model id: write --model ID=CHECKPOINT or --model ID=CHECKPOINT:DATA_DIR"),
+     ["--model", "m.pt"], "--model m.pt: no '=': write --model ID=CHECKPOINT or --model ID=CHECKPOINT:DATA_DIR"),
+    ("one-line-user-errors",  # the id is there, the checkpoint not: "no model id" misled
+     ["--model", "v1"], "--model v1: no '=': write --model ID=CHECKPOINT or --model ID=CHECKPOINT:DATA_DIR"),
     ("one-line-user-errors", ["--model", "=m.pt:d"], "--model =m.pt:d: no model id"),
     ("one-line-user-errors",
      ["--model", "en de=m.pt:d"], "--model en de=m.pt:d: 'en de' is not a model id: use letters, digits"),
@@ -672,6 +711,16 @@ SERVE_OPTION_PROBES = [
      "--max-len-b must be at least 1 (a translation of at least one word for every source), got 0"),
     ("numbers-checked", ["--model", "a=m.pt:d", "--max-len-a", "nan"],
      "--max-len-a must be a finite number of at least 0, got nan"),
+    # a store in memory: the service started with writes enabled, and lost every onboarded speaker at its restart
+    ("store-url-checked", ["--model", "a=m.pt:d", "--store", ":memory:", "--token-env", "TOKEN"],
+     "--store :memory: is an SQLite database in memory, gone when the service stops, with every speaker onboarded: "
+     "give a file (speakers.db, or sqlite:///speakers.db) or a PostgreSQL database (postgresql://"),
+    ("store-url-checked", ["--model", "a=m.pt:d", "--store", "sqlite:///:memory:"],
+     "--store sqlite:///:memory: is an SQLite database in memory, gone when the service stops"),
+    ("store-url-checked", ["--model", "a=m.pt:d", "--store", "file::memory:?cache=shared"],
+     "--store file::memory:?cache=shared is an SQLite database in memory"),
+    ("store-url-checked", ["--model", "a=m.pt:d", "--store", "file:speakers.db?mode=memory"],
+     "--store file:speakers.db?mode=memory is an SQLite database in memory"),
 ]
 
 
@@ -948,6 +997,12 @@ COPY_PROBES = [
      ["--from", "{source}", "--to", "{server}/nosuch"], "--to {server_shown}/nosuch: cannot connect to the PostgreSQL "
      "server"),
     ("store-copy-whole", ["--from", "{source}", "--to", "{tmp}"], "--to {tmp} is a directory: give the path of a file"),
+    # reported as copied, and written nowhere
+    ("store-copy-whole", ["--from", "{source}", "--to", ":memory:"], "--to :memory: is an SQLite database in memory, "
+     "gone when the copy ends, with everything copied: give a file (speakers.db, or sqlite:///speakers.db) or a "
+     "PostgreSQL database"),
+    ("store-copy-whole",
+     ["--from", "{source}", "--to", "sqlite:///:memory:"], "--to sqlite:///:memory: is an SQLite database in memory"),
 ]
 
 
