@@ -133,6 +133,11 @@ class SpeakerTranslationTask(TranslationTask):
 
     cfg: SpeakerTranslationConfig
 
+    @classmethod
+    def setup_task(cls, cfg, **kwargs):
+        check_data_folder(cfg)
+        return super().setup_task(cfg, **kwargs)
+
     def __init__(self, cfg: SpeakerTranslationConfig, src_dict, tgt_dict):
         super().__init__(cfg, src_dict, tgt_dict)
         threads_for_fairseq_command()  # fairseq-train/-generate/-interactive: threads that do not oversubscribe
@@ -636,6 +641,36 @@ class SpeakerTranslationTask(TranslationTask):
         return self.speaker_dictionary.encode(labels, self.cfg.unknown_speaker, source="--speaker").to(
             src_tokens.device
         )
+
+
+def check_data_folder(cfg) -> None:
+    """The folder of the dictionaries (the first path of ``cfg.data``) holds ``dict.SRC.txt`` and ``dict.TGT.txt``, and
+    the languages are given or can be read from its file names; one message if not, where fairseq's setup ends in an
+    ``Exception`` or a ``FileNotFoundError`` with a traceback."""
+    paths = utils.split_paths(cfg.data) if cfg.data else []
+    if not paths:
+        return  # fairseq's own check
+    folder = paths[0]
+    if not os.path.isdir(folder):
+        raise SpeakerDataError(f"data directory not found: {folder} (give the folder fairseq-preprocess wrote, with "
+                               f"its dict.SRC.txt and dict.TGT.txt)")
+    source, target = cfg.source_lang, cfg.target_lang
+    if source is None or target is None:
+        inferred = data_utils.infer_language_pair(folder)
+        source, target = source or inferred[0], target or inferred[1]
+    if source is None or target is None:
+        found = sorted(f for f in os.listdir(folder)
+                       if f.startswith("dict.") and f.endswith(".txt") and f != SPEAKER_DICT_FILE)
+        held = f"only {', '.join(found)}" if found else "no dict.SRC.txt and dict.TGT.txt"
+        raise SpeakerDataError(f"{folder}: no binarized split (SPLIT.SRC-TGT.SRC.bin) to read the languages from, "
+                               f"and {held}: give the data folder the model was trained on (fairseq-preprocess's "
+                               f"output; fairseq's commands also take --source-lang and --target-lang)")
+    missing = [f"dict.{lang}.txt" for lang in (source, target)
+               if not os.path.isfile(os.path.join(folder, f"dict.{lang}.txt"))]
+    if missing:
+        raise SpeakerDataError(f"{folder}: no {' and no '.join(missing)} there: give the data folder the model was "
+                               f"trained on (fairseq-preprocess's output, with dict.{source}.txt and "
+                               f"dict.{target}.txt)")
 
 
 def _check_inference_input(generator, sample, constraints) -> None:

@@ -78,6 +78,10 @@ SWAPPED = ("{ckpt} was trained with the dictionaries of another data folder than
            "{swapped}/dict.fr.txt is '{fr6}', the model's target dictionary has '{fr5}' there. Give the data folder "
            "the model was trained on")
 
+#: a data folder without dictionaries or binarized splits (check_data_folder of the speaker task)
+NO_DICTIONARIES = ("{nodicts}: no binarized split (SPLIT.SRC-TGT.SRC.bin) to read the languages from, and no "
+                   "dict.SRC.txt and dict.TGT.txt: give the data folder the model was trained on")
+
 #: the rows of the commands that read a checkpoint's training sentences and save a new checkpoint (refit, words:
 #: onboarding.refit.open_with_sentences and their --save check)
 TRAINED_SPEAKERS_TO_SAVE = [
@@ -695,6 +699,10 @@ COMMAND_PROBES = {
          ["{ckpt}", "--data", "{other}"], 2, "{ckpt} was trained with the dictionaries of another data folder than "
                                              "{other}"),
         ("dictionaries-compared", ["{ckpt}", "--data", "{swapped}"], 2, SWAPPED),
+        ("data-folder-has-dictionaries", ["{ckpt}", "--data", "{nodicts}"], 2, NO_DICTIONARIES),
+        ("data-folder-has-dictionaries",
+         ["--model", "v1={ckpt}:{ckptdir}"], 2, "{ckptdir}: no binarized split (SPLIT.SRC-TGT.SRC.bin) to read the "
+                                                "languages from, and no dict.SRC.txt and dict.TGT.txt"),
         ("one-line-user-errors",
          ["{lostbpe}", "--data", "{data}"], 2, "{lostbpe}: the text preprocessing saved with the model needs the file "
                                                "codes.txt (--bpe subword_nmt --bpe-codes), which is missing"),
@@ -726,6 +734,7 @@ COMMAND_PROBES = {
          [a for a in TRAIN if a != "1000" and a != "--max-tokens"], 2,
          "Must specify batch size either with --max-tokens or --batch-size: give --max-tokens N or --batch-size N"),
         ("not-utf8", ["{latin1spk}", *TRAIN[1:]], 2, "{latin1spk}/train.spk:3: not valid UTF-8"),
+        ("data-folder-has-dictionaries", ["{nodicts}", *TRAIN[1:]], 2, NO_DICTIONARIES),
         ("speaker-file-fits-split",
          ["{nospkdata}", *TRAIN[1:]], 2, "speaker file not found: expected {nospkdata}/train.spk; put one speaker "
                                          "label per sentence of the train split there"),
@@ -755,6 +764,12 @@ COMMAND_PROBES = {
          "{ckpt} was trained with the dictionaries of another data folder than {other}: its source dictionary has "
          "64 symbols, {other}/dict.en.txt has 56"),
         ("dictionaries-compared", ["{swapped}", "--path", "{ckpt}", *GENERATE], 2, SWAPPED),
+        ("data-folder-has-dictionaries", ["{nodicts}", "--path", "{ckpt}", *GENERATE], 2, NO_DICTIONARIES),
+        ("data-folder-has-dictionaries",
+         ["{srconly}", "--path", "{ckpt}", *GENERATE], 2, "{srconly}: no dict.fr.txt there: give the data folder the "
+                                                           "model was trained on"),
+        ("data-folder-has-dictionaries",
+         ["{tmp}/nowhere", "--path", "{ckpt}", *GENERATE], 2, "data directory not found: {tmp}/nowhere"),
         ("dictionaries-compared",
          ["{swappedsrc}", "--path", "{ckpt}", *GENERATE], 2,
          "{ckpt} was trained with the dictionaries of another data folder than {swappedsrc}: line 5 of "
@@ -968,6 +983,22 @@ class Places:
 
     def make_swapped(self):
         return self._swapped("swapped", "fr")
+
+    def make_nodicts(self):
+        """An empty folder: no dictionaries, no binarized split."""
+        os.makedirs(self.path("nodicts"))
+        return self.path("nodicts")
+
+    def make_srconly(self):
+        """The toy data folder without its target dictionary."""
+        dest = self.path("srconly")
+        shutil.copytree(self["data"], dest)
+        os.remove(os.path.join(dest, "dict.fr.txt"))
+        return dest
+
+    def make_ckptdir(self):
+        """The folder of the trained checkpoint: given where the data folder goes."""
+        return os.path.dirname(self["ckpt"])
 
     def make_swappedsrc(self):
         return self._swapped("swappedsrc", "en")
@@ -1641,6 +1672,28 @@ def test_fairseq_interactive_refuses_bad_speakers(toy, trained, stdin, extra, me
     assert message in proc.stderr
 
 
+#: fairseq-interactive given a data folder it cannot read the dictionaries from: (the promise of docs/reliability.md,
+#: the folder, more options, text of the refusal)
+INTERACTIVE_DATA_PROBES = [
+    ("data-folder-has-dictionaries", "{nodicts}", [], NO_DICTIONARIES),
+    ("data-folder-has-dictionaries", "{nodicts}", ["--source-lang", "en", "--target-lang", "fr"],
+     "{nodicts}: no dict.en.txt and no dict.fr.txt there: give the data folder the model was trained on"),
+    ("data-folder-has-dictionaries", "{ckptdir}", ["--source-lang", "en", "--target-lang", "fr"],
+     "{ckptdir}: no dict.en.txt and no dict.fr.txt there"),
+]
+
+
+@pytest.mark.parametrize("folder,extra,message", [row[1:] for row in INTERACTIVE_DATA_PROBES])
+def test_fairseq_interactive_refuses_a_data_folder_without_dictionaries(places, folder, extra, message):
+    """fairseq's setup ended in "Could not infer language pair" or a FileNotFoundError, with a traceback."""
+    proc = run("interactive", [places.fill(folder), "--user-dir", USER_DIR, "--task", "speaker_translation",
+                               "--path", places["ckpt"], "--speaker", "spk000", *extra], stdin="i am tired .\n",
+               check=False)
+    assert proc.returncode == 2
+    assert_user_error(proc)
+    assert places.fill(message) in proc.stderr
+
+
 #: empty input lines of fairseq-interactive: (the promise of docs/reliability.md, standard input, options, the line
 #: numbers (from 0) that are empty)
 EMPTY_INPUT_PROBES = [
@@ -1942,6 +1995,9 @@ FROM_PRETRAINED_PROBES = [
      "{ckpt} was trained with the dictionaries of another data folder than {other}: its source dictionary has 64 "
      "symbols, {other}/dict.en.txt has 56; its target dictionary has 88 symbols, {other}/dict.fr.txt has 80"),
     ("dictionaries-compared", "a dictionary of the same size", "{ckpt}", "{swapped}", SWAPPED),
+    ("data-folder-has-dictionaries", "a folder without dictionaries", "{ckpt}", "{nodicts}", NO_DICTIONARIES),
+    ("data-folder-has-dictionaries", "no target dictionary", "{ckpt}", "{srconly}",
+     "{srconly}: no dict.fr.txt there"),
     ("not-a-checkpoint", "no such checkpoint", "{tmp}/none.pt", "{data}", "checkpoint not found: {tmp}/none.pt"),
     ("not-a-checkpoint", "a directory", "{tmp}", "{data}",
      "checkpoint {tmp} is a directory: give the checkpoint file in it (e.g. {tmp}/checkpoint_best.pt)"),

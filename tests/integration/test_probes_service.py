@@ -355,6 +355,35 @@ def test_a_bad_request_gets_one_json_error(service, method, path, body, status, 
     assert message in response.json()["error"]["message"], response.text
 
 
+#: POST /models and its reload with a data folder the speaker task cannot read: (the promise of docs/reliability.md,
+#: path, the body's data folder ("{empty}": an empty folder, "{ckptdir}": the checkpoint's folder), text of the 422)
+MODEL_DATA_PROBES = [
+    ("data-folder-has-dictionaries", "/models", "{empty}",
+     "{empty}: no binarized split (SPLIT.SRC-TGT.SRC.bin) to read the languages from, and no dict.SRC.txt and "
+     "dict.TGT.txt: give the data folder the model was trained on"),
+    ("data-folder-has-dictionaries", "/models", "{ckptdir}", "{ckptdir}: no binarized split"),
+    ("data-folder-has-dictionaries", "/models/default/reload", "{empty}", "{empty}: no binarized split"),
+]
+
+
+@pytest.mark.parametrize("path,data,message", [row[1:] for row in MODEL_DATA_PROBES])
+def test_a_model_with_a_data_folder_without_dictionaries_is_refused_in_one_message(service, trained, tmp_path, path,
+                                                                                  data, message):
+    """fairseq's own text ("Could not infer language pair, please provide it explicitly") said nothing of the
+    dictionaries; nothing is loaded and the default model goes on serving."""
+    checkpoint = trained("lstm_fact_bias")
+    (tmp_path / "empty").mkdir()
+    places = {"{empty}": str(tmp_path / "empty"), "{ckptdir}": os.path.dirname(checkpoint)}
+    body = {"checkpoint": checkpoint, "data": places[data], **({"id": "other"} if path == "/models" else {})}
+    response = service.post(path, json=body, headers=AUTH)
+    assert response.status_code == 422 and response.json()["error"]["code"] == "load_failed", response.text
+    expected = message
+    for name, value in places.items():
+        expected = expected.replace(name, value)
+    assert expected in response.json()["error"]["message"], response.text
+    assert [m["id"] for m in service.get("/models").json()["models"]] == ["default"]
+
+
 #: HEAD requests: (the promise of docs/reliability.md, path, status, error code)
 HEAD_PROBES = [
     ("head-and-static-files", "/translate", 405, "method_not_allowed"),
