@@ -255,19 +255,27 @@ def _best_first(hypos: List[Dict[str, Tensor]]) -> List[Dict[str, Tensor]]:
     return sorted(hypos, key=lambda hypo: float(hypo["score"]), reverse=True)
 
 
-def empty_sources_left_empty(generator, sample: dict, hypos: List[list], src_dict, tgt_dict) -> List[list]:
+def empty_source_rows(sample: dict, src_dict) -> List[int]:
+    """The rows of ``sample`` whose source is the end-of-sentence token alone."""
+    src, pad, eos = sample["net_input"]["src_tokens"], src_dict.pad(), src_dict.eos()
+    return [i for i in range(src.size(0)) if int(src[i].ne(pad).sum()) == 1 and int(src[i][src[i].ne(pad)][0]) == eos]
+
+
+def empty_sources_left_empty(generator, sample: dict, hypos: List[list], src_dict, tgt_dict,
+                             reported: int = 0) -> List[list]:
     """``hypos`` (``generator``'s result for ``sample``) with each sentence whose source is empty (the end-of-sentence
     token alone: an empty input line of fairseq-interactive, an empty line of a split) answered by one empty
     translation of score 0, logged once for the batch. A model given nothing invents a fluent sentence; the empty one
     keeps the output's lines in step with the input's. A scorer of references (``--score-reference``) is left as it
-    is: it scores what it is given."""
+    is: it scores what it is given. ``reported`` of the empty sources were input lines emptied and logged by the task
+    (too long, not UTF-8): the log counts only the others."""
     if not isinstance(generator, SequenceGenerator):
         return hypos
-    src, pad, eos = sample["net_input"]["src_tokens"], src_dict.pad(), src_dict.eos()
-    empty = [i for i in range(src.size(0)) if int(src[i].ne(pad).sum()) == 1 and int(src[i][src[i].ne(pad)][0]) == eos]
+    src = sample["net_input"]["src_tokens"]
+    empty = empty_source_rows(sample, src_dict)
     if not empty:
         return hypos
-    ids = sample.get("id")
+    ids, unreported = sample.get("id"), len(empty) - reported
     for i in empty:
         first = hypos[i][0] if hypos[i] else None
         hypo: Dict = {"tokens": torch.tensor([tgt_dict.eos()], dtype=src.dtype, device=src.device),
@@ -283,7 +291,9 @@ def empty_sources_left_empty(generator, sample: dict, hypos: List[list], src_dic
         numbers = [int(ids[i]) for i in empty]
         shown = ", ".join(map(str, numbers[:3])) + (f" and {len(numbers) - 3} more" if len(numbers) > 3 else "")
         which = f"an empty source (sentence id {shown})"
-    else:  # fairseq-interactive gives no ids with a batch: its S- and H- lines show which
-        which = "an empty input line" if len(empty) == 1 else f"{len(empty)} empty input lines"
+    elif unreported > 0:  # fairseq-interactive gives no ids with a batch: its S- and H- lines show which
+        which = "an empty input line" if unreported == 1 else f"{unreported} empty input lines"
+    else:
+        return hypos
     logger.warning(f"{which} translated as an empty sentence: given nothing, a model invents one")
     return hypos

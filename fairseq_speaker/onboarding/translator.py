@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import scipy.sparse
+import torch
 from fairseq import hub_utils
 from fairseq.tasks.fairseq_task import StatefulContainer
 from omegaconf import open_dict
@@ -100,6 +101,14 @@ def _per_sentence(speakers: Sentences, n: int) -> List[str]:
     return labels
 
 
+def _name_list(names, method: str) -> List[str]:
+    """``names`` if it is a list (or tuple) of speaker names: a string would be read as its characters."""
+    if not isinstance(names, (list, tuple)) or not all(isinstance(name, str) for name in names):
+        raise OnboardingError(f"{method}: give a list of speaker names, got {type(names).__name__} {names!r:.80}"
+                              + (f" ({method}([{names!r:.60}]) for one)" if isinstance(names, str) else ""))
+    return list(names)
+
+
 def _checked_beam(beam) -> int:
     """``beam`` if it is a whole number of at least 1 (fairseq's search would fail on anything else)."""
     if isinstance(beam, bool) or not isinstance(beam, int) or beam < 1:
@@ -117,14 +126,33 @@ def _checked_nbest(nbest, beam: int) -> int:
 
 
 #: what fairseq's hub interface takes besides the generation options (fairseq-generate's, with underscores)
-HUB_GENERATE_OPTIONS = ("verbose", "skip_invalid_size_inputs", "inference_step_args", "prefix_allowed_tokens_fn",
+HUB_GENERATE_OPTIONS = ("verbose", "inference_step_args", "prefix_allowed_tokens_fn",
                         "beam_stop")  # the last the task's (--beam-stop): when the beam search ends a sentence
+
+#: generation options that fairseq-generate and -interactive read but the hub interface does not (each would be accepted
+#: and change nothing), and one that would lose sentences: option -> why it is refused, and what to do instead
+NOT_FOR_THE_HUB = {
+    "nbest": "translate gives each sentence's best translation; translate_nbest(nbest=N) gives N",
+    "prefix_size": "the hub does not read it (it forces a prefix of a reference translation, which these sentences do "
+                   "not have); inference_step_args={'prefix_tokens': ...} forces one",
+    "replace_unk": "the hub does not read it (it is fairseq-generate's and -interactive's post-processing)",
+    "sacrebleu": "the hub does not read it (it is fairseq-generate's scoring)",
+    "score_reference": "the hub does not read it (it scores reference translations, which these sentences do not have)",
+    "print_step": "the hub does not read it (it is fairseq-generate's output)",
+    "lm_path": "the hub does not read it (fairseq-generate loads the language model)",
+    "lm_weight": "the hub does not read it (fairseq-generate fuses the language model)",
+    "constraints": "the hub passes no constraints to the search",
+    "skip_invalid_size_inputs": "a sentence longer than the model takes is refused, naming it; skipped, it would leave "
+                                "fewer translations than sentences, out of step with them",
+}
 
 
 def _checked_options(options: dict, generation) -> dict:
     """``options`` if each is one of fairseq's generation options (``generation``: the hub's, a ``GenerationConfig``)
     or of its hub interface: fairseq would set a misspelt one (``beem=3``) aside without a word."""
     for name in options:
+        if name in NOT_FOR_THE_HUB:
+            raise OnboardingError(f"{name!r} is refused here: {NOT_FOR_THE_HUB[name]}")
         if name not in generation and name not in HUB_GENERATE_OPTIONS:
             raise OnboardingError(f"{name!r} is not an option of fairseq's generation (fairseq-generate's options, "
                                   f"written with underscores: beam, lenpen, max_len_b, sampling, ...): it would be "
@@ -285,9 +313,30 @@ class SpeakerTranslator:
         batch = _not_blank(_as_list(sentences))
         beam = _checked_beam(beam)
         kwargs = _checked_options(kwargs, self.hub.cfg.generation)
+        tokens = self._encoded(batch)
         self.task.set_inference_speakers(self._not_lookalikes(_per_sentence(speakers, len(batch))))
-        out = self.hub.translate(batch, beam=beam, **kwargs)
+        out = [self.hub.decode(best[0]["tokens"]) for best in self.hub.generate(tokens, beam, **kwargs)]
         return out[0] if isinstance(sentences, str) else out
+
+    def source_lengths(self, sentences: Sequence[str]) -> List[int]:
+        """How many tokens the model reads of each sentence (its tokenizer and BPE, the end of sentence); a sentence
+        longer than the model takes is refused, naming its place in ``sentences``."""
+        return [len(tokens) for tokens in self._encoded(list(sentences))]
+
+    def _encoded(self, batch: List[str]) -> List[torch.Tensor]:
+        """Each sentence as the model's token ids (the hub's ``encode``); one longer than the model takes is refused,
+        naming it (fairseq's batching ends in an assertion or an exception)."""
+        tokens = [self.hub.encode(sentence) for sentence in batch]
+        positions = self.hub.max_positions
+        positions = positions[0] if isinstance(positions, tuple) else positions
+        max_tokens = self.hub.cfg.dataset.max_tokens
+        for i, sentence in enumerate(tokens):
+            for limit, what in ((positions, "source positions the model takes"),
+                                (max_tokens, "tokens of a batch (max_tokens)")):
+                if limit is not None and len(sentence) > limit:
+                    raise OnboardingError(f"sentences[{i}]: {len(sentence)} tokens (with the end of sentence), more "
+                                          f"than the {int(limit)} {what}: split it into sentences")
+        return tokens
 
     @_serialized
     def translate_nbest(self, sentences: Sequence[str], speakers: Sentences, beam: int = 5, nbest: int = 1,
@@ -299,8 +348,9 @@ class SpeakerTranslator:
         beam = _checked_beam(beam)
         nbest = _checked_nbest(nbest, beam)
         kwargs = _checked_options(kwargs, self.hub.cfg.generation)
+        tokens = self._encoded(batch)
         self.task.set_inference_speakers(self._not_lookalikes(_per_sentence(speakers, len(batch))))
-        hypotheses = self.hub.generate([self.hub.encode(sentence) for sentence in batch], beam, **kwargs)
+        hypotheses = self.hub.generate(tokens, beam, **kwargs)
         return [[(self.hub.decode(h["tokens"]), float(h["score"])) for h in best[:nbest]] for best in hypotheses]
 
     @_serialized
@@ -390,18 +440,19 @@ class SpeakerTranslator:
         """Write the parameters of ``names`` (default: all speakers) to a portable ``.npz`` file."""
         from fairseq_speaker.onboarding.vectors import save_speaker_vectors
 
+        names = _name_list(names, "export_speakers") if names is not None else self.speakers
         bias = adaptable_bias(self.model, self.task, self.checkpoint)
-        return save_speaker_vectors(path, bias, list(names) if names is not None else self.speakers,
-                                    self.task.target_dictionary, words=speaker_words_of(self.model))
+        return save_speaker_vectors(path, bias, names, self.task.target_dictionary, words=speaker_words_of(self.model))
 
     @_serialized
     def speaker_vectors(self, names: Optional[Sequence[str]] = None) -> "SpeakerVectors":
         """The parameters of ``names`` (default: all speakers) in memory, as :meth:`export_speakers` writes them."""
         from fairseq_speaker.onboarding.vectors import speaker_vectors
 
+        names = _name_list(names, "speaker_vectors") if names is not None else self.speakers
         bias = adaptable_bias(self.model, self.task, self.checkpoint)
-        return speaker_vectors(bias, list(names) if names is not None else self.speakers, self.task.target_dictionary,
-                               model_label=self.checkpoint, words=speaker_words_of(self.model))
+        return speaker_vectors(bias, names, self.task.target_dictionary, model_label=self.checkpoint,
+                               words=speaker_words_of(self.model))
 
     @_serialized
     def import_speakers(self, path: Union[str, "SpeakerVectors"], replace: bool = False) -> List[str]:
@@ -419,10 +470,8 @@ class SpeakerTranslator:
         are left out): for each trait of the model's kinds of speaker with more than one kind, of which the speaker
         said at least one alternative, a :class:`SpeakerTrait`. None for a model that keeps no kinds of speaker (no
         memory of its speakers' words, or one built with ``--no-kinds`` or where no trait has two kinds)."""
-        if names is not None and (not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names)):
-            raise OnboardingError(f"speaker_traits: give a list of speaker names, got {type(names).__name__} "
-                                  f"{names!r:.80}" + (f" (speaker_traits([{names!r:.60}]) for one)"
-                                                      if isinstance(names, str) else ""))
+        if names is not None:
+            names = _name_list(names, "speaker_traits")
         memory = speaker_words_of(self.model)
         traits = [(i, trait) for i, trait in enumerate(memory.kinds if memory is not None else [], 1)
                   if len(trait.prior) > 1]
@@ -465,10 +514,7 @@ class SpeakerTranslator:
         of ``names`` (a list of speakers the model knows): a speaker deleted from a service must not shape the others'
         neighbours. A string instead of a list, or a name the model does not know, is refused: nothing would be
         forgotten."""
-        if not isinstance(names, (list, tuple)) or not all(isinstance(name, str) for name in names):
-            raise OnboardingError(f"forget_words: give a list of speaker names, got {type(names).__name__} "
-                                  f"{names!r:.80}" + (f" (forget_words([{names!r:.60}]) for one)"
-                                                      if isinstance(names, str) else ""))
+        names = _name_list(names, "forget_words")
         unknown = [name for name in names if name not in self.task.speaker_dictionary]
         if unknown:
             raise OnboardingError(f"forget_words: no speaker(s) {', '.join(map(repr, unknown[:5]))} in the model "

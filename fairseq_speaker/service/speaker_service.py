@@ -430,9 +430,14 @@ class SpeakerService:
             as_labels = [label if label in known or label not in in_model else _retired(label) for label in labels]
         finally:
             self._lock.release()
-        # the tokens as the translator will read the sentences (the model's tokenizer and BPE, its end of sentence)
-        tokens = [len(self.translator.hub.encode(s)) for s in sentences] if self.batching.max_batch_tokens else None
-        return PreparedTranslation(sentences, labels, as_labels, beam, request.nbest, tokens)
+        # the tokens as the translator will read the sentences (the model's tokenizer and BPE, its end of sentence);
+        # one longer than the model takes is refused here, by its place in this request (not in a shared batch)
+        try:
+            tokens = self.translator.source_lengths(sentences)
+        except UserError as e:
+            raise ServiceError(413, "sentence_too_long", str(e)) from None
+        return PreparedTranslation(sentences, labels, as_labels, beam, request.nbest,
+                                   tokens if self.batching.max_batch_tokens else None)
 
     def submit(self, prepared: PreparedTranslation) -> "Future[List[Searched]]":
         """Queue a prepared request for a shared beam search (503 when the queue is full)."""

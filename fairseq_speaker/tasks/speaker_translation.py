@@ -2,6 +2,7 @@
 
 import logging
 import os
+import re
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Deque, Dict, List, Optional, Tuple
@@ -157,6 +158,8 @@ class SpeakerTranslationTask(TranslationTask):
         self._interactive_labels: Optional[List[str]] = None
         self._interactive_numbers: Optional[List[int]] = None  # their input line numbers
         self._input_lines = 0
+        self._emptied_lines = 0  # input lines emptied (too long, not UTF-8) not yet answered
+        self._model_positions: List = []  # each built model's max_positions()
         #: the labels of every loaded split, to map them again if the speaker table changes
         self._split_labels: Dict[str, Tuple[List[str], str]] = {}
         self._progress = SpeakerProgress()
@@ -257,6 +260,7 @@ class SpeakerTranslationTask(TranslationTask):
         if self.uses_speaker_token:
             self.speaker_token_ids()  # the embedding tables must include the speaker tokens
         model = super().build_model(cfg, from_checkpoint)
+        self._model_positions.append(model.max_positions())  # fairseq-interactive's longest source (below)
         # a checkpoint whose task state was just loaded: its dictionaries must be this data folder's
         as_read, self._checkpoint_as_read = getattr(self, "_checkpoint_as_read", None), None
         check_vocabulary(as_read, model, self)
@@ -452,7 +456,21 @@ class SpeakerTranslationTask(TranslationTask):
                 kept.append(number)
             self._interactive_labels, numbers, lines = labels, kept, sentences
         self._interactive_numbers = numbers
-        return super().get_interactive_tokens_and_lengths(lines, encode_fn)
+        tokens, lengths = super().get_interactive_tokens_and_lengths(lines, encode_fn)
+        limit = self._source_positions()
+        for k, (number, line) in enumerate(zip(numbers, lines)):
+            problem = untranslatable_line(line, lengths[k], limit)
+            if problem:  # answered by an empty translation (empty_sources_left_empty), as an empty line
+                logger.warning(f"<input>:{number}: translated as an empty sentence: {problem}")
+                tokens[k], lengths[k] = tokens[k].new_tensor([self.source_dictionary.eos()]), 1
+                self._emptied_lines += 1
+        return tokens, lengths
+
+    def _source_positions(self) -> Optional[int]:
+        """The most source tokens the task and the models it built take (fairseq's max_positions), or None."""
+        limits = utils.resolve_max_positions(self.max_positions(), *self._model_positions)
+        source = limits[0] if isinstance(limits, tuple) else limits
+        return int(source) if source is not None and source < float("inf") else None
 
     def set_inference_speakers(self, labels: List[str]) -> None:
         """The speakers of the sentences given to the next :meth:`build_dataset_for_inference` (as fairseq's
@@ -542,9 +560,15 @@ class SpeakerTranslationTask(TranslationTask):
     def _ended(self, generator, sample, hypos):
         """The search's hypotheses, each empty source answered by an empty translation, and a sentence no
         translation of which could end refused (:func:`check_ended`)."""
-        from fairseq_speaker.sequence_generator import empty_sources_left_empty
+        from fairseq.sequence_generator import SequenceGenerator
 
-        hypos = empty_sources_left_empty(generator, sample, hypos, self.src_dict, self.tgt_dict)
+        from fairseq_speaker.sequence_generator import empty_source_rows, empty_sources_left_empty
+
+        reported = 0
+        if self._emptied_lines and isinstance(generator, SequenceGenerator):  # lines emptied and logged below
+            reported = min(self._emptied_lines, len(empty_source_rows(sample, self.src_dict)))
+            self._emptied_lines -= reported
+        hypos = empty_sources_left_empty(generator, sample, hypos, self.src_dict, self.tgt_dict, reported=reported)
         return check_ended(generator, sample, hypos)
 
     def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None, **kwargs):
@@ -641,6 +665,24 @@ class SpeakerTranslationTask(TranslationTask):
         return self.speaker_dictionary.encode(labels, self.cfg.unknown_speaker, source="--speaker").to(
             src_tokens.device
         )
+
+
+#: a character Python's surrogateescape gives each byte of standard input that is not UTF-8
+_NOT_UTF8 = re.compile("[\udc80-\udcff]")
+
+
+def untranslatable_line(line: str, length: int, limit: Optional[int]) -> Optional[str]:
+    """Why an input line of fairseq-interactive cannot be translated as written (``length``: its tokens with the end
+    one; ``limit``: the model's most source positions), or None: bytes that are not UTF-8 (each a word unknown to the
+    model), or more tokens than the model takes (fairseq's check ends the session in a traceback)."""
+    bad = _NOT_UTF8.search(line)
+    if bad:
+        return (f"not valid UTF-8 (byte 0x{ord(bad.group()) - 0xDC00:02x} at character {bad.start() + 1}): give "
+                f"UTF-8 text (iconv -f latin1 -t utf-8, for example)")
+    if limit is not None and length > limit:
+        return (f"{length} tokens (with the end of sentence), more than the {limit} source positions the model "
+                f"takes: split the line into sentences")
+    return None
 
 
 def check_data_folder(cfg) -> None:

@@ -1728,6 +1728,47 @@ def test_fairseq_interactive_answers_an_empty_line_with_an_empty_one(toy, traine
         assert "empty sentence" not in alone.log
 
 
+#: input lines fairseq-interactive cannot translate as written: (the promise of docs/reliability.md, standard input as
+#: Python reads it (a byte that is not UTF-8 is a lone surrogate, U+DC80 to U+DCFF), options, the lines (from 0)
+#: answered by an empty translation, text of the warning)
+LONG_LINE = " ".join(["i am tired ."] * 300)  # 1,201 tokens with its end: fairseq-interactive's 1,024 positions
+UNTRANSLATABLE_LINE_PROBES = [
+    ("untranslatable-line-empty", f"{LONG_LINE}\ni am sorry .\n", ["--speaker", "spk000"], [0],
+     "<input>:1: translated as an empty sentence: 1201 tokens (with the end of sentence), more than the 1024 source "
+     "positions the model takes: split the line into sentences"),
+    ("untranslatable-line-empty", "i am tired .\ni am \udce9t\udce9 tired .\n", ["--speaker", "spk000"], [1],
+     "<input>:2: translated as an empty sentence: not valid UTF-8 (byte 0xe9 at character 6): give UTF-8 text"),
+    ("untranslatable-line-empty",
+     f"spk001\ti am tired .\nspk002\t{LONG_LINE}\nspk003\ti am sorry .\n",
+     ["--speaker-per-line", "--buffer-size", "4", "--batch-size", "4"], [1], "<input>:2: translated as an empty sentence"),
+]
+
+
+@pytest.mark.parametrize("stdin,extra,emptied,warning", [row[1:] for row in UNTRANSLATABLE_LINE_PROBES])
+def test_fairseq_interactive_answers_a_line_it_cannot_translate_with_an_empty_one(toy, trained, stdin, extra, emptied,
+                                                                                  warning):
+    """fairseq's size check ended the session in a traceback at a long line (the lines after it never translated);
+    a byte that is not UTF-8 made its word <unk> without a word. Each such line gets one empty hypothesis and a
+    warning naming its line; the others are translated as without it."""
+    args = [toy["bin"], "--user-dir", USER_DIR, "--task", "speaker_translation", "--path", trained("lstm_fact_bias"),
+            "--beam", "5", "--max-len-b", "6", *extra]
+    out = run_here("interactive", args, stdin=stdin)
+    hypotheses: Dict[int, List[str]] = {}
+    for line in out.stdout.splitlines():
+        if line.startswith("H-"):
+            number, _, text = line[2:].split("\t")
+            hypotheses.setdefault(int(number), []).append(text)
+    lines = stdin.splitlines()
+    assert sorted(hypotheses) == list(range(len(lines))), out.stdout
+    assert [n for n in hypotheses if hypotheses[n] == [""] and lines[n].strip()] == emptied, out.stdout
+    assert warning in out.log, out.log
+    assert out.log.count("translated as an empty sentence") == len(emptied) + sum(not line.strip() for line in lines)
+    kept = [line for number, line in enumerate(lines) if number not in emptied]
+    alone = run_here("interactive", args, stdin="".join(line + "\n" for line in kept))
+    assert [line.split("\t")[2] for line in alone.stdout.splitlines() if line.startswith("H-")] == [
+        text for number in sorted(hypotheses) if number not in emptied for text in hypotheses[number]]
+
+
 #: fairseq-interactive given a data folder and a checkpoint: (the promise of docs/reliability.md, the data folder, the
 #: checkpoint, text of the refusal)
 PAIRING_PROBES = [

@@ -116,6 +116,34 @@ API_PROBES = [
     ("forget-words-checked",
      "forget_words an unknown name", lambda t: t.forget_words(["zzz"]),
      "forget_words: no speaker(s) 'zzz' in the model (translator.speakers lists them): nothing was forgotten"),
+    ("refused-call-changes-nothing",
+     "export_speakers a string", lambda t: t.export_speakers("never-written.npz", names="spk000"),
+     "export_speakers: give a list of speaker names, got str 'spk000' (export_speakers(['spk000']) for one)"),
+    ("refused-call-changes-nothing",
+     "speaker_vectors a string", lambda t: t.speaker_vectors(names="zz"),
+     "speaker_vectors: give a list of speaker names, got str 'zz' (speaker_vectors(['zz']) for one)"),
+    ("generation-keywords-checked",
+     "translate prefix_size", lambda t: t.translate("i am tired .", "spk000", prefix_size=1),
+     "'prefix_size' is refused here: the hub does not read it"),
+    ("generation-keywords-checked",
+     "translate replace_unk", lambda t: t.translate("i am tired .", "spk000", replace_unk="x"),
+     "'replace_unk' is refused here: the hub does not read it"),
+    ("generation-keywords-checked",
+     "translate nbest", lambda t: t.translate("i am tired .", "spk000", nbest=3),
+     "'nbest' is refused here: translate gives each sentence's best translation; translate_nbest(nbest=N) gives N"),
+    ("generation-keywords-checked",
+     "translate_nbest score_reference", lambda t: t.translate_nbest(["i ."], "spk000", score_reference=True),
+     "'score_reference' is refused here"),
+    ("generation-keywords-checked",
+     "translate skip_invalid_size_inputs",
+     lambda t: t.translate(["i ."], "spk000", skip_invalid_size_inputs=True),
+     "'skip_invalid_size_inputs' is refused here: a sentence longer than the model takes is refused, naming it"),
+    ("sentence-length-checked",
+     "translate a sentence longer than a batch", lambda t: t.translate(["i .", "i " * 30000], "spk000"),
+     "sentences[1]: 30001 tokens (with the end of sentence), more than the"),
+    ("sentence-length-checked",
+     "translate_nbest a sentence longer than a batch", lambda t: t.translate_nbest(["i " * 30000], "spk000"),
+     "sentences[0]: 30001 tokens"),
     ("forget-words-checked",
      "forget_words a string", lambda t: t.forget_words("spk000"),
      "forget_words: give a list of speaker names, got str 'spk000' (forget_words(['spk000']) for one)"),
@@ -353,6 +381,21 @@ def test_a_bad_request_gets_one_json_error(service, method, path, body, status, 
     assert response.status_code == status, response.text
     assert set(response.json()) == {"error"} and response.json()["error"]["code"] == code, response.text
     assert message in response.json()["error"]["message"], response.text
+
+
+def test_a_sentence_longer_than_the_model_takes_gets_413_by_its_place_in_the_request(toy, trained):
+    """A service whose --max-chars lets through more tokens than the model takes: fairseq's batching ended in an
+    assertion (a 500); the refusal names the sentence's place in its request, not in the shared batch."""
+    translator = SpeakerTranslator.from_pretrained(trained("lstm_fact_bias"), data=toy["bin"], max_len_b=4)
+    with TestClient(create_app(translator, limits=Limits(max_chars=100_000)), raise_server_exceptions=False) as client:
+        long = "i " * 30000
+        for sentences, at in (([long], 0), (["i am tired .", long], 1)):
+            response = client.post("/translate", json={"sentences": sentences, "speaker": "spk000", "nbest": 2})
+            assert response.status_code == 413, response.text
+            assert response.json()["error"]["code"] == "sentence_too_long"
+            assert response.json()["error"]["message"].startswith(f"sentences[{at}]: 30001 tokens"), response.text
+        fine = client.post("/translate", json={"sentences": ["i am tired ."], "speaker": "spk000"})
+        assert fine.status_code == 200 and 'status="500"' not in client.get("/metrics").text
 
 
 #: POST /models and its reload with a data folder the speaker task cannot read: (the promise of docs/reliability.md,
