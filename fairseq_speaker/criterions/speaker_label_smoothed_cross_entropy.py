@@ -1,5 +1,6 @@
 """Label-smoothed cross-entropy plus the speaker bias variant's own regularizers."""
 
+from dataclasses import dataclass, field
 from typing import Dict, Optional, Tuple
 
 import torch
@@ -12,13 +13,36 @@ from fairseq.criterions.label_smoothed_cross_entropy import (
 from fairseq.logging import metrics
 
 from fairseq_speaker import fast_paths
+from fairseq_speaker.errors import UserError
 from fairseq_speaker.fairseq_patches import uses_default_log_softmax
 
 #: logging-output keys of the variants' regularizers: "speaker_aux:<name>"
 AUX_PREFIX = "speaker_aux:"
 
 
-@register_criterion("speaker_label_smoothed_cross_entropy", dataclass=LabelSmoothedCrossEntropyCriterionConfig)
+@dataclass
+class SpeakerLabelSmoothedCrossEntropyConfig(LabelSmoothedCrossEntropyCriterionConfig):
+    speaker_unigram: float = field(
+        default=0.0,
+        metadata={"help": "weight of the speakers' unigram loss: each sentence's target words scored as a bag by the "
+                  "softmax of its speaker's output bias plus the corpus's log word frequencies (the target "
+                  "dictionary's counts), added to the loss per target token. The bias becomes a model of the words "
+                  "each speaker says, pooled over the speakers by a low-rank variant (fact), so that it also prefers "
+                  "a speaker's words where the decoder commits a step earlier (an article agreeing with the noun). "
+                  "0: off. Needs a variant that acts on the logits"},
+    )
+
+
+def unigram_loss(bias: torch.Tensor, target: torch.Tensor, log_frequencies: torch.Tensor,
+                 padding_idx: int) -> torch.Tensor:
+    """The speakers' unigram loss of a batch, summed over its target tokens: ``-sum_t log softmax(bias_b +
+    log_frequencies)[y_bt]``. ``bias``: ``[B, V]``, the speakers' output bias; ``target``: ``[B, T]``."""
+    log_probs = torch.log_softmax(bias.float() + log_frequencies.to(bias.device), dim=-1)  # B x V
+    mask = target.ne(padding_idx)
+    return -(log_probs.gather(1, target.masked_fill(~mask, 0)) * mask).sum()
+
+
+@register_criterion("speaker_label_smoothed_cross_entropy", dataclass=SpeakerLabelSmoothedCrossEntropyConfig)
 class SpeakerLabelSmoothedCrossEntropyCriterion(LabelSmoothedCrossEntropyCriterion):
     """fairseq's label-smoothed NLL, plus the regularizers of the model's speaker bias variant.
 
@@ -35,9 +59,14 @@ class SpeakerLabelSmoothedCrossEntropyCriterion(LabelSmoothedCrossEntropyCriteri
     buffer instead of four.
     """
 
-    def __init__(self, task, sentence_avg, label_smoothing, ignore_prefix_size=0, report_accuracy=False):
+    def __init__(self, task, sentence_avg, label_smoothing, ignore_prefix_size=0, report_accuracy=False,
+                 speaker_unigram=0.0):
         super().__init__(task, sentence_avg, label_smoothing, ignore_prefix_size, report_accuracy)
         self._logged: Dict[str, torch.Tensor] = {}
+        if not speaker_unigram >= 0 or speaker_unigram == float("inf"):
+            raise UserError(f"--speaker-unigram must be a number >= 0, got {speaker_unigram}")
+        self.speaker_unigram = float(speaker_unigram)
+        self._log_frequencies: Optional[torch.Tensor] = None
 
     def compute_loss(self, model, net_output, sample, reduce=True):
         if fast_paths.enabled() and reduce and self.ignore_prefix_size == 0 and uses_default_log_softmax(model):
@@ -50,6 +79,17 @@ class SpeakerLabelSmoothedCrossEntropyCriterion(LabelSmoothedCrossEntropyCriteri
         bias: Optional[torch.Tensor] = extra.get("speaker_bias")
         if bias is not None:
             self._logged["speaker_bias_norm"] = bias.detach().float().norm(dim=1).sum()
+        if self.speaker_unigram and bias is None:
+            variant = getattr(getattr(getattr(model, "decoder", None), "speaker_bias", None), "name", None)
+            raise UserError(f"--speaker-unigram {self.speaker_unigram:g} trains the speakers' bias on the logits, and "
+                            f"this model has none (speaker bias variant: {variant or 'none'}): use a variant that acts "
+                            f"on the logits (fact, full, fact+hyper_lhuc: lstm_speaker, ...) or leave out "
+                            f"--speaker-unigram")
+        if self.speaker_unigram and reduce:
+            term = self.speaker_unigram * unigram_loss(bias, model.get_targets(sample, net_output),
+                                                       self.log_frequencies(bias.size(1)), self.padding_idx)
+            loss = loss + term
+            self._logged[AUX_PREFIX + "speaker_unigram"] = term.detach()
         if reduce:
             sample_size = sample["target"].size(0) if self.sentence_avg else sample["ntokens"]
             for name, value in (extra.get("speaker_aux_losses") or {}).items():
@@ -57,6 +97,15 @@ class SpeakerLabelSmoothedCrossEntropyCriterion(LabelSmoothedCrossEntropyCriteri
                 loss = loss + term
                 self._logged[AUX_PREFIX + name] = term.detach()
         return loss, nll_loss
+
+    def log_frequencies(self, vocab: int) -> torch.Tensor:
+        """The log of the target dictionary's word counts ``[vocab]`` (at least 1 each; words the dictionary gained
+        after counting, a speaker token's, count 1)."""
+        if self._log_frequencies is None or self._log_frequencies.numel() != vocab:
+            counts = list(self.task.target_dictionary.count)[:vocab]
+            counts += [1] * (vocab - len(counts))
+            self._log_frequencies = torch.tensor(counts, dtype=torch.float).clamp(min=1).log()
+        return self._log_frequencies
 
     def forward(self, model, sample, reduce=True):
         loss, sample_size, logging_output = super().forward(model, sample, reduce=reduce)

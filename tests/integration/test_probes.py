@@ -740,6 +740,13 @@ COMMAND_PROBES = {
                                          "label per sentence of the train split there"),
         ("numbers-checked",
          [*TRAIN, "--speaker-bias", "full", "--speaker-l2", "-1"], 2, "--speaker-l2 must be a number >= 0, got -1.0"),
+        ("numbers-checked",
+         [*TRAIN, "--speaker-bias", "fact", "--criterion", "speaker_label_smoothed_cross_entropy", "--speaker-unigram",
+          "-1"], 2, "--speaker-unigram must be a number >= 0, got -1.0"),
+        ("ignored-options-refused",
+         [*TRAIN, "--speaker-bias", "lhuc", "--criterion", "speaker_label_smoothed_cross_entropy", "--speaker-unigram",
+          "0.5", "--optimizer", "adam", "--lr", "0.001"], 2, "--speaker-unigram 0.5 trains the speakers' bias on the logits, and this model has none (speaker "
+                     "bias variant: lhuc)"),
         ("speaker-file-fits-split",
          [*TRAIN, "--valid-subset", "nosuch"], 2, "Dataset not found: nosuch ({data}): no binarized split 'nosuch'"),
         ("one-line-user-errors",

@@ -242,3 +242,46 @@ def test_a_model_with_its_own_normalization_keeps_fairseqs_loss(setup, monkeypat
     from fairseq.criterions.label_smoothed_cross_entropy import label_smoothed_nll_loss
     expected, _ = label_smoothed_nll_loss(lprobs, sample["target"].view(-1), 0.1, task.target_dictionary.pad())
     assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
+
+
+# -- the speakers' unigram loss (--speaker-unigram) -----------------------------------------------------------
+
+
+def test_the_unigram_loss_is_the_bag_of_target_words_under_the_bias_plus_the_log_frequencies():
+    """Worked by hand: V = 3, frequencies (1, 2, 1), one sentence whose bias is (0, 0, log 2) and whose target words are
+    word 2 and a pad: softmax(log (1, 2, 2)) = (1/5, 2/5, 2/5), so the loss is -log(2/5)."""
+    from fairseq_speaker.criterions.speaker_label_smoothed_cross_entropy import unigram_loss
+
+    bias = torch.tensor([[0.0, 0.0, float(torch.tensor(2.0).log())]])
+    log_frequencies = torch.tensor([1.0, 2.0, 1.0]).log()
+    loss = unigram_loss(bias, torch.tensor([[2, 1]]), log_frequencies, padding_idx=1)
+    assert loss.item() == pytest.approx(-torch.tensor(0.4).log().item(), rel=1e-6)
+    # the pad counts nothing; a second sentence adds its own words' terms
+    two = unigram_loss(torch.cat([bias, torch.zeros(1, 3)]), torch.tensor([[2, 1], [0, 2]]), log_frequencies, 1)
+    assert two.item() == pytest.approx((-torch.tensor(0.4).log() - torch.tensor(0.25).log() * 2).item(), rel=1e-6)
+
+
+def test_the_unigram_loss_is_added_per_token_logged_and_reaches_only_the_batchs_speakers(setup):
+    task, model, sample = setup
+    plain, _, _ = criterion(task)(model, sample)
+    weighted = SpeakerLabelSmoothedCrossEntropyCriterion(task, False, 0.1, speaker_unigram=0.5)
+    loss, _, log = weighted(model, sample)
+    from fairseq_speaker.criterions.speaker_label_smoothed_cross_entropy import unigram_loss
+
+    _, extra = model(**sample["net_input"])
+    expected = 0.5 * unigram_loss(extra["speaker_bias"], sample["target"], weighted.log_frequencies(
+        extra["speaker_bias"].size(1)), task.target_dictionary.pad())
+    assert loss.item() == pytest.approx(plain.item() + expected.item(), rel=1e-5)
+    assert log["speaker_aux:speaker_unigram"].item() == pytest.approx(expected.item(), rel=1e-5)
+    model.zero_grad()
+    (loss - plain.detach()).backward()
+    rows = model.decoder.speaker_bias.weight.grad.abs().sum(dim=1)
+    assert rows[[0, 2, 3]].gt(0).all() and rows[1] == 0  # speaker 1 is not in the batch
+
+
+@pytest.mark.parametrize("weight", [-1.0, float("nan"), float("inf")])
+def test_a_unigram_weight_that_is_no_weight_is_refused(weight):
+    from fairseq_speaker.errors import UserError
+
+    with pytest.raises(UserError, match="--speaker-unigram must be a number >= 0"):
+        SpeakerLabelSmoothedCrossEntropyCriterion(make_task(num_speakers=4), False, 0.1, speaker_unigram=weight)
