@@ -85,7 +85,7 @@ class SpeakerLabelSmoothedCrossEntropyCriterion(LabelSmoothedCrossEntropyCriteri
                             f"this model has none (speaker bias variant: {variant or 'none'}): use a variant that acts "
                             f"on the logits (fact, full, fact+hyper_lhuc: lstm_speaker, ...) or leave out "
                             f"--speaker-unigram")
-        if self.speaker_unigram and reduce:
+        if self.speaker_unigram and bias is not None and reduce:
             term = self.speaker_unigram * unigram_loss(bias, model.get_targets(sample, net_output),
                                                        self.log_frequencies(bias.size(1)), self.padding_idx)
             loss = loss + term
