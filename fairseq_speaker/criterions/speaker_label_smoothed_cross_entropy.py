@@ -34,12 +34,15 @@ class SpeakerLabelSmoothedCrossEntropyConfig(LabelSmoothedCrossEntropyCriterionC
 
 
 def unigram_loss(bias: torch.Tensor, target: torch.Tensor, log_frequencies: torch.Tensor,
-                 padding_idx: int) -> torch.Tensor:
-    """The speakers' unigram loss of a batch, summed over its target tokens: ``-sum_t log softmax(bias_b +
-    log_frequencies)[y_bt]``. ``bias``: ``[B, V]``, the speakers' output bias; ``target``: ``[B, T]``."""
-    log_probs = torch.log_softmax(bias.float() + log_frequencies.to(bias.device), dim=-1)  # B x V
-    mask = target.ne(padding_idx)
-    return -(log_probs.gather(1, target.masked_fill(~mask, 0)) * mask).sum()
+                 nspecial: int) -> torch.Tensor:
+    """The speakers' unigram loss of a batch, summed over its target words: ``-sum_t log softmax(bias_b +
+    log_frequencies)[y_bt]`` over the words (the ``nspecial`` first symbols, padding and the end of sentence, are
+    neither scored nor in the softmax: a sentence's end is no word a speaker chooses, and its count is not kept).
+    ``bias``: ``[B, V]``, the speakers' output bias; ``target``: ``[B, T]``."""
+    logits = bias.float() + log_frequencies.to(bias.device)  # B x V
+    log_probs = torch.log_softmax(logits[:, nspecial:], dim=-1)  # B x (V - nspecial)
+    words = target.ge(nspecial)
+    return -(log_probs.gather(1, (target - nspecial).clamp(min=0)) * words).sum()
 
 
 @register_criterion("speaker_label_smoothed_cross_entropy", dataclass=SpeakerLabelSmoothedCrossEntropyConfig)
@@ -87,7 +90,8 @@ class SpeakerLabelSmoothedCrossEntropyCriterion(LabelSmoothedCrossEntropyCriteri
                             f"--speaker-unigram")
         if self.speaker_unigram and bias is not None and reduce:
             term = self.speaker_unigram * unigram_loss(bias, model.get_targets(sample, net_output),
-                                                       self.log_frequencies(bias.size(1)), self.padding_idx)
+                                                       self.log_frequencies(bias.size(1)),
+                                                       self.task.target_dictionary.nspecial)
             loss = loss + term
             self._logged[AUX_PREFIX + "speaker_unigram"] = term.detach()
         if reduce:

@@ -248,17 +248,20 @@ def test_a_model_with_its_own_normalization_keeps_fairseqs_loss(setup, monkeypat
 
 
 def test_the_unigram_loss_is_the_bag_of_target_words_under_the_bias_plus_the_log_frequencies():
-    """Worked by hand: V = 3, frequencies (1, 2, 1), one sentence whose bias is (0, 0, log 2) and whose target words are
-    word 2 and a pad: softmax(log (1, 2, 2)) = (1/5, 2/5, 2/5), so the loss is -log(2/5)."""
+    """Worked by hand: 4 special symbols (fairseq's), then words 4 and 5 counted 1 and 2. One sentence whose bias is
+    log 2 on word 5 and whose targets are word 5, the end of sentence and a pad: over the words, softmax(log (1, 4)) =
+    (1/5, 4/5), and the end and the pad are not scored, so the loss is -log(4/5)."""
     from fairseq_speaker.criterions.speaker_label_smoothed_cross_entropy import unigram_loss
 
-    bias = torch.tensor([[0.0, 0.0, float(torch.tensor(2.0).log())]])
-    log_frequencies = torch.tensor([1.0, 2.0, 1.0]).log()
-    loss = unigram_loss(bias, torch.tensor([[2, 1]]), log_frequencies, padding_idx=1)
-    assert loss.item() == pytest.approx(-torch.tensor(0.4).log().item(), rel=1e-6)
-    # the pad counts nothing; a second sentence adds its own words' terms
-    two = unigram_loss(torch.cat([bias, torch.zeros(1, 3)]), torch.tensor([[2, 1], [0, 2]]), log_frequencies, 1)
-    assert two.item() == pytest.approx((-torch.tensor(0.4).log() - torch.tensor(0.25).log() * 2).item(), rel=1e-6)
+    log2 = float(torch.tensor(2.0).log())
+    bias = torch.tensor([[9.0, 9.0, 9.0, 9.0, 0.0, log2]])  # a bias on the specials changes nothing
+    log_frequencies = torch.tensor([0.0, 0.0, 0.0, 0.0, 0.0, log2])
+    loss = unigram_loss(bias, torch.tensor([[5, 2, 1]]), log_frequencies, nspecial=4)
+    assert loss.item() == pytest.approx(-torch.tensor(0.8).log().item(), rel=1e-6)
+    # a second sentence, no bias: (1/3, 2/3) for words 4 and 5, both said
+    two = unigram_loss(torch.cat([bias, torch.zeros(1, 6)]), torch.tensor([[5, 2, 1], [4, 5, 2]]), log_frequencies, 4)
+    expected = -torch.tensor(0.8).log() - torch.tensor(1 / 3).log() - torch.tensor(2 / 3).log()
+    assert two.item() == pytest.approx(expected.item(), rel=1e-6)
 
 
 def test_the_unigram_loss_is_added_per_token_logged_and_reaches_only_the_batchs_speakers(setup):
@@ -270,7 +273,7 @@ def test_the_unigram_loss_is_added_per_token_logged_and_reaches_only_the_batchs_
 
     _, extra = model(**sample["net_input"])
     expected = 0.5 * unigram_loss(extra["speaker_bias"], sample["target"], weighted.log_frequencies(
-        extra["speaker_bias"].size(1)), task.target_dictionary.pad())
+        extra["speaker_bias"].size(1)), task.target_dictionary.nspecial)
     assert loss.item() == pytest.approx(plain.item() + expected.item(), rel=1e-5)
     assert log["speaker_aux:speaker_unigram"].item() == pytest.approx(expected.item(), rel=1e-5)
     model.zero_grad()
