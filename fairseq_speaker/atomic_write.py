@@ -121,9 +121,15 @@ def _sync(path: str) -> None:
 
 
 def check_writable(path: str) -> None:
-    """Refuse (:class:`UserError`) a ``path`` that is a directory, or whose folder is missing or not writable."""
+    """Refuse (:class:`UserError`) a ``path`` that is empty, a directory or another file than a regular one (a device,
+    a pipe: the rename would put a regular file in its place), or whose folder is missing or not writable."""
+    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
+        raise UserError(f"cannot write {path!r}: give the path of a file to write")
     if os.path.isdir(path):
         raise UserError(f"{path} is a directory: give the path of a file to write")
+    if os.path.exists(path) and not os.path.isfile(path):
+        raise UserError(f"cannot write {path}: it is not a regular file (a device, a pipe or a socket), which a "
+                        f"written file would replace: give the path of a file")
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise UserError(f"cannot write {path}: the folder {folder} does not exist")
@@ -153,6 +159,21 @@ def _no_space(error: Optional[BaseException]) -> Optional[OSError]:
     return None
 
 
+def _os_error(error: Optional[BaseException]) -> Optional[OSError]:
+    """The system's error behind ``error`` (torch's writer wraps its file's ``OSError`` in a ``RuntimeError``: its
+    text then names the cause), or None: a file the system refused to create or write (``/proc``, a read-only
+    file system)."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, OSError):
+            return error
+        if isinstance(error, RuntimeError) and "open file failed with strerror:" in str(error):
+            return OSError(errno.EIO, str(error).split("strerror:", 1)[1].strip())
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
+
+
 @contextlib.contextmanager
 def atomic_path(path: str) -> Iterator[str]:
     """A temporary path beside ``path`` (see the module's text), moved onto ``path`` when the block ends without
@@ -172,7 +193,11 @@ def atomic_path(path: str) -> Iterator[str]:
     except (OSError, RuntimeError) as e:
         full = _no_space(e)
         if full is None:
-            raise
+            failed = _os_error(e)
+            if failed is None:
+                raise
+            kept = "the earlier file is kept" if os.path.exists(path) else "no file was written"
+            raise UserError(f"cannot write {path}: {failed.strerror or failed}; {kept}") from None
         kept = "the earlier file is kept" if os.path.exists(path) else "no file was written"
         quota = " (a disk quota reached)" if full.errno == errno.EDQUOT else ""
         raise NoSpaceLeft(f"no space left on device writing {path}{quota}; {kept}. Free space in "

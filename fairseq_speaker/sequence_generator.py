@@ -122,9 +122,10 @@ def _ordinal(n: int) -> str:
     return {1: "1st", 2: "2nd", 3: "3rd"}.get(n, f"{n}th")
 
 
-def check_search(args) -> None:
+def check_search(args, vocab: Optional[int] = None) -> None:
     """Refuse fairseq's search options that fairseq's generator would end in an assertion or a ``ValueError`` (a
-    traceback), with the option to change. ``args``: the generation options (fairseq's ``GenerationConfig``)."""
+    traceback), or that it takes and that change nothing, with the option to change. ``args``: the generation options
+    (fairseq's ``GenerationConfig``); ``vocab``: the target dictionary's size."""
     sampling = bool(getattr(args, "sampling", False))
     for name in ("sampling_topk", "sampling_topp"):
         value = getattr(args, name, -1)
@@ -143,7 +144,8 @@ def check_search(args) -> None:
     if groups > 0 and isinstance(beam, int) and beam % groups:
         raise UserError(f"--diverse-beam-groups {groups} splits the beam into groups of one size: give a --beam that "
                         f"is a multiple of {groups}, got --beam {beam}")
-    for name in ("lenpen", "unkpen", "lm_weight", "max_len_a", "temperature", "diversity_rate", "sampling_topp"):
+    for name in ("lenpen", "unkpen", "lm_weight", "max_len_a", "temperature", "diversity_rate", "sampling_topp",
+                 "diverse_beam_strength"):
         value = getattr(args, name, None)
         if isinstance(value, (int, float)) and not math.isfinite(value):
             # a NaN score ranks nothing, and an infinite one left every hypothesis -inf (fairseq's loop asserted)
@@ -151,6 +153,18 @@ def check_search(args) -> None:
     temperature = getattr(args, "temperature", 1.0)
     if temperature is not None and not temperature > 0:
         raise UserError(f"--temperature must be greater than 0 (1: the model's own probabilities), got {temperature:g}")
+    # values fairseq takes without a word and which change nothing, or end in torch's error
+    for name in ("min_len", "max_len_a", "max_len_b", "no_repeat_ngram_size"):
+        value = getattr(args, name, None)
+        if isinstance(value, (int, float)) and value < 0:
+            raise UserError(f"--{name.replace('_', '-')} must be at least 0, got {value:g}")
+    topp = getattr(args, "sampling_topp", -1)
+    if isinstance(topp, (int, float)) and topp != -1 and not 0 < topp <= 1:
+        raise UserError(f"--sampling-topp must be in (0, 1] (the probability mass sampled from; -1: off), got {topp:g}")
+    topk = getattr(args, "sampling_topk", -1)
+    if isinstance(topk, int) and topk != -1 and not 1 <= topk <= (vocab if vocab is not None else topk):
+        raise UserError(f"--sampling-topk must be from 1 to the target dictionary's {vocab} words (-1: off), got "
+                        f"{topk}")
 
 
 class DiverseBeamSearchByPosition(DiverseBeamSearch):

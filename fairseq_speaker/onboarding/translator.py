@@ -27,8 +27,10 @@ Loading, tokenization and BPE (the checkpoint's own preprocessing, or ``tokenize
 
 import copy
 import functools
+import math
 import os
 import threading
+import typing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -36,6 +38,7 @@ import numpy as np
 import scipy.sparse
 import torch
 from fairseq import hub_utils
+from fairseq.dataclass.configs import GenerationConfig
 from fairseq.tasks.fairseq_task import StatefulContainer
 from omegaconf import open_dict
 
@@ -101,11 +104,15 @@ def _per_sentence(speakers: Sentences, n: int) -> List[str]:
     return labels
 
 
-def _name_list(names, method: str) -> List[str]:
-    """``names`` if it is a list (or tuple) of speaker names: a string would be read as its characters."""
+def _name_list(names, method: str, empty: bool = True) -> List[str]:
+    """``names`` if it is a list (or tuple) of speaker names: a string would be read as its characters. ``empty``:
+    whether an empty list is a list of names here."""
     if not isinstance(names, (list, tuple)) or not all(isinstance(name, str) for name in names):
         raise OnboardingError(f"{method}: give a list of speaker names, got {type(names).__name__} {names!r:.80}"
                               + (f" ({method}([{names!r:.60}]) for one)" if isinstance(names, str) else ""))
+    if not names and not empty:
+        raise OnboardingError(f"{method}: names is an empty list: give at least one speaker (or leave names out: "
+                              f"every speaker)")
     return list(names)
 
 
@@ -144,7 +151,37 @@ NOT_FOR_THE_HUB = {
     "constraints": "the hub passes no constraints to the search",
     "skip_invalid_size_inputs": "a sentence longer than the model takes is refused, naming it; skipped, it would leave "
                                 "fewer translations than sentences, out of step with them",
+    **{name: "this model's search does not read it (fairseq reads it for other kinds of models: speech translation's "
+             "second pass, non-autoregressive decoding, or its command lines)"
+       for name in ("beam_mt", "lenpen_mt", "max_len_a_mt", "max_len_b_mt", "decoding_format",
+                    "iter_decode_eos_penalty", "iter_decode_max_iter", "iter_decode_force_max_iter",
+                    "iter_decode_with_beam", "iter_decode_with_external_reranker", "retain_iter_history",
+                    "retain_dropout", "retain_dropout_modules", "no_seed_provided", "eos_token")},
 }
+
+
+def _value_problem(value, hint) -> Optional[str]:
+    """What is wrong with ``value`` for a generation option typed ``hint`` (fairseq's ``GenerationConfig``), or None:
+    a bool where a number goes, text where a bool goes (fairseq took ``"yes"`` for true, ``"20"`` ended in a
+    ``TypeError`` deep in the search), a number that is not finite."""
+    if typing.get_origin(hint) is Union:
+        if value is None:
+            return None
+        hint = next((arg for arg in typing.get_args(hint) if arg is not type(None)), hint)
+    if hint is bool:
+        return None if isinstance(value, bool) else "True or False"
+    if hint is int:
+        return None if isinstance(value, int) and not isinstance(value, bool) else "a whole number"
+    if hint is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        return None if ok else "a finite number"
+    if hint is str:
+        return None if isinstance(value, str) else "text"
+    return None  # a choice of fairseq's: its own check
+
+
+#: the type of each of fairseq's generation options
+GENERATION_TYPES: Dict[str, object] = typing.get_type_hints(GenerationConfig)
 
 
 def _checked_options(options: dict, generation) -> dict:
@@ -153,6 +190,10 @@ def _checked_options(options: dict, generation) -> dict:
     for name in options:
         if name in NOT_FOR_THE_HUB:
             raise OnboardingError(f"{name!r} is refused here: {NOT_FOR_THE_HUB[name]}")
+        problem = _value_problem(options[name], GENERATION_TYPES[name]) if name in GENERATION_TYPES else None
+        if problem:
+            raise OnboardingError(f"{name} must be {problem}, got {type(options[name]).__name__} "
+                                  f"{options[name]!r:.60}")
         if name not in generation and name not in HUB_GENERATE_OPTIONS:
             raise OnboardingError(f"{name!r} is not an option of fairseq's generation (fairseq-generate's options, "
                                   f"written with underscores: beam, lenpen, max_len_b, sampling, ...): it would be "
@@ -165,6 +206,30 @@ def _checked_options(options: dict, generation) -> dict:
     if alignment not in (None, False, "hard", "soft"):  # fairseq's generator would fail on another value
         raise OnboardingError(f"print_alignment must be 'hard' or 'soft' (or left out), got {alignment!r}")
     return options
+
+
+def _checked_step_args(options: dict, sentences: int, vocab: int) -> None:
+    """The hub's ``inference_step_args``: the task's ``inference_step`` takes ``prefix_tokens`` only, a ``[1, k]``
+    tensor of target word ids for one sentence (the hub gives the same tensor to every batch it makes, in its order of
+    lengths: rows for several sentences would go to other sentences)."""
+    args = options.get("inference_step_args")
+    if args is None:
+        return
+    if not isinstance(args, dict) or set(args) - {"prefix_tokens"}:
+        raise OnboardingError(f"inference_step_args: give a dict whose only key is 'prefix_tokens', got "
+                              f"{args!r:.80}")
+    prefix = args.get("prefix_tokens")
+    if prefix is None:
+        return
+    if not torch.is_tensor(prefix) or prefix.dim() != 2 or prefix.size(0) != 1 or prefix.dtype != torch.long:
+        raise OnboardingError(f"inference_step_args: prefix_tokens must be a LongTensor [1, k] of target word ids for "
+                              f"one sentence, got {prefix!r:.80}")
+    if sentences != 1:
+        raise OnboardingError(f"inference_step_args: prefix_tokens forces the start of one sentence, and {sentences} "
+                              f"are given: translate them one at a time")
+    if prefix.numel() and (int(prefix.min()) < 0 or int(prefix.max()) >= vocab):
+        raise OnboardingError(f"inference_step_args: prefix_tokens holds ids outside the target dictionary (0 to "
+                              f"{vocab - 1})")
 
 
 def _serialized(method):
@@ -314,6 +379,7 @@ class SpeakerTranslator:
         beam = _checked_beam(beam)
         kwargs = _checked_options(kwargs, self.hub.cfg.generation)
         tokens = self._encoded(batch)
+        _checked_step_args(kwargs, len(batch), len(self.task.target_dictionary))
         self.task.set_inference_speakers(self._not_lookalikes(_per_sentence(speakers, len(batch))))
         out = [self.hub.decode(best[0]["tokens"]) for best in self.hub.generate(tokens, beam, **kwargs)]
         return out[0] if isinstance(sentences, str) else out
@@ -349,6 +415,7 @@ class SpeakerTranslator:
         nbest = _checked_nbest(nbest, beam)
         kwargs = _checked_options(kwargs, self.hub.cfg.generation)
         tokens = self._encoded(batch)
+        _checked_step_args(kwargs, len(batch), len(self.task.target_dictionary))
         self.task.set_inference_speakers(self._not_lookalikes(_per_sentence(speakers, len(batch))))
         hypotheses = self.hub.generate(tokens, beam, **kwargs)
         return [[(self.hub.decode(h["tokens"]), float(h["score"])) for h in best[:nbest]] for best in hypotheses]
@@ -440,7 +507,7 @@ class SpeakerTranslator:
         """Write the parameters of ``names`` (default: all speakers) to a portable ``.npz`` file."""
         from fairseq_speaker.onboarding.vectors import save_speaker_vectors
 
-        names = _name_list(names, "export_speakers") if names is not None else self.speakers
+        names = _name_list(names, "export_speakers", empty=False) if names is not None else self.speakers
         bias = adaptable_bias(self.model, self.task, self.checkpoint)
         return save_speaker_vectors(path, bias, names, self.task.target_dictionary, words=speaker_words_of(self.model))
 
@@ -449,7 +516,7 @@ class SpeakerTranslator:
         """The parameters of ``names`` (default: all speakers) in memory, as :meth:`export_speakers` writes them."""
         from fairseq_speaker.onboarding.vectors import speaker_vectors
 
-        names = _name_list(names, "speaker_vectors") if names is not None else self.speakers
+        names = _name_list(names, "speaker_vectors", empty=False) if names is not None else self.speakers
         bias = adaptable_bias(self.model, self.task, self.checkpoint)
         return speaker_vectors(bias, names, self.task.target_dictionary, model_label=self.checkpoint,
                                words=speaker_words_of(self.model))
@@ -458,8 +525,15 @@ class SpeakerTranslator:
     def import_speakers(self, path: Union[str, "SpeakerVectors"], replace: bool = False) -> List[str]:
         """Add (or with ``replace``, overwrite) the speakers of a file written by :meth:`export_speakers` (or of
         :meth:`speaker_vectors` in memory); returns their names. Rows of an incompatible model are refused."""
-        from fairseq_speaker.onboarding.vectors import import_vectors, load_speaker_vectors
+        from fairseq_speaker.onboarding.vectors import SpeakerVectors, import_vectors, load_speaker_vectors
 
+        if not isinstance(replace, bool):
+            raise OnboardingError(f"import_speakers: replace must be True or False, got {replace!r}")
+        if isinstance(path, os.PathLike):
+            path = os.fspath(path)
+        if not isinstance(path, (str, SpeakerVectors)):
+            raise OnboardingError(f"import_speakers: give the path of a speaker vectors file (or the SpeakerVectors of "
+                                  f"speaker_vectors()), got {type(path).__name__} {path!r:.80}")
         vectors = load_speaker_vectors(path) if isinstance(path, str) else path
         import_vectors(vectors, self.model, self.task, replace, where=self.checkpoint)
         return list(vectors.names)

@@ -11,6 +11,7 @@ import gc
 import json
 import logging
 import os
+import pathlib
 import re
 import shutil
 import socket
@@ -22,6 +23,7 @@ import time
 import urllib.request
 
 import pytest
+import torch
 from fastapi.testclient import TestClient
 
 from fairseq_speaker.errors import UserError
@@ -138,6 +140,61 @@ API_PROBES = [
      "translate skip_invalid_size_inputs",
      lambda t: t.translate(["i ."], "spk000", skip_invalid_size_inputs=True),
      "'skip_invalid_size_inputs' is refused here: a sentence longer than the model takes is refused, naming it"),
+    ("generation-keywords-checked",
+     "translate max_len_b as text", lambda t: t.translate("i .", "spk000", max_len_b="20"),
+     "max_len_b must be a whole number, got str '20'"),
+    ("generation-keywords-checked",
+     "translate sampling as text", lambda t: t.translate("i .", "spk000", sampling="yes"),
+     "sampling must be True or False, got str 'yes'"),
+    ("generation-keywords-checked",
+     "translate lenpen as text", lambda t: t.translate("i .", "spk000", lenpen="1"),
+     "lenpen must be a finite number, got str '1'"),
+    ("generation-keywords-checked",
+     "translate retain_dropout", lambda t: t.translate("i .", "spk000", retain_dropout=True),
+     "'retain_dropout' is refused here: this model's search does not read it"),
+    ("generation-keywords-checked",
+     "translate lenpen_mt", lambda t: t.translate("i .", "spk000", lenpen_mt=2.0), "'lenpen_mt' is refused here"),
+    ("search-options-checked",
+     "translate diverse_beam_strength nan", lambda t: t.translate("i .", "spk000", diverse_beam_strength=float("nan")),
+     "diverse_beam_strength must be a finite number, got float nan"),
+    ("search-options-checked",
+     "translate_nbest sampling_topp 2",
+     lambda t: t.translate_nbest(["i ."], "spk000", beam=1, sampling=True, sampling_topp=2.0),
+     "--sampling-topp must be in (0, 1] (the probability mass sampled from; -1: off), got 2"),
+    ("search-options-checked",
+     "translate min_len -5", lambda t: t.translate("i .", "spk000", min_len=-5), "--min-len must be at least 0, got -5"),
+    ("search-options-checked",
+     "translate no_repeat_ngram_size -1", lambda t: t.translate("i .", "spk000", no_repeat_ngram_size=-1),
+     "--no-repeat-ngram-size must be at least 0, got -1"),
+    ("generation-keywords-checked",
+     "translate inference_step_args of another key",
+     lambda t: t.translate("i .", "spk000", inference_step_args={"foo": 1}),
+     "inference_step_args: give a dict whose only key is 'prefix_tokens', got {'foo': 1}"),
+    ("generation-keywords-checked",
+     "translate a prefix for two sentences",
+     lambda t: t.translate(["i .", "you ."], "spk000", inference_step_args={"prefix_tokens": torch.tensor([[5]])}),
+     "prefix_tokens forces the start of one sentence, and 2 are given: translate them one at a time"),
+    ("generation-keywords-checked",
+     "translate a prefix of ids outside the dictionary",
+     lambda t: t.translate("i .", "spk000", inference_step_args={"prefix_tokens": torch.tensor([[10 ** 6]])}),
+     "prefix_tokens holds ids outside the target dictionary"),
+    ("refused-call-changes-nothing",
+     "import_speakers replace as text", lambda t: t.import_speakers(t.speaker_vectors(["spk000"]), replace="no"),
+     "import_speakers: replace must be True or False, got 'no'"),
+    ("refused-call-changes-nothing",
+     "import_speakers None", lambda t: t.import_speakers(None),
+     "import_speakers: give the path of a speaker vectors file (or the SpeakerVectors of speaker_vectors()), got "
+     "NoneType None"),
+    ("refused-call-changes-nothing",
+     "import_speakers a Path", lambda t: t.import_speakers(pathlib.Path("no/such/vectors.npz")),
+     "speaker vectors not found: no/such/vectors.npz"),
+    ("refused-call-changes-nothing",
+     "export_speakers no names", lambda t: t.export_speakers("never-written.npz", names=[]),
+     "export_speakers: names is an empty list: give at least one speaker (or leave names out: every speaker)"),
+    ("refused-before-writing", "save to no path", lambda t: t.save(""), "cannot write '': give the path of a file"),
+    ("refused-before-writing",
+     "save over a device", lambda t: t.save("/dev/null"),
+     "cannot write /dev/null: it is not a regular file (a device, a pipe or a socket)"),
     ("sentence-length-checked",
      "translate a sentence longer than a batch", lambda t: t.translate(["i .", "i " * 30000], "spk000"),
      "sentences[1]: 30001 tokens (with the end of sentence), more than the"),

@@ -76,3 +76,40 @@ def test_a_full_disk_under_torch_s_writer_is_recognized(tmp_path):
     with pytest.raises(RuntimeError, match="another failure"):  # any other failure is left as it is
         with atomic_path(path):
             raise RuntimeError("another failure")
+
+
+def test_a_path_that_is_no_regular_file_is_refused_and_left_as_it_is(tmp_path):
+    """A pipe (as a device, /dev/full: the rename would have put a regular file in its place, run as root)."""
+    import stat
+
+    from fairseq_speaker.atomic_write import write_text
+    from fairseq_speaker.errors import UserError
+
+    pipe = str(tmp_path / "pipe")
+    os.mkfifo(pipe)
+    with pytest.raises(UserError, match="it is not a regular file"):
+        write_text(pipe, "text")
+    assert stat.S_ISFIFO(os.stat(pipe).st_mode) and os.listdir(tmp_path) == ["pipe"]
+    with pytest.raises(UserError, match="cannot write '': give the path of a file to write"):
+        write_text("", "text")
+
+
+def test_a_file_the_system_will_not_create_ends_in_one_message(tmp_path, monkeypatch):
+    """An error of the system other than a full disk (a read-only file system, /proc): one message, nothing left."""
+    import errno
+
+    import torch
+
+    from fairseq_speaker.atomic_write import atomic_path
+    from fairseq_speaker.errors import UserError
+
+    def refused(obj, f, *args, **kwargs):
+        raise RuntimeError(f"[enforce fail at inline_container.cc:747] . open file failed with strerror: "
+                           f"{os.strerror(errno.EROFS)}")
+
+    monkeypatch.setattr(torch, "save", refused)
+    path = str(tmp_path / "model.pt")
+    with pytest.raises(UserError, match="cannot write .*model.pt: Read-only file system; no file was written"):
+        with atomic_path(path) as tmp:
+            torch.save({}, tmp)
+    assert os.listdir(tmp_path) == []
