@@ -117,8 +117,10 @@ CHANGES: List[Change] = [
            "asserts that every sentence has ended (its own rule has ended them all by then)",
            "fairseq_speaker.sequence_generator.UnbeatenStopGenerator._generate"),
     Change("fairseq.trainer.Trainer.__init__", "wrapped",
-           "refuses --fp16, --bf16 and their memory-efficient forms without a CUDA GPU, with what to do",
-           "fairseq then fails deep inside with an assertion or takes the machine for a TPU (a traceback)",
+           "refuses --fp16, --bf16 and their memory-efficient forms without a CUDA GPU, with what to do; and a "
+           "--restore-file other than the default that is not there",
+           "fairseq then fails deep inside with an assertion or takes the machine for a TPU (a traceback); a "
+           "misspelt --restore-file trained from scratch after one log line and overwrote --save-dir's checkpoints",
            "fairseq_speaker.fairseq_patches.check_half_precision"),
     Change("fairseq.models.BaseFairseqModel.get_normalized_probs", "read",
            "recognizes a model whose log-probabilities are fairseq's default log_softmax (by method identity)",
@@ -266,6 +268,7 @@ def apply() -> None:
         @functools.wraps(original)
         def __init__(self, cfg, *args, **kwargs):
             check_half_precision(cfg.common)
+            check_restore_file(cfg.checkpoint)
             original(self, cfg, *args, **kwargs)
         return __init__
 
@@ -285,6 +288,19 @@ def set_model_options(name: str, model_cls: type, options: type) -> None:
     node = options()
     node._name = name
     ConfigStore.instance().store(name=name, group="model", node=node, provider="fairseq")
+
+
+def check_restore_file(checkpoint) -> None:
+    """Refuse a ``--restore-file`` the user named that is not there: fairseq logs "No existing checkpoint found" and
+    trains from scratch, writing over ``--save-dir``'s checkpoints. The default (``checkpoint_last.pt`` in
+    ``--save-dir``) may be missing: that is a first run."""
+    restore = getattr(checkpoint, "restore_file", None)
+    if not restore or restore == "checkpoint_last.pt" or os.path.isfile(restore):
+        return
+    where = " (a folder: give the checkpoint file in it)" if os.path.isdir(restore) else ""
+    raise UserError(f"--restore-file {restore}: no such checkpoint{where}; fairseq would train from scratch and "
+                    f"write over --save-dir's checkpoints. Give the checkpoint to continue from, or leave "
+                    f"--restore-file out (checkpoint_last.pt of --save-dir, when there is one)")
 
 
 def check_half_precision(common) -> None:

@@ -735,6 +735,10 @@ COMMAND_PROBES = {
          "Must specify batch size either with --max-tokens or --batch-size: give --max-tokens N or --batch-size N"),
         ("not-utf8", ["{latin1spk}", *TRAIN[1:]], 2, "{latin1spk}/train.spk:3: not valid UTF-8"),
         ("data-folder-has-dictionaries", ["{nodicts}", *TRAIN[1:]], 2, NO_DICTIONARIES),
+        ("one-line-user-errors",
+         [*TRAIN, "--optimizer", "adam", "--lr", "0.001", "--restore-file", "{tmp}/chekpoint_best.pt"], 2,
+         "--restore-file {tmp}/chekpoint_best.pt: no such checkpoint; fairseq would train from scratch and write over "
+         "--save-dir's checkpoints"),
         ("speaker-file-fits-split",
          ["{nospkdata}", *TRAIN[1:]], 2, "speaker file not found: expected {nospkdata}/train.spk; put one speaker "
                                          "label per sentence of the train split there"),
