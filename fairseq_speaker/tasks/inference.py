@@ -206,7 +206,7 @@ class SpeakerInferenceMixin:
             extra_gen_cls_kwargs["symbols_to_strip_from_output"] = strip | set(self.speaker_token_ids().tolist())
         from fairseq_speaker.sequence_generator import UnbeatenStopGenerator, by_position, check_search
 
-        check_search(args)
+        check_search(args, len(self.target_dictionary))
         # the task's option (fairseq-generate, -interactive) or the generation's (SpeakerTranslator's beam_stop=)
         beam_stop = getattr(args, "beam_stop", None) or self.cfg.beam_stop
         if beam_stop not in BEAM_STOPS:
