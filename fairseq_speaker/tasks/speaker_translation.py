@@ -2,10 +2,8 @@
 
 import logging
 import os
-import re
-from collections import deque
 from dataclasses import dataclass, field
-from typing import Deque, Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 from fairseq import utils
@@ -16,7 +14,6 @@ from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 from omegaconf import II
 
-from fairseq_speaker.allowed_tokens import check_ended, restricted
 from fairseq_speaker.checkpoints import (
     AS_READ_KEY,
     DICTIONARIES_KEY,
@@ -32,10 +29,10 @@ from fairseq_speaker.data import (
     preprocessing,
     read_speaker_file,
 )
-from fairseq_speaker.data.speaker_dictionary import label_problem
 from fairseq_speaker.fairseq_patches import epoch_iterator_is_cached
 from fairseq_speaker.optim.speaker_progress import SpeakerProgress
 from fairseq_speaker.runtime import threads_for_fairseq_command
+from fairseq_speaker.tasks.inference import BEAM_STOPS, SpeakerInferenceMixin
 
 logger = logging.getLogger(__name__)
 
@@ -52,12 +49,6 @@ class SplitNotFound(SpeakerDataError):
 
 class EmptySplit(SpeakerDataError):
     """A split whose binarized files hold no sentence (fairseq cannot open an empty file: a traceback otherwise)."""
-
-
-#: when the beam search ends a sentence (``--beam-stop``): ``fairseq``, once ``beam`` hypotheses have ended (fairseq's
-#: own rule); ``unbeaten``, once ``beam`` have ended and no live one scores better than the worst of them
-#: (:class:`fairseq_speaker.sequence_generator.UnbeatenStopGenerator`)
-BEAM_STOPS = ["fairseq", "unbeaten"]
 
 
 @dataclass
@@ -120,7 +111,7 @@ class SpeakerTranslationConfig(TranslationConfig):
 
 
 @register_task("speaker_translation", dataclass=SpeakerTranslationConfig)
-class SpeakerTranslationTask(TranslationTask):
+class SpeakerTranslationTask(SpeakerInferenceMixin, TranslationTask):
     """Translation in which every sentence has a speaker.
 
     Speaker labels come from plain-text files beside the binarized data
@@ -129,14 +120,15 @@ class SpeakerTranslationTask(TranslationTask):
     ``dict.spk.txt`` in the data directory, and kept in the task state, which
     fairseq saves in every checkpoint: a checkpoint maps labels to speakers by
     name, whatever the data directory holds when it is used. Every batch
-    carries ``net_input["speakers"]``, a LongTensor ``[batch]``.
+    carries ``net_input["speakers"]``, a LongTensor ``[batch]``. Decoding (the speakers of the sentences to
+    translate, fairseq-interactive's input, the generator) is :class:`SpeakerInferenceMixin`'s.
     """
 
     cfg: SpeakerTranslationConfig
 
     @classmethod
     def setup_task(cls, cfg, **kwargs):
-        check_data_folder(cfg)
+        check_dictionary_files(cfg)
         return super().setup_task(cfg, **kwargs)
 
     def __init__(self, cfg: SpeakerTranslationConfig, src_dict, tgt_dict):
@@ -152,14 +144,7 @@ class SpeakerTranslationTask(TranslationTask):
         if cfg.speaker_token:
             # kept in the checkpoint, so that generation knows without being told
             self.state.merge_state_dict({"speaker_token": True})
-        # fairseq-interactive drops net_input["speakers"] between batching and
-        # inference_step: the batches' speakers wait here, checked against their tokens
-        self._pending: Deque[Tuple[torch.Tensor, torch.Tensor]] = deque()
-        self._interactive_labels: Optional[List[str]] = None
-        self._interactive_numbers: Optional[List[int]] = None  # their input line numbers
-        self._input_lines = 0
-        self._emptied_lines = 0  # input lines emptied (too long, not UTF-8) not yet answered
-        self._model_positions: List = []  # each built model's max_positions()
+        self.init_inference()
         #: the labels of every loaded split, to map them again if the speaker table changes
         self._split_labels: Dict[str, Tuple[List[str], str]] = {}
         self._progress = SpeakerProgress()
@@ -260,7 +245,7 @@ class SpeakerTranslationTask(TranslationTask):
         if self.uses_speaker_token:
             self.speaker_token_ids()  # the embedding tables must include the speaker tokens
         model = super().build_model(cfg, from_checkpoint)
-        self._model_positions.append(model.max_positions())  # fairseq-interactive's longest source (below)
+        self.note_model_positions(model)  # fairseq-interactive's longest source
         # a checkpoint whose task state was just loaded: its dictionaries must be this data folder's
         as_read, self._checkpoint_as_read = getattr(self, "_checkpoint_as_read", None), None
         check_vocabulary(as_read, model, self)
@@ -433,259 +418,11 @@ class SpeakerTranslationTask(TranslationTask):
         # a validation sentence of an unseen speaker starts with <unk>: there is no token to name them
         return self._speaker_prefix(speakers, self.tgt_dict.unk()) if self.uses_speaker_token else None
 
-    # -- fairseq-interactive --------------------------------------------------------------
-    def get_interactive_tokens_and_lengths(self, lines, encode_fn):
-        """fairseq-interactive's input lines, counted from the start of the input (for messages). With
-        --speaker-per-line, a line without 'SPEAKER<TAB>' or with a label that is not one is reported and
-        skipped; the session goes on."""
-        first = self._input_lines + 1
-        self._input_lines += len(lines)
-        numbers = list(range(first, first + len(lines)))
-        if self.cfg.speaker_per_line:
-            labels, sentences, kept = [], [], []
-            for number, line in zip(numbers, lines):
-                label, sep, sentence = line.partition("\t")
-                label = label.strip()
-                problem = label_problem(label) if sep else "expected 'SPEAKER<TAB>sentence' (--speaker-per-line)"
-                problem = problem or self._lookalike_problem(label)
-                if problem:
-                    logger.warning(f"<input>:{number}: {problem}, got {line!r}; line skipped")
-                    continue
-                labels.append(label)
-                sentences.append(sentence)
-                kept.append(number)
-            self._interactive_labels, numbers, lines = labels, kept, sentences
-        self._interactive_numbers = numbers
-        tokens, lengths = super().get_interactive_tokens_and_lengths(lines, encode_fn)
-        limit = self._source_positions()
-        for k, (number, line) in enumerate(zip(numbers, lines)):
-            problem = untranslatable_line(line, lengths[k], limit)
-            if problem:  # answered by an empty translation (empty_sources_left_empty), as an empty line
-                logger.warning(f"<input>:{number}: translated as an empty sentence: {problem}")
-                tokens[k], lengths[k] = tokens[k].new_tensor([self.source_dictionary.eos()]), 1
-                self._emptied_lines += 1
-        return tokens, lengths
-
-    def _source_positions(self) -> Optional[int]:
-        """The most source tokens the task and the models it built take (fairseq's max_positions), or None."""
-        limits = utils.resolve_max_positions(self.max_positions(), *self._model_positions)
-        source = limits[0] if isinstance(limits, tuple) else limits
-        return int(source) if source is not None and source < float("inf") else None
-
-    def set_inference_speakers(self, labels: List[str]) -> None:
-        """The speakers of the sentences given to the next :meth:`build_dataset_for_inference` (as fairseq's
-        hub interface builds it: ``GeneratorHubInterface.translate``), one label per sentence."""
-        self._interactive_labels = list(labels)
-        self._interactive_numbers = None
-
-    def _default_labels(self, n: int) -> List[str]:
-        if self.cfg.speaker is None:
-            raise SpeakerDataError(
-                "no speaker given for the input: pass --speaker NAME, or --speaker-per-line "
-                "with input lines 'SPEAKER<TAB>sentence'"
-            )
-        problem = self._lookalike_problem(self.cfg.speaker)
-        if problem:
-            raise SpeakerDataError(f"--speaker: {problem}")
-        return [self.cfg.speaker] * n
-
-    def _lookalike_problem(self, label: str) -> Optional[str]:
-        """Why ``label``, not a speaker of the model, must not get the unknown-speaker policy: it looks like one of
-        them (docs/reliability.md, "Speaker labels"), or it is empty; None otherwise."""
-        if label in self.speaker_dictionary:
-            return None
-        if not label.strip():
-            return "an empty speaker name: give a speaker's name"
-        twin = self.speaker_dictionary.lookalike(label)
-        if twin is not None:
-            return (f"speaker {label!r} looks like {twin!r}, a speaker of the model, but is not it (invisible "
-                    f"characters, another space or another Unicode normalization): write {twin!r}")
-        return None
-
-    def build_dataset_for_inference(self, src_tokens, src_lengths, constraints=None):
-        dataset = super().build_dataset_for_inference(src_tokens, src_lengths, constraints=constraints)
-        labels, numbers = self._interactive_labels, self._interactive_numbers
-        self._interactive_labels = self._interactive_numbers = None
-        if labels is None:
-            labels = self._default_labels(len(dataset))
-        elif len(labels) != len(dataset):
-            raise SpeakerDataError(
-                f"{len(labels)} speakers for {len(dataset)} sentences: give one speaker per sentence")
-        if numbers is None or len(numbers) != len(labels):  # not fairseq-interactive: positions in the batch
-            numbers = list(range(1, len(labels) + 1))
-        policy = self.cfg.unknown_speaker
-        ids = self.speaker_dictionary.encode(labels, policy, source="<input>", lines=numbers)
-        unknown: Dict[str, List[int]] = {}  # one warning per label, naming its lines
-        for number, label, i in zip(numbers, labels, ids.tolist()):
-            if i < 0:
-                unknown.setdefault(label, []).append(number)
-        for label, where in unknown.items():
-            more = f" and {len(where) - 3} more lines" if len(where) > 3 else ""
-            shown = ",".join(str(n) for n in where[:3]) + more
-            logger.warning(f"<input>:{shown}: speaker {label!r} is not among the model's "
-                           f"{len(self.speaker_dictionary)} speakers: translated with --unknown-speaker {policy}")
-        return _InferenceSpeakerDataset(dataset, ids, self._pending)
-
-    def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
-        _check_inference_input(generator, sample, constraints)
-        net_input = sample["net_input"]
-        if "speakers" not in net_input:
-            net_input["speakers"] = self._speakers_of(net_input["src_tokens"])
-        elif self._pending and torch.equal(self._pending[0][0], net_input["src_tokens"].cpu()):
-            self._pending.popleft()  # a caller that kept the speakers of a batch built here
-        if not self.uses_speaker_token:
-            return self._ended(generator, sample, super().inference_step(
-                generator, models, sample, prefix_tokens=prefix_tokens, constraints=constraints
-            ))
-        # force each sentence's speaker token; an unseen speaker's (pad) is left to the model
-        speaker_prefix = self._speaker_prefix(net_input["speakers"], self.tgt_dict.pad()).unsqueeze(1)
-        if prefix_tokens is None:
-            prefix_tokens = speaker_prefix
-        elif bool(prefix_tokens[:, 0].eq(self.tgt_dict.pad()).all()):
-            # fairseq-generate's --prefix-size: the references' first words, whose speaker token is padding in the
-            # targets (an input, not a prediction: SpeakerDataset); left so, the search chose any speaker's token
-            prefix_tokens = torch.cat([speaker_prefix.to(prefix_tokens), prefix_tokens[:, 1:]], dim=1)
-        else:  # a caller's prefix of words (the hub's inference_step_args): the speaker token goes before them
-            prefix_tokens = torch.cat([speaker_prefix.to(prefix_tokens), prefix_tokens], dim=1)
-        hypos = self._ended(generator, sample, super().inference_step(
-            generator, models, sample, prefix_tokens=prefix_tokens, constraints=constraints
-        ))
-        speaker_tokens = self.speaker_token_ids()
-        for sentence in hypos:
-            for hypo in sentence:
-                if len(hypo["tokens"]) and bool((speaker_tokens == hypo["tokens"][0].cpu()).any()):
-                    _strip_first_token(hypo)
-        return hypos
-
-    def _ended(self, generator, sample, hypos):
-        """The search's hypotheses, each empty source answered by an empty translation, and a sentence no
-        translation of which could end refused (:func:`check_ended`)."""
-        from fairseq.sequence_generator import SequenceGenerator
-
-        from fairseq_speaker.sequence_generator import empty_source_rows, empty_sources_left_empty
-
-        reported = 0
-        if self._emptied_lines and isinstance(generator, SequenceGenerator):  # lines emptied and logged below
-            reported = min(self._emptied_lines, len(empty_source_rows(sample, self.src_dict)))
-            self._emptied_lines -= reported
-        hypos = empty_sources_left_empty(generator, sample, hypos, self.src_dict, self.tgt_dict, reported=reported)
-        return check_ended(generator, sample, hypos)
-
-    def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None, **kwargs):
-        if self.cfg.speaker_per_line and self.cfg.speaker is not None:
-            raise SpeakerDataError(
-                f"--speaker {self.cfg.speaker} and --speaker-per-line both give the input's speakers (every line's, "
-                f"or each line's own): give one of them")
-        if self.cfg.speaker_per_line and getattr(args, "constraints", None):
-            # fairseq-interactive cuts each line at its tabs for the constraints before the task sees it: the
-            # speaker label would be translated and the sentence taken for a constraint
-            raise SpeakerDataError(
-                "--speaker-per-line and --constraints both read tab-separated fields of the input lines: give the "
-                "speaker with --speaker NAME (every line), or leave out --constraints")
-        if self.uses_speaker_token:
-            # fairseq-generate strips these from the references (T- lines) and from hypotheses
-            extra_gen_cls_kwargs = dict(extra_gen_cls_kwargs or {})
-            strip = set(extra_gen_cls_kwargs.get("symbols_to_strip_from_output") or ())
-            extra_gen_cls_kwargs["symbols_to_strip_from_output"] = strip | set(self.speaker_token_ids().tolist())
-        from fairseq_speaker.sequence_generator import UnbeatenStopGenerator, by_position, check_search
-
-        check_search(args)
-        # the task's option (fairseq-generate, -interactive) or the generation's (SpeakerTranslator's beam_stop=)
-        beam_stop = getattr(args, "beam_stop", None) or self.cfg.beam_stop
-        if beam_stop not in BEAM_STOPS:
-            raise SpeakerDataError(f"beam_stop must be one of {', '.join(BEAM_STOPS)}, got {beam_stop!r}")
-        if beam_stop == "unbeaten":
-            if getattr(args, "score_reference", False):  # fairseq's scorer of the references: no search to stop
-                raise SpeakerDataError(
-                    "--beam-stop unbeaten says when a beam search ends a sentence, and --score-reference runs none "
-                    "(it scores the references): leave out --beam-stop, or --score-reference")
-            if seq_gen_cls is not None or getattr(args, "print_alignment", False):
-                raise SpeakerDataError(
-                    "--beam-stop unbeaten changes fairseq's beam search, and this generator is another "
-                    f"({'--print-alignment' if seq_gen_cls is None else seq_gen_cls.__name__}'s): leave out "
-                    "--beam-stop, or --print-alignment")
-            if getattr(args, "sampling", False):
-                # sampling draws each hypothesis's words: searching on for better ones would keep the likeliest of
-                # more draws (no longer samples), and ends in fairseq's assertion where every draw ended at once
-                raise SpeakerDataError(
-                    "--beam-stop unbeaten searches on for better hypotheses, and --sampling draws them: the best of "
-                    "more draws would no longer be samples; leave out --beam-stop unbeaten, or --sampling")
-            seq_gen_cls = UnbeatenStopGenerator
-        models = self._with_speaker_words(models, args, seq_gen_cls)
-        generator = super().build_generator(
-            models, args, seq_gen_cls=seq_gen_cls, extra_gen_cls_kwargs=extra_gen_cls_kwargs, **kwargs
-        )
-        hidden = self.speaker_token_ids().tolist() if self.uses_speaker_token else ()
-        return restricted(by_position(generator, self.target_dictionary), args, kwargs.get("prefix_allowed_tokens_fn"),
-                          self.target_dictionary, hidden)
-
-    @staticmethod
-    def _with_speaker_words(models, args, seq_gen_cls):
-        """``models`` as the ensemble that fuses the speakers' words into each step (fairseq_speaker/
-        sequence_generator.py), where the generator is fairseq's beam search (sampling from the fused step
-        normalized); a generator of another kind (``--print-alignment``'s, ``--score-reference``'s scorer, one a
-        caller passes) is refused for a model whose words would be left out, and so is an ensemble whose models
-        remember different words."""
-        from fairseq.sequence_generator import EnsembleModel, SequenceGenerator
-
-        from fairseq_speaker.sequence_generator import SpeakerWordsEnsemble, ensemble_memory
-
-        if isinstance(models, EnsembleModel):
-            return models
-        words = ensemble_memory(models)
-        if words is not None and getattr(args, "score_reference", False):
-            raise SpeakerDataError(
-                "this model remembers its speakers' words (fairseq-speaker-words), and --score-reference scores the "
-                "references with the network alone: leave out --score-reference, or score with the checkpoint the "
-                "words were written from")
-        from fairseq_speaker.sequence_generator import UnbeatenStopGenerator
-
-        if seq_gen_cls in (None, SequenceGenerator, UnbeatenStopGenerator) and not getattr(args, "print_alignment",
-                                                                                            False):
-            return SpeakerWordsEnsemble(models, normalize=bool(getattr(args, "sampling", False)))
-        if words is not None:
-            raise SpeakerDataError(
-                "this model remembers its speakers' words (fairseq-speaker-words), which only fairseq's beam search "
-                "adds to its steps: leave out --print-alignment, or decode the checkpoint the words were written from")
-        return models
-
-    def _inference_with_bleu(self, generator, sample, model):  # a private method of fairseq's (fairseq_patches)
-        if self.uses_speaker_token:  # the references start with the speaker token too
-            sample = dict(sample, target=sample["target"][:, 1:])
-        return super()._inference_with_bleu(generator, sample, model)
-
-    def _speakers_of(self, src_tokens: torch.Tensor) -> torch.Tensor:
-        """The speakers of a batch built by :meth:`build_dataset_for_inference` and passed on without them."""
-        if self._pending:
-            tokens, speakers = self._pending.popleft()
-            if torch.equal(tokens, src_tokens.cpu()):
-                return speakers.to(src_tokens.device)
-            raise RuntimeError("internal error: the batch to translate is not the batch last built")
-        labels = self._default_labels(src_tokens.size(0))
-        return self.speaker_dictionary.encode(labels, self.cfg.unknown_speaker, source="--speaker").to(
-            src_tokens.device
-        )
 
 
-#: a character Python's surrogateescape gives each byte of standard input that is not UTF-8
-_NOT_UTF8 = re.compile("[\udc80-\udcff]")
 
 
-def untranslatable_line(line: str, length: int, limit: Optional[int]) -> Optional[str]:
-    """Why an input line of fairseq-interactive cannot be translated as written (``length``: its tokens with the end
-    one; ``limit``: the model's most source positions), or None: bytes that are not UTF-8 (each a word unknown to the
-    model), or more tokens than the model takes (fairseq's check ends the session in a traceback)."""
-    bad = _NOT_UTF8.search(line)
-    if bad:
-        return (f"not valid UTF-8 (byte 0x{ord(bad.group()) - 0xDC00:02x} at character {bad.start() + 1}): give "
-                f"UTF-8 text (iconv -f latin1 -t utf-8, for example)")
-    if limit is not None and length > limit:
-        return (f"{length} tokens (with the end of sentence), more than the {limit} source positions the model "
-                f"takes: split the line into sentences")
-    return None
-
-
-def check_data_folder(cfg) -> None:
+def check_dictionary_files(cfg) -> None:
     """The folder of the dictionaries (the first path of ``cfg.data``) holds ``dict.SRC.txt`` and ``dict.TGT.txt``, and
     the languages are given or can be read from its file names; one message if not, where fairseq's setup ends in an
     ``Exception`` or a ``FileNotFoundError`` with a traceback."""
@@ -715,69 +452,9 @@ def check_data_folder(cfg) -> None:
                                f"dict.{target}.txt)")
 
 
-def _check_inference_input(generator, sample, constraints) -> None:
-    """Refuse a search whose input the sentences do not carry: lexical constraints (fairseq-interactive reads them from
-    each input line; fairseq-generate's binarized split has none, and fairseq's search fails on None), references to
-    score (fairseq-interactive's and the hub's sentences have none)."""
-    from fairseq.search import LexicallyConstrainedBeamSearch
-    from fairseq.sequence_scorer import SequenceScorer
 
-    if isinstance(getattr(generator, "search", None), LexicallyConstrainedBeamSearch) and constraints is None:
-        raise SpeakerDataError(
-            "--constraints: these sentences carry no constraints (fairseq-interactive reads them from each input "
-            "line, after a tab; a binarized split has none): leave out --constraints")
-    if isinstance(generator, SequenceScorer) and sample.get("target") is None:
-        raise SpeakerDataError(
-            "--score-reference scores the reference translations of a binarized split (fairseq-generate), and these "
-            "sentences have none: leave out --score-reference")
-    _check_lengths(generator, sample)
-
-
-def _check_lengths(generator, sample) -> None:
-    """Refuse a ``--min-len`` above the longest translation the search allows a batch (fairseq's generator ends in
-    an assertion): its maximum, ``--max-len-a`` × the batch's source length + ``--max-len-b`` (at most the model's
-    positions), or the source's length with ``--match-source-len``."""
-    from fairseq.sequence_generator import SequenceGenerator
-
-    if not isinstance(generator, SequenceGenerator):
-        return
-    src_tokens, src_lengths = sample["net_input"]["src_tokens"], sample["net_input"].get("src_lengths")
-    if getattr(generator, "match_source_len", False) and src_lengths is not None:
-        longest, rule = int(src_lengths.max()), "the source's length (--match-source-len)"
-    else:
-        a, b, src_len = generator.max_len_a, generator.max_len_b, src_tokens.size(1)
-        longest = min(int(a * src_len + b), generator.max_len - 1)
-        rule = (f"--max-len-a {a:g} x {src_len} source tokens + --max-len-b {b}" +
-                (f", within the model's {generator.max_len} positions" if longest == generator.max_len - 1 else ""))
-    if generator.min_len > longest:
-        raise SpeakerDataError(
-            f"--min-len {generator.min_len} (min_len) asks for translations longer than the search allows these "
-            f"sentences: at most {longest} tokens ({rule}); lower --min-len, or raise --max-len-b (max_len_b)")
 
 
 def _dev_name(split: str) -> Optional[str]:
     """SATED's name for a fairseq validation split (``valid`` -> ``dev``, ``valid1`` -> ``dev1``), or None."""
     return "dev" + split[len("valid"):] if split.startswith("valid") else None
-
-
-def _strip_first_token(hypo: dict) -> None:
-    """Remove the speaker token from a hypothesis of the sequence generator."""
-    hypo["tokens"] = hypo["tokens"][1:]
-    if hypo.get("positional_scores") is not None:
-        hypo["positional_scores"] = hypo["positional_scores"][1:]
-    if hypo.get("attention") is not None and hypo["attention"].dim() == 2:
-        hypo["attention"] = hypo["attention"][:, 1:]
-
-
-class _InferenceSpeakerDataset(SpeakerDataset):
-    """Also queues each batch's speakers for :meth:`SpeakerTranslationTask.inference_step`."""
-
-    def __init__(self, dataset, speakers, pending: Deque):
-        super().__init__(dataset, speakers)
-        self.pending = pending
-
-    def collater(self, samples):
-        batch = super().collater(samples)
-        if "net_input" in batch:
-            self.pending.append((batch["net_input"]["src_tokens"], batch["net_input"]["speakers"]))
-        return batch
