@@ -159,13 +159,17 @@ def _no_space(error: Optional[BaseException]) -> Optional[OSError]:
     return None
 
 
+#: the system's errors of a file it will not create where it is asked to (``/proc``, a read-only file system)
+NOT_CREATED = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.ENXIO)
+
+
 def _os_error(error: Optional[BaseException]) -> Optional[OSError]:
-    """The system's error behind ``error`` (torch's writer wraps its file's ``OSError`` in a ``RuntimeError``: its
-    text then names the cause), or None: a file the system refused to create or write (``/proc``, a read-only
-    file system)."""
+    """The system's refusal to create the file behind ``error`` (:data:`NOT_CREATED`; torch's writer wraps it in a
+    ``RuntimeError`` whose text names the cause), or None: other errors (of the disk, of the caller) stay as they
+    are."""
     seen = set()
     while error is not None and id(error) not in seen:
-        if isinstance(error, OSError):
+        if isinstance(error, OSError) and error.errno in NOT_CREATED:
             return error
         if isinstance(error, RuntimeError) and "open file failed with strerror:" in str(error):
             return OSError(errno.EIO, str(error).split("strerror:", 1)[1].strip())

@@ -109,7 +109,7 @@ CHANGES: List[Change] = [
     Change("fairseq.tasks.translation.TranslationTask._inference_with_bleu", "overridden",
            "drops the speaker token that starts every reference with --speaker-token",
            "--eval-bleu would score the speaker token as a word of every reference",
-           "fairseq_speaker.tasks.speaker_translation.SpeakerTranslationTask._inference_with_bleu"),
+           "fairseq_speaker.tasks.inference.SpeakerInferenceMixin._inference_with_bleu"),
     Change("fairseq.sequence_generator.SequenceGenerator._generate", "overridden",
            "makes the search of --beam-stop unbeaten end at the maximum length (search.stop_on_max_len) before "
            "fairseq's own loop runs",

@@ -141,6 +141,10 @@ def check_search(args, vocab: Optional[int] = None) -> None:
     if len(chosen) > 1:
         raise UserError(f"{' and '.join(chosen)} each choose fairseq's search, which is one: give one of them")
     beam = getattr(args, "beam", 5)
+    nbest = getattr(args, "nbest", 1)
+    if isinstance(nbest, int) and isinstance(beam, int) and nbest > beam:
+        raise UserError(f"--nbest {nbest} asks for more translations of each sentence than the beam keeps (--beam "
+                        f"{beam}): fairseq gives {beam}; raise --beam, or lower --nbest")
     if groups > 0 and isinstance(beam, int) and beam % groups:
         raise UserError(f"--diverse-beam-groups {groups} splits the beam into groups of one size: give a --beam that "
                         f"is a multiple of {groups}, got --beam {beam}")

@@ -36,13 +36,16 @@ logger = logging.getLogger("fairseq_speaker.report")
 
 
 def _pairs(values: Sequence[str], flag: str) -> List[Tuple[str, str]]:
-    pairs = []
+    pairs: List[Tuple[str, str]] = []
     for value in values:
         name, sep, path = value.partition("=")
         if not sep or not name or not path:
             raise UserError(f"{flag} takes NAME=PATH, got {value!r}")
         if not os.path.exists(path):
             raise UserError(f"{flag} {name}: file not found: {path}")
+        if name in (seen for seen, _ in pairs):
+            raise UserError(f"{flag} {name} is given twice (the report would show one under the name): give each "
+                            f"a name of its own")
         pairs.append((name, path))
     return pairs
 

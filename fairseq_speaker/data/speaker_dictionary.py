@@ -115,6 +115,20 @@ def label_problem(label: str) -> Optional[str]:
     return None
 
 
+def blank_problem(sentence: str) -> Optional[str]:
+    """Why ``sentence`` shows nothing, or None: empty, only whitespace, or only characters that show nothing
+    (zero-width and format characters, controls such as NUL, invisible letters): a model answers a sentence of nothing
+    with an invented one."""
+    if not sentence:
+        return "empty"
+    if not sentence.strip():
+        return "only whitespace"
+    if not visible_form(sentence):
+        shown_chars = ", ".join(f"U+{ord(c):04X}" for c in dict.fromkeys(sentence))
+        return f"only characters that show nothing ({shown_chars[:60]})"
+    return None
+
+
 def visible_form(label: str) -> str:
     """``label`` as a reader sees it: in NFC, without the characters a label may not hold (invisible, format,
     control characters), every space a plain one, none around it. Two labels with the same visible form look

@@ -299,6 +299,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     check_threads(parser, args)
     if os.path.abspath(args.save) == os.path.abspath(args.path):
         parser.error("--save must not be the checkpoint given by --path: write the refitted model to a new file")
+    if args.heldout_subset == args.subset:
+        parser.error(f"--heldout-subset {args.heldout_subset} is the split refitted (--subset): held-out sentences "
+                     f"must be others (the default valid, or none: no held-out stop)")
     start_threads(args.threads)
     checkpoint, sentences = open_with_sentences(args)
     adapter = SpeakerAdapter(checkpoint.model, checkpoint.task, FitOptions(max_iter=args.max_iter),

@@ -20,6 +20,7 @@ import fnmatch
 import json
 import os
 from dataclasses import asdict, dataclass
+from types import SimpleNamespace
 from typing import Dict, List, Optional, Sequence
 
 import torch
@@ -32,6 +33,7 @@ from fairseq_speaker.errors import command
 from fairseq_speaker.modules.speaker_words import CHECKPOINT_KEY as WORDS_KEY
 from fairseq_speaker.onboarding.checkpoint import OnboardingError, onboarded_speakers, onboarding_complete
 from fairseq_speaker.runtime import add_runtime_arguments, configure_output
+from fairseq_speaker.tasks.speaker_translation import check_dictionary_files
 from fairseq_speaker.user_dir import add_user_dir_argument, check_registered, import_user_dir
 
 PROG = program_name(__name__)
@@ -123,6 +125,10 @@ def list_speakers(path: str, data: Optional[str] = None) -> SpeakerListing:
         raise OnboardingError(f"{path}: not a fairseq-speaker checkpoint (no task state): give a checkpoint of a "
                               f"speaker model, written by fairseq-train or fairseq-speaker-adapt")
     check_registered(state, path)
+    if data is not None:  # the folder the model was trained on: its dictionaries, as every command that pairs them
+        languages = _options(state["cfg"]["task"])
+        check_dictionary_files(SimpleNamespace(data=data, source_lang=languages.get("source_lang"),
+                                               target_lang=languages.get("target_lang")))
     dictionary = _speaker_dictionary(state, path, data)
     if data is not None:  # its dict.spk.txt fills in counts: a folder of other word dictionaries is another corpus
         check_data_folder(state, path, data)

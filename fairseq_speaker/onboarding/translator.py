@@ -45,6 +45,7 @@ from omegaconf import open_dict
 import fairseq_speaker  # noqa: F401  (registers the task and the models)
 from fairseq_speaker.checkpoints import read_checkpoint
 from fairseq_speaker.data import preprocessing
+from fairseq_speaker.data.speaker_dictionary import blank_problem
 from fairseq_speaker.modules.speaker_words import kind_posteriors, kind_words, speaker_words_of
 from fairseq_speaker.onboarding.adapt import SpeakerAdapter
 from fairseq_speaker.onboarding.checkpoint import OnboardingError, SpeakerCheckpoint, adaptable_bias, speaker_bias_of
@@ -87,9 +88,9 @@ def _not_blank(sentences: List[str], what: str = "sentences") -> List[str]:
     """``sentences`` if none is empty or only whitespace: the model would answer one with an invented sentence, and
     a speaker fitted on one learns the end of sentence alone."""
     for i, sentence in enumerate(sentences):
-        if not sentence.strip():
-            raise OnboardingError(f"{what}[{i}] is {'empty' if not sentence else 'only whitespace'}: give a sentence "
-                                  f"(or leave it out)")
+        problem = blank_problem(sentence)
+        if problem:
+            raise OnboardingError(f"{what}[{i}] is {problem}: give a sentence (or leave it out)")
     return sentences
 
 

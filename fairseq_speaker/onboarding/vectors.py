@@ -261,6 +261,8 @@ def _read_vectors(source, path: str) -> SpeakerVectors:
         if not (isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape)):
             raise OnboardingError(f"{path}: the metadata gives parameter {key!r} the row shape {shape!r}: "
                                   f"the file is damaged")
+    if not names:  # written by an export of no speakers (refused since)
+        raise OnboardingError(f"{path}: holds no speakers: export the speakers to import again, naming them")
     for key, value in rows.items():
         expected = (len(names), *shapes[key])
         if tuple(value.shape) != expected or not np.issubdtype(value.dtype, np.floating):

@@ -28,7 +28,7 @@ import re
 import sys
 import time
 import warnings
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
 from fastapi import APIRouter, Depends, FastAPI, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -238,7 +238,10 @@ class _WriteRoute(_CheckedRoute):
         handler = super().get_route_handler()
 
         async def authorized(request: Request) -> Response:
-            authorize(request.app.state.token, request.headers.get("authorization"))
+            given = request.headers.getlist("authorization")
+            if len(given) > 1:  # which one counts would be the server's choice, not the client's
+                raise ServiceError(400, "invalid_request", f"{len(given)} Authorization headers: send one")
+            authorize(request.app.state.token, given[0] if given else None)
             return await handler(request)
 
         return authorized
@@ -262,15 +265,38 @@ def body_problem(body: bytes) -> Optional[Tuple[int, str, str]]:
     except UnicodeDecodeError as e:
         return 400, "not_utf8", (f"the body is not UTF-8 text (byte 0x{body[e.start]:02x} at position {e.start}): "
                                  f"send JSON encoded in UTF-8")
-    if body.count(b"[") + body.count(b"{") <= MAX_JSON_DEPTH:  # cannot nest deeper: no need to look
-        return None
-    depth = 0
-    for bracket in _BRACKETS.findall(_JSON_STRING.sub(b'""', body)):
-        depth += 1 if bracket in (b"[", b"{") else -1
-        if depth > MAX_JSON_DEPTH:
-            return 422, "invalid_json", (f"the body nests arrays and objects more than {MAX_JSON_DEPTH} deep: the "
-                                         f"service's requests nest 2 deep")
+    if body.count(b"[") + body.count(b"{") > MAX_JSON_DEPTH:  # else it cannot nest deeper: no need to look
+        depth = 0
+        for bracket in _BRACKETS.findall(_JSON_STRING.sub(b'""', body)):
+            depth += 1 if bracket in (b"[", b"{") else -1
+            if depth > MAX_JSON_DEPTH:
+                return 422, "invalid_json", (f"the body nests arrays and objects more than {MAX_JSON_DEPTH} deep: the "
+                                             f"service's requests nest 2 deep")
+    if b"{" in body:
+        try:  # a key given twice: JSON parsers keep the last without a word (the request of another speaker)
+            json.loads(body, object_pairs_hook=_keys_once)
+        except _RepeatedKey as e:
+            return 422, "invalid_json", (f"the key {e.key!r} is given twice in one object of the body: give each key "
+                                         f"once")
+        except ValueError:
+            return None  # not JSON: the endpoint's own parser says so
     return None
+
+
+class _RepeatedKey(ValueError):
+    def __init__(self, key: str):
+        super().__init__(key)
+        self.key = key
+
+
+def _keys_once(pairs: List[Tuple[str, Any]]) -> Dict[str, Any]:
+    """A JSON object as a dict, refusing a key given twice (``json.loads``'s ``object_pairs_hook``)."""
+    found: Dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise _RepeatedKey(key)
+        found[key] = value
+    return found
 
 
 class _Observed:

@@ -32,6 +32,7 @@ Usage::
 
 import argparse
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -261,6 +262,14 @@ def parse_args(argv=None) -> argparse.Namespace:
         parser.error(f"--beams must be at least 1 (1: greedy), got {min(args.beams)}")
     if len(set(args.beams)) < len(args.beams):
         parser.error(f"--beams {' '.join(map(str, args.beams))} names a beam size twice")
+    if args.epochs < 1:  # fairseq's --max-epoch 0 is no limit: it would train for ever
+        parser.error(f"--epochs must be at least 1, got {args.epochs}")
+    if args.lr is not None and not (math.isfinite(args.lr) and args.lr > 0):
+        parser.error(f"--lr must be a number above 0, got {args.lr}")
+    for name, size in (("--train", args.train), ("--test", args.test)):
+        if size < args.speakers:  # the corpus gives every speaker a sentence of each split
+            parser.error(f"{name} {size}: fewer sentences than the {args.speakers} speakers (--speakers); every "
+                         f"speaker has one sentence in each split at least")
     if args.styles < 0:
         parser.error("--styles must be 0 (the default corpus) or more")
     if not 0.0 <= args.deviation <= 1.0:

@@ -71,6 +71,12 @@ API_PROBES = [
     ("empty-sentences-refused",
      "translate one string, empty", lambda t: t.translate("", "spk000"), "sentences[0] is empty"),
     ("empty-sentences-refused",
+     "translate a zero-width space", lambda t: t.translate(["\u200b"], "spk000"),
+     "sentences[0] is only characters that show nothing (U+200B): give a sentence"),
+    ("empty-sentences-refused",
+     "add_speaker a target of a byte-order mark and a NUL", lambda t: t.add_speaker("e", S, ["\ufeff\x00"]),
+     "targets[0] is only characters that show nothing (U+FEFF, U+0000)"),
+    ("empty-sentences-refused",
      "translate the second sentence blank", lambda t: t.translate(["i am tired .", "\t "], "spk000"),
      "sentences[1] is only whitespace"),
     ("lookalike-speaker-refused",
@@ -330,6 +336,15 @@ HTTP_PROBES = [
      "put", "/speakers/zoe", b'{"sources": ["\xc3("], "targets": ["a"]}', 400, "not_utf8", "byte 0xc3"),
     ("body-judged-before-parsing",
      "post", "/translate", DEEP, 422, "invalid_json", "nests arrays and objects more than 32 deep"),
+    ("body-judged-before-parsing",
+     "post", "/translate", b'{"sentences": ["i ."], "speaker": "spk000", "speaker": "spk003"}', 422, "invalid_json",
+     "the key 'speaker' is given twice in one object of the body: give each key once"),
+    ("body-judged-before-parsing",
+     "put", "/speakers/zoe", b'{"sources": ["i ."], "targets": ["je ."], "replace": false, "replace": true}', 422,
+     "invalid_json", "the key 'replace' is given twice"),
+    ("empty-sentences-refused",
+     "post", "/translate", {"sentences": ["\u200b"], "speaker": "spk000"}, 422, "invalid_request",
+     "sentences[0] is only characters that show nothing (U+200B)"),
     ("body-judged-before-parsing",
      "post", "/translate", b'{"sentences": ' + DEEP, 422, "invalid_json", "more than 32 deep"),
     ("body-judged-before-parsing",
@@ -875,6 +890,22 @@ TOKEN_PROBES = [
     ("one-json-error", "delete", "/models/default", None, {"Authorization": TOKEN}, 401, "unauthorized"),
     ("one-json-error", "post", "/v1/models/nosuch/reload", None, {}, 401, "unauthorized"),
 ]
+
+
+#: two Authorization headers, the right token in either: (the promise of docs/reliability.md, the headers in order)
+TWO_TOKENS_PROBES = [
+    ("one-json-error", [("Authorization", f"Bearer {TOKEN}"), ("Authorization", "Bearer wrong-token-0123456789")]),
+    ("one-json-error", [("Authorization", "Bearer wrong-token-0123456789"), ("Authorization", f"Bearer {TOKEN}")]),
+]
+
+
+@pytest.mark.parametrize("headers", [row[1] for row in TWO_TOKENS_PROBES])
+def test_two_authorization_headers_are_refused_whichever_holds_the_token(service, headers):
+    """The first one was read, so the order of two headers decided whether a write went through."""
+    response = service.put("/speakers/two-tokens", json=PAIRS, headers=headers)
+    assert response.status_code == 400 and response.json()["error"]["code"] == "invalid_request", response.text
+    assert "2 Authorization headers: send one" in response.json()["error"]["message"]
+    assert service.get("/speakers/two-tokens").status_code == 404
 
 
 @pytest.mark.parametrize("method,path,body,headers,status,code", [row[1:] for row in TOKEN_PROBES])

@@ -169,7 +169,8 @@ def test_export_refusals(toy, trained, tmp_path, call):
             "garbage.pt", "not a readable fairseq checkpoint")
     (tmp_path / "empty").mkdir()
     refused(call("export", str(tmp_path / "empty"), "--path", checkpoint, "--out", out, "--source-lang", "en",
-                 "--target-lang", "fr"), "dict.en.txt", "the data directory must hold the dictionaries")
+                 "--target-lang", "fr"), "no dict.en.txt and no dict.fr.txt there: give the data folder the model "
+                                         "was trained on")
     assert not os.path.exists(out)
 
 
