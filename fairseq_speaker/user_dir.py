@@ -28,8 +28,14 @@ def import_user_dir(user_dir: Optional[str]) -> None:
     if not user_dir:
         return
     if not os.path.isdir(user_dir):
-        raise UserError(f"--user-dir {user_dir}: no such folder (give the folder of the Python package that "
+        what = "a file, not a folder" if os.path.exists(user_dir) else "no such folder"
+        raise UserError(f"--user-dir {user_dir}: {what} (give the folder of the Python package that "
                         f"registers the variant or family, as given to fairseq-train)")
+    if not os.path.isfile(os.path.join(user_dir, "__init__.py")):
+        # fairseq imports the folder's name from its parent folder: without __init__.py that is a namespace package
+        # that registers nothing, or a module of the same name beside it, which runs instead
+        raise UserError(f"--user-dir {user_dir}: not a Python package (no __init__.py in it): give the folder of the "
+                        f"package that registers the variant or family")
     from fairseq import utils
 
     try:

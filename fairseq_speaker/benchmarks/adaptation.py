@@ -34,6 +34,7 @@ from typing import Dict, List, Tuple
 import torch
 
 import fairseq_speaker  # noqa: F401  (registers the task and the models)
+from fairseq_speaker.atomic_write import atomic_path, check_writable
 from fairseq_speaker.benchmarks.synthetic import make_task
 from fairseq_speaker.onboarding.adapt import SpeakerAdapter
 from fairseq_speaker.onboarding.fit import FitOptions
@@ -135,6 +136,8 @@ def main(argv=None) -> None:
     args.model_args = model_args
     configure_output(args.verbose)
     check_threads(parser, args)
+    if args.json:  # before the measuring, not after
+        check_writable(args.json)
     if args.update_iterations is None:
         args.update_iterations = args.iterations
     for name in ("iterations", "update_iterations"):
@@ -163,7 +166,7 @@ def main(argv=None) -> None:
             print(f"  {arch:<20}{measure:<22}{statistics.median(values):>10.3f}{spread:>22}"
                   f"{statistics.median(evaluations[measure]):>22g}")
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
+        with atomic_path(args.json) as tmp, open(tmp, "w", encoding="utf-8") as f:
             json.dump({"args": {k: v for k, v in vars(args).items() if k != "json"}, "seconds": results,
                        "evaluations": evaluation_counts}, f, indent=1)
 

@@ -69,6 +69,7 @@ import torch
 from fairseq.models import ARCH_MODEL_REGISTRY
 
 from fairseq_speaker.analysis.parameter_accounting import build_meta_model, model_options, sized_dictionary
+from fairseq_speaker.atomic_write import atomic_path, check_writable
 from fairseq_speaker.command_registry import program_name
 from fairseq_speaker.data import SpeakerDictionary
 from fairseq_speaker.errors import UserError, command
@@ -766,6 +767,8 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     configure_output(args.verbose)
     check_args(parser, args)
+    if args.json:  # before minutes of measuring, not after
+        check_writable(args.json)
     if not args.gpu:
         print(ThreadChoice(args.threads, "each run's; --threads N to change").line(), file=sys.stderr, flush=True)
     if args.paired and args.plain:
@@ -799,7 +802,7 @@ def main(argv=None) -> None:
     rows = summarize(specs, results, peak, args)
     print(format_tables(rows, peak, args))
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
+        with atomic_path(args.json) as tmp, open(tmp, "w", encoding="utf-8") as f:
             json.dump({"args": vars(args), "peak_flop_per_second": peak, "rows": rows}, f, indent=1)
     failed = [i for i, runs in enumerate(results) if i not in skipped and any("error" in r for r in runs)]
     if failed:

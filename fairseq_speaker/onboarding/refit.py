@@ -224,6 +224,10 @@ def training_smoothing(state: dict) -> float:
     return float(value or 0.0)
 
 
+#: the options of the shared parameters' fit (--shared fit), with their defaults
+SHARED_DEFAULTS = {"l2": 0.01, "label_smoothing": "auto", "shared_max_iter": 200, "max_cache_gb": 4.0}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
@@ -249,22 +253,23 @@ def build_parser() -> argparse.ArgumentParser:
                         help="fit the variant's shared parameters (e.g. fact's r bias vectors) together with every "
                         "speaker first, on cached scores (fit), or keep them as trained (keep); auto: fit for a "
                         "variant on the output, keep for one acting on the decoder's state")
-    parser.add_argument("--l2", type=float, default=0.01,
+    parser.add_argument("--l2", type=float, default=None,
                         help="when the shared parameters are fitted: the pull of the speakers' rows towards zero, per "
-                        "token")
-    parser.add_argument("--label-smoothing", type=parse_smoothing, default="auto",
+                        f"token (default: {SHARED_DEFAULTS['l2']})")
+    parser.add_argument("--label-smoothing", type=parse_smoothing, default=None,
                         help="when the shared parameters are fitted: e of the label-smoothed loss it fits (0: the "
                         "likelihood); 'auto': half the label smoothing the model was trained with "
                         "(docs/speaker_learning.md)")
-    parser.add_argument("--shared-max-iter", type=int, default=200,
-                        help="when the shared parameters are fitted: L-BFGS iterations of the joint fit at most")
+    parser.add_argument("--shared-max-iter", type=int, default=None,
+                        help="when the shared parameters are fitted: L-BFGS iterations of the joint fit at most "
+                        f"(default: {SHARED_DEFAULTS['shared_max_iter']})")
     parser.add_argument("--heldout-subset", default="none",
                         help="when the shared parameters are fitted: a split whose sentences stop the fit where "
                         "their loss stops improving (default: none; on the styles corpus the per-token loss of "
                         "held-out sentences stops improving before their speaker words do)")
-    parser.add_argument("--max-cache-gb", type=float, default=4.0,
+    parser.add_argument("--max-cache-gb", type=float, default=None,
                         help="when the shared parameters are fitted: the memory the cached scores of the training "
-                        "sentences may take")
+                        f"sentences may take (default: {SHARED_DEFAULTS['max_cache_gb']})")
     parser.add_argument("--max-iter", type=int, default=100, help="L-BFGS iterations per speaker at most")
     parser.add_argument("--batch-sentences", type=int, default=256, help="sentences the network scores at once")
     parser.add_argument("--seed", type=int, default=1)
@@ -279,6 +284,16 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
     configure_output(args.verbose)
+    if args.shared == "keep":  # the options of the shared parameters' fit would be ignored without a word
+        idle = [f"--{name.replace('_', '-')}" for name in SHARED_DEFAULTS if getattr(args, name) is not None]
+        idle += ["--heldout-subset"] if args.heldout_subset != "none" else []
+        if idle:
+            them = "it" if len(idle) == 1 else "them"
+            parser.error(f"{', '.join(idle)} {'applies' if len(idle) == 1 else 'apply'} when the shared parameters "
+                         f"are fitted, and --shared keep keeps them as trained: drop {them}, or use --shared fit")
+    for name, default in SHARED_DEFAULTS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, default)
     if args.iterations < 1:
         parser.error(f"--iterations must be at least 1, got {args.iterations}")
     if args.max_iter < 1 or args.batch_sentences < 1 or args.shared_max_iter < 1:

@@ -233,6 +233,29 @@ def _checked_step_args(options: dict, sentences: int, vocab: int) -> None:
                               f"{vocab - 1})")
 
 
+def _check_overrides(overrides: dict, cfg, checkpoint: str) -> None:
+    """Refuse an override of ``from_pretrained`` that names no option of the checkpoint's configuration (nor of a
+    tokenizer or BPE): fairseq sets it aside without a word (``max_len_bb=3``)."""
+    import dataclasses
+
+    from fairseq.registry import REGISTRIES
+
+    groups = dict(cfg) if isinstance(cfg, dict) else ({name: cfg[name] for name in cfg} if cfg is not None else {})
+    known = set(groups)
+    for group in groups.values():
+        if hasattr(group, "keys"):
+            known.update(group.keys())
+    for kind in ("bpe", "tokenizer"):
+        for options in REGISTRIES[kind]["dataclass_registry"].values():
+            if options is not None:
+                known.update(f.name for f in dataclasses.fields(options))
+    unknown = [name for name in overrides if name not in known]
+    if unknown and groups:
+        raise OnboardingError(f"from_pretrained: {', '.join(map(repr, unknown))} is no option of {checkpoint}'s "
+                              f"configuration (fairseq's options, with underscores: max_len_b, unknown_speaker, "
+                              f"tokenizer, bpe_codes, ...): fairseq would set it aside without a word")
+
+
 def _serialized(method):
     """Run ``method`` holding the translator's lock (see the module's text)."""
     @functools.wraps(method)
@@ -290,11 +313,12 @@ class SpeakerTranslator:
     @classmethod
     def from_pretrained(cls, checkpoint: str, data: str, fit: Optional[FitOptions] = None,
                         **overrides) -> "SpeakerTranslator":
-        """Load ``checkpoint`` with the dictionaries of ``data``; ``overrides`` are fairseq options
-        (``beam=5``, ``tokenizer="moses"``, ``bpe="subword_nmt"``, ``bpe_codes=...``, ``source_lang=...``,
-        ``unknown_speaker="fail"``, ``preprocessing="none"``). A checkpoint trained on data that records its
-        preprocessing (``examples/sated/prepare.py``) takes raw text and gives detokenized text, unless
-        ``tokenizer=``/``bpe=`` or ``preprocessing="none"`` say otherwise (docs/sated.md)."""
+        """Load ``checkpoint`` with the dictionaries of ``data``; ``overrides`` are fairseq options (``beam=5``, the
+        beam of a translation that names none, ``tokenizer="moses"``, ``bpe="subword_nmt"``, ``bpe_codes=...``,
+        ``source_lang=...``, ``unknown_speaker="fail"``, ``preprocessing="none"``; a name that is no option is
+        refused). A checkpoint trained on data that records its preprocessing (``examples/sated/prepare.py``) takes
+        raw text and gives detokenized text, unless ``tokenizer=``/``bpe=`` or ``preprocessing="none"`` say otherwise
+        (docs/sated.md)."""
         if os.path.isdir(checkpoint):
             raise OnboardingError(f"checkpoint {checkpoint} is a directory: give the checkpoint file in it (e.g. "
                                   f"{os.path.join(checkpoint, 'checkpoint_best.pt')})")
@@ -313,6 +337,7 @@ class SpeakerTranslator:
             raise OnboardingError(f"beam_stop must be one of {', '.join(BEAM_STOPS)}, got {beam_stop!r}")
         state = read_checkpoint(checkpoint)  # what save() keeps of it: the same file, checked below
         check_registered(state, checkpoint)  # a variant of another package: say to import it (--user-dir)
+        _check_overrides(overrides, state.get("cfg"), checkpoint)
         loaded = hub_utils.from_pretrained(os.path.dirname(os.path.abspath(checkpoint)),
                                            checkpoint_file=os.path.basename(checkpoint),
                                            data_name_or_path=os.path.abspath(data), **overrides)
@@ -372,12 +397,13 @@ class SpeakerTranslator:
         return labels
 
     @_serialized
-    def translate(self, sentences: Sentences, speakers: Sentences, beam: int = 5, **kwargs) -> Union[str, List[str]]:
+    def translate(self, sentences: Sentences, speakers: Sentences, beam: Optional[int] = None,
+                  **kwargs) -> Union[str, List[str]]:
         """Translate each sentence as its speaker (one name for all, or one per sentence). Speakers the
         model does not know get what the task's ``unknown_speaker`` says (the mean speaker by default).
         A single sentence gives a single translation."""
         batch = _not_blank(_as_list(sentences))
-        beam = _checked_beam(beam)
+        beam = _checked_beam(self.hub.cfg.generation.beam if beam is None else beam)
         kwargs = _checked_options(kwargs, self.hub.cfg.generation)
         tokens = self._encoded(batch)
         _checked_step_args(kwargs, len(batch), len(self.task.target_dictionary))
@@ -406,13 +432,13 @@ class SpeakerTranslator:
         return tokens
 
     @_serialized
-    def translate_nbest(self, sentences: Sequence[str], speakers: Sentences, beam: int = 5, nbest: int = 1,
+    def translate_nbest(self, sentences: Sequence[str], speakers: Sentences, beam: Optional[int] = None, nbest: int = 1,
                         **kwargs) -> List[List[Tuple[str, float]]]:
         """The ``nbest`` best translations of each sentence as its speaker, best first, each with fairseq's score
         (the mean log-probability of its tokens, with their speaker's words' bias in a model that remembers them);
         the first is what :meth:`translate` gives."""
         batch = _not_blank(_as_list(sentences))
-        beam = _checked_beam(beam)
+        beam = _checked_beam(self.hub.cfg.generation.beam if beam is None else beam)
         nbest = _checked_nbest(nbest, beam)
         kwargs = _checked_options(kwargs, self.hub.cfg.generation)
         tokens = self._encoded(batch)
@@ -422,8 +448,8 @@ class SpeakerTranslator:
         return [[(self.hub.decode(h["tokens"]), float(h["score"])) for h in best[:nbest]] for best in hypotheses]
 
     @_serialized
-    def translate_nbest_known(self, sentences: Sequence[str], speakers: Sentences, beam: int = 5, nbest: int = 1,
-                              **kwargs) -> Tuple[List[List[Tuple[str, float]]], List[bool]]:
+    def translate_nbest_known(self, sentences: Sequence[str], speakers: Sentences, beam: Optional[int] = None,
+                              nbest: int = 1, **kwargs) -> Tuple[List[List[Tuple[str, float]]], List[bool]]:
         """:meth:`translate_nbest`, and for each sentence whether the model knew its speaker when it was translated
         (False: the speaker got the unknown-speaker policy). Both come from one call, holding the translator: a
         speaker another thread imports meanwhile is known to both or to neither, so the answer says which rows

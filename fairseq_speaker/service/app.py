@@ -40,6 +40,7 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 
 from fairseq_speaker import __version__
 from fairseq_speaker.data.speaker_dictionary import UNKNOWN_SPEAKER_POLICIES
@@ -150,6 +151,13 @@ async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
     if exc.status_code == 404:
         message = f"no endpoint {request.url.path}: see /docs"
     return _error(request, exc.status_code, code, message, exc.headers)
+
+
+async def _client_gone(request: Request, exc: Exception) -> JSONResponse:
+    """A client that went away while its body was read (or whose body the protocol refused: uvicorn has answered it
+    already): the client's doing, not the service's failure (a 500 would page whoever alerts on them)."""
+    return _error(request, 400, "client_disconnected", "the request's body did not arrive whole: the client went away "
+                  "or sent a body the protocol refused")
 
 
 async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
@@ -283,6 +291,16 @@ def body_problem(body: bytes) -> Optional[Tuple[int, str, str]]:
     return None
 
 
+def encoding_problem(headers: Mapping[bytes, bytes]) -> Optional[Tuple[int, str, str]]:
+    """A body sent compressed (``Content-Encoding`` other than identity): 415, where it was read as text (a gzip body
+    was "not UTF-8", a plain one labelled br was taken as it was)."""
+    encoding = headers.get(b"content-encoding", b"identity").decode("latin-1").strip().lower()
+    if encoding in ("", "identity"):
+        return None
+    return 415, "unsupported_encoding", (f"the body is sent with Content-Encoding {encoding!r}: the service reads "
+                                         f"bodies uncompressed; send the JSON as it is")
+
+
 class _RepeatedKey(ValueError):
     def __init__(self, key: str):
         super().__init__(key)
@@ -338,7 +356,7 @@ class _Observed:
                 chunks.append(body)
                 if not message.get("more_body", False):
                     done[0] = True
-                    problem = body_problem(b"".join(chunks)) if received[0] else None
+                    problem = (encoding_problem(headers) or body_problem(b"".join(chunks))) if received[0] else None
                     chunks.clear()
                     if problem:
                         raise BodyRefused(*problem)
@@ -481,6 +499,8 @@ class _TranslateDirectly:
             response = await _invalid_request(request, e)
         except HTTPException as e:
             response = await _http_error(request, e)
+        except ClientDisconnect as e:
+            response = await _client_gone(request, e)
         await response(scope, receive, send)
 
 
@@ -737,6 +757,7 @@ def create_app(translator: Union[SpeakerTranslator, Mapping[str, SpeakerTranslat
     app.add_exception_handler(ServiceError, _service_error)
     app.add_exception_handler(RequestValidationError, _invalid_request)
     app.add_exception_handler(HTTPException, _http_error)
+    app.add_exception_handler(ClientDisconnect, _client_gone)
     app.add_exception_handler(Exception, _internal_error)
     for prefix, (reads, writes) in routers.items():
         app.include_router(reads, prefix=prefix, include_in_schema=not prefix)

@@ -314,14 +314,21 @@ def main(argv=None) -> None:
     parser.add_argument("--heldout", action="store_true",
                         help="also write heldout.{en,fr,spk,traits}: the sentences of speakers who are in no other "
                         "split, to evaluate onboarding (fairseq-speaker-onboarding-eval)")
-    parser.add_argument("--heldout-speakers", type=int, default=6, metavar="K", help="held-out speakers (--heldout)")
-    parser.add_argument("--heldout-sentences", type=int, default=40, metavar="M",
-                        help="sentences of each held-out speaker (--heldout)")
+    parser.add_argument("--heldout-speakers", type=int, default=None, metavar="K",
+                        help="held-out speakers (--heldout; default: 6)")
+    parser.add_argument("--heldout-sentences", type=int, default=None, metavar="M",
+                        help="sentences of each held-out speaker (--heldout; default: 40)")
     args = parser.parse_args(argv)
     if args.list_structures or args.structure is not None:
         return _structure_main(parser, args)
     if args.out is None:
         parser.error("the following arguments are required: --out")
+    idle = [flag for flag, value in (("--heldout-speakers", args.heldout_speakers),
+                                     ("--heldout-sentences", args.heldout_sentences)) if value is not None]
+    if idle and not args.heldout:
+        parser.error(f"{' and '.join(idle)} describe the held-out speakers: give --heldout too")
+    args.heldout_speakers = 6 if args.heldout_speakers is None else args.heldout_speakers
+    args.heldout_sentences = 40 if args.heldout_sentences is None else args.heldout_sentences
     if args.heldout and (args.heldout_speakers < 1 or args.heldout_sentences < 1):
         parser.error("--heldout-speakers and --heldout-sentences must be at least 1")
     if args.sentences_per_speaker is not None:

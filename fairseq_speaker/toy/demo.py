@@ -270,10 +270,14 @@ def parse_args(argv=None) -> argparse.Namespace:
         if size < args.speakers:  # the corpus gives every speaker a sentence of each split
             parser.error(f"{name} {size}: fewer sentences than the {args.speakers} speakers (--speakers); every "
                          f"speaker has one sentence in each split at least")
+    if len(set(args.archs)) < len(args.archs):
+        parser.error(f"--archs {' '.join(args.archs)} names a system twice")
     if args.styles < 0:
         parser.error("--styles must be 0 (the default corpus) or more")
     if not 0.0 <= args.deviation <= 1.0:
         parser.error(f"--deviation {args.deviation} is not a probability (0 to 1)")
+    if args.deviation != DEFAULT_DEVIATION and not args.styles:
+        parser.error(f"--deviation {args.deviation} is the styles corpus's: give --styles K too")
     args.lr = {name: args.lr or f.demo_lr for name, f in FAMILY_REGISTRY.items()}
     return args
 

@@ -114,6 +114,9 @@ TRAINED_SPEAKERS_TO_SAVE = [
 COMMAND_PROBES = {
     "fairseq-speaker-benchmark": [
         ("numbers-checked", ["--batch", "0"], 2, "--batch must be at least 1, got 0"),
+        ("refused-before-writing", ["--json", "{tmp}"], 2, "{tmp} is a directory: give the path of a file to write"),
+        ("refused-before-writing",
+         ["--json", "{tmp}/nowhere/figures.json"], 2, "cannot write {tmp}/nowhere/figures.json: the folder"),
         ("numbers-checked", ["--sentences", "0"], 2, "--sentences must be at least 1, got 0"),
         ("numbers-checked", ["--updates", "0"], 2, "--updates must be at least 1"),
         ("numbers-checked", ["--repeats", "-1"], 2, "--repeats must be at least 1"),
@@ -189,6 +192,10 @@ COMMAND_PROBES = {
         ("numbers-checked", ["--beams", "0", "5"], 2, "--beams must be at least 1 (1: greedy), got 0"),
         ("numbers-checked", ["--beams", "5", "1", "5"], 2, "--beams 5 1 5 names a beam size twice"),
         ("numbers-checked", ["--epochs", "0"], 2, "--epochs must be at least 1, got 0"),
+        ("ignored-options-refused", ["--archs", "lstm_base", "lstm_base"], 2, "--archs lstm_base lstm_base names a "
+                                                                              "system twice"),
+        ("ignored-options-refused",
+         ["--deviation", "0.2"], 2, "--deviation 0.2 is the styles corpus's: give --styles K too"),
         ("numbers-checked", ["--lr", "nan"], 2, "--lr must be a number above 0, got nan"),
         ("numbers-checked", ["--lr", "-1"], 2, "--lr must be a number above 0, got -1.0"),
         ("numbers-checked", ["--train", "10"], 2, "--train 10: fewer sentences than the 24 speakers (--speakers)"),
@@ -213,6 +220,9 @@ COMMAND_PROBES = {
         ("numbers-checked",
          ["--out", "{tmp}/c", "--heldout", "--heldout-speakers", "0"], 2,
          "--heldout-speakers and --heldout-sentences must be at least 1"),
+        ("ignored-options-refused",
+         ["--out", "{tmp}/c", "--heldout-speakers", "3"], 2,
+         "--heldout-speakers describe the held-out speakers: give --heldout too"),
         ("toy-corpus-names",
          ["--out", "{tmp}/c", "--structure", "nope"], 2, "--structure: no structure 'nope'; the structures: base, "
                                                          "correlated-address, binary-many,"),
@@ -263,6 +273,13 @@ COMMAND_PROBES = {
     ],
     "fairseq-speaker-refit": [
         *TRAINED_SPEAKERS_TO_SAVE,
+        ("ignored-options-refused",
+         ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--shared", "keep", "--l2", "3"], 2,
+         "--l2 applies when the shared parameters are fitted, and --shared keep keeps them as trained: drop it, or use "
+         "--shared fit"),
+        ("ignored-options-refused",
+         ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--shared", "keep", "--label-smoothing", "0.2",
+          "--max-cache-gb", "1"], 2, "--label-smoothing, --max-cache-gb apply when the shared parameters are fitted"),
         ("ignored-options-refused",
          ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--subset", "valid", "--heldout-subset", "valid"], 2,
          "--heldout-subset valid is the split refitted (--subset): held-out sentences must be others"),
@@ -679,6 +696,9 @@ COMMAND_PROBES = {
     ],
     "fairseq-speaker-doctor": [
         ("one-line-user-errors", ["--user-dir", "{tmp}/nowhere"], 2, "--user-dir {tmp}/nowhere: no such folder"),
+        ("one-line-user-errors",
+         ["--user-dir", "{notpackage}"], 2, "--user-dir {notpackage}: not a Python package (no __init__.py in it)"),
+        ("one-line-user-errors", ["--user-dir", "{refs}"], 2, "--user-dir {refs}: a file, not a folder"),
         ("one-line-user-errors", ["--no-such-option"], 2, "unrecognized arguments: --no-such-option"),
     ],
     "fairseq-speaker-serve": [
@@ -1009,6 +1029,12 @@ class Places:
 
     def make_swapped(self):
         return self._swapped("swapped", "fr")
+
+    def make_notpackage(self):
+        """A folder without __init__.py, a module of its name beside it (fairseq would import that one)."""
+        os.makedirs(self.path("ud/pkgx"))
+        self.write("ud/pkgx.py", "raise SystemExit('pkgx.py ran')\n")
+        return self.path("ud/pkgx")
 
     def make_nodicts(self):
         """An empty folder: no dictionaries, no binarized split."""
@@ -2109,3 +2135,33 @@ def test_every_command_has_probes():
     rows = sum(len(rows) for rows in COMMAND_PROBES.values()) + len(API_PROBES)
     assert rows >= 100, rows
 
+
+
+#: from_pretrained's overrides: (the promise of docs/reliability.md, the overrides, text of the refusal)
+OVERRIDE_PROBES = [
+    ("generation-keywords-checked", {"max_len_bb": 3}, "from_pretrained: 'max_len_bb' is no option of"),
+    ("generation-keywords-checked", {"unknown_speakers": "fail"}, "'unknown_speakers' is no option of"),
+]
+
+
+@pytest.mark.parametrize("overrides,message", [row[1:] for row in OVERRIDE_PROBES])
+def test_from_pretrained_refuses_an_override_that_is_no_option(places, overrides, message):
+    """fairseq set a misspelt override aside without a word."""
+    from fairseq_speaker.errors import UserError
+    from fairseq_speaker.serving import SpeakerTranslator
+
+    with pytest.raises(UserError) as refused:
+        SpeakerTranslator.from_pretrained(places["ckpt"], data=places["data"], **overrides)
+    assert message in str(refused.value)
+
+
+def test_from_pretrained_beam_is_the_beam_of_a_translation_that_names_none(places):
+    """translate() passed its own beam of 5 whatever from_pretrained's beam said."""
+    from fairseq_speaker.errors import UserError
+    from fairseq_speaker.serving import SpeakerTranslator
+
+    translator = SpeakerTranslator.from_pretrained(places["ckpt"], data=places["data"], beam=2, max_len_b=4)
+    assert len(translator.translate_nbest(["i am tired ."], "spk000", nbest=2)[0]) == 2
+    with pytest.raises(UserError, match=r"nbest must be a whole number from 1 to the beam \(2\), got 3"):
+        translator.translate_nbest(["i am tired ."], "spk000", nbest=3)
+    assert len(translator.translate_nbest(["i am tired ."], "spk000", beam=3, nbest=3)[0]) == 3

@@ -8,6 +8,7 @@ command), never a traceback, and changes nothing. The command lines' rows are in
 import asyncio
 import contextlib
 import gc
+import gzip
 import json
 import logging
 import os
@@ -1216,3 +1217,49 @@ def test_another_applications_database_and_the_same_store_are_refused_and_left_a
     assert line.endswith(f"--from {store} and --to {again} are the same store: give another --to"), line
     with contextlib.closing(SpeakerStore(store, create=False)) as opened:
         assert opened.get("dr-lee").sentences == 1
+
+
+#: bodies sent compressed: (the promise of docs/reliability.md, the Content-Encoding, the body)
+ENCODING_PROBES = [
+    ("body-judged-before-parsing", "gzip", gzip.compress(b'{"sentences": ["i ."], "speaker": "spk000"}')),
+    ("body-judged-before-parsing", "br", b'{"sentences": ["i ."], "speaker": "spk000"}'),
+]
+
+
+@pytest.mark.parametrize("encoding,body", [row[1:] for row in ENCODING_PROBES])
+def test_a_compressed_body_gets_415(service, encoding, body):
+    """A gzip body was refused as "not UTF-8 (byte 0x8b)", and a plain one labelled br was read as it was."""
+    response = service.post("/translate", content=body, headers={"Content-Type": "application/json",
+                                                                 "Content-Encoding": encoding})
+    assert response.status_code == 415 and response.json()["error"]["code"] == "unsupported_encoding", response.text
+    assert f"Content-Encoding {encoding!r}" in response.json()["error"]["message"]
+
+
+#: a client that goes away while its body is read: (the promise of docs/reliability.md, path)
+DISCONNECT_PROBES = [("one-json-error", "/translate"), ("one-json-error", "/speakers/dr-gone")]
+
+
+@pytest.mark.parametrize("path", [row[1] for row in DISCONNECT_PROBES])
+def test_a_client_gone_while_its_body_is_read_is_no_internal_error(service, path):
+    """uvicorn answers a malformed chunked body itself and tells the application the client disconnected: that was a
+    500 internal_error in the log and the metrics (which an operator alerts on)."""
+    app = service.app
+    body = [{"type": "http.request", "body": b'{"sentences": ["i', "more_body": True}, {"type": "http.disconnect"}]
+    sent = []
+
+    async def receive():
+        return body.pop(0) if body else {"type": "http.disconnect"}
+
+    async def send(message):
+        sent.append(message)
+
+    method = "POST" if path == "/translate" else "PUT"
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method, "scheme": "http",
+             "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
+             "headers": [(b"content-type", b"application/json"), (b"authorization", f"Bearer {TOKEN}".encode()),
+                         (b"transfer-encoding", b"chunked")],
+             "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 80), "app": app}
+    asyncio.run(app(scope, receive, send))
+    start = next(m for m in sent if m["type"] == "http.response.start")
+    assert start["status"] != 500, sent
+    assert 'status="500"' not in service.get("/metrics").text
