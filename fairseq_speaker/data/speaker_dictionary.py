@@ -235,7 +235,8 @@ def _decode_lines(path: str):
             yield lineno, text
 
 
-def read_speaker_file(path: str, num_sentences: Optional[int] = None, hint: str = "") -> List[str]:
+def read_speaker_file(path: str, num_sentences: Optional[int] = None, hint: str = "",
+                      split: Optional[str] = None) -> List[str]:
     """Read one label a line from ``path``.
 
     Args:
@@ -260,8 +261,9 @@ def read_speaker_file(path: str, num_sentences: Optional[int] = None, hint: str 
             )
         labels.append(label)
     if num_sentences is not None and len(labels) != num_sentences:
+        text = f"the {split} split's text" if split else "the text"
         raise SpeakerDataError(
-            f"{path}: {len(labels)} speaker labels but the text has {num_sentences} sentences; "
+            f"{path}: {len(labels)} speaker labels but {text} has {num_sentences} sentences; "
             f"the speaker file needs exactly one label per sentence, in the same order"
         )
     return labels

@@ -197,7 +197,8 @@ class SpeakerAdapter:
             raise OnboardingError(
                 found + "the text is probably not in the form of the training data (tokenized, lowercased, "
                 "BPE-encoded); give the model's --tokenizer / --bpe options (and --bpe-codes), or prepare the text as "
-                "the training data was; --max-unknown-rate 1 accepts it as it is")
+                "the training data was; a max_unknown_rate of 1 (--max-unknown-rate 1 on the command line) accepts "
+                "it as it is")
         return rate
 
     def score(self, pairs: Sequence[Pair], batch_size: Optional[int] = None) -> TokenScores:

@@ -338,7 +338,7 @@ class SpeakerTranslationTask(SpeakerInferenceMixin, TranslationTask):
             hint += " or pass --speaker-file"
         if suffix == "spk":
             hint += "; SATED's .usr files are read with --speaker-suffix usr"
-        return read_speaker_file(path, num_sentences, hint=hint)
+        return read_speaker_file(path, num_sentences, hint=hint, split=split if path == self.cfg.speaker_file else None)
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
         check_language_model(self.cfg, self.data_dictionaries["target"], self.uses_speaker_token)  # loaded next

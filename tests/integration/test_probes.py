@@ -767,6 +767,9 @@ COMMAND_PROBES = {
          "Must specify batch size either with --max-tokens or --batch-size: give --max-tokens N or --batch-size N"),
         ("not-utf8", ["{latin1spk}", *TRAIN[1:]], 2, "{latin1spk}/train.spk:3: not valid UTF-8"),
         ("data-folder-has-dictionaries", ["{nodicts}", *TRAIN[1:]], 2, NO_DICTIONARIES),
+        ("speaker-file-fits-split",
+         [*TRAIN, "--speaker-file", "{data}/train.spk"], 2, "{data}/train.spk: 160 speaker labels but the valid "
+                                                             "split's text has"),
         ("one-line-user-errors",
          [*TRAIN, "--optimizer", "adam", "--lr", "0.001", "--restore-file", "{tmp}/chekpoint_best.pt"], 2,
          "--restore-file {tmp}/chekpoint_best.pt: no such checkpoint; fairseq would train from scratch and write over "
