@@ -912,8 +912,8 @@ COMMAND_PROBES = {
          "speaker file not found: expected {tmp}/none.spk; put one speaker label per sentence of the test split"),
         ("speaker-file-fits-split",
          ["{data}", "--path", "{ckpt}", *GENERATE, "--speaker-file", "{adapt}.spk"], 2,
-         "{adapt}.spk: 3 speaker labels but the text has 37 sentences; the speaker file needs exactly one label "
-         "per sentence, in the same order"),
+         "{adapt}.spk: 3 speaker labels but the test split's text has 37 sentences; the speaker file needs exactly "
+         "one label per sentence, in the same order"),
         ("one-line-user-errors",
          ["{data}", "--path", "{ckpt}", *GENERATE, "--speaker-file", "{tmp}"], 2, "{tmp} is a directory, not a file"),
         ("speaker-file-fits-split",
