@@ -79,7 +79,7 @@ SWAPPED = ("{ckpt} was trained with the dictionaries of another data folder than
            "the model was trained on")
 
 #: a data folder without dictionaries or binarized splits (check_data_folder of the speaker task)
-NO_DICTIONARIES = ("{nodicts}: no binarized split (SPLIT.SRC-TGT.SRC.bin) to read the languages from, and no "
+NO_DICTIONARIES = ("{emptydir}: no binarized split (SPLIT.SRC-TGT.SRC.bin) to read the languages from, and no "
                    "dict.SRC.txt and dict.TGT.txt: give the data folder the model was trained on")
 
 #: the rows of the commands that read a checkpoint's training sentences and save a new checkpoint (refit, words:
@@ -458,7 +458,7 @@ COMMAND_PROBES = {
         ("not-a-checkpoint", ["{garbage}"], 2, "{garbage}: not a readable fairseq checkpoint"),
         ("not-a-checkpoint", ["{notckpt}"], 2, "{notckpt}: not a fairseq-speaker checkpoint (no task state)"),
         ("one-line-user-errors", ["{ckpt}", "nobody"], 2, "no speaker of {ckpt} is called 'nobody'"),
-        ("data-folder-has-dictionaries", ["{ckpt}", "--data", "{nodicts}"], 2, NO_DICTIONARIES),
+        ("data-folder-has-dictionaries", ["{ckpt}", "--data", "{emptydir}"], 2, NO_DICTIONARIES),
         ("one-line-user-errors",
          ["{ckpt}", "--trained", "--onboarded"], 2, "argument --onboarded: not allowed with argument --trained"),
         ("one-line-user-errors", ["{ckpt}", "--data", "{tmp}/nowhere"], 2, "--data {tmp}/nowhere: no such folder"),
@@ -731,7 +731,7 @@ COMMAND_PROBES = {
          ["{ckpt}", "--data", "{other}"], 2, "{ckpt} was trained with the dictionaries of another data folder than "
                                              "{other}"),
         ("dictionaries-compared", ["{ckpt}", "--data", "{swapped}"], 2, SWAPPED),
-        ("data-folder-has-dictionaries", ["{ckpt}", "--data", "{nodicts}"], 2, NO_DICTIONARIES),
+        ("data-folder-has-dictionaries", ["{ckpt}", "--data", "{emptydir}"], 2, NO_DICTIONARIES),
         ("data-folder-has-dictionaries",
          ["--model", "v1={ckpt}:{ckptdir}"], 2, "{ckptdir}: no binarized split (SPLIT.SRC-TGT.SRC.bin) to read the "
                                                 "languages from, and no dict.SRC.txt and dict.TGT.txt"),
@@ -766,7 +766,7 @@ COMMAND_PROBES = {
          [a for a in TRAIN if a != "1000" and a != "--max-tokens"], 2,
          "Must specify batch size either with --max-tokens or --batch-size: give --max-tokens N or --batch-size N"),
         ("not-utf8", ["{latin1spk}", *TRAIN[1:]], 2, "{latin1spk}/train.spk:3: not valid UTF-8"),
-        ("data-folder-has-dictionaries", ["{nodicts}", *TRAIN[1:]], 2, NO_DICTIONARIES),
+        ("data-folder-has-dictionaries", ["{emptydir}", *TRAIN[1:]], 2, NO_DICTIONARIES),
         ("speaker-file-fits-split",
          [*TRAIN, "--speaker-file", "{data}/train.spk"], 2, "{data}/train.spk: 160 speaker labels but the valid "
                                                              "split's text has"),
@@ -810,7 +810,7 @@ COMMAND_PROBES = {
          "{ckpt} was trained with the dictionaries of another data folder than {other}: its source dictionary has "
          "64 symbols, {other}/dict.en.txt has 56"),
         ("dictionaries-compared", ["{swapped}", "--path", "{ckpt}", *GENERATE], 2, SWAPPED),
-        ("data-folder-has-dictionaries", ["{nodicts}", "--path", "{ckpt}", *GENERATE], 2, NO_DICTIONARIES),
+        ("data-folder-has-dictionaries", ["{emptydir}", "--path", "{ckpt}", *GENERATE], 2, NO_DICTIONARIES),
         ("data-folder-has-dictionaries",
          ["{srconly}", "--path", "{ckpt}", *GENERATE], 2, "{srconly}: no dict.fr.txt there: give the data folder the "
                                                            "model was trained on"),
@@ -1038,11 +1038,6 @@ class Places:
         os.makedirs(self.path("ud/pkgx"))
         self.write("ud/pkgx.py", "raise SystemExit('pkgx.py ran')\n")
         return self.path("ud/pkgx")
-
-    def make_nodicts(self):
-        """An empty folder: no dictionaries, no binarized split."""
-        os.makedirs(self.path("nodicts"))
-        return self.path("nodicts")
 
     def make_srconly(self):
         """The toy data folder without its target dictionary."""
@@ -1730,9 +1725,9 @@ def test_fairseq_interactive_refuses_bad_speakers(toy, trained, stdin, extra, me
 #: fairseq-interactive given a data folder it cannot read the dictionaries from: (the promise of docs/reliability.md,
 #: the folder, more options, text of the refusal)
 INTERACTIVE_DATA_PROBES = [
-    ("data-folder-has-dictionaries", "{nodicts}", [], NO_DICTIONARIES),
-    ("data-folder-has-dictionaries", "{nodicts}", ["--source-lang", "en", "--target-lang", "fr"],
-     "{nodicts}: no dict.en.txt and no dict.fr.txt there: give the data folder the model was trained on"),
+    ("data-folder-has-dictionaries", "{emptydir}", [], NO_DICTIONARIES),
+    ("data-folder-has-dictionaries", "{emptydir}", ["--source-lang", "en", "--target-lang", "fr"],
+     "{emptydir}: no dict.en.txt and no dict.fr.txt there: give the data folder the model was trained on"),
     ("data-folder-has-dictionaries", "{ckptdir}", ["--source-lang", "en", "--target-lang", "fr"],
      "{ckptdir}: no dict.en.txt and no dict.fr.txt there"),
 ]
@@ -2093,7 +2088,7 @@ FROM_PRETRAINED_PROBES = [
      "{ckpt} was trained with the dictionaries of another data folder than {other}: its source dictionary has 64 "
      "symbols, {other}/dict.en.txt has 56; its target dictionary has 88 symbols, {other}/dict.fr.txt has 80"),
     ("dictionaries-compared", "a dictionary of the same size", "{ckpt}", "{swapped}", SWAPPED),
-    ("data-folder-has-dictionaries", "a folder without dictionaries", "{ckpt}", "{nodicts}", NO_DICTIONARIES),
+    ("data-folder-has-dictionaries", "a folder without dictionaries", "{ckpt}", "{emptydir}", NO_DICTIONARIES),
     ("data-folder-has-dictionaries", "no target dictionary", "{ckpt}", "{srconly}",
      "{srconly}: no dict.fr.txt there"),
     ("not-a-checkpoint", "no such checkpoint", "{tmp}/none.pt", "{data}", "checkpoint not found: {tmp}/none.pt"),
