@@ -1753,29 +1753,44 @@ EMPTY_INPUT_PROBES = [
 ]
 
 
-@pytest.mark.parametrize("stdin,extra,empty", [row[1:] for row in EMPTY_INPUT_PROBES])
-def test_fairseq_interactive_answers_an_empty_line_with_an_empty_one(toy, trained, stdin, extra, empty):
-    """Each empty line gets one empty hypothesis (its H- line's text empty) and a warning; the other lines are
-    translated as they are without it, one line out for one line in."""
-    args = [toy["bin"], "--user-dir", USER_DIR, "--task", "speaker_translation", "--path", trained("lstm_fact_bias"),
-            "--beam", "5", "--max-len-b", "6", *extra]
+def _interactive_hypotheses(args: List[str], stdin: str):
+    """fairseq-interactive's output for ``stdin`` and its hypotheses by line (from 0), one output line for each line
+    in checked."""
     out = run_here("interactive", args, stdin=stdin)
     hypotheses: Dict[int, List[str]] = {}
     for line in out.stdout.splitlines():
         if line.startswith("H-"):
             number, _, text = line[2:].split("\t")
             hypotheses.setdefault(int(number), []).append(text)
-    lines = stdin.splitlines()
-    assert sorted(hypotheses) == list(range(len(lines))), out.stdout
+    assert sorted(hypotheses) == list(range(len(stdin.splitlines()))), out.stdout
+    return out, hypotheses
+
+
+def _the_others_as_alone(args: List[str], stdin: str, left: List[int], hypotheses: Dict[int, List[str]]):
+    """The lines of ``stdin`` but ``left`` translated alone give the hypotheses they had among them; the run's output."""
+    others = [line for number, line in enumerate(stdin.splitlines()) if number not in left]
+    alone = run_here("interactive", args, stdin="".join(line + "\n" for line in others))
+    assert [line.split("\t")[2] for line in alone.stdout.splitlines() if line.startswith("H-")] == [
+        text for number in sorted(hypotheses) if number not in left for text in hypotheses[number]]
+    return alone
+
+
+def _interactive_args(toy, trained, extra: List[str]) -> List[str]:
+    return [toy["bin"], "--user-dir", USER_DIR, "--task", "speaker_translation", "--path", trained("lstm_fact_bias"),
+            "--beam", "5", "--max-len-b", "6", *extra]
+
+
+@pytest.mark.parametrize("stdin,extra,empty", [row[1:] for row in EMPTY_INPUT_PROBES])
+def test_fairseq_interactive_answers_an_empty_line_with_an_empty_one(toy, trained, stdin, extra, empty):
+    """Each empty line gets one empty hypothesis (its H- line's text empty) and a warning; the other lines are
+    translated as they are without it, one line out for one line in."""
+    args = _interactive_args(toy, trained, extra)
+    out, hypotheses = _interactive_hypotheses(args, stdin)
     for number in empty:
         assert hypotheses[number] == [""], out.stdout
     assert "translated as an empty sentence" in out.log and "sentence id" not in out.log  # no position for an id
-    others = [line for number, line in enumerate(lines) if number not in empty]
-    if others:
-        alone = run_here("interactive", args, stdin="".join(line + "\n" for line in others))
-        assert [line.split("\t")[2] for line in alone.stdout.splitlines() if line.startswith("H-")] == [
-            text for number in sorted(hypotheses) if number not in empty for text in hypotheses[number]]
-        assert "empty sentence" not in alone.log
+    if len(empty) < len(stdin.splitlines()):
+        assert "empty sentence" not in _the_others_as_alone(args, stdin, empty, hypotheses).log
 
 
 #: input lines fairseq-interactive cannot translate as written: (the promise of docs/reliability.md, standard input as
@@ -1802,23 +1817,13 @@ def test_fairseq_interactive_answers_a_line_it_cannot_translate_with_an_empty_on
     """fairseq's size check ended the session in a traceback at a long line (the lines after it never translated);
     a byte that is not UTF-8 made its word <unk> without a word. Each such line gets one empty hypothesis and a
     warning naming its line; the others are translated as without it."""
-    args = [toy["bin"], "--user-dir", USER_DIR, "--task", "speaker_translation", "--path", trained("lstm_fact_bias"),
-            "--beam", "5", "--max-len-b", "6", *extra]
-    out = run_here("interactive", args, stdin=stdin)
-    hypotheses: Dict[int, List[str]] = {}
-    for line in out.stdout.splitlines():
-        if line.startswith("H-"):
-            number, _, text = line[2:].split("\t")
-            hypotheses.setdefault(int(number), []).append(text)
+    args = _interactive_args(toy, trained, extra)
+    out, hypotheses = _interactive_hypotheses(args, stdin)
     lines = stdin.splitlines()
-    assert sorted(hypotheses) == list(range(len(lines))), out.stdout
     assert [n for n in hypotheses if hypotheses[n] == [""] and lines[n].strip()] == emptied, out.stdout
     assert warning in out.log, out.log
     assert out.log.count("translated as an empty sentence") == len(emptied) + sum(not line.strip() for line in lines)
-    kept = [line for number, line in enumerate(lines) if number not in emptied]
-    alone = run_here("interactive", args, stdin="".join(line + "\n" for line in kept))
-    assert [line.split("\t")[2] for line in alone.stdout.splitlines() if line.startswith("H-")] == [
-        text for number in sorted(hypotheses) if number not in emptied for text in hypotheses[number]]
+    _the_others_as_alone(args, stdin, emptied, hypotheses)
 
 
 #: fairseq-interactive given a data folder and a checkpoint: (the promise of docs/reliability.md, the data folder, the
