@@ -126,11 +126,10 @@ def list_speakers(path: str, data: Optional[str] = None) -> SpeakerListing:
                               f"speaker model, written by fairseq-train or fairseq-speaker-adapt")
     check_registered(state, path)
     dictionary = _speaker_dictionary(state, path, data)
-    if data is not None:  # the folder the model was trained on: its dictionaries, as every command that pairs them
+    if data is not None:  # its dict.spk.txt fills in counts: a folder of other word dictionaries is another corpus
         languages = _options(state["cfg"]["task"])
         check_dictionary_files(SimpleNamespace(data=data, source_lang=languages.get("source_lang"),
                                                target_lang=languages.get("target_lang")))
-    if data is not None:  # its dict.spk.txt fills in counts: a folder of other word dictionaries is another corpus
         check_data_folder(state, path, data)
     names, counts = list(dictionary.names), list(dictionary.counts)
     model_options = _options(state["cfg"]["model"])

@@ -402,14 +402,24 @@ class SpeakerTranslator:
         """Translate each sentence as its speaker (one name for all, or one per sentence). Speakers the
         model does not know get what the task's ``unknown_speaker`` says (the mean speaker by default).
         A single sentence gives a single translation."""
+        hypotheses = self._search(sentences, speakers, beam, None, kwargs)
+        out = [self.hub.decode(best[0]["tokens"]) for best in hypotheses]
+        return out[0] if isinstance(sentences, str) else out
+
+    def _search(self, sentences: Sentences, speakers: Sentences, beam: Optional[int], nbest: Optional[int],
+                options: dict) -> List[List[dict]]:
+        """The beam search of :meth:`translate` and :meth:`translate_nbest`, every argument checked first (``beam``:
+        the translator's own where None; ``nbest``: checked against the beam where given): each sentence's
+        hypotheses, best first."""
         batch = _not_blank(_as_list(sentences))
         beam = _checked_beam(self.hub.cfg.generation.beam if beam is None else beam)
-        kwargs = _checked_options(kwargs, self.hub.cfg.generation)
+        if nbest is not None:
+            _checked_nbest(nbest, beam)
+        options = _checked_options(options, self.hub.cfg.generation)
         tokens = self._encoded(batch)
-        _checked_step_args(kwargs, len(batch), len(self.task.target_dictionary))
+        _checked_step_args(options, len(batch), len(self.task.target_dictionary))
         self.task.set_inference_speakers(self._not_lookalikes(_per_sentence(speakers, len(batch))))
-        out = [self.hub.decode(best[0]["tokens"]) for best in self.hub.generate(tokens, beam, **kwargs)]
-        return out[0] if isinstance(sentences, str) else out
+        return self.hub.generate(tokens, beam, **options)
 
     def source_lengths(self, sentences: Sequence[str]) -> List[int]:
         """How many tokens the model reads of each sentence (its tokenizer and BPE, the end of sentence); a sentence
@@ -437,14 +447,7 @@ class SpeakerTranslator:
         """The ``nbest`` best translations of each sentence as its speaker, best first, each with fairseq's score
         (the mean log-probability of its tokens, with their speaker's words' bias in a model that remembers them);
         the first is what :meth:`translate` gives."""
-        batch = _not_blank(_as_list(sentences))
-        beam = _checked_beam(self.hub.cfg.generation.beam if beam is None else beam)
-        nbest = _checked_nbest(nbest, beam)
-        kwargs = _checked_options(kwargs, self.hub.cfg.generation)
-        tokens = self._encoded(batch)
-        _checked_step_args(kwargs, len(batch), len(self.task.target_dictionary))
-        self.task.set_inference_speakers(self._not_lookalikes(_per_sentence(speakers, len(batch))))
-        hypotheses = self.hub.generate(tokens, beam, **kwargs)
+        hypotheses = self._search(sentences, speakers, beam, nbest, kwargs)
         return [[(self.hub.decode(h["tokens"]), float(h["score"])) for h in best[:nbest]] for best in hypotheses]
 
     @_serialized
@@ -490,9 +493,13 @@ class SpeakerTranslator:
         and BPE-encoded as the model's inputs are); a known name needs ``replace=True``."""
         if not isinstance(replace, bool):  # "no" would replace
             raise OnboardingError(f"replace must be True or False, got {replace!r}")
-        heldout = ({name: self.encode_pairs(heldout_sources, heldout_targets)}
-                   if _as_list(heldout_sources) or _as_list(heldout_targets) else None)
+        heldout = self._heldout(name, heldout_sources, heldout_targets)
         return self.adapter.adapt({name: self.encode_pairs(sources, targets)}, heldout, replace=replace)[name]
+
+    def _heldout(self, name: str, sources: Sentences, targets: Sentences):
+        """The held-out pairs of ``name`` as a fit takes them, or None where none are given (sources without targets,
+        or targets without sources, are refused by :meth:`encode_pairs`)."""
+        return {name: self.encode_pairs(sources, targets)} if _as_list(sources) or _as_list(targets) else None
 
     def fit_speaker(self, name: str, sources: Sentences, targets: Sentences, heldout_sources: Sentences = (),
                     heldout_targets: Sentences = ()) -> Tuple["SpeakerVectors", FitReport]:
@@ -511,8 +518,7 @@ class SpeakerTranslator:
             adapter = self._new_adapter(model, task)
             adapter.share_starts(self.adapter)  # the known speakers where a fit starts, made once for all copies
         pairs = self.encode_pairs(sources, targets)
-        heldout = ({name: self.encode_pairs(heldout_sources, heldout_targets)}
-                   if _as_list(heldout_sources) or _as_list(heldout_targets) else None)
+        heldout = self._heldout(name, heldout_sources, heldout_targets)
         report = adapter.adapt({name: pairs}, heldout, replace=name in task.speaker_dictionary)[name]
         self.adapter.share_starts(adapter)
         return speaker_vectors(adapter.bias, [name], task.target_dictionary, model_label=self.checkpoint,
