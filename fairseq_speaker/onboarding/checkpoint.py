@@ -54,7 +54,9 @@ class SpeakerCheckpoint:
         """Open ``path``; ``data`` replaces the data directory it was trained on (for the dictionaries)."""
         if not os.path.isfile(path):
             raise OnboardingError(f"checkpoint not found: {path}")
-        arg_overrides = dict(overrides or {})
+        # fairseq-interactive's speakers of its input lines, if the training command line gave them, are no speakers
+        # of the splits read here (the task refuses them where a split is loaded)
+        arg_overrides = {"speaker": None, "speaker_per_line": False, **(overrides or {})}
         if data is not None:
             if not os.path.isdir(data):
                 raise OnboardingError(f"data directory not found: {data} (the one the model was trained on, "

@@ -249,6 +249,10 @@ def _check_overrides(overrides: dict, cfg, checkpoint: str) -> None:
         for options in REGISTRIES[kind]["dataclass_registry"].values():
             if options is not None:
                 known.update(f.name for f in dataclasses.fields(options))
+    given = [name for name in ("speaker", "speaker_per_line") if name in overrides]
+    if given:
+        raise OnboardingError(f"from_pretrained: {', '.join(map(repr, given))} are fairseq-interactive's speakers of "
+                              f"its input lines; translate(sentences, speakers) names each sentence's speaker")
     unknown = [name for name in overrides if name not in known]
     if unknown and groups:
         raise OnboardingError(f"from_pretrained: {', '.join(map(repr, unknown))} is no option of {checkpoint}'s "
@@ -338,9 +342,12 @@ class SpeakerTranslator:
         state = read_checkpoint(checkpoint)  # what save() keeps of it: the same file, checked below
         check_registered(state, checkpoint)  # a variant of another package: say to import it (--user-dir)
         _check_overrides(overrides, state.get("cfg"), checkpoint)
+        # fairseq-interactive's speakers, where the training command line gave them, are left out, as the
+        # onboarding commands leave them out (SpeakerCheckpoint.load)
         loaded = hub_utils.from_pretrained(os.path.dirname(os.path.abspath(checkpoint)),
                                            checkpoint_file=os.path.basename(checkpoint),
-                                           data_name_or_path=os.path.abspath(data), **overrides)
+                                           data_name_or_path=os.path.abspath(data), speaker=None,
+                                           speaker_per_line=False, **overrides)
         if _file_identity(checkpoint) != before:
             raise OnboardingError(f"{checkpoint} was replaced while it was being loaded: load it again")
         translator = cls._of(loaded["args"], loaded["task"], loaded["models"], checkpoint, fit, state)

@@ -341,6 +341,7 @@ class SpeakerTranslationTask(SpeakerInferenceMixin, TranslationTask):
         return read_speaker_file(path, num_sentences, hint=hint, split=split if path == self.cfg.speaker_file else None)
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
+        self._check_no_input_speaker(split)
         check_language_model(self.cfg, self.data_dictionaries["target"], self.uses_speaker_token)  # loaded next
         self._check_not_empty(split, epoch)
         try:
@@ -362,6 +363,18 @@ class SpeakerTranslationTask(SpeakerInferenceMixin, TranslationTask):
         self._split_labels[split] = (labels, source)
         speakers = self._encode_split(split, labels, source)
         self.datasets[split] = SpeakerDataset(dataset, speakers, target_prefix=self._target_prefix(speakers))
+
+    def _check_no_input_speaker(self, split: str) -> None:
+        """Refuse fairseq-interactive's speaker options where a binarized split is read (fairseq-train, -generate,
+        -validate): they name the speakers of input lines, and a split's speakers are its speaker file's, so they
+        would be ignored. A checkpoint's saved options never reach here with them (onboarding.checkpoint clears them)."""
+        given = [f"--speaker {self.cfg.speaker}"] if self.cfg.speaker is not None else []
+        given += ["--speaker-per-line"] if self.cfg.speaker_per_line else []
+        if given:
+            raise SpeakerDataError(
+                f"{' and '.join(given)}: fairseq-interactive's speakers of its input lines; the {split} split's "
+                f"speakers are read from its speaker file "
+                f"({os.path.join(utils.split_paths(self.cfg.data)[0], split)}.{self.cfg.speaker_suffix}, or --speaker-file): leave {'them' if len(given) > 1 else 'it'} out")
 
     def _check_not_empty(self, split: str, epoch: int) -> None:
         """Refuse a split binarized from empty text: its ``.bin`` files are empty, which fairseq cannot map."""

@@ -803,6 +803,10 @@ COMMAND_PROBES = {
                                               "truecase_model 'truecase.fr': no such file {prepnotruecase}/truecase.fr"),
         ("one-line-user-errors",
          [*TRAIN, "--preprocessing", "moses"], 2, "argument --preprocessing: invalid choice: 'moses'"),
+        ("ignored-options-refused",
+         [*TRAIN, "--speaker", "spk003"], 2, "--speaker spk003: fairseq-interactive's speakers of its input lines; the "
+                                             "valid split's speakers are read from its speaker file ({data}/valid.spk, "
+                                             "or --speaker-file): leave it out"),
     ],
     "fairseq-generate": [
         ("dictionaries-compared",
@@ -844,6 +848,10 @@ COMMAND_PROBES = {
         ("ensemble-memories-alike",
          ["{data}", "--path", "{withwords}:{ckpt}", *GENERATE], 2,
          "--path: the 1st model of the ensemble remembers its speakers' words and the 2nd does not"),
+        ("ignored-options-refused",
+         ["{data}", "--path", "{ckpt}", *GENERATE, "--speaker", "spk003", "--speaker-per-line"], 2,
+         "--speaker spk003 and --speaker-per-line: fairseq-interactive's speakers of its input lines; the test split's "
+         "speakers are read from its speaker file ({data}/test.spk, or --speaker-file): leave them out"),
         ("search-options-checked",
          ["{data}", "--path", "{ckpt}", *GENERATE, "--nbest", "3"], 2,
          "--nbest 3 asks for more translations of each sentence than the beam keeps (--beam 2): fairseq gives 2"),
@@ -2144,6 +2152,8 @@ def test_every_command_has_probes():
 OVERRIDE_PROBES = [
     ("generation-keywords-checked", {"max_len_bb": 3}, "from_pretrained: 'max_len_bb' is no option of"),
     ("generation-keywords-checked", {"unknown_speakers": "fail"}, "'unknown_speakers' is no option of"),
+    ("ignored-options-refused", {"speaker": "spk003"}, "from_pretrained: 'speaker' are fairseq-interactive's "
+                                                       "speakers of its input lines; translate(sentences, speakers)"),
 ]
 
 
@@ -2156,6 +2166,21 @@ def test_from_pretrained_refuses_an_override_that_is_no_option(places, overrides
     with pytest.raises(UserError) as refused:
         SpeakerTranslator.from_pretrained(places["ckpt"], data=places["data"], **overrides)
     assert message in str(refused.value)
+
+
+def test_a_checkpoint_whose_training_command_line_named_input_speakers_still_translates(places, tmp_path):
+    """fairseq-train now refuses fairseq-interactive's --speaker and --speaker-per-line, which a checkpoint written
+    before may hold in its saved options (both at once were refused by the generator the translator builds)."""
+    from fairseq_speaker.serving import SpeakerTranslator
+
+    state = torch.load(places["ckpt"], weights_only=False)
+    state["cfg"]["task"]["speaker"], state["cfg"]["task"]["speaker_per_line"] = "spk003", True
+    stray = str(tmp_path / "stray.pt")
+    torch.save(state, stray)
+    options = {"data": places["data"], "beam": 2, "max_len_b": 4}
+    clean = SpeakerTranslator.from_pretrained(places["ckpt"], **options)
+    assert SpeakerTranslator.from_pretrained(stray, **options).translate(["i am tired ."] * 2, ["spk000", "spk005"]) \
+        == clean.translate(["i am tired ."] * 2, ["spk000", "spk005"])
 
 
 def test_from_pretrained_beam_is_the_beam_of_a_translation_that_names_none(places):

@@ -130,3 +130,16 @@ def test_styles_learned_from_the_sentences_become_the_prior_every_speaker_starts
     rows = bias.export_speakers([opened.task.speaker_dictionary.index(n) for n in names])["speaker_weights"]
     for i, k in enumerate(best):
         assert torch.allclose(rows[i].float(), styles[k]["speaker_weights"][0], atol=1e-3), names[i]
+
+
+def test_a_checkpoint_whose_training_command_line_named_an_input_speaker_is_still_refitted(trained, toy, tmp_path):
+    """fairseq-train now refuses --speaker (fairseq-interactive's), which a checkpoint written before holds in its
+    saved options; the commands that read such a checkpoint's splits leave it out rather than refuse it."""
+    state = torch.load(trained("lstm_fact_bias"), weights_only=False)
+    state["cfg"]["task"]["speaker"], state["cfg"]["task"]["speaker_per_line"] = "spk003", True
+    stray = str(tmp_path / "stray.pt")
+    torch.save(state, stray)
+    out = str(tmp_path / "refit.pt")
+    proc = run("fairseq-speaker-refit", [toy["bin"], "--path", stray, "--save", out, "--components", "1",
+                                         "--shared", "keep", "--threads", "1"])
+    assert "8 speakers refitted (fact bias)" in proc.stdout
