@@ -248,7 +248,8 @@ def note_vocabulary(state: dict, path: Optional[str] = None) -> dict:
         return state
     shapes = {side: list(model[key].shape) for side, key in EMBEDDINGS.items()
               if key in model and hasattr(model[key], "shape")}
-    task_state[AS_READ_KEY] = {"path": path, "shapes": shapes, "dictionaries": recorded_dictionaries(task_state)}
+    task_state[AS_READ_KEY] = {"path": path, "shapes": shapes, "dictionaries": recorded_dictionaries(task_state),
+                               "speaker_token": bool(task_state.get("speaker_token", False))}
     extra = model.get(SPEAKER_NAMES_KEY)
     if isinstance(extra, dict):  # the same for the model, which fairseq-train restores without the task state
         extra["as_read"] = task_state[AS_READ_KEY]
@@ -300,6 +301,10 @@ def check_vocabulary(as_read: Optional[dict], model, task) -> None:
         return
     built = model.state_dict()
     cfg = getattr(task, "cfg", None)
+    if getattr(cfg, "speaker_token", False) and as_read.get("speaker_token") is False:
+        # its target dictionary holds no speaker tokens: the sizes would differ by the speakers, which says nothing
+        raise CheckpointError(f"{as_read.get('path') or 'the checkpoint'} was trained without --speaker-token (its "
+                              f"sentences start with no token naming their speaker): leave --speaker-token out")
     data = str(getattr(cfg, "data", "") or "").split(os.pathsep)[0] or "the data folder"
     langs = {"source": getattr(cfg, "source_lang", None), "target": getattr(cfg, "target_lang", None)}
     recorded = as_read.get("dictionaries") or {}

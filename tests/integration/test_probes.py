@@ -848,6 +848,10 @@ COMMAND_PROBES = {
         ("ensemble-memories-alike",
          ["{data}", "--path", "{withwords}:{ckpt}", *GENERATE], 2,
          "--path: the 1st model of the ensemble remembers its speakers' words and the 2nd does not"),
+        ("dictionaries-compared",
+         ["{data}", "--path", "{ckpt}", *GENERATE, "--speaker-token"], 2,
+         "{ckpt} was trained without --speaker-token (its sentences start with no token naming their speaker): leave "
+         "--speaker-token out"),
         ("ignored-options-refused",
          ["{data}", "--path", "{ckpt}", *GENERATE, "--speaker", "spk003", "--speaker-per-line"], 2,
          "--speaker spk003 and --speaker-per-line: fairseq-interactive's speakers of its input lines; the test split's "
@@ -2152,6 +2156,8 @@ def test_every_command_has_probes():
 OVERRIDE_PROBES = [
     ("generation-keywords-checked", {"max_len_bb": 3}, "from_pretrained: 'max_len_bb' is no option of"),
     ("generation-keywords-checked", {"unknown_speakers": "fail"}, "'unknown_speakers' is no option of"),
+    ("dictionaries-compared", {"speaker_token": True}, "was trained without --speaker-token (its sentences start "
+                                                      "with no token naming their speaker): leave --speaker-token out"),
     ("ignored-options-refused", {"speaker": "spk003"}, "from_pretrained: 'speaker' are fairseq-interactive's "
                                                        "speakers of its input lines; translate(sentences, speakers)"),
 ]
