@@ -502,11 +502,49 @@ def group_by_speaker(labels: Sequence[str], pairs: Sequence[Pair]) -> Dict[str, 
 # -- the command ------------------------------------------------------------------------------------
 
 
+#: the options of fairseq's parser the command reads, besides its own (the data, the checkpoint, the languages, the
+#: speaker files' suffix, the preprocessing of --raw-text and the seed) and those of the --tokenizer/--bpe given
+FAIRSEQ_OPTIONS_READ = ("data", "path", "user_dir", "task", "source_lang", "target_lang", "speaker_suffix", "tokenizer",
+                        "bpe", "seed", "cpu", "log_format", "log_file", "log_interval", "no_progress_bar")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from fairseq import options
 
     parser = options.get_generation_parser(default_task="speaker_translation")
-    group = parser.add_argument_group("speaker adaptation")
+    add_adapt_arguments(parser.add_argument_group("speaker adaptation"))
+    return parser
+
+
+def options_not_read(args, argv: Sequence[str]) -> List[str]:
+    """The options of fairseq's whole generation parser given to the command (``args`` parsed from ``argv``) that it
+    does not read (``--beam``, ``--fp16``, ``--unknown-speaker``, ...), each as written on a command line; those that
+    fairseq derives from a given one (``--max-tokens-valid`` from ``--max-tokens``) are not named again."""
+    import dataclasses as dc
+
+    from fairseq import options
+    from fairseq.registry import REGISTRIES
+
+    own = argparse.ArgumentParser(add_help=False)
+    add_adapt_arguments(own)
+    read = set(FAIRSEQ_OPTIONS_READ) | set(vars(own.parse_args(["--adapt-prefix", "p", "--save", "s"])))
+    minimal = [args.data, "--task", args.task, "--adapt-prefix", args.adapt_prefix, "--save", args.save]
+    for kind in ("tokenizer", "bpe", "user_dir"):
+        choice = getattr(args, kind, None)
+        if choice:
+            minimal += [f"--{kind.replace('_', '-')}", choice]
+            config = REGISTRIES[kind]["dataclass_registry"].get(choice) if kind in REGISTRIES else None
+            read |= {f.name for f in dc.fields(config)} if config is not None else set()
+    defaults = vars(options.parse_args_and_arch(build_parser(), input_args=minimal))
+    missing = object()
+    differ = [f"--{name.replace('_', '-')}" for name, value in vars(args).items()
+              if name not in read and defaults.get(name, missing) != value]
+    written = {a.split("=", 1)[0] for a in argv if a.startswith("--")}
+    return [option for option in differ if option in written] or differ
+
+
+def add_adapt_arguments(group) -> None:
+    """The command's own options (onto ``group``, an argument group or a parser)."""
     group.add_argument("--adapt-prefix", required=True, metavar="PREFIX",
                        help="the new speakers' sentences: PREFIX.{source-lang}, PREFIX.{target-lang}, "
                        "PREFIX.{speaker-suffix}")
@@ -534,7 +572,6 @@ def build_parser() -> argparse.ArgumentParser:
                        "fairseq-interactive does) unless --tokenizer/--bpe say otherwise; by default the files are "
                        "read as the model's tokens")
     add_runtime_arguments(group)
-    return parser
 
 
 @command(named_errors=False)
@@ -562,6 +599,12 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         parser.error(f"--adapt-l2 must be a number >= 0 (got {args.adapt_l2}) and --adapt-max-iter >= 1 "
                      f"(got {args.adapt_max_iter})")
     check_threads(parser, args)
+    unread = options_not_read(args, argv)
+    if unread:
+        parser.error(f"{', '.join(unread)}: fairseq-speaker-adapt does not read {'them' if len(unread) > 1 else 'it'} "
+                     f"(it fits the speakers and saves the model with its own options: give decoding options such as "
+                     f"--beam or --unknown-speaker to fairseq-generate or -interactive when translating): leave "
+                     f"{'them' if len(unread) > 1 else 'it'} out")
     start_threads(args.threads)
     torch.manual_seed(args.seed)
     overrides = {k: getattr(args, k) for k in ("source_lang", "target_lang") if getattr(args, k, None)}

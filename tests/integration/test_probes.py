@@ -545,6 +545,16 @@ COMMAND_PROBES = {
          ["{data}", "--out", "{tmp}/t.npz", "--threads", "0"], 2, "--threads must be at least 1, got 0"),
     ],
     "fairseq-speaker-adapt": [
+        ("ignored-options-refused",
+         [*ADAPT, "--fp16"], 2, "--fp16: fairseq-speaker-adapt does not read it (it fits the speakers and saves the "
+                                "model with its own options: give decoding options such as --beam or "
+                                "--unknown-speaker to fairseq-generate or -interactive when translating): leave it out"),
+        ("ignored-options-refused",
+         [*ADAPT, "--sampling", "--beam", "0", "--unknown-speaker", "fail"], 2,
+         "--beam, --sampling, --unknown-speaker: fairseq-speaker-adapt does not read them"),
+        ("ignored-options-refused",
+         [*ADAPT, "--max-tokens", "5", "--gen-subset", "nosuch", "--speaker-token"], 2,
+         "--max-tokens, --gen-subset, --speaker-token: fairseq-speaker-adapt does not read them"),
         ("numbers-checked", [*ADAPT, "--adapt-l2", "nan"], 2, "--adapt-l2 must be a number >= 0 (got nan)"),
         ("numbers-checked", [*ADAPT, "--adapt-l2", "-1"], 2, "--adapt-l2 must be a number >= 0 (got -1.0)"),
         ("numbers-checked", [*ADAPT, "--adapt-max-iter", "0"], 2, "--adapt-max-iter >= 1 (got 0)"),
