@@ -319,6 +319,11 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                      f"must be others (the default valid, or none: no held-out stop)")
     start_threads(args.threads)
     checkpoint, sentences = open_with_sentences(args)
+    for option, count in (("--components", args.components), ("--styles", args.styles)):
+        if isinstance(count, int) and count > len(sentences):  # the mixture would have components of no speaker
+            raise OnboardingError(f"{option} {count}: more than the {len(sentences)} speakers with sentences in the "
+                                  f"{args.subset} split, which a mixture of {count} cannot be fitted to: give at most "
+                                  f"{len(sentences)}, or auto")
     adapter = SpeakerAdapter(checkpoint.model, checkpoint.task, FitOptions(max_iter=args.max_iter),
                              batch_sentences=args.batch_sentences, max_unknown_rate=1.0)
     start = time.perf_counter()

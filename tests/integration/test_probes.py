@@ -273,6 +273,13 @@ COMMAND_PROBES = {
     ],
     "fairseq-speaker-refit": [
         *TRAINED_SPEAKERS_TO_SAVE,
+        ("numbers-checked",
+         ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--components", "9"], 2,
+         "--components 9: more than the 8 speakers with sentences in the train split, which a mixture of 9 cannot be "
+         "fitted to: give at most 8, or auto"),
+        ("numbers-checked",
+         ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--styles", "50"], 2,
+         "--styles 50: more than the 8 speakers with sentences in the train split"),
         ("ignored-options-refused",
          ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--shared", "keep", "--l2", "3"], 2,
          "--l2 applies when the shared parameters are fitted, and --shared keep keeps them as trained: drop it, or use "
