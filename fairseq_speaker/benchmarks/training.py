@@ -505,7 +505,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="\n\n".join(__doc__.split("\n\n")[1:]))
-    parser.add_argument("--family", choices=list(FAMILY_REGISTRY), default="lstm")
+    parser.add_argument("--family", choices=list(FAMILY_REGISTRY), default=None,
+                        help="the family whose presets and stock reference are measured where --configs is not given "
+                        "(default: lstm)")
     parser.add_argument("--configs", nargs="+", metavar="CONFIG",
                         help="presets (lstm_fact_bias, ...), optionally with another speaker variant as ARCH:VARIANT "
                         "(transformer_base:fact+hyper_lhuc) and another --speaker-lr-scale as @lr-scale=X "
@@ -587,6 +589,16 @@ def check_args(parser: argparse.ArgumentParser, args) -> None:
             check_config(config)
         except (UserError, KeyError) as e:
             parser.error(str(e).strip("'\""))
+    if args.configs and args.family is not None:
+        parser.error(f"--family {args.family} chooses the configurations measured where --configs is not given, and "
+                     f"--configs names each one's family: drop one of them")
+    args.family = args.family or "lstm"
+    generating = args.generate or args.no_train
+    idle = [f"--{name.replace('_', '-')} {getattr(args, name)}" for name in ("gen_sentences", "gen_batch", "gen_len")
+            if getattr(args, name) != parser.get_default(name)]
+    if idle and not generating:
+        parser.error(f"{' '.join(idle)}: {'sizes' if len(idle) > 1 else 'a size'} of the generation runs, and only "
+                     f"training is timed: add --generate, or drop {'them' if len(idle) > 1 else 'it'}")
     remembering = [config for config in args.configs or [] if words_of(config)[1]]
     if remembering and not args.no_train:
         parser.error(f"--configs {remembering[0]}: the speakers' words act in generation only: time it with "

@@ -278,6 +278,11 @@ def _check_calibration(parser: argparse.ArgumentParser, args: argparse.Namespace
     where the settings are chosen (not with --calibrate off, nor where --weight 0, or --weight, --window and
     --kinds/--no-kinds all, fix them), --heldout-subset only by --calibrate auto and split, --calibration-beam only by
     --calibrate-by decoding. A --heldout-subset given must be there (``args.heldout_named``)."""
+    idle = [option for option, value in (("--window", args.window), ("--kinds" if args.kinds else "--no-kinds",
+                                                                       args.kinds)) if value is not None]
+    if args.weight == 0 and idle:
+        parser.error(f"{' and '.join(idle)}: how the memory acts, and --weight 0 writes a memory that does not act (the "
+                     f"network alone): drop {'it' if len(idle) == 1 else 'them'}, or give a weight above 0")
     fixed = args.weight == 0 or (args.weight is not None and args.window is not None and args.kinds is not None)
     given = [f"{option} {value}" for option, value in (("--calibrate", args.calibrate),
                                                        ("--heldout-subset", args.heldout_subset),

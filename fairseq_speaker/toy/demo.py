@@ -239,7 +239,8 @@ def build_parser() -> argparse.ArgumentParser:
                           "default: the cores this process may use, or OMP_NUM_THREADS if set)")
     parser.add_argument("--no-report", action="store_true",
                         help="skip the evaluation report (significance, speaker classifier, bias inspection)")
-    parser.add_argument("--classifier-epochs", type=int, default=20, help="epochs of the report's speaker classifier")
+    parser.add_argument("--classifier-epochs", type=int, default=None,
+                        help="epochs of the report's speaker classifier (default: 20)")
     return parser
 
 
@@ -278,6 +279,10 @@ def parse_args(argv=None) -> argparse.Namespace:
         parser.error(f"--deviation {args.deviation} is not a probability (0 to 1)")
     if args.deviation != DEFAULT_DEVIATION and not args.styles:
         parser.error(f"--deviation {args.deviation} is the styles corpus's: give --styles K too")
+    if args.no_report and args.classifier_epochs is not None:
+        parser.error(f"--classifier-epochs {args.classifier_epochs} trains the report's speaker classifier, and "
+                     f"--no-report writes no report: drop one of them")
+    args.classifier_epochs = 20 if args.classifier_epochs is None else args.classifier_epochs
     args.lr = {name: args.lr or f.demo_lr for name, f in FAMILY_REGISTRY.items()}
     return args
 

@@ -9,13 +9,15 @@ import pytest
 from tests.cli import call_main, run
 
 TINY = ["--sizes", "8", "8", "8", "--vocab", "40", "--sentences", "120", "--warmup", "1", "--updates", "2",
-        "--repeats", "1", "--gen-sentences", "8", "--gen-batch", "4", "--gen-len", "4"]
+        "--repeats", "1"]
+#: with --generate (the benchmark refuses them without: nothing would read them)
+GENERATE = ["--generate", "--gen-sentences", "8", "--gen-batch", "4", "--gen-len", "4"]
 
 
 @pytest.mark.slow  # trains each configuration for real; the arithmetic and refusals stay in the default run
 def test_benchmark_measures_ours_beside_stock_fairseq_and_skips_what_cannot_fit(tmp_path):
     out = tmp_path / "bench.json"
-    proc = run("fairseq-speaker-benchmark", [*TINY, "--configs", "lstm_full_bias", "stock_lstm", "--generate",
+    proc = run("fairseq-speaker-benchmark", [*TINY, "--configs", "lstm_full_bias", "stock_lstm", *GENERATE,
                                              "--speakers", "4", "1000000000", "--json", str(out)])
     figures = json.loads(out.read_text())
     assert figures["peak_flop_per_second"][0] > 1e8
@@ -68,7 +70,7 @@ def test_paired_rounds_measure_every_configuration_in_one_process_and_refuse_pla
     """--paired runs the configurations of a mode in one process per round, taking turns: every row has a
     figure per round, and the ratios to base and stock are filled; --plain cannot share that process."""
     out = tmp_path / "bench.json"
-    proc = run("fairseq-speaker-benchmark", [*TINY, "--repeats", "2", "--paired", "--generate", "--configs",
+    proc = run("fairseq-speaker-benchmark", [*TINY, "--repeats", "2", "--paired", *GENERATE, "--configs",
                                              "lstm_base", "lstm_fact_bias", "stock_lstm", "--json", str(out)])
     assert "paired round(s)" in proc.stdout and proc.stderr.count("(paired)") == 4  # 2 rounds x 2 modes
     # the models are built in a rotating order: in one process the first built runs faster
@@ -95,7 +97,7 @@ def test_a_preset_with_another_variant_is_measured_paired_beside_the_preset(tmp_
     out = tmp_path / "bench.json"
     configs = ["lstm_fact_bias", "lstm_base:fact", "lstm_base:fact+hyper_lhuc",
                "transformer_fact_bias", "transformer_base:fact+hyper_lhuc"]
-    proc = run("fairseq-speaker-benchmark", [*TINY, "--layers", "2", "--speakers", "4", "--paired", "--generate",
+    proc = run("fairseq-speaker-benchmark", [*TINY, "--layers", "2", "--speakers", "4", "--paired", *GENERATE,
                                              "--configs", *configs, "--versus", "lstm_fact_bias", "--json", str(out)])
     rows = {(r["mode"], r["config"]): r for r in json.loads(out.read_text())["rows"]}
     assert set(rows) == {(m, c) for m in ("train", "generate") for c in configs}
@@ -190,7 +192,7 @@ def test_a_configuration_with_its_speakers_words_translates_with_them_beside_the
 
     out = tmp_path / "bench.json"
     configs = ["lstm_fact_bias", "lstm_fact_bias@words"]
-    proc = call_main("fairseq-speaker-benchmark", [*TINY, "--speakers", "4", "--paired", "--no-train", "--generate",
+    proc = call_main("fairseq-speaker-benchmark", [*TINY, "--speakers", "4", "--paired", "--no-train", *GENERATE,
                                                    "--configs", *configs, "--versus", "lstm_fact_bias", "--json",
                                                    str(out)])
     rows = {r["config"]: r for r in json.loads(out.read_text())["rows"]}

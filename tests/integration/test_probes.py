@@ -113,6 +113,14 @@ TRAINED_SPEAKERS_TO_SAVE = [
 #: standard error contains)
 COMMAND_PROBES = {
     "fairseq-speaker-benchmark": [
+        ("ignored-options-refused",
+         ["--gen-sentences", "8", "--gen-batch", "4"], 2, "--gen-sentences 8 --gen-batch 4: sizes of the generation "
+                                                          "runs, and only training is timed: add --generate, or drop "
+                                                          "them"),
+        ("ignored-options-refused",
+         ["--family", "transformer", "--configs", "lstm_fact_bias"], 2,
+         "--family transformer chooses the configurations measured where --configs is not given, and --configs names "
+         "each one's family: drop one of them"),
         ("numbers-checked", ["--batch", "0"], 2, "--batch must be at least 1, got 0"),
         ("refused-before-writing", ["--json", "{tmp}"], 2, "{tmp} is a directory: give the path of a file to write"),
         ("refused-before-writing",
@@ -182,6 +190,10 @@ COMMAND_PROBES = {
                                                                             "(lstm_fact_bias@lr-scale=2@words)"),
     ],
     "fairseq-speaker-demo": [
+        ("ignored-options-refused",
+         ["--no-report", "--classifier-epochs", "3"], 2, "--classifier-epochs 3 trains the report's speaker "
+                                                         "classifier, and --no-report writes no report: drop one of "
+                                                         "them"),
         ("one-line-user-errors",
          ["--archs", "lstm_nonsense"], 2, "unknown system 'lstm_nonsense': start it with a preset"),
         ("one-line-user-errors",
@@ -348,6 +360,13 @@ COMMAND_PROBES = {
     ],
     "fairseq-speaker-words": [
         *TRAINED_SPEAKERS_TO_SAVE,
+        ("ignored-options-refused",
+         ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--weight", "0", "--window", "3"], 2,
+         "--window: how the memory acts, and --weight 0 writes a memory that does not act (the network alone): drop "
+         "it, or give a weight above 0"),
+        ("ignored-options-refused",
+         ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--weight", "0", "--window", "3", "--no-kinds"], 2,
+         "--window and --no-kinds: how the memory acts, and --weight 0"),
         ("refused-before-writing",
          ["{data}", "--path", "{ckpt}", "--save", "{tmp}/gone/o.pt"], 2, "cannot write {tmp}/gone/o.pt: the folder"),
         ("not-a-checkpoint",
