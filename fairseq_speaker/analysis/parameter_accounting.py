@@ -108,8 +108,21 @@ def sized_dictionary(size: int) -> Dictionary:
     return d
 
 
+class CountingDictionary(Dictionary):
+    """``size`` entries to what counts them (``len``), fairseq's special symbols alone held: a model built with it on
+    the meta device has the shapes it has with a real dictionary of that size, without a string a word (a vocabulary
+    of 40 million words took a minute and gigabytes of memory to spell out before anything was counted)."""
+
+    def __init__(self, size: int):
+        super().__init__()
+        self._size = max(int(size), len(self.symbols))
+
+    def __len__(self) -> int:
+        return self._size
+
+
 def _dictionary(vocab: Union[int, Dictionary]) -> Dictionary:
-    return vocab if isinstance(vocab, Dictionary) else sized_dictionary(vocab)
+    return vocab if isinstance(vocab, Dictionary) else CountingDictionary(vocab)
 
 
 def model_options(arch: str, model_args: Sequence[str] = ()) -> argparse.Namespace:
@@ -118,15 +131,18 @@ def model_options(arch: str, model_args: Sequence[str] = ()) -> argparse.Namespa
         "data-bin", "--task", "speaker_translation", "--arch", arch, *model_args])
 
 
-def with_examples(args: argparse.Namespace, arch: str, workdir: str,
-                  source_dictionary: Dictionary) -> Tuple[argparse.Namespace, Dict[str, object]]:
-    """``args`` with the example options of every registered variant (``example_options``, which may
-    write a small file in ``workdir``) for those the command line left at their defaults; and what was
-    filled in. The command line's options win, so that e.g. a real ``--topic-model`` is counted."""
+def with_examples(args: argparse.Namespace, arch: str, workdir: str, source_dictionary: Dictionary,
+                  variants: Optional[Sequence[str]] = None) -> Tuple[argparse.Namespace, Dict[str, object]]:
+    """``args`` with the example options of every registered variant (or of ``variants``) (``example_options``,
+    which may write a small file in ``workdir``, sized by ``source_dictionary``) for those the command line left at
+    their defaults; and what was filled in. The command line's options win, so that e.g. a real ``--topic-model`` is
+    counted."""
     defaults = vars(model_options(arch))
     given = {k for k, v in vars(args).items() if k not in defaults or defaults[k] != v}
     filled: Dict[str, object] = {}
-    for cls in SPEAKER_BIAS_REGISTRY.values():
+    for name, cls in SPEAKER_BIAS_REGISTRY.items():
+        if variants is not None and name not in variants:
+            continue
         filled.update({k: v for k, v in cls.example_options(workdir, source_dictionary).items() if k not in given})
     return argparse.Namespace(**{**vars(args), **filled}), filled
 
@@ -233,8 +249,8 @@ def load_checkpoint_model(path: str, training_args: Sequence[str] = ()) -> Check
         raise UserError(f"--path {path}: no embedding tables in its model: not a checkpoint of a speaker model")
     args = argparse.Namespace(**{**vars(model_options(arch, training_args)),
                                  **{k: v for k, v in options.items() if not k.startswith("_")}})
-    task = SimpleNamespace(source_dictionary=sized_dictionary(src_vocab), target_dictionary=sized_dictionary(tgt_vocab),
-                           speaker_dictionary=_few_speakers(num_speakers))
+    task = SimpleNamespace(source_dictionary=CountingDictionary(src_vocab),
+                           target_dictionary=CountingDictionary(tgt_vocab), speaker_dictionary=_few_speakers(num_speakers))
     try:
         with torch.device("meta"):
             model = ARCH_MODEL_REGISTRY[arch].build_model(args, task)
@@ -269,7 +285,11 @@ def build_meta_model(src_vocab: Union[int, Dictionary], tgt_vocab: Union[int, Di
         speaker_dictionary=_few_speakers(num_speakers),
     )
     with tempfile.TemporaryDirectory() as workdir:  # files of the examples are read while the model is built
-        args, filled = with_examples(model_options(arch, model_args), arch, workdir, task.source_dictionary)
+        args = model_options(arch, model_args)
+        # the examples of the variants built alone: another's may be sized by the source vocabulary (topic's model
+        # of the source words, three floats a word), which a model without it does not count
+        named = parse_variant_name(args.speaker_bias) if getattr(args, "speaker_bias", None) else []
+        args, filled = with_examples(args, arch, workdir, task.source_dictionary, variants=named)
         with torch.device("meta"):
             model = ARCH_MODEL_REGISTRY[arch].build_model(args, task)
             _resize(model.decoder.speaker_bias, num_speakers)
@@ -494,6 +514,11 @@ def main(argv=None) -> None:
         variants = compare_variants(tgt, speakers, arch, model_args)
     except ValueError as e:  # an unknown variant, a file that does not fit the data: the variant's own message
         parser.error(str(e))
+    except RuntimeError as e:  # torch counts a table's entries in 64 bits, even on the meta device
+        if "overflow" not in str(e):
+            raise
+        parser.error(f"--src-vocab {src}, --tgt-vocab {tgt}, --speakers {speakers}: a table of this model would have "
+                     f"more entries than a 64-bit count holds (about 9.2e18): give sizes a machine could hold")
     print(format_report(accounting, variants))
     print()
     print(format_memory(memory, more, args.memory_budget))

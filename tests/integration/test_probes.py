@@ -263,6 +263,10 @@ COMMAND_PROBES = {
          ["--out", "{afile}/c", "--train", "48"], 2, "--out {afile}/c: {afile} is a file, so no folder can be made"),
     ],
     "fairseq-speaker-params": [
+        ("numbers-checked",
+         ["--tgt-vocab", "4000000000000", "--speakers", "4000000000000", "--arch", "lstm_full_bias"], 2,
+         "--src-vocab 4000000000000, --tgt-vocab 4000000000000, --speakers 4000000000000: a table of this model would "
+         "have more entries than a 64-bit count holds"),
         ("numbers-checked", ["--tgt-vocab", "40000", "--speakers", "-5"], 2, "--speakers must not be negative, got -5"),
         ("numbers-checked", ["--tgt-vocab", "-3", "--speakers", "5"], 2, "--tgt-vocab must be at least 5"),
         ("numbers-checked",

@@ -7,11 +7,13 @@ import pytest
 import torch
 
 from fairseq_speaker.analysis.parameter_accounting import (
+    CountingDictionary,
     accounting_of,
     compare_variants,
     count_parameters,
     load_checkpoint_model,
     main,
+    sized_dictionary,
 )
 from fairseq_speaker.checkpoints import read_checkpoint
 from fairseq_speaker.models import get_family
@@ -67,6 +69,22 @@ def test_fact_bias_saves_the_papers_share_of_speaker_parameters(speakers, saving
     assert fact.base == full.base
     costs = {c.name: c for c in compare_variants(V, speakers, "lstm_base", ["--speaker-rank", "10"])}
     assert round(100 * (1 - costs["fact"].total / costs["full"].total), 2) == saving
+
+
+@pytest.mark.parametrize("arch", ["lstm_fact_bias", "lstm_speaker", "transformer_fact_bias", "transformer_speaker"])
+def test_a_vocabulary_counted_without_its_words_sizes_the_model_as_one_spelt_out(arch):
+    """The accounting sizes the vocabulary with CountingDictionary (no word held); a dictionary of as many real
+    entries gives the same counts, component by component."""
+    counted = count_parameters(3001, 2999, 7, arch)
+    spelt = count_parameters(sized_dictionary(3001), sized_dictionary(2999), 7, arch)
+    assert len(CountingDictionary(2999)) == len(sized_dictionary(2999)) == 2999
+    assert counted.components == spelt.components and counted.total == spelt.total > 0
+
+
+def test_forty_million_words_are_counted_as_arithmetic():
+    """fairseq-speaker-params spelt out every word of the vocabulary first: 40 million took minutes and gigabytes."""
+    fact = count_parameters(V, 40_000_000, 5, "lstm_fact_bias", ["--speaker-rank", "10"])
+    assert fact.speaker == 10 * (5 + 40_000_000)
 
 
 def flags(options):
