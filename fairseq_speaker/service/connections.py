@@ -7,7 +7,9 @@ connection (a socket, a file descriptor, a parser's buffers) for ever, and its h
 
 - the request line and headers must arrive within ``header_timeout`` seconds of the connection or of the request's
   first byte: otherwise ``408`` and the connection is closed;
-- they may take ``max_header_bytes`` at most: otherwise ``431`` and the connection is closed.
+- they may take ``max_header_bytes`` at most: otherwise ``431`` and the connection is closed;
+- bytes that are not HTTP/1.1 (two Content-Lengths, a TLS hello, a lower-case method) get the service's JSON error,
+  ``400 malformed_request``, where uvicorn answered plain text.
 
 The body has its own deadline, the request's (``--request-timeout``): the service's ASGI middleware reads it
 (:class:`fairseq_speaker.service.app._Observed`). Where httptools is not installed uvicorn's h11 protocol is used as it
@@ -19,6 +21,10 @@ from typing import Optional
 
 #: the default bound on the request line and headers of one request
 MAX_HEADER_BYTES = 65536
+#: the message of a request that HTTP/1.1's parser refuses (before the service sees it)
+MALFORMED = ("the request is not HTTP/1.1 that this service can read: an upper-case method, a path of ASCII (other "
+             "bytes percent-encoded), one Content-Length or chunked Transfer-Encoding, not both; TLS and HTTP/2 are "
+             "not served on this port")
 
 
 def _error_response(status: int, reason: str, code: str, message: str) -> bytes:
@@ -90,5 +96,8 @@ def bounded_http_protocol(header_timeout: float, max_header_bytes: int = MAX_HEA
         def connection_lost(self, exc) -> None:
             self._disarm()
             super().connection_lost(exc)
+
+        def send_400_response(self, msg: str) -> None:  # uvicorn's answer to bytes its parser refuses: plain text
+            self._refuse(_error_response(400, "Bad Request", "malformed_request", MALFORMED), "not valid HTTP/1.1")
 
     return BoundedHttpToolsProtocol

@@ -614,14 +614,28 @@ def _slow_client(port: int, kind: str) -> socket.socket:
     elif kind == "answered before its body":  # a write refused before its body is read, the body trickling in
         sock.sendall(b"PUT /speakers/zoe HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                      b"Content-Length: 1000\r\n\r\n" + b'{"sources"')
+    elif kind in MALFORMED_REQUESTS:
+        sock.sendall(MALFORMED_REQUESTS[kind])
     elif kind == "huge headers":
         sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n" + b"X-Filler: " + b"a" * 70_000)
     return sock  # "silent": connects and sends nothing
 
 
+#: bytes HTTP/1.1's parser refuses before the service sees a request
+MALFORMED_REQUESTS = {
+    "two content lengths": b"POST /translate HTTP/1.1\r\nHost: h\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}",
+    "length and chunked": b"POST /translate HTTP/1.1\r\nHost: h\r\nContent-Length: 2\r\n"
+                          b"Transfer-Encoding: chunked\r\n\r\n{}",
+    "negative length": b"POST /translate HTTP/1.1\r\nHost: h\r\nContent-Length: -5\r\n\r\n",
+    "lower-case method": b"post /translate HTTP/1.1\r\nHost: h\r\n\r\n",
+    "http/2 preface": b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+    "tls hello": bytes.fromhex("16030100a5010000a10303") + bytes(32) + b"\x00\x00\x02\x13\x01\x01\x00",
+}
+
 #: slow and oversized clients (_slow_client's kinds): (the promise of docs/reliability.md, kind, status, error code,
 #: seconds within which the answer comes)
 SLOW_CLIENT_PROBES = [
+    *[("one-json-error", kind, 400, "malformed_request", 0.0) for kind in MALFORMED_REQUESTS],
     ("slow-clients-let-go", "headers", 408, "request_timeout", 1.0),
     ("slow-clients-let-go", "silent", 408, "request_timeout", 1.0),
     ("slow-clients-let-go", "body", 408, "request_timeout", 2.0),
