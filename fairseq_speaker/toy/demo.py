@@ -233,7 +233,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--words", action="store_true",
                         help="also decode each system whose speakers have parameters of their own with its speakers' "
                         "words (fairseq-speaker-words): a row SYSTEM+words each")
-    parser.add_argument("--topics", type=int, default=8, help="topics of the source-side topic model")
+    parser.add_argument("--topics", type=int, default=None,
+                        help="topics of the source-side topic model, for systems of the topic variant (default: 8)")
     parser.add_argument("--seed", type=int, default=1)
     add_runtime_arguments(parser, threads_help="CPU threads of each training and decoding (one at a time; "
                           "default: the cores this process may use, or OMP_NUM_THREADS if set)")
@@ -279,6 +280,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         parser.error(f"--deviation {args.deviation} is not a probability (0 to 1)")
     if args.deviation != DEFAULT_DEVIATION and not args.styles:
         parser.error(f"--deviation {args.deviation} is the styles corpus's: give --styles K too")
+    if args.topics is not None and not uses_topics(args.archs):
+        parser.error(f"--topics {args.topics} sizes the topic model of the topic variant, and no system of --archs "
+                     f"has it: drop --topics, or add a system such as lstm_base:fact+topic")
+    if args.topics is not None and args.topics < 1:
+        parser.error(f"--topics must be at least 1, got {args.topics}")
+    args.topics = 8 if args.topics is None else args.topics
     if args.no_report and args.classifier_epochs is not None:
         parser.error(f"--classifier-epochs {args.classifier_epochs} trains the report's speaker classifier, and "
                      f"--no-report writes no report: drop one of them")

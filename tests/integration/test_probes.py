@@ -191,6 +191,10 @@ COMMAND_PROBES = {
     ],
     "fairseq-speaker-demo": [
         ("ignored-options-refused",
+         ["--topics", "0", "--archs", "lstm_base"], 2, "--topics 0 sizes the topic model of the topic variant, and no "
+                                                        "system of --archs has it"),
+        ("numbers-checked", ["--topics", "0", "--archs", "lstm_base:fact+topic"], 2, "--topics must be at least 1, got 0"),
+        ("ignored-options-refused",
          ["--no-report", "--classifier-epochs", "3"], 2, "--classifier-epochs 3 trains the report's speaker "
                                                          "classifier, and --no-report writes no report: drop one of "
                                                          "them"),
