@@ -250,7 +250,8 @@ def load_checkpoint_model(path: str, training_args: Sequence[str] = ()) -> Check
     args = argparse.Namespace(**{**vars(model_options(arch, training_args)),
                                  **{k: v for k, v in options.items() if not k.startswith("_")}})
     task = SimpleNamespace(source_dictionary=CountingDictionary(src_vocab),
-                           target_dictionary=CountingDictionary(tgt_vocab), speaker_dictionary=_few_speakers(num_speakers))
+                           target_dictionary=CountingDictionary(tgt_vocab),
+                           speaker_dictionary=_few_speakers(num_speakers))
     try:
         with torch.device("meta"):
             model = ARCH_MODEL_REGISTRY[arch].build_model(args, task)

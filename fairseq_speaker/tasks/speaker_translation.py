@@ -367,14 +367,16 @@ class SpeakerTranslationTask(SpeakerInferenceMixin, TranslationTask):
     def _check_no_input_speaker(self, split: str) -> None:
         """Refuse fairseq-interactive's speaker options where a binarized split is read (fairseq-train, -generate,
         -validate): they name the speakers of input lines, and a split's speakers are its speaker file's, so they
-        would be ignored. A checkpoint's saved options never reach here with them (onboarding.checkpoint clears them)."""
+        would be ignored. A checkpoint's saved options never reach here with them (onboarding.checkpoint clears
+        them)."""
         given = [f"--speaker {self.cfg.speaker}"] if self.cfg.speaker is not None else []
         given += ["--speaker-per-line"] if self.cfg.speaker_per_line else []
         if given:
+            path = f"{os.path.join(utils.split_paths(self.cfg.data)[0], split)}.{self.cfg.speaker_suffix}"
             raise SpeakerDataError(
                 f"{' and '.join(given)}: fairseq-interactive's speakers of its input lines; the {split} split's "
-                f"speakers are read from its speaker file "
-                f"({os.path.join(utils.split_paths(self.cfg.data)[0], split)}.{self.cfg.speaker_suffix}, or --speaker-file): leave {'them' if len(given) > 1 else 'it'} out")
+                f"speakers are read from its speaker file ({path}, or --speaker-file): leave "
+                f"{'them' if len(given) > 1 else 'it'} out")
 
     def _check_not_empty(self, split: str, epoch: int) -> None:
         """Refuse a split binarized from empty text: its ``.bin`` files are empty, which fairseq cannot map."""
