@@ -72,10 +72,10 @@ def _problems(checkpoint, bias, speakers=None):
     own labels."""
     from fairseq_speaker.onboarding.adapt import SpeakerAdapter
     from fairseq_speaker.onboarding.fit import FitOptions
-    from fairseq_speaker.onboarding.refit import training_sentences
+    from fairseq_speaker.onboarding.checkpoint import split_sentences
 
     if speakers is None:
-        sentences = training_sentences(checkpoint.task, "train")
+        sentences = split_sentences(checkpoint.task, "train")
     else:
         checkpoint.task.load_dataset("train")
         dataset = checkpoint.task.datasets["train"]
@@ -87,7 +87,7 @@ def _problems(checkpoint, bias, speakers=None):
                              max_unknown_rate=1.0)
     adapter.sentences = {name: list(pairs) for name, pairs in sentences.items()}
     names = list(sentences)
-    problems = {name: chunks for group in adapter._score_groups(names) for name, chunks in group}
+    problems = {name: chunks for group in adapter.score_groups(names) for name, chunks in group}
     return names, [problems[n] for n in names]
 
 
@@ -123,7 +123,7 @@ def refit(args) -> None:
     import torch
 
     import fairseq_speaker  # noqa: F401  (registers the task and models)
-    from fairseq_speaker.onboarding.adapt import _stack
+    from fairseq_speaker.onboarding.checkpoint import stacked_rows
     from fairseq_speaker.onboarding.checkpoint import SpeakerCheckpoint, replace_speakers
     from fairseq_speaker.onboarding.fit import FitOptions, fit_speakers
 
@@ -143,7 +143,7 @@ def refit(args) -> None:
         rows.update({n: fitted[0] for n in speakers})
     dtype = {name: p.dtype for name, p in bias.speaker_parameters().items()}
     replace_speakers(checkpoint.model, checkpoint.task, names,
-                     _stack([{k: v.to(dtype[k]) for k, v in rows[n].items()} for n in names]))
+                     stacked_rows([{k: v.to(dtype[k]) for k, v in rows[n].items()} for n in names]))
     checkpoint.save(args.save)
     print(f"{len(members)} kinds of {len(names)} speakers; wrote {args.save}")
 

@@ -43,6 +43,7 @@ from fairseq_speaker.onboarding.checkpoint import (
     adaptable_bias,
     add_speakers,
     replace_speakers,
+    stacked_rows,
 )
 from fairseq_speaker.onboarding.fit import (
     Curvature,
@@ -247,7 +248,7 @@ class SpeakerAdapter:
             self.sentences[name] = list(sentences[name])
             self._scores.pop(name, None)
             self._curvatures.pop(name, None)
-        groups = self._score_groups(names) if not fit_shared else None
+        groups = self.score_groups(names) if not fit_shared else None
         held = {name: self.chunks(heldout[name]) for name in names if heldout.get(name)}
         if fit_shared:
             problems = [self._cached(name) for name in names]
@@ -379,7 +380,7 @@ class SpeakerAdapter:
             self._likely = (ids, centre, lognorm)
         return self._likely or None
 
-    def _score_groups(self, names: List[str]):
+    def score_groups(self, names: List[str]):
         """Speakers' scores, a group of at most ``batch_sentences`` sentences at a time (a generator, so
         that only one group's scores are in memory beyond the cache); through the decoder, a speaker at a time."""
         if self.through_decoder:
@@ -464,14 +465,10 @@ class SpeakerAdapter:
         new = [(name, r) for name, r in zip(names, rows) if name not in self.task.speaker_dictionary]
         old = [(name, r) for name, r in zip(names, rows) if name in self.task.speaker_dictionary]
         if new:
-            add_speakers(self.model, self.task, [n for n, _ in new], _stack([r for _, r in new]),
+            add_speakers(self.model, self.task, [n for n, _ in new], stacked_rows([r for _, r in new]),
                          counts=[len(self.sentences[n]) for n, _ in new])
         if old:
-            replace_speakers(self.model, self.task, [n for n, _ in old], _stack([r for _, r in old]))
-
-
-def _stack(rows: List[Dict[str, Tensor]]) -> Dict[str, Tensor]:
-    return {key: torch.cat([r[key] for r in rows]) for key in rows[0]}
+            replace_speakers(self.model, self.task, [n for n, _ in old], stacked_rows([r for _, r in old]))
 
 
 # -- reading the adaptation files ---------------------------------------------------------------------

@@ -12,10 +12,11 @@ The task state records which speakers were onboarded, and from how many sentence
 gets it as it is read where it can be told (:func:`settle_onboarded_speakers`), and none where it cannot.
 """
 
+import argparse
 import logging
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from fairseq import checkpoint_utils, tasks
@@ -29,11 +30,14 @@ from fairseq_speaker.data.speaker_dictionary import new_label_problem
 from fairseq_speaker.errors import UserError
 from fairseq_speaker.modules.speaker_bias import SpeakerBias
 from fairseq_speaker.modules.speaker_words import speaker_words_of
+from fairseq_speaker.tasks.speaker_translation import SplitNotFound
 from fairseq_speaker.user_dir import check_registered
 
 if TYPE_CHECKING:
     from fairseq.models import BaseFairseqModel
     from fairseq.tasks import FairseqTask
+
+    from fairseq_speaker.onboarding.fit import Pair
 
 logger = logging.getLogger(__name__)
 
@@ -267,3 +271,48 @@ def _record_onboarded(task, names: Sequence[str], counts: Optional[Sequence[int]
     task.state.merge_state_dict({ONBOARDED_KEY: {"names": list(record["names"]) + list(names),
                                                  "sentences": list(record["sentences"]) + sentences,
                                                  "complete": bool(record.get("complete", True))}})
+
+
+# -- the sentences of a checkpoint's speakers ------------------------------------------------------
+
+
+def split_sentences(task, subset: str) -> Dict[str, List["Pair"]]:
+    """The sentence pairs of every known speaker in ``subset`` of the task's data, by speaker name."""
+    task.load_dataset(subset)
+    dataset = task.datasets[subset]
+    names = task.speaker_dictionary.names
+    out: Dict[str, List["Pair"]] = {}
+    for i, speaker in enumerate(dataset.speakers.tolist()):
+        if speaker < 0:  # a sentence of no known speaker
+            continue
+        item = dataset[i]
+        out.setdefault(names[speaker], []).append((item["source"], item["target"]))
+    return out
+
+
+def open_with_sentences(args) -> Tuple["SpeakerCheckpoint", Dict[str, List["Pair"]]]:
+    """The checkpoint ``args.path`` opened on ``args.data`` (after ``args.user_dir``'s registrations), and the
+    sentence pairs of its speakers in the split ``args.subset``, for the commands that fit a checkpoint's trained
+    speakers again (``fairseq-speaker-refit``, ``-words``); a message when either cannot be."""
+    if args.user_dir:
+        from fairseq import utils
+
+        utils.import_user_module(argparse.Namespace(user_dir=args.user_dir))
+    import fairseq_speaker  # noqa: F401  (registers the task and models)
+
+    checkpoint = SpeakerCheckpoint.load(args.path, data=args.data)
+    checkpoint.check_adaptable()
+    try:
+        sentences = split_sentences(checkpoint.task, args.subset)
+    except (FileNotFoundError, SplitNotFound):  # other refusals (its speaker file, its text) say what is wrong
+        raise OnboardingError(f"{args.data}: no binarized {args.subset!r} split; --subset names the split the "
+                              f"speakers were trained on (default: train)") from None
+    if not sentences:
+        raise OnboardingError(f"{args.data}: the {args.subset!r} split has no sentence of a speaker the model knows")
+    return checkpoint, sentences
+
+
+def stacked_rows(rows: List[Dict[str, Tensor]]) -> Dict[str, Tensor]:
+    """Speakers' rows (one dict of their parameters each) as :func:`add_speakers` and :func:`replace_speakers` take
+    them: each parameter's rows concatenated in order."""
+    return {key: torch.cat([r[key] for r in rows]) for key in rows[0]}

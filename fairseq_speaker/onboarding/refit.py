@@ -27,15 +27,21 @@ import math
 import os
 import sys
 import time
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence
 
 import torch
 from torch import Tensor
 
 from fairseq_speaker.command_registry import program_name
 from fairseq_speaker.errors import command
-from fairseq_speaker.onboarding.adapt import SpeakerAdapter, _stack
-from fairseq_speaker.onboarding.checkpoint import OnboardingError, SpeakerCheckpoint, replace_speakers
+from fairseq_speaker.onboarding.adapt import SpeakerAdapter
+from fairseq_speaker.onboarding.checkpoint import (
+    OnboardingError,
+    open_with_sentences,
+    replace_speakers,
+    split_sentences,
+    stacked_rows,
+)
 from fairseq_speaker.onboarding.fit import FitOptions, Pair, TokenScores, data_nll, fit_speakers
 from fairseq_speaker.onboarding.prior import CHECKPOINT_KEY, SpeakerPrior, best_start, describe, fit_mixture
 from fairseq_speaker.onboarding.styles import candidate_counts, choose_styles, fit_styles
@@ -43,41 +49,6 @@ from fairseq_speaker.runtime import add_runtime_arguments, check_threads, config
 from fairseq_speaker.tasks.speaker_translation import SplitNotFound
 
 PROG = program_name(__name__)
-
-
-def training_sentences(task, subset: str) -> Dict[str, List[Pair]]:
-    """The sentence pairs of every known speaker in ``subset`` of the task's data, by speaker name."""
-    task.load_dataset(subset)
-    dataset = task.datasets[subset]
-    names = task.speaker_dictionary.names
-    out: Dict[str, List[Pair]] = {}
-    for i, speaker in enumerate(dataset.speakers.tolist()):
-        if speaker < 0:  # a sentence of no known speaker
-            continue
-        item = dataset[i]
-        out.setdefault(names[speaker], []).append((item["source"], item["target"]))
-    return out
-
-
-def open_with_sentences(args) -> Tuple[SpeakerCheckpoint, Dict[str, List[Pair]]]:
-    """The checkpoint ``args.path`` opened on ``args.data`` (after ``args.user_dir``'s registrations), and the
-    sentence pairs of its speakers in the split ``args.subset``; a message when either cannot be."""
-    if args.user_dir:
-        from fairseq import utils
-
-        utils.import_user_module(argparse.Namespace(user_dir=args.user_dir))
-    import fairseq_speaker  # noqa: F401  (registers the task and models)
-
-    checkpoint = SpeakerCheckpoint.load(args.path, data=args.data)
-    checkpoint.check_adaptable()
-    try:
-        sentences = training_sentences(checkpoint.task, args.subset)
-    except (FileNotFoundError, SplitNotFound):  # other refusals (its speaker file, its text) say what is wrong
-        raise OnboardingError(f"{args.data}: no binarized {args.subset!r} split; --subset names the split the "
-                              f"speakers were trained on (default: train)") from None
-    if not sentences:
-        raise OnboardingError(f"{args.data}: the {args.subset!r} split has no sentence of a speaker the model knows")
-    return checkpoint, sentences
 
 
 def fit_jointly(adapter: SpeakerAdapter, sentences: Dict[str, List[Pair]], rows: Dict[str, Dict[str, Tensor]],
@@ -89,7 +60,7 @@ def fit_jointly(adapter: SpeakerAdapter, sentences: Dict[str, List[Pair]], rows:
     sentences, ridge ``l2`` on the rows, stopped where the loss of the ``heldout`` sentences stops improving."""
     bias, names = adapter.bias, list(sentences)
     problems, size = {}, 0
-    for group in adapter._score_groups(names):
+    for group in adapter.score_groups(names):
         for name, chunks in group:
             problems[name] = chunks
             size += sum(c.nbytes() if isinstance(c, TokenScores) else 0 for c in chunks)
@@ -142,14 +113,14 @@ def refit_speakers(adapter: SpeakerAdapter, sentences: Dict[str, List[Pair]], co
     for iteration in range(iterations):
         started = time.perf_counter()
         if styles is not None and iteration == 0:
-            scored = {name: chunks for group in adapter._score_groups(names) for name, chunks in group}
+            scored = {name: chunks for group in adapter.score_groups(names) for name, chunks in group}
             prior = _styles_prior(adapter.bias, names, scored, rows, styles, style_precision, seed, label_smoothing,
                                   progress)
         else:
             prior = fit_mixture([rows[n] for n in names], components, seed=seed + iteration, variant=bias.name)
         before = after = 0.0
         tokens = 0
-        groups = [[(name, scored[name]) for name in names]] if scored is not None else adapter._score_groups(names)
+        groups = [[(name, scored[name]) for name in names]] if scored is not None else adapter.score_groups(names)
         scored = None  # later rounds score again, a group at a time
         for group in groups:
             for name, chunks in group:
@@ -169,7 +140,7 @@ def refit_speakers(adapter: SpeakerAdapter, sentences: Dict[str, List[Pair]], co
                      f"{before / max(tokens, 1):.4f} -> {after / max(tokens, 1):.4f} "
                      f"({time.perf_counter() - started:.1f} s)")
     dtype = {name: p.dtype for name, p in bias.speaker_parameters().items()}
-    replace_speakers(adapter.model, task, names, _stack([{k: v.to(dtype[k]) for k, v in rows[n].items()}
+    replace_speakers(adapter.model, task, names, stacked_rows([{k: v.to(dtype[k]) for k, v in rows[n].items()}
                                                          for n in names]), keep_words=True)
     # the prior the speakers were last fitted under, not one fitted to the refitted rows: those sit closer to
     # their components than the evidence of a few sentences warrants, and a prior fitted to them would be
@@ -344,7 +315,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     heldout = None
     if shared and args.heldout_subset != "none":
         try:
-            heldout = training_sentences(checkpoint.task, args.heldout_subset)
+            heldout = split_sentences(checkpoint.task, args.heldout_subset)
         except (FileNotFoundError, SplitNotFound):
             raise OnboardingError(f"{args.data}: no binarized {args.heldout_subset!r} split; --heldout-subset "
                                   f"none fits without a held-out stop") from None

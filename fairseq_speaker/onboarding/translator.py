@@ -39,7 +39,6 @@ import scipy.sparse
 import torch
 from fairseq import hub_utils
 from fairseq.dataclass.configs import GenerationConfig
-from fairseq.tasks.fairseq_task import StatefulContainer
 from omegaconf import open_dict
 
 import fairseq_speaker  # noqa: F401  (registers the task and the models)
@@ -284,16 +283,6 @@ def _fitting_copy(model, keep: Sequence = ()):
     return copy.deepcopy(model, memo)
 
 
-def _task_copy(task):
-    """A copy of ``task`` with a speaker dictionary of its own (what adding a speaker changes), sharing the rest."""
-    names = task.speaker_dictionary  # noqa: F841  (made now if the task makes it lazily: the copy starts with it)
-    copied = copy.copy(task)
-    copied.state = StatefulContainer()
-    copied.state.merge_state_dict(dict(task.state.state_dict))
-    copied._split_labels = {}  # no loaded split of the copy to map to its speakers again
-    return copied
-
-
 def _file_identity(path: str):
     stat = os.stat(path)
     return stat.st_ino, stat.st_size, stat.st_mtime_ns
@@ -520,7 +509,7 @@ class SpeakerTranslator:
 
         with self._lock:  # copies of a table no call is changing
             self.adapter  # noqa: B018  (the model's own, made once: it encodes the sentences below)
-            task = _task_copy(self.task)
+            task = self.task.copy_with_own_speakers()
             model = _fitting_copy(self.model, keep=(task.source_dictionary, task.target_dictionary))
             adapter = self._new_adapter(model, task)
             adapter.share_starts(self.adapter)  # the known speakers where a fit starts, made once for all copies

@@ -36,7 +36,7 @@ from fairseq_speaker.errors import UserError, command
 from fairseq_speaker.modules import speaker_words
 from fairseq_speaker.modules.speaker_words import MAX_WEIGHT, WordOptions
 from fairseq_speaker.onboarding import calibrate
-from fairseq_speaker.onboarding.refit import open_with_sentences, training_sentences
+from fairseq_speaker.onboarding.checkpoint import open_with_sentences, split_sentences
 from fairseq_speaker.runtime import add_runtime_arguments, check_threads, configure_output, start_threads
 from fairseq_speaker.tasks.speaker_translation import EmptySplit, SplitNotFound
 
@@ -192,7 +192,7 @@ def _heldout(args, checkpoint, sentences):
     the memory is built from while choosing (``sentences`` itself, or its cross-fitted part)."""
     if args.calibrate in ("auto", "split") and args.heldout_subset != args.subset:
         try:
-            split = training_sentences(checkpoint.task, args.heldout_subset)
+            split = split_sentences(checkpoint.task, args.heldout_subset)
         except (FileNotFoundError, SplitNotFound):  # no such split; a split whose files are wrong says so
             if args.heldout_named:
                 raise UserError(f"{args.data}: no binarized {args.heldout_subset!r} split; --heldout-subset names a "

@@ -1,5 +1,6 @@
 """The ``speaker_translation`` task: fairseq's translation task plus a speaker per sentence."""
 
+import copy
 import logging
 import os
 from dataclasses import dataclass, field
@@ -205,6 +206,18 @@ class SpeakerTranslationTask(SpeakerInferenceMixin, TranslationTask):
                 f"order), and with --speaker-token the speakers are rows of the word embeddings, which cannot "
                 f"be restored by name: train on the checkpoint's speaker dictionary (its speakers in its order)"
             )
+
+    def copy_with_own_speakers(self) -> "SpeakerTranslationTask":
+        """A copy of the task with a speaker dictionary of its own (what onboarding a speaker changes), sharing the
+        rest (the dictionaries, the options); no loaded split of the copy is mapped to its speakers again."""
+        from fairseq.tasks.fairseq_task import StatefulContainer
+
+        names = self.speaker_dictionary  # noqa: F841  (made now if made lazily: the copy starts with it)
+        copied = copy.copy(self)
+        copied.state = StatefulContainer()
+        copied.state.merge_state_dict(dict(self.state.state_dict))
+        copied._split_labels = {}
+        return copied
 
     def adopt_speaker_names(self, names: List[str], new_counts: Optional[Dict[str, int]] = None) -> None:
         """Use the speaker table of a restored checkpoint (its speakers, then the data's new ones), or

@@ -83,7 +83,7 @@ NO_DICTIONARIES = ("{emptydir}: no binarized split (SPLIT.SRC-TGT.SRC.bin) to re
                    "dict.SRC.txt and dict.TGT.txt: give the data folder the model was trained on")
 
 #: the rows of the commands that read a checkpoint's training sentences and save a new checkpoint (refit, words:
-#: onboarding.refit.open_with_sentences and their --save check)
+#: onboarding.checkpoint.open_with_sentences and their --save check)
 TRAINED_SPEAKERS_TO_SAVE = [
         ("not-a-checkpoint",
          ["{data}", "--path", "{tmp}/missing.pt", "--save", "{tmp}/o.pt"], 2, "checkpoint not found: {tmp}/missing.pt"),

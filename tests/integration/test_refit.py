@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from fairseq_speaker.onboarding import refit
+from fairseq_speaker.onboarding.checkpoint import split_sentences
 from fairseq_speaker.onboarding.prior import CHECKPOINT_KEY, SpeakerPrior
 from tests.cli import generate_args, run
 
@@ -119,11 +120,11 @@ def test_styles_learned_from_the_sentences_become_the_prior_every_speaker_starts
     # each speaker's rows are their style's: the one whose rows explain their sentences best
     opened = SpeakerCheckpoint.load(out, data=toy["bin"])
     bias = opened.check_adaptable()
-    sentences = refit.training_sentences(opened.task, "train")
+    sentences = split_sentences(opened.task, "train")
     adapter = refit.SpeakerAdapter(opened.model, opened.task, max_unknown_rate=1.0)
     adapter.sentences = {name: list(pairs) for name, pairs in sentences.items()}
     names = list(sentences)
-    problems = {name: chunks for group in adapter._score_groups(names) for name, chunks in group}
+    problems = {name: chunks for group in adapter.score_groups(names) for name, chunks in group}
     styles = [prior.component_rows(k) for k in range(2)]
     best = (style_log_likelihoods(bias, styles, [problems[n] for n in names])
             + prior.log_weights.double()[None]).argmax(1).tolist()
