@@ -596,6 +596,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         parser.error(f"--adapt-l2 must be a number >= 0 (got {args.adapt_l2}) and --adapt-max-iter >= 1 "
                      f"(got {args.adapt_max_iter})")
     check_threads(parser, args)
+    if args.heldout_prefix is not None and os.path.abspath(args.heldout_prefix) == os.path.abspath(args.adapt_prefix):
+        parser.error(f"--heldout-prefix {args.heldout_prefix} is the adaptation sentences (--adapt-prefix): the fit "
+                     f"would stop on the loss it minimizes; give other sentences of the same speakers, or leave it out")
     unread = options_not_read(args, argv)
     if unread:
         parser.error(f"{', '.join(unread)}: fairseq-speaker-adapt does not read {'them' if len(unread) > 1 else 'it'} "

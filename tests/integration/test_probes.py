@@ -580,6 +580,9 @@ COMMAND_PROBES = {
     ],
     "fairseq-speaker-adapt": [
         ("ignored-options-refused",
+         [*ADAPT, "--heldout-prefix", "new/adapt"], 2, "--heldout-prefix new/adapt is the adaptation sentences "
+                                                        "(--adapt-prefix): the fit would stop on the loss it minimizes"),
+        ("ignored-options-refused",
          [*ADAPT, "--fp16"], 2, "--fp16: fairseq-speaker-adapt does not read it (it fits the speakers and saves the "
                                 "model with its own options: give decoding options such as --beam or "
                                 "--unknown-speaker to fairseq-generate or -interactive when translating): leave it out"),
