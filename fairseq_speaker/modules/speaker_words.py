@@ -74,11 +74,12 @@ from dataclasses import dataclass
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
-import scipy.sparse
 import torch
 from torch import Tensor, nn
 
 from fairseq_speaker.errors import UserError
+from fairseq_speaker.modules.word_kinds import TraitKinds
+from fairseq_speaker.modules.words_index import WordsBase, WordsIndex
 
 logger = logging.getLogger(__name__)
 
@@ -159,48 +160,6 @@ class WordOptions:
         if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:
             out.append(f"k must be a whole number >= 1, got {self.k!r}")
         return out
-
-
-@dataclass
-class TraitKinds:
-    """One trait's kinds of speaker (:func:`fairseq_speaker.analysis.choices.corpus_kinds`): the word ids of each of
-    its choices' alternatives, the kinds' prior ``[K]`` and, for each choice, p(alternative | kind) ``[K, m]``."""
-
-    choices: List[np.ndarray]
-    prior: np.ndarray
-    tables: List[np.ndarray]
-
-
-def kind_posteriors(trait: TraitKinds, said: np.ndarray) -> np.ndarray:
-    """Speakers' posteriors over the kinds of ``trait`` ``[N, K]``: post_s(k) ∝ prior(k) times the product, over the
-    trait's alternatives a that speaker s said, of p(a | k, c) (the module's equation, as :meth:`SpeakerWords._choices`
-    computes it for one speaker as it decodes). ``said`` ``[N, V]``: whether each of N speakers said each word of the
-    vocabulary (a boolean or 0/1 array, dense or ``scipy.sparse``). All N in one product, to show many speakers'
-    traits at once."""
-    alternatives = np.concatenate(trait.choices)
-    # a probability of 0 (which the kinds' smoothing does not give) counts as the smallest float, not as log 0
-    log_table = np.log(np.maximum(np.concatenate(trait.tables, axis=1), np.finfo(np.float64).tiny))  # [K, A]
-    chosen = said[:, alternatives]
-    if isinstance(chosen, np.ndarray):
-        dense = np.asarray(chosen)
-    else:  # a scipy.sparse matrix's columns
-        dense = chosen.toarray() if scipy.sparse.issparse(chosen) else np.asarray(chosen)
-    log_posterior = np.log(trait.prior)[None, :] + dense.astype(np.float64) @ log_table.T  # [N, K]
-    posterior = np.exp(log_posterior - log_posterior.max(axis=1, keepdims=True))
-    return posterior / posterior.sum(axis=1, keepdims=True)
-
-
-def kind_words(trait: TraitKinds, kind: int, most: int = 6) -> np.ndarray:
-    """The word ids that tell ``kind`` of ``trait`` from the other kinds: of each choice, the alternative the kind
-    makes likeliest, where the kind makes it likelier than everyone does (the kinds' mean, by their prior), the most
-    telling first (the largest ratio; of equal ones, the earlier choice); at most ``most``."""
-    telling: List[Tuple[float, int, int]] = []
-    for words, table in zip(trait.choices, trait.tables):
-        best = int(np.argmax(table[kind]))
-        ratio = float(table[kind, best]) / max(float(trait.prior @ table[:, best]), np.finfo(np.float64).tiny)
-        if ratio > 1.0:
-            telling.append((-ratio, len(telling), int(words[best])))
-    return np.array([word for _, _, word in sorted(telling)[:most]], dtype=np.int64)
 
 
 class SpeakerWords(nn.Module):
@@ -309,7 +268,7 @@ class SpeakerWords(nn.Module):
 
     def _reset(self) -> None:
         """Forget everything built, the last full build too (the speaker list was replaced)."""
-        self._base: Optional[_Base] = None
+        self._base: Optional[WordsBase] = None
         self._changed: set = set()
         self._forget()
 
@@ -329,13 +288,13 @@ class SpeakerWords(nn.Module):
             return self._built()
         if self._built_index is None:
             assert self._built_words is not None  # a frozen row is one of the last build's
-            self._built_index = WordsIndex(_Base(self._built_words, self.vocab), self._built_words, (), self.vocab)
+            self._built_index = WordsIndex(WordsBase(self._built_words, self.vocab), self._built_words, (), self.vocab)
         return self._built_index
 
     def _built(self) -> "WordsIndex":
         if self._index is None:
             if self._base is None or len(self._changed) > max(REBUILD_ROWS, self._base.speakers // REBUILD_SHARE):
-                self._base, self._changed = _Base(self.words, self.vocab), set()
+                self._base, self._changed = WordsBase(self.words, self.vocab), set()
             self._index = WordsIndex(self._base, self.words, self._changed, self.vocab)
         return self._index
 
@@ -523,70 +482,6 @@ def fused(scores: Tensor, bias: Tensor, best: Tensor, near: Tensor, window: floa
     if floor:
         out = torch.where(near, torch.maximum(out, best - window), out)
     return out
-
-
-def _ones(words: Sequence[np.ndarray], vocab: int) -> scipy.sparse.csr_matrix:
-    """The rows-by-words matrix of ones of ``words`` (each row's sorted distinct word ids)."""
-    lengths = np.fromiter(map(len, words), dtype=np.int64, count=len(words))
-    indptr = np.zeros(len(words) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=indptr[1:])
-    indices = np.concatenate(words) if len(words) else np.zeros(0, dtype=np.int64)
-    return scipy.sparse.csr_matrix((np.ones(len(indices), dtype=np.float32), indices, indptr),
-                                   shape=(len(words), vocab))
-
-
-def _counts(x: scipy.sparse.csr_matrix):
-    """How many rows of ``x`` said each word, and how many said any."""
-    return np.bincount(x.indices, minlength=x.shape[1])[:x.shape[1]], int(np.count_nonzero(np.diff(x.indptr)))
-
-
-class _Base:
-    """All speakers' words at one moment, as a speakers x words matrix of ones, with how many speakers said each word
-    and how many said any: what an index starts from, never changed."""
-
-    def __init__(self, words: Sequence[np.ndarray], vocab: int):
-        self.speakers = len(words)
-        self.x = _ones(words, vocab)
-        self.df, self.said = _counts(self.x)
-
-    def row(self, i: int) -> np.ndarray:
-        return self.x.indices[self.x.indptr[i]:self.x.indptr[i + 1]]
-
-
-class WordsIndex:
-    """The speakers' words at one moment, as the estimate reads them: idf(w), p(w), which words anyone said, every
-    speaker's norm of idf-weighted words, and the cosine similarities to a query. The base's matrix and the rows
-    ``changed`` since (their words now) make it, so a change costs one product over the words, not a build. Never
-    changed once made."""
-
-    def __init__(self, base: _Base, words: Sequence[np.ndarray], changed: Iterable[int], vocab: int):
-        self.speakers = len(words)
-        self.base = base
-        self.rows = np.array(sorted(r for r in changed if r < self.speakers), dtype=np.int64)
-        self.x = _ones([words[r] for r in self.rows.tolist()], vocab)  # the changed rows' words now
-        before = _ones([base.row(r) for r in self.rows.tolist() if r < base.speakers], vocab)  # and at the base
-        (df_now, said_now), (df_before, said_before) = _counts(self.x), _counts(before)
-        df = base.df + df_now - df_before
-        said = max(base.said + said_now - said_before, 1)
-        self.idf = np.log(said / np.maximum(df, 1)).astype(np.float32)
-        self.p = np.maximum(df, 1) / said
-        self.anyone = df > 0
-        squares = np.square(self.idf)
-        self.norms = np.sqrt(self._products(squares))
-
-    def _products(self, query: np.ndarray) -> np.ndarray:
-        """Every speaker's sum of ``query`` over the words they said ``[speakers]``."""
-        out = np.zeros(self.speakers, dtype=np.float32)
-        shared = min(self.speakers, self.base.speakers)
-        out[:shared] = (self.base.x @ query)[:shared]
-        if len(self.rows):
-            out[self.rows] = self.x @ query
-        return out
-
-    def similarity(self, query: np.ndarray) -> np.ndarray:
-        """Every speaker's cosine with the idf-weighted unit ``query`` ``[V]``: their idf-weighted words, made unit,
-        times ``query`` (0 for a speaker of no words)."""
-        return self._products(query * self.idf) / np.maximum(self.norms, 1e-12)
 
 
 def from_state(state, vocab: int, where: str, speakers: Optional[int] = None) -> SpeakerWords:

@@ -36,7 +36,8 @@ from fairseq_speaker.command_registry import program_name
 from fairseq_speaker.data import preprocessing, read_lines, read_speaker_file
 from fairseq_speaker.data.speaker_dictionary import new_label_problem
 from fairseq_speaker.errors import UserError, command, fail
-from fairseq_speaker.modules.speaker_words import SpeakerWords, WordsIndex, speaker_words_of
+from fairseq_speaker.modules.speaker_words import SpeakerWords, speaker_words_of
+from fairseq_speaker.modules.words_index import WordsIndex
 from fairseq_speaker.onboarding.checkpoint import (
     OnboardingError,
     SpeakerCheckpoint,

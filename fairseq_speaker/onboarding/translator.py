@@ -45,7 +45,8 @@ import fairseq_speaker  # noqa: F401  (registers the task and the models)
 from fairseq_speaker.checkpoints import read_checkpoint
 from fairseq_speaker.data import preprocessing
 from fairseq_speaker.data.speaker_dictionary import blank_problem
-from fairseq_speaker.modules.speaker_words import kind_posteriors, kind_words, speaker_words_of
+from fairseq_speaker.modules.speaker_words import speaker_words_of
+from fairseq_speaker.modules.word_kinds import kind_posteriors, kind_words
 from fairseq_speaker.onboarding.adapt import SpeakerAdapter
 from fairseq_speaker.onboarding.checkpoint import OnboardingError, SpeakerCheckpoint, adaptable_bias, speaker_bias_of
 from fairseq_speaker.onboarding.fit import FitOptions, FitReport
@@ -65,7 +66,7 @@ class SpeakerTrait:
     :mod:`fairseq_speaker.analysis.choices`): the trait (1, 2, ... in the order of the model's record, as the command
     lists them), the speaker's likeliest ``kind`` of its ``kinds`` (1, 2, ...) and its posterior ``probability``,
     ``evidence`` (how many of the trait's alternatives the speaker said), and ``words``, the words that tell that
-    kind from the others (:func:`~fairseq_speaker.modules.speaker_words.kind_words`)."""
+    kind from the others (:func:`~fairseq_speaker.modules.word_kinds.kind_words`)."""
 
     trait: int
     kind: int

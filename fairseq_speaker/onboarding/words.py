@@ -35,6 +35,7 @@ from fairseq_speaker.analysis.choices import corpus_kinds
 from fairseq_speaker.errors import UserError, command
 from fairseq_speaker.modules import speaker_words
 from fairseq_speaker.modules.speaker_words import MAX_WEIGHT, WordOptions
+from fairseq_speaker.modules.word_kinds import TraitKinds
 from fairseq_speaker.onboarding import calibrate
 from fairseq_speaker.onboarding.checkpoint import open_with_sentences, split_sentences
 from fairseq_speaker.runtime import add_runtime_arguments, check_threads, configure_output, start_threads
@@ -157,7 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def learned_kinds(sentences) -> List[speaker_words.TraitKinds]:
+def learned_kinds(sentences) -> List[TraitKinds]:
     """The traits' kinds of speaker of the sentence pairs of each speaker (name -> [(source ids, target ids)]), their
     choices as target word ids (:func:`fairseq_speaker.analysis.choices.corpus_kinds`, on the ids as words)."""
     sources, targets, labels = [], [], []
@@ -166,7 +167,7 @@ def learned_kinds(sentences) -> List[speaker_words.TraitKinds]:
             sources.append([str(i) for i in source.tolist()])
             targets.append([str(i) for i in target.tolist()])
             labels.append(name)
-    return [speaker_words.TraitKinds([np.array([int(w) for w in c.alternatives]) for c in trait], model.prior,
+    return [TraitKinds([np.array([int(w) for w in c.alternatives]) for c in trait], model.prior,
                                      model.alternatives)
             for trait, model in corpus_kinds(sources, targets, labels)]
 
@@ -182,7 +183,7 @@ def _memory(dictionary, speakers, table_size: int, sentences, options: WordOptio
     return words
 
 
-def _describe_kinds(kinds: List[speaker_words.TraitKinds]) -> str:
+def _describe_kinds(kinds: List[TraitKinds]) -> str:
     return "; ".join(f"trait {i}: {len(t.choices)} choices, {len(t.prior)} kinds"
                      for i, t in enumerate(kinds, 1)) or "no choice found"
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from fairseq_speaker.errors import UserError
-from fairseq_speaker.modules import speaker_words
+from fairseq_speaker.modules import speaker_words, word_kinds
 from fairseq_speaker.modules.speaker_words import SpeakerWords, WordOptions, from_state
 
 
@@ -111,7 +111,7 @@ def test_with_kinds_a_speakers_rivals_follow_their_posterior_over_the_kinds_comp
     words = SpeakerWords(vocab, options)
     for row, s in enumerate(said):
         words.set_words(row, [torch.tensor(sorted(s))])
-    words.kinds = [speaker_words.TraitKinds([np.array(ws) for ws in choices], np.array(prior),
+    words.kinds = [word_kinds.TraitKinds([np.array(ws) for ws in choices], np.array(prior),
                                             [np.array(t) for t in tables])]
     words.set_words(0, [torch.tensor(sorted(said[0]))])  # a change: the rows are made again with the kinds
     for row in range(speakers):
@@ -429,24 +429,24 @@ def test_the_kinds_posteriors_of_many_speakers_at_once_are_those_decoding_uses()
 
     rng = np.random.default_rng(0)
     vocab, choices = 30, [[3, 4], [5, 6, 7], [8, 9], [20, 21, 22, 23]]
-    trait = speaker_words.TraitKinds([np.array(c) for c in choices], rng.dirichlet(np.ones(3)),
+    trait = word_kinds.TraitKinds([np.array(c) for c in choices], rng.dirichlet(np.ones(3)),
                                      [rng.dirichlet(np.ones(len(c)), size=3) for c in choices])
     words = SpeakerWords(vocab)
     words.kinds = [trait]
     said = rng.random((7, vocab)) < 0.3
     said[0] = False  # said none of them: the prior
-    posterior = speaker_words.kind_posteriors(trait, said)
+    posterior = word_kinds.kind_posteriors(trait, said)
     np.testing.assert_allclose(posterior[0], trait.prior)
     for n in range(len(said)):
         for (ids, predicted), table in zip(words._choices(said[n]), trait.tables):
             np.testing.assert_allclose(posterior[n] @ table, predicted, rtol=1e-10)
-    np.testing.assert_allclose(speaker_words.kind_posteriors(trait, scipy.sparse.csr_matrix(said)), posterior)
+    np.testing.assert_allclose(word_kinds.kind_posteriors(trait, scipy.sparse.csr_matrix(said)), posterior)
 
 
 def test_the_words_of_a_kind_are_the_alternatives_it_prefers_to_everyone_most_telling_first():
-    trait = speaker_words.TraitKinds(
+    trait = word_kinds.TraitKinds(
         [np.array([3, 4]), np.array([5, 6]), np.array([7, 8])], np.array([0.5, 0.5]),
         [np.array([[0.6, 0.4], [0.4, 0.6]]), np.array([[0.5, 0.5], [0.5, 0.5]]), np.array([[0.05, 0.95], [0.95, 0.05]])])
-    assert speaker_words.kind_words(trait, 0).tolist() == [8, 3]  # 0.95 / 0.5 first; the even choice tells nothing
-    assert speaker_words.kind_words(trait, 1).tolist() == [7, 4]
-    assert speaker_words.kind_words(trait, 1, most=1).tolist() == [7]
+    assert word_kinds.kind_words(trait, 0).tolist() == [8, 3]  # 0.95 / 0.5 first; the even choice tells nothing
+    assert word_kinds.kind_words(trait, 1).tolist() == [7, 4]
+    assert word_kinds.kind_words(trait, 1, most=1).tolist() == [7]

@@ -12,13 +12,13 @@ def test_each_size_gets_its_three_measures_and_a_change_builds_no_index_from_not
     """A change of one speaker's words is timed as the decoding after an onboarding pays it: the memory's last full
     build is kept (counted here), and the next bias row is the equation on the words as they are then."""
     builds = []
-    base = speaker_words._Base
+    base = speaker_words.WordsBase
 
     def counted(words, vocab):
         builds.append(len(words))
         return base(words, vocab)
 
-    monkeypatch.setattr(speaker_words, "_Base", counted)
+    monkeypatch.setattr(speaker_words, "WordsBase", counted)
     words_benchmark.main(SMALL)
     rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("  ") and "speakers" not in line]
     assert [(row[0], " ".join(row[1:-2])) for row in rows] == [
