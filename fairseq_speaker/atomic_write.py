@@ -121,10 +121,14 @@ def _sync(path: str) -> None:
 
 
 def check_writable(path: str) -> None:
-    """Refuse (:class:`UserError`) a ``path`` that is empty, a directory or another file than a regular one (a device,
-    a pipe: the rename would put a regular file in its place), or whose folder is missing or not writable."""
+    """Refuse (:class:`UserError`) a ``path`` that is empty, a symbolic link, a directory or another file than a regular
+    one (a device, a pipe: the rename would put a regular file in its place), or whose folder is missing or not
+    writable."""
     if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
         raise UserError(f"cannot write {path!r}: give the path of a file to write")
+    if os.path.islink(path):  # the rename would replace the link, not write the file it names (/dev/stdout)
+        raise UserError(f"cannot write {path}: it is a symbolic link (to {os.readlink(path)}), which the written file "
+                        f"would replace, leaving the file it names as it was: give the path of the file itself")
     if os.path.isdir(path):
         raise UserError(f"{path} is a directory: give the path of a file to write")
     if os.path.exists(path) and not os.path.isfile(path):

@@ -94,6 +94,22 @@ def test_a_path_that_is_no_regular_file_is_refused_and_left_as_it_is(tmp_path):
         write_text("", "text")
 
 
+@pytest.mark.parametrize("target", ["real.npz", "gone.npz"])
+def test_a_symbolic_link_is_refused_and_neither_it_nor_its_file_changes(tmp_path, target):
+    """The rename replaced the link with a regular file and left the file it names as it was: run as root with
+    --out /dev/stdout, the system's /dev/stdout became a regular file. A dangling link too."""
+    from fairseq_speaker.atomic_write import write_text
+    from fairseq_speaker.errors import UserError
+
+    (tmp_path / "real.npz").write_text("OLD")
+    link = tmp_path / "link.npz"
+    link.symlink_to(target)
+    with pytest.raises(UserError, match=f"it is a symbolic link \\(to {target}\\)"):
+        write_text(str(link), "NEW")
+    assert link.is_symlink() and os.readlink(link) == target and (tmp_path / "real.npz").read_text() == "OLD"
+    assert sorted(os.listdir(tmp_path)) == ["link.npz", "real.npz"]
+
+
 def test_a_file_the_system_will_not_create_ends_in_one_message(tmp_path, monkeypatch):
     """An error of the system other than a full disk (a read-only file system, /proc): one message, nothing left."""
     import errno
