@@ -142,6 +142,11 @@ def check_search(args, vocab: Optional[int] = None) -> None:
         raise UserError(f"{' and '.join(chosen)} each choose fairseq's search, which is one: give one of them")
     beam = getattr(args, "beam", 5)
     nbest = getattr(args, "nbest", 1)
+    if isinstance(nbest, int) and nbest < 1:  # fairseq-generate's scorer divided by 0; interactive printed nothing
+        raise UserError(f"--nbest must be at least 1 (the translations given of each sentence), got {nbest}")
+    if isinstance(beam, int) and vocab is not None and beam > vocab - 1:  # fairseq's generator takes vocab - 1
+        raise UserError(f"--beam {beam} is more hypotheses than the target dictionary's {vocab} words give (fairseq "
+                        f"searches with {vocab - 1}): give --beam {vocab - 1} at most")
     if isinstance(nbest, int) and isinstance(beam, int) and nbest > beam:
         raise UserError(f"--nbest {nbest} asks for more translations of each sentence than the beam keeps (--beam "
                         f"{beam}): fairseq gives {beam}; raise --beam, or lower --nbest")
