@@ -128,10 +128,24 @@ def upgrade(state: dict, path: Optional[str] = None) -> dict:
     return note_vocabulary(state, path) if path is not None else state
 
 
+def not_a_file(path: str) -> Optional[str]:
+    """Why ``path`` (that exists) is no checkpoint file: a folder, or a device, a pipe or a socket (reading a pipe
+    waits for a writer for ever); None for a regular file or a path that is not there."""
+    if isinstance(path, str) and os.path.isdir(path):
+        return f"{path} is a directory, not a checkpoint"
+    if isinstance(path, str) and os.path.exists(path) and not os.path.isfile(path):
+        return (f"{path}: not a regular file (a device, a pipe or a socket), which no checkpoint is: give the "
+                f"checkpoint file that fairseq-train wrote")
+    return None
+
+
 @contextlib.contextmanager
 def readable(path: str):
     """Turn what ``torch.load`` raises for a checkpoint that cannot or must not be loaded into a
-    :class:`CheckpointError` naming ``path``."""
+    :class:`CheckpointError` naming ``path``; refuse a path that is no regular file before it is opened."""
+    problem = not_a_file(path)
+    if problem:
+        raise CheckpointError(problem)
     try:
         yield
     except UserError:

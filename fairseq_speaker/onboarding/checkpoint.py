@@ -24,7 +24,7 @@ from omegaconf import OmegaConf
 from torch import Tensor
 
 from fairseq_speaker.atomic_write import atomic_path
-from fairseq_speaker.checkpoints import ONBOARDED_KEY, SPEAKER_NAMES_KEY, on_checkpoint_load
+from fairseq_speaker.checkpoints import ONBOARDED_KEY, SPEAKER_NAMES_KEY, not_a_file, on_checkpoint_load
 from fairseq_speaker.data import SpeakerDataError
 from fairseq_speaker.data.speaker_dictionary import new_label_problem
 from fairseq_speaker.errors import UserError
@@ -57,7 +57,7 @@ class SpeakerCheckpoint:
     def load(cls, path: str, data: Optional[str] = None, overrides: Optional[Dict] = None) -> "SpeakerCheckpoint":
         """Open ``path``; ``data`` replaces the data directory it was trained on (for the dictionaries)."""
         if not os.path.isfile(path):
-            raise OnboardingError(f"checkpoint not found: {path}")
+            raise OnboardingError(not_a_file(path) or f"checkpoint not found: {path}")
         # fairseq-interactive's speakers of its input lines, if the training command line gave them, are no speakers
         # of the splits read here (the task refuses them where a split is loaded)
         arg_overrides = {"speaker": None, "speaker_per_line": False, **(overrides or {})}

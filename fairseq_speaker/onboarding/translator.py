@@ -42,7 +42,7 @@ from fairseq.dataclass.configs import GenerationConfig
 from omegaconf import open_dict
 
 import fairseq_speaker  # noqa: F401  (registers the task and the models)
-from fairseq_speaker.checkpoints import read_checkpoint
+from fairseq_speaker.checkpoints import not_a_file, read_checkpoint
 from fairseq_speaker.data import preprocessing
 from fairseq_speaker.data.speaker_dictionary import blank_problem
 from fairseq_speaker.modules.speaker_words import speaker_words_of
@@ -317,7 +317,7 @@ class SpeakerTranslator:
             raise OnboardingError(f"checkpoint {checkpoint} is a directory: give the checkpoint file in it (e.g. "
                                   f"{os.path.join(checkpoint, 'checkpoint_best.pt')})")
         if not os.path.isfile(checkpoint):
-            raise OnboardingError(f"checkpoint not found: {checkpoint}")
+            raise OnboardingError(not_a_file(checkpoint) or f"checkpoint not found: {checkpoint}")
         if os.pathsep in os.path.basename(checkpoint):
             # fairseq's hub reads a file name as checkpoints separated by ':' (an ensemble): 'co' and 'lon.pt'
             raise OnboardingError(f"checkpoint {checkpoint}: fairseq reads a file name holding {os.pathsep!r} as "

@@ -490,6 +490,8 @@ COMMAND_PROBES = {
         ("not-a-checkpoint", ["{tmp}/missing.pt"], 2, "checkpoint not found: {tmp}/missing.pt"),
         ("one-line-user-errors", [], 2, "the following arguments are required: CHECKPOINT"),
         ("not-a-checkpoint", ["{garbage}"], 2, "{garbage}: not a readable fairseq checkpoint"),
+        ("not-a-checkpoint", ["{fifo}"], 2, "{fifo}: not a regular file (a device, a pipe or a socket), which no "
+                                            "checkpoint is"),
         ("not-a-checkpoint", ["{notckpt}"], 2, "{notckpt}: not a fairseq-speaker checkpoint (no task state)"),
         ("one-line-user-errors", ["{ckpt}", "nobody"], 2, "no speaker of {ckpt} is called 'nobody'"),
         ("data-folder-has-dictionaries", ["{ckpt}", "--data", "{emptydir}"], 2, NO_DICTIONARIES),
@@ -873,6 +875,7 @@ COMMAND_PROBES = {
          "{swappedsrc}/dict.en.txt is '{en6}', the model's source dictionary has '{en5}' there"),
         ("not-a-checkpoint",
          ["{data}", "--path", "{garbage}", *GENERATE], 2, "{garbage}: not a readable fairseq checkpoint"),
+        ("not-a-checkpoint", ["{data}", "--path", "{fifo}", *GENERATE], 2, "{fifo}: not a regular file"),
         ("not-a-checkpoint",
          ["{data}", "--path", "{tmp}/none.pt", *GENERATE], 2,
          "checkpoint not found: {tmp}/none.pt; give --path the checkpoint file that fairseq-train wrote"),
@@ -1214,6 +1217,11 @@ class Places:
     # checkpoints, topic models
     def make_garbage(self):
         return self.write("garbage.pt", b"this is not a checkpoint\n")
+
+    def make_fifo(self):  # a named pipe: reading it waits for a writer for ever
+        path = self.path("fifo.pt")
+        os.mkfifo(path)
+        return path
 
     def make_notckpt(self):
         torch.save({"weights": torch.zeros(2)}, self.path("weights.pt"))
