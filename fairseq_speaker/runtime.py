@@ -253,6 +253,21 @@ def add_runtime_arguments(parser, threads: bool = True, threads_help: Optional[s
                         "Python warnings")
 
 
+#: numpy's and torch's seeds: whole numbers from 0 to 2**32 - 1 (numpy refuses others, after the work is done)
+MAX_SEED = 2 ** 32 - 1
+
+
+def seed(value: str) -> int:
+    """``--seed``'s argparse type: a whole number from 0 to :data:`MAX_SEED`, else the parser's message."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {value!r}") from None
+    if not 0 <= number <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"must be from 0 to {MAX_SEED} (numpy's seeds), got {number}")
+    return number
+
+
 def check_threads(parser: argparse.ArgumentParser, args) -> None:
     """Refuse ``--threads`` below 1 with the parser's message (exit status 2)."""
     threads = getattr(args, "threads", None)

@@ -24,6 +24,7 @@ import numpy as np
 
 from fairseq_speaker.modules.speaker_words import SpeakerWords
 from fairseq_speaker.runtime import add_runtime_arguments, check_threads, configure_output, start_threads
+from fairseq_speaker.runtime import seed as runtime_seed
 
 
 def memory(speakers: int, vocab: int, draws: int, seed: int) -> SpeakerWords:
@@ -66,7 +67,7 @@ def main(argv=None) -> None:
     parser.add_argument("--vocab", type=int, default=40000, help="target vocabulary size")
     parser.add_argument("--draws", type=int, default=60, help="Zipf draws per speaker (their distinct ids are kept)")
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--seed", type=runtime_seed, default=1)
     add_runtime_arguments(parser)
     args = parser.parse_args(argv)
     configure_output(args.verbose)

@@ -64,6 +64,9 @@ class SpeakerLabelSmoothedCrossEntropyCriterion(LabelSmoothedCrossEntropyCriteri
 
     def __init__(self, task, sentence_avg, label_smoothing, ignore_prefix_size=0, report_accuracy=False,
                  speaker_unigram=0.0):
+        if not 0.0 <= label_smoothing < 1.0:  # NaN included: above 1 the reference's weight is negative
+            raise UserError(f"--label-smoothing must be a number from 0 to below 1 (the share of the probability "
+                            f"spread over the vocabulary), got {label_smoothing}")
         super().__init__(task, sentence_avg, label_smoothing, ignore_prefix_size, report_accuracy)
         self._logged: Dict[str, torch.Tensor] = {}
         if not speaker_unigram >= 0 or speaker_unigram == float("inf"):

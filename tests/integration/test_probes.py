@@ -113,6 +113,7 @@ TRAINED_SPEAKERS_TO_SAVE = [
 #: standard error contains)
 COMMAND_PROBES = {
     "fairseq-speaker-benchmark": [
+        ("numbers-checked", ["--seed", "-1"], 2, "argument --seed: must be from 0 to 4294967295 (numpy's seeds), got -1"),
         ("ignored-options-refused",
          ["--gen-sentences", "8", "--gen-batch", "4"], 2, "--gen-sentences 8 --gen-batch 4: sizes of the generation "
                                                           "runs, and only training is timed: add --generate, or drop "
@@ -293,6 +294,8 @@ COMMAND_PROBES = {
     ],
     "fairseq-speaker-refit": [
         *TRAINED_SPEAKERS_TO_SAVE,
+        ("numbers-checked", ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--seed", "4294967296"], 2,
+         "argument --seed: must be from 0 to 4294967295 (numpy's seeds), got 4294967296"),
         ("numbers-checked",
          ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--components", "9"], 2,
          "--components 9: more than the 8 speakers with sentences in the train split, which a mixture of 9 cannot be "
@@ -560,6 +563,8 @@ COMMAND_PROBES = {
                            "'{fr5}' there"),
     ],
     "fairseq-speaker-topics": [
+        ("numbers-checked", ["{data}", "--out", "{tmp}/t.npz", "--seed", "-1"], 2,
+         "argument --seed: must be from 0 to 4294967295 (numpy's seeds), got -1"),
         ("one-line-user-errors",
          ["{tmp}/missing", "--out", "{tmp}/t.npz"], 2, "data directory not found: {tmp}/missing (a folder binarized "
                                                         "by fairseq-preprocess)"),
@@ -831,6 +836,13 @@ COMMAND_PROBES = {
         ("numbers-checked",
          [*TRAIN, "--speaker-bias", "fact", "--criterion", "speaker_label_smoothed_cross_entropy", "--speaker-unigram",
           "-1"], 2, "--speaker-unigram must be a number >= 0, got -1.0"),
+        ("numbers-checked",
+         [*TRAIN, "--criterion", "speaker_label_smoothed_cross_entropy", "--label-smoothing", "1.5"], 2,
+         "--label-smoothing must be a number from 0 to below 1 (the share of the probability spread over the "
+         "vocabulary), got 1.5"),
+        ("numbers-checked",
+         [*TRAIN, "--criterion", "speaker_label_smoothed_cross_entropy", "--label-smoothing", "nan"], 2,
+         "--label-smoothing must be a number from 0 to below 1"),
         ("ignored-options-refused",
          [*TRAIN, "--speaker-bias", "lhuc", "--criterion", "speaker_label_smoothed_cross_entropy", "--speaker-unigram",
           "0.5", "--optimizer", "adam", "--lr", "0.001"], 2, "--speaker-unigram 0.5 trains the speakers' bias on the logits, and this model has none (speaker "
