@@ -115,6 +115,26 @@ def label_problem(label: str) -> Optional[str]:
     return None
 
 
+#: the symbols of fairseq's dictionaries that are no words (beginning and end of sentence, padding): written in a
+#: sentence they are read as control codes (``<pad>`` is dropped, ``</s>`` ends the sentence where it stands)
+CONTROL_SYMBOLS = ("<s>", "<pad>", "</s>")
+
+
+def sentence_problem(sentence: str) -> Optional[str]:
+    """Why ``sentence`` cannot be read as a sentence, or None: :func:`blank_problem`, or a word that is one of
+    fairseq's :data:`CONTROL_SYMBOLS` (a source of ``<pad>`` was translated as nothing, ``</s>`` as an invented
+    sentence, and a target of ``<pad> <pad>`` onboarded a speaker on the end of sentence alone)."""
+    blank = blank_problem(sentence)
+    if blank:
+        return blank
+    words = sentence.split()
+    control = next((w for w in words if w in CONTROL_SYMBOLS), None)
+    if control is not None:
+        return (f"holding {control!r} (word {words.index(control) + 1}), a symbol of fairseq's dictionaries that the "
+                f"model reads as a control code, not a word")
+    return None
+
+
 def blank_problem(sentence: str) -> Optional[str]:
     """Why ``sentence`` shows nothing, or None: empty, only whitespace, or only characters that show nothing
     (zero-width and format characters, controls such as NUL, invisible letters): a model answers a sentence of nothing

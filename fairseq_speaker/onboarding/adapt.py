@@ -34,7 +34,7 @@ from torch import Tensor
 
 from fairseq_speaker.command_registry import program_name
 from fairseq_speaker.data import preprocessing, read_lines, read_speaker_file
-from fairseq_speaker.data.speaker_dictionary import new_label_problem
+from fairseq_speaker.data.speaker_dictionary import new_label_problem, sentence_problem
 from fairseq_speaker.errors import UserError, command, fail
 from fairseq_speaker.modules.speaker_words import SpeakerWords, speaker_words_of
 from fairseq_speaker.modules.words_index import WordsIndex
@@ -485,6 +485,12 @@ def read_adaptation_files(prefix: str, source_lang: str, target_lang: str,
                               f"they must hold the same sentences, one a line, in the same order")
     if not sources:
         raise OnboardingError(f"{paths[0]} is empty: there are no sentences to adapt on")
+    for path, lines in zip(paths, (sources, targets)):
+        for number, line in enumerate(lines, 1):
+            problem = sentence_problem(line)
+            if problem:  # a speaker fitted on an empty pair learns the end of sentence alone
+                raise OnboardingError(f"{path}:{number}: the sentence is {problem}: give the sentence, or remove the "
+                                      f"line from the three files")
     labels = read_speaker_file(f"{prefix}.{speaker_suffix}", len(sources),
                                hint=f"; put the speaker of each line of {paths[0]} on the same line")
     return sources, targets, labels

@@ -44,7 +44,7 @@ from omegaconf import open_dict
 import fairseq_speaker  # noqa: F401  (registers the task and the models)
 from fairseq_speaker.checkpoints import not_a_file, read_checkpoint
 from fairseq_speaker.data import preprocessing
-from fairseq_speaker.data.speaker_dictionary import blank_problem
+from fairseq_speaker.data.speaker_dictionary import sentence_problem
 from fairseq_speaker.modules.speaker_words import speaker_words_of
 from fairseq_speaker.modules.word_kinds import kind_posteriors, kind_words
 from fairseq_speaker.onboarding.adapt import SpeakerAdapter
@@ -88,7 +88,7 @@ def _not_blank(sentences: List[str], what: str = "sentences") -> List[str]:
     """``sentences`` if none is empty or only whitespace: the model would answer one with an invented sentence, and
     a speaker fitted on one learns the end of sentence alone."""
     for i, sentence in enumerate(sentences):
-        problem = blank_problem(sentence)
+        problem = sentence_problem(sentence)
         if problem:
             raise OnboardingError(f"{what}[{i}] is {problem}: give a sentence (or leave it out)")
     return sentences

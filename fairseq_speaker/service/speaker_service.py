@@ -33,7 +33,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Set, Tu
 
 import numpy as np
 
-from fairseq_speaker.data.speaker_dictionary import blank_problem, new_label_problem, shown
+from fairseq_speaker.data.speaker_dictionary import new_label_problem, sentence_problem, shown
 from fairseq_speaker.errors import UserError
 from fairseq_speaker.onboarding.checkpoint import adaptable_bias
 from fairseq_speaker.onboarding.fit import FitReport
@@ -682,7 +682,7 @@ class SpeakerService:
         lone surrogate (JSON's ``"\\ud800"``) is no text, and could not be stored."""
         for i, sentence in enumerate(sentences):
             surrogate = _SURROGATE.search(sentence)
-            blank = None if surrogate else blank_problem(sentence)
+            blank = None if surrogate else sentence_problem(sentence)
             if blank:
                 raise ServiceError(422, "invalid_request", f"{field}[{i}] is {blank}: give a sentence (or leave it "
                                    f"out)")

@@ -18,7 +18,7 @@ from fairseq import utils
 
 from fairseq_speaker.allowed_tokens import check_ended, restricted
 from fairseq_speaker.data import SpeakerDataError, SpeakerDataset
-from fairseq_speaker.data.speaker_dictionary import blank_problem, label_problem
+from fairseq_speaker.data.speaker_dictionary import label_problem, sentence_problem
 
 # the task's logger: its messages (the input's lines, the speakers) keep the name a user filters them by
 logger = logging.getLogger("fairseq_speaker.tasks.speaker_translation")
@@ -296,7 +296,7 @@ def untranslatable_line(line: str, length: int, limit: Optional[int]) -> Optiona
     if bad:
         return (f"not valid UTF-8 (byte 0x{ord(bad.group()) - 0xDC00:02x} at character {bad.start() + 1}): give "
                 f"UTF-8 text (iconv -f latin1 -t utf-8, for example)")
-    blank = blank_problem(line) if line.strip() else None  # an empty or blank line is answered empty already
+    blank = sentence_problem(line) if line.strip() else None  # an empty or blank line is answered empty already
     if blank:
         return f"{blank}: give a sentence"
     if limit is not None and length > limit:

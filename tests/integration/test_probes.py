@@ -586,6 +586,9 @@ COMMAND_PROBES = {
          ["{data}", "--out", "{tmp}/t.npz", "--threads", "0"], 2, "--threads must be at least 1, got 0"),
     ],
     "fairseq-speaker-adapt": [
+        ("empty-sentences-refused",
+         [*ADAPT_ON, "--adapt-prefix", "{blankadapt}", "--save", "{tmp}/o.pt"], 2,
+         "{blankadapt}.en:2: the sentence is empty: give the sentence, or remove the line from the three files"),
         ("ignored-options-refused",
          [*ADAPT, "--heldout-prefix", "new/adapt"], 2, "--heldout-prefix new/adapt is the adaptation sentences "
                                                         "(--adapt-prefix): the fit would stop on the loss it minimizes"),
@@ -1229,6 +1232,10 @@ class Places:
     # checkpoints, topic models
     def make_garbage(self):
         return self.write("garbage.pt", b"this is not a checkpoint\n")
+
+    def make_blankadapt(self):  # adaptation files whose second source line is empty
+        return self.prefix("blankadapt", [b"i am tired .", b""], [b"je suis fatigu\xc3\xa9e .", b"je suis pr\xc3\xaat ."],
+                           ["newbie"] * 2)
 
     def make_fifo(self):  # a named pipe: reading it waits for a writer for ever
         path = self.path("fifo.pt")
@@ -1887,6 +1894,9 @@ UNTRANSLATABLE_LINE_PROBES = [
      "positions the model takes: split the line into sentences"),
     ("untranslatable-line-empty", "i am tired .\ni am \udce9t\udce9 tired .\n", ["--speaker", "spk000"], [1],
      "<input>:2: translated as an empty sentence: not valid UTF-8 (byte 0xe9 at character 6): give UTF-8 text"),
+    ("untranslatable-line-empty", "i am tired .\n</s>\n", ["--speaker", "spk000"], [1],
+     "<input>:2: translated as an empty sentence: holding '</s>' (word 1), a symbol of fairseq's dictionaries that the "
+     "model reads as a control code, not a word: give a sentence"),
     ("untranslatable-line-empty", "\u200b\ufeff\ni am tired .\n", ["--speaker", "spk000"], [0],
      "<input>:1: translated as an empty sentence: only characters that show nothing (U+200B, U+FEFF): give a sentence"),
     ("untranslatable-line-empty",
