@@ -55,6 +55,10 @@ class SpeakerInferenceMixin:
         """fairseq-interactive's input lines, counted from the start of the input (for messages). With
         --speaker-per-line, a line without 'SPEAKER<TAB>' or with a label that is not one is reported and
         skipped; the session goes on."""
+        if self.cfg.speaker_file is not None:  # read for a binarized split only: the input lines' speakers are others
+            raise SpeakerDataError(
+                f"--speaker-file {self.cfg.speaker_file} gives the speakers of a binarized split (fairseq-generate); "
+                f"fairseq-interactive's input lines take --speaker NAME or --speaker-per-line: leave it out")
         first = self._input_lines + 1
         self._input_lines += len(lines)
         numbers = list(range(first, first + len(lines)))

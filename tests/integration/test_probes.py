@@ -1780,6 +1780,9 @@ INTERACTIVE_PROBES = [
     ("lookalike-speaker-refused", "i am tired .\n", ["--speaker", "spk000\u200b"],
      "looks like 'spk000', a speaker of the model"),
     ("lookalike-speaker-refused", "i am tired .\n", ["--speaker", ""], "--speaker: an empty speaker name"),
+    ("ignored-options-refused", "i am tired .\n", ["--speaker", "spk000", "--speaker-file", "test.spk"],
+     "--speaker-file test.spk gives the speakers of a binarized split (fairseq-generate); fairseq-interactive's input "
+     "lines take --speaker NAME or --speaker-per-line: leave it out"),
     ("search-options-checked", "i am tired .\n", ["--speaker", "spk000", "--nbest", "-1"],
      "--nbest must be at least 1 (the translations given of each sentence), got -1"),
     ("one-line-user-errors", "i am tired .\n", [], "pass --speaker NAME, or --speaker-per-line"),
