@@ -281,6 +281,17 @@ def _check_calibration(parser: argparse.ArgumentParser, args: argparse.Namespace
     --calibrate-by decoding. A --heldout-subset given must be there (``args.heldout_named``)."""
     idle = [option for option, value in (("--window", args.window), ("--kinds" if args.kinds else "--no-kinds",
                                                                        args.kinds)) if value is not None]
+    # the estimator's own options, given other than their defaults: how a memory that acts reads the words
+    estimator = [f"--{name.replace('_', '-')}" for name in ("own", "neighbours", "neighbours_k", "power", "evidence",
+                                                            "add_to", "rank_choices", "kinds_prior")
+                 if getattr(args, name) != parser.get_default(name)]
+    estimator += ["--floor" if args.floor else "--no-floor"] if args.floor != parser.get_default("floor") else []
+    idle += estimator
+    if args.neighbours == 0:
+        unread = [option for option in ("--neighbours-k", "--power") if option in estimator]
+        if unread:
+            parser.error(f"{' and '.join(unread)}: how the speakers most like a speaker are read, and --neighbours 0 "
+                         f"reads none: drop {'it' if len(unread) == 1 else 'them'}, or give --neighbours a share")
     if args.weight == 0 and idle:
         parser.error(f"{' and '.join(idle)}: how the memory acts, and --weight 0 writes a memory that does not act (the "
                      f"network alone): drop {'it' if len(idle) == 1 else 'them'}, or give a weight above 0")
@@ -333,8 +344,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     kinds_options = [f"{option} {value}" for option, value in (("--rank-choices", args.rank_choices),
                                                                ("--kinds-prior", args.kinds_prior)) if value is not None]
     if kinds_options and args.kinds is False:
-        parser.error(f"{' '.join(kinds_options)}: how the kinds' choices are ranked, and --no-kinds learns no kinds: "
-                     f"drop {'it' if len(kinds_options) == 1 else 'them'}, or --no-kinds")
+        parser.error(f"{' '.join(kinds_options)}: how the kinds of speaker are used, and --no-kinds learns none: "
+                     f"drop {'it' if len(kinds_options) == 1 else 'them'}, or drop --no-kinds")
     start_threads(args.threads)
     start = time.perf_counter()
     checkpoint, sentences = open_with_sentences(args)

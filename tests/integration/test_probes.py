@@ -376,6 +376,13 @@ COMMAND_PROBES = {
          "--window: how the memory acts, and --weight 0 writes a memory that does not act (the network alone): drop "
          "it, or give a weight above 0"),
         ("ignored-options-refused",
+         ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--weight", "0", "--own", "0.2", "--add-to",
+          "logits"], 2, "--own and --add-to: how the memory acts, and --weight 0 writes a memory that does not act"),
+        ("ignored-options-refused",
+         ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--calibrate", "off", "--neighbours", "0",
+          "--neighbours-k", "3", "--power", "2"], 2,
+         "--neighbours-k and --power: how the speakers most like a speaker are read, and --neighbours 0 reads none"),
+        ("ignored-options-refused",
          ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--weight", "0", "--window", "3", "--no-kinds"], 2,
          "--window and --no-kinds: how the memory acts, and --weight 0"),
         ("refused-before-writing",
@@ -446,11 +453,11 @@ COMMAND_PROBES = {
         # the calibration's options where nothing is calibrated, or where another option makes them idle
         ("ignored-options-refused",
          ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--no-kinds", "--kinds-prior", "2"], 2,
-         "--kinds-prior 2.0: how the kinds' choices are ranked, and --no-kinds learns no kinds: drop it, or --no-kinds"),
+         "--kinds-prior 2.0: how the kinds of speaker are used, and --no-kinds learns none: drop it, or drop --no-kinds"),
         ("ignored-options-refused",
          ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--no-kinds", "--rank-choices", "rates",
           "--kinds-prior", "0.5"], 2,
-         "--rank-choices rates --kinds-prior 0.5: how the kinds' choices are ranked, and --no-kinds learns no kinds: "
+         "--rank-choices rates --kinds-prior 0.5: how the kinds of speaker are used, and --no-kinds learns none: "
          "drop them"),
         ("ignored-options-refused",
          ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--calibrate", "off", "--calibrate-by", "tokens"], 2,
