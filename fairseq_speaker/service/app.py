@@ -940,6 +940,25 @@ def model_specs(args: argparse.Namespace) -> Dict[str, Tuple[str, str]]:
     return specs
 
 
+def check_listening(host: str, port: int) -> None:
+    """Refuse (:class:`UserError`) an address the service could not listen on: a port in use, a host that is no
+    address of this machine or that does not resolve. Bound and let go at once, as uvicorn binds it (SO_REUSEADDR)."""
+    import socket
+
+    fix = "give a free port (--port) or an address of this machine (--host; 127.0.0.1 or 0.0.0.0)"
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(address)
+    except OSError as e:  # socket.gaierror included
+        raise UserError(f"--host {host} --port {port}: cannot listen there ({e.strerror or e}): {fix}") from None
+
+
+#: the shortest --request-timeout the service starts with (seconds)
+MIN_REQUEST_TIMEOUT = 0.1
+
+
 def parse_args(argv: Optional[Sequence[str]] = None) -> Tuple[argparse.Namespace, Dict, Limits]:
     """The options, the fairseq overrides for :meth:`SpeakerTranslator.from_pretrained`, and the limits; ``args.specs``
     are the models to serve (:func:`model_specs`)."""
@@ -976,6 +995,12 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> Tuple[argparse.Namespace
     if args.batching.max_queue < limits.max_sentences:
         parser.error(f"--max-queue ({args.max_queue}) must be at least --max-sentences ({limits.max_sentences}), or "
                      f"the largest request could never be queued")
+    if limits.max_speaker_pairs < limits.max_pairs:
+        parser.error(f"--max-speaker-pairs ({limits.max_speaker_pairs}) must be at least --max-pairs "
+                     f"({limits.max_pairs}), or the largest onboarding could never be kept")
+    if args.batching.request_timeout < MIN_REQUEST_TIMEOUT:  # every request with a body got 408, blaming its client
+        parser.error(f"--request-timeout must be at least {MIN_REQUEST_TIMEOUT:g} s (the time a request's body has to "
+                     f"arrive and its translation to be made), got {args.batching.request_timeout:g}")
     if args.token_file and args.token_env:
         parser.error("give the token with --token-file or with --token-env, not both")
     if (args.token_file or args.token_env) and not args.store:
@@ -1040,6 +1065,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     store = None
     try:
         token = read_token(args)
+        check_listening(args.host, args.port)  # before the models load: uvicorn said so after, and exited 3
         import_user_dir(args.user_dir)
         for model, (_, data) in args.specs.items():
             if not os.path.isdir(data):

@@ -769,6 +769,13 @@ COMMAND_PROBES = {
         ("numbers-checked", [*SERVE, "--port", "0"], 2, "--port must be between 1 and 65535, got 0"),
         ("numbers-checked", [*SERVE, "--max-sentences", "0"], 2, "--max-sentences must be at least 1, got 0"),
         ("numbers-checked", [*SERVE, "--max-speaker-pairs", "-2"], 2, "--max-speaker-pairs must be at least 1, got -2"),
+        ("numbers-checked", [*SERVE, "--max-speaker-pairs", "5", "--max-pairs", "10"], 2,
+         "--max-speaker-pairs (5) must be at least --max-pairs (10), or the largest onboarding could never be kept"),
+        ("one-line-user-errors", [*SERVE, "--host", "999.1.1.1"], 2,
+         "--host 999.1.1.1 --port 8000: cannot listen there ("),
+        ("numbers-checked", [*SERVE, "--request-timeout", "1e-9"], 2,
+         "--request-timeout must be at least 0.1 s (the time a request's body has to arrive and its translation to be "
+         "made), got 1e-09"),
         ("numbers-checked",
          [*SERVE, "--max-batch-tokens", "0"], 2, "--max-batch-tokens must be at least 1 (or not given: no cap), got 0"),
         ("numbers-checked",
@@ -2295,3 +2302,19 @@ def test_from_pretrained_beam_is_the_beam_of_a_translation_that_names_none(place
     with pytest.raises(UserError, match=r"nbest must be a whole number from 1 to the beam \(2\), got 3"):
         translator.translate_nbest(["i am tired ."], "spk000", nbest=3)
     assert len(translator.translate_nbest(["i am tired ."], "spk000", beam=3, nbest=3)[0]) == 3
+
+
+def test_the_service_refuses_a_port_in_use_before_it_loads_a_model(tmp_path, capsys):
+    """uvicorn found the port taken after the models had loaded, logged it and exited with status 3."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code, err = run_in_process(MAINS["fairseq-speaker-serve"], [str(tmp_path / "none.pt"), "--data", str(tmp_path),
+                                                               "--port", str(port)], capsys)
+    assert code == 2, err
+    assert err.strip().splitlines()[-1].endswith(f"--host 127.0.0.1 --port {port}: cannot listen there (Address "
+                                                  f"already in use): give a free port (--port) or an address of this "
+                                                  f"machine (--host; 127.0.0.1 or 0.0.0.0)")
