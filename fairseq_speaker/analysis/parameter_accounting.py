@@ -385,6 +385,10 @@ def dictionaries_from_data(data: str, source_lang: Optional[str], target_lang: O
         source_lang, target_lang = data_utils.infer_language_pair(data)
     if source_lang is None:
         raise UserError(f"could not infer the language pair in {data}: pass --source-lang and --target-lang")
+    for lang in (source_lang, target_lang):
+        if not os.path.isfile(os.path.join(data, f"dict.{lang}.txt")):
+            raise UserError(f"{data}: no dict.{lang}.txt there: give the data folder the model is trained on, or the "
+                            f"languages of its dictionaries (--source-lang, --target-lang)")
     src = Dictionary.load(os.path.join(data, f"dict.{source_lang}.txt"))
     tgt = Dictionary.load(os.path.join(data, f"dict.{target_lang}.txt"))
     spk_dict = os.path.join(data, "dict.spk.txt")

@@ -268,6 +268,9 @@ COMMAND_PROBES = {
          ["--out", "{afile}/c", "--train", "48"], 2, "--out {afile}/c: {afile} is a file, so no folder can be made"),
     ],
     "fairseq-speaker-params": [
+        ("data-folder-has-dictionaries",
+         ["--arch", "lstm_fact_bias", "--data", "{data}", "--source-lang", "en", "--target-lang", "xx"], 2,
+         "{data}: no dict.xx.txt there: give the data folder the model is trained on"),
         ("numbers-checked",
          ["--tgt-vocab", "4000000000000", "--speakers", "4000000000000", "--arch", "lstm_full_bias"], 2,
          "--src-vocab 4000000000000, --tgt-vocab 4000000000000, --speakers 4000000000000: a table of this model would "
