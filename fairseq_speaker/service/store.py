@@ -237,6 +237,9 @@ def store_location(text: str, option: str = "--store") -> StoreLocation:
         if not path:
             raise StoreError(f"{option} {text}: no file named: write sqlite:///speakers.db (relative) or "
                              f"sqlite:////abs/path/speakers.db")
+        if "?" in path or "#" in path:  # ?mode=memory became part of a file's name, and the store was a file
+            raise StoreError(f"{option} {text}: an SQLite store URL takes no parameters (?...) or fragment (#...): "
+                             f"the store is the file, opened as the service opens it; write sqlite:///FILE")
         return StoreLocation("sqlite", path, path)
     shown = hide_password(text)
     if name not in POSTGRES_SCHEMES:
