@@ -99,7 +99,10 @@ def run_fairseq(command: str, args: Sequence[str], log: str, threads: Optional[i
 def _collect(stream, lines: List[str], log) -> None:
     for line in stream:
         lines.append(line)
-        log.write(line)
+        try:
+            log.write(line)
+        except ValueError:  # the log closed under it: the command was interrupted (Ctrl-C); the lines are kept above
+            pass
 
 
 def _max_epoch(args: Sequence[str]) -> Optional[int]:

@@ -98,20 +98,31 @@ def command(prog: Optional[str] = None, also: Tuple[Type[BaseException], ...] = 
         @functools.wraps(main)
         def run(*args, **kwargs):
             install_excepthook()
-            if not named_errors:
-                return main(*args, **kwargs)
             try:
-                return main(*args, **kwargs)
-            except (UserError,) + tuple(also) as e:
-                fail(str(e), name)
-            except Exception as e:  # a UserError wrapped by fairseq ("Cannot load model parameters ...")
-                error = user_error_in(e)
-                if error is None:
-                    raise
-                fail(str(error), name)
+                return main(*args, **kwargs) if not named_errors else _named(main, name, also, *args, **kwargs)
+            except KeyboardInterrupt:  # Ctrl-C: no failure of the command, and no traceback; the shell's status
+                print(f"{name}: interrupted", file=sys.stderr)
+                raise SystemExit(INTERRUPTED_STATUS) from None
         setattr(run, COMMAND_MARK, name)
         return run
     return wrap
+
+
+#: the exit status of a command stopped by Ctrl-C (SIGINT), as a shell gives it (128 + 2)
+INTERRUPTED_STATUS = 130
+
+
+def _named(main: Callable, name: str, also: Tuple[Type[BaseException], ...], *args, **kwargs):
+    """``main`` with its user errors (and ``also``) ending in :func:`fail`, naming the command."""
+    try:
+        return main(*args, **kwargs)
+    except (UserError,) + tuple(also) as e:
+        fail(str(e), name)
+    except Exception as e:  # a UserError wrapped by fairseq ("Cannot load model parameters ...")
+        error = user_error_in(e)
+        if error is None:
+            raise
+        fail(str(error), name)
 
 
 def excepthook(exc_type, exc, tb, fallback=None) -> bool:

@@ -44,6 +44,24 @@ def test_a_command_ends_a_user_error_with_status_2(capsys, monkeypatch):
     assert capsys.readouterr().err == "fairseq-speaker-x: error: --size big: give a number\n"
 
 
+@pytest.mark.parametrize("named_errors", [True, False])
+def test_ctrl_c_ends_a_command_in_one_line_with_the_shells_status(capsys, monkeypatch, named_errors):
+    """A Ctrl-C is no failure of the command: no traceback, the status a shell gives a command SIGINT stopped."""
+    from fairseq_speaker.errors import command
+
+    monkeypatch.setitem(COMMANDS, "fairseq-speaker-x", Command("fairseq-speaker-x", __name__))
+    monkeypatch.setattr(sys, "excepthook", sys.__excepthook__)
+
+    @command(named_errors=named_errors)
+    def main(argv):
+        raise KeyboardInterrupt
+
+    with pytest.raises(SystemExit) as ended:
+        main([])
+    assert ended.value.code == 130
+    assert capsys.readouterr().err == "fairseq-speaker-x: interrupted\n"
+
+
 def test_a_command_that_leaves_its_errors_to_the_hook_installs_it_when_it_starts(monkeypatch):
     from fairseq_speaker.errors import command
 
