@@ -292,13 +292,21 @@ def body_problem(body: bytes) -> Optional[Tuple[int, str, str]]:
 
 
 def encoding_problem(headers: Mapping[bytes, bytes]) -> Optional[Tuple[int, str, str]]:
-    """A body sent compressed (``Content-Encoding`` other than identity): 415, where it was read as text (a gzip body
-    was "not UTF-8", a plain one labelled br was taken as it was)."""
+    """A body sent compressed (``Content-Encoding`` other than identity, or a ``Transfer-Encoding`` other than
+    chunked): 415, where it was read as text (a gzip body was "not UTF-8", a plain one labelled br was taken as it
+    was)."""
     encoding = headers.get(b"content-encoding", b"identity").decode("latin-1").strip().lower()
-    if encoding in ("", "identity"):
-        return None
-    return 415, "unsupported_encoding", (f"the body is sent with Content-Encoding {encoding!r}: the service reads "
-                                         f"bodies uncompressed; send the JSON as it is")
+    if encoding not in ("", "identity"):
+        return 415, "unsupported_encoding", (f"the body is sent with Content-Encoding {encoding!r}: the service "
+                                             f"reads bodies uncompressed; send the JSON as it is")
+    # HTTP/1.1's parser undoes chunked alone: a transfer coding before it (gzip, br) reached the body as it was sent
+    transfer = headers.get(b"transfer-encoding", b"").decode("latin-1").lower()
+    codings = [c.strip() for c in transfer.split(",") if c.strip() and c.strip() not in ("chunked", "identity")]
+    if codings:
+        return 415, "unsupported_encoding", (f"the body is sent with Transfer-Encoding {transfer.strip()!r}: the "
+                                             f"service reads bodies uncompressed (chunked is read); send the JSON as "
+                                             f"it is")
+    return None
 
 
 class _RepeatedKey(ValueError):

@@ -624,8 +624,8 @@ def _slow_client(port: int, kind: str) -> socket.socket:
     elif kind == "answered before its body":  # a write refused before its body is read, the body trickling in
         sock.sendall(b"PUT /speakers/zoe HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                      b"Content-Length: 1000\r\n\r\n" + b'{"sources"')
-    elif kind in MALFORMED_REQUESTS:
-        sock.sendall(MALFORMED_REQUESTS[kind])
+    elif kind in MALFORMED_REQUESTS or kind in TRANSFER_CODED:
+        sock.sendall({**MALFORMED_REQUESTS, **TRANSFER_CODED}[kind])
     elif kind == "huge headers":
         sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n" + b"X-Filler: " + b"a" * 70_000)
     return sock  # "silent": connects and sends nothing
@@ -642,10 +642,20 @@ MALFORMED_REQUESTS = {
     "tls hello": bytes.fromhex("16030100a5010000a10303") + bytes(32) + b"\x00\x00\x02\x13\x01\x01\x00",
 }
 
+_CHUNKED_JSON = b'2b\r\n{"sentences": ["i ."], "speaker": "spk000"}\r\n0\r\n\r\n'
+#: bodies with a transfer coding other than chunked, which HTTP/1.1's parser leaves as it was sent
+TRANSFER_CODED = {
+    f"transfer-encoding {coding}": b"POST /translate HTTP/1.1\r\nHost: h\r\nConnection: close\r\n"
+                                   b"Content-Type: application/json\r\n"
+                                   b"Transfer-Encoding: " + coding.encode() + b"\r\n\r\n" + _CHUNKED_JSON
+    for coding in ("br, chunked", "gzip, chunked")
+}
+
 #: slow and oversized clients (_slow_client's kinds): (the promise of docs/reliability.md, kind, status, error code,
 #: seconds within which the answer comes)
 SLOW_CLIENT_PROBES = [
     *[("one-json-error", kind, 400, "malformed_request", 0.0) for kind in MALFORMED_REQUESTS],
+    *[("body-judged-before-parsing", kind, 415, "unsupported_encoding", 0.0) for kind in TRANSFER_CODED],
     ("slow-clients-let-go", "headers", 408, "request_timeout", 1.0),
     ("slow-clients-let-go", "silent", 408, "request_timeout", 1.0),
     ("slow-clients-let-go", "body", 408, "request_timeout", 2.0),
