@@ -4,6 +4,8 @@ import numpy as np
 import torch
 from fairseq.data import BaseWrapperDataset
 
+from fairseq_speaker.data.text_files import SpeakerDataError
+
 
 class SpeakerDataset(BaseWrapperDataset):
     """A language-pair dataset whose batches also carry ``net_input["speakers"]``.
@@ -59,6 +61,11 @@ class SpeakerDataset(BaseWrapperDataset):
         ``fairseq-generate`` would silently skip up to 7 test sentences. Those
         sentences are given back here as one smaller final batch.
         """
+        if len(indices) == 0:  # fairseq's batching indexes the first sentence (an IndexError)
+            raise SpeakerDataError(
+                "no sentence of the split is left to translate or train on: every one was skipped as longer than the "
+                "model's positions (--skip-invalid-size-inputs-valid-test with --max-source-positions and "
+                "--max-target-positions): give larger positions, or leave out --skip-invalid-size-inputs-valid-test")
         batches = list(
             self.dataset.batch_by_size(
                 indices,

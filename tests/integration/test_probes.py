@@ -939,6 +939,10 @@ COMMAND_PROBES = {
          ["{data}", "--path", "{ckpt}", *GENERATE, "--speaker-token"], 2,
          "{ckpt} was trained without --speaker-token (its sentences start with no token naming their speaker): leave "
          "--speaker-token out"),
+        ("one-line-user-errors",
+         ["{data}", "--path", "{ckpt}", *GENERATE, "--skip-invalid-size-inputs-valid-test", "--max-source-positions",
+          "3"], 2, "no sentence of the split is left to translate or train on: every one was skipped as longer than "
+                   "the model's positions"),
         ("search-options-checked",
          ["{data}", "--path", "{ckpt}", *GENERATE, "--nbest", "0"], 2,
          "--nbest must be at least 1 (the translations given of each sentence), got 0"),
