@@ -470,17 +470,22 @@ class SpeakerTranslator:
         return SpeakerAdapter(model, task, self._fit,
                               prior=prior_of_checkpoint(self._state, adaptable_bias(model, task)))
 
-    def encode_pairs(self, sources: Sentences, targets: Sentences):
+    def encode_pairs(self, sources: Sentences, targets: Sentences, named: Tuple[str, str] = ("sources", "targets")):
         """Token ids of raw sentence pairs, tokenized and BPE-encoded as the model's inputs are (the targets with
-        the target language's tokenization rules, where the tokenizer has languages: Moses)."""
+        the target language's tokenization rules, where the tokenizer has languages: Moses); ``named``: the two
+        lists' names in a refusal."""
+        source_name, target_name = named
+        sources, targets = _as_list(sources, source_name), _as_list(targets, target_name)
+        if len(sources) != len(targets):
+            raise OnboardingError(f"{len(sources)} {source_name} but {len(targets)} {target_name}: give one target "
+                                  f"sentence for each source sentence")
         tokenizer = self.hub.tokenizer
         if self._target_tokenizer is None or self._target_tokenizer[0] is not tokenizer:
             self._target_tokenizer = (tokenizer, preprocessing.for_target(tokenizer))
         target_tokenizer = self._target_tokenizer[1]
-        sources = [self.hub.apply_bpe(self.hub.tokenize(x))
-                   for x in _not_blank(_as_list(sources, "sources"), "sources")]
+        sources = [self.hub.apply_bpe(self.hub.tokenize(x)) for x in _not_blank(sources, source_name)]
         targets = [self.hub.apply_bpe(target_tokenizer.encode(x) if target_tokenizer is not None else x)
-                   for x in _not_blank(_as_list(targets, "targets"), "targets")]
+                   for x in _not_blank(targets, target_name)]
         return self.adapter.encode(sources, targets)
 
     @_serialized
@@ -496,7 +501,8 @@ class SpeakerTranslator:
     def _heldout(self, name: str, sources: Sentences, targets: Sentences):
         """The held-out pairs of ``name`` as a fit takes them, or None where none are given (sources without targets,
         or targets without sources, are refused by :meth:`encode_pairs`)."""
-        return {name: self.encode_pairs(sources, targets)} if _as_list(sources) or _as_list(targets) else None
+        return ({name: self.encode_pairs(sources, targets, ("heldout_sources", "heldout_targets"))}
+                if _as_list(sources, "heldout_sources") or _as_list(targets, "heldout_targets") else None)
 
     def fit_speaker(self, name: str, sources: Sentences, targets: Sentences, heldout_sources: Sentences = (),
                     heldout_targets: Sentences = ()) -> Tuple["SpeakerVectors", FitReport]:
