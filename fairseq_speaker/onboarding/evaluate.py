@@ -343,6 +343,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     if args.beam < 1 or args.batch_size < 1 or not args.adapt_l2 >= 0 or args.adapt_l2 == float("inf") \
             or args.adapt_max_iter < 1:
         parser.error("--beam, --batch-size and --adapt-max-iter must be at least 1, --adapt-l2 at least 0")
+    if args.max_len_b < 1:  # the search's check named --min-len and --max-len-a, which this command does not take
+        parser.error(f"--max-len-b must be at least 1 (a translation of at least one token), got {args.max_len_b}")
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         parser.error(f"--out {args.out} is a file: give a folder for the results")
     if os.path.isdir(args.out) and os.listdir(args.out) and not args.force:

@@ -709,6 +709,8 @@ COMMAND_PROBES = {
         ("dictionaries-compared", ["export", "{swapped}", "--path", "{ckpt}", "--out", "{tmp}/v.npz"], 2, SWAPPED),
     ],
     "fairseq-speaker-onboarding-eval": [
+        ("numbers-checked", [*EVAL, "--max-len-b", "0"], 2,
+         "--max-len-b must be at least 1 (a translation of at least one token), got 0"),
         ("numbers-checked", [*EVAL, "--adapt-l2", "nan"], 2, "--adapt-l2 at least 0"),
         ("numbers-checked", [*EVAL, "--beam", "0"], 2, "--beam, --batch-size and --adapt-max-iter must be at least 1"),
         ("numbers-checked", [*EVAL, "--shots", "-1"], 2, "--shots: numbers of sentences must be 0 or more"),
