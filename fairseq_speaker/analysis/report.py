@@ -279,6 +279,15 @@ def main(argv=None) -> None:
         raise UserError("the speaker classifier needs --train-text, --train-speakers and --test-speakers")
     if checkpoints and not args.data:
         raise UserError("--checkpoint needs --data, the data directory with the target dictionary")
+    # the options of a section that is not written (they were taken without a word)
+    for section, needs, written, options in (
+            ("the speaker classifier", "--train-text, --train-speakers and --test-speakers", any(classifier_files),
+             ("classifier_epochs", "classifier_batch_size")),
+            ("the bias inspection", "--checkpoint", bool(checkpoints), ("speaker", "inspect_speakers", "top_words"))):
+        idle = [f"--{name.replace('_', '-')}" for name in options if getattr(args, name) != parser.get_default(name)]
+        if idle and not written:
+            raise UserError(f"{' and '.join(idle)}: options of {section}, a section written only with {needs}: give "
+                            f"{'those' if ',' in needs else 'it'}, or leave {'them' if len(idle) > 1 else 'it'} out")
     # every input is read and checked before any work or output: a wrong dictionary, speaker or file
     # ends the run before the slow parts, with nothing written
     inspections = [(name, load_inspection(name, path, args.data, args.speaker)) for name, path in checkpoints]

@@ -521,6 +521,15 @@ COMMAND_PROBES = {
                                              "56; its target dictionary has 88 symbols, {other}/dict.fr.txt has 80"),
     ],
     "fairseq-speaker-report": [
+        ("ignored-options-refused",
+         [*REPORT, "--references", "{refs}", "--system", "a={refs}", "--classifier-epochs",
+          "3"], 2, "--classifier-epochs: options of the speaker classifier, a section written only with --train-text, "
+                   "--train-speakers and --test-speakers: give those, or leave it out"),
+        ("ignored-options-refused",
+         [*REPORT, "--references", "{refs}", "--system", "a={refs}", "--speaker",
+          "spk000", "--top-words", "5"], 2,
+         "--speaker and --top-words: options of the bias inspection, a section written only with --checkpoint: give "
+         "it, or leave them out"),
         ("one-line-user-errors",
          [*REPORT, "--references", "{refs}", "--system", "nameless"], 2, "--system takes NAME=PATH, got 'nameless'"),
         ("one-line-user-errors",
