@@ -1645,7 +1645,13 @@ def _generated(places, capsys, model: str, *options: str) -> List[str]:
     return sorted(line for line in capsys.readouterr().out.splitlines() if line[:2] in ("H-", "P-", "A-"))
 
 
-@pytest.mark.parametrize("search", SEARCHES)
+#: the searches of the default run (one of each kind: the beam's, sampling, a forced prefix, one that leaves the memory
+#: out); the others in the slow tier, each a run of fairseq-generate three times
+DEFAULT_SEARCHES = ("nbest", "sampling", "prefix", "alignment")
+
+
+@pytest.mark.parametrize("search", [s if s in DEFAULT_SEARCHES else pytest.param(s, marks=pytest.mark.slow)
+                                    for s in SEARCHES])
 def test_a_memory_of_weight_0_decodes_as_the_network_under_every_search(places, capsys, search):
     network = _generated(places, capsys, places["ckpt"], *SEARCHES[search])
     assert sum(line.startswith("H-") for line in network) >= 37, network[:3]

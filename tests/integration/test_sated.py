@@ -164,6 +164,7 @@ def test_misaligned_input_is_refused_and_nothing_is_replaced(tmp_path):
     assert (out / "precious.txt").exists()
 
 
+@pytest.mark.slow  # the recipe's other runs; its first run, resume refusals and raw text stay in the default run
 def test_the_manual_flow_reads_sateds_dev_speakers_for_the_valid_split(tmp_path):
     """fairseq-preprocess names SATED's dev split valid; its speaker file keeps SATED's name, dev.usr."""
     corpus, data = os.path.join(FIXTURE, "en-fr"), str(tmp_path / "bin")
@@ -229,6 +230,7 @@ def stamps(folder):
     return {str(p): p.stat().st_mtime_ns for p in folder.rglob("*")}
 
 
+@pytest.mark.slow  # the recipe's other runs; its first run, resume refusals and raw text stay in the default run
 def test_a_folder_run_with_other_settings_is_refused_saying_what_differs(toy_run, prepared, tmp_path):
     out, *_ = toy_run
     before = stamps(out)
@@ -266,6 +268,7 @@ def test_a_used_folder_without_the_record_of_a_run_is_refused(prepared, tmp_path
     assert (out / "base" / "adam" / "checkpoint_last.pt").read_bytes() == b"a checkpoint of unknown settings"
 
 
+@pytest.mark.slow  # the recipe's other runs; its first run, resume refusals and raw text stay in the default run
 def test_the_same_settings_resume_the_run(toy_run, tmp_path):
     out, options, _ = toy_run
     copy = tmp_path / "runs"
@@ -566,6 +569,7 @@ def test_the_documented_python_translates_raw_text(raw_model):
     assert len(translations) == 2 and not any("&apos;" in t for t in translations)
 
 
+@pytest.mark.slow  # the recipe's other runs; its first run, resume refusals and raw text stay in the default run
 def test_a_checkpoint_whose_bpe_codes_are_gone_stops_with_one_message(raw_model, tmp_path):
     """The record names a file the model cannot be used without: interactive stops before reading any input."""
     data = tmp_path / "bin"
