@@ -27,7 +27,7 @@ import re
 import shutil
 import signal
 import socket
-from typing import Any, Iterator, List, Optional
+from typing import Any, Callable, Iterator, List, Optional, Tuple
 
 from fairseq_speaker.errors import UserError
 
@@ -149,18 +149,26 @@ class NoSpaceLeft(UserError):
     """A write that found no space on its disk; the earlier file is kept."""
 
 
-def _no_space(error: Optional[BaseException]) -> Optional[OSError]:
-    """The :data:`NO_SPACE` error behind ``error`` (torch's writer wraps its file's ``OSError`` in a
-    ``RuntimeError``), or None."""
+def _behind(error: Optional[BaseException], errnos: Tuple[int, ...], torch_text: str,
+            torch_error: Callable[[str], OSError]) -> Optional[OSError]:
+    """The ``OSError`` of one of ``errnos`` behind ``error`` (its causes and contexts, followed once each), or the one
+    ``torch_error`` makes of a ``RuntimeError`` whose text holds ``torch_text`` (torch's writer wraps its file's
+    ``OSError`` so); None if there is neither."""
     seen = set()
     while error is not None and id(error) not in seen:
-        if isinstance(error, OSError) and error.errno in NO_SPACE:
+        if isinstance(error, OSError) and error.errno in errnos:
             return error
-        if isinstance(error, RuntimeError) and "No space left on device" in str(error):
-            return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        if isinstance(error, RuntimeError) and torch_text in str(error):
+            return torch_error(str(error))
         seen.add(id(error))
         error = error.__cause__ or error.__context__
     return None
+
+
+def _no_space(error: Optional[BaseException]) -> Optional[OSError]:
+    """The :data:`NO_SPACE` error behind ``error``, or None."""
+    return _behind(error, NO_SPACE, "No space left on device",
+                   lambda _: OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
 
 
 #: the system's errors of a file it will not create where it is asked to (``/proc``, a read-only file system)
@@ -168,18 +176,10 @@ NOT_CREATED = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT, errno.ENOTD
 
 
 def _os_error(error: Optional[BaseException]) -> Optional[OSError]:
-    """The system's refusal to create the file behind ``error`` (:data:`NOT_CREATED`; torch's writer wraps it in a
-    ``RuntimeError`` whose text names the cause), or None: other errors (of the disk, of the caller) stay as they
-    are."""
-    seen = set()
-    while error is not None and id(error) not in seen:
-        if isinstance(error, OSError) and error.errno in NOT_CREATED:
-            return error
-        if isinstance(error, RuntimeError) and "open file failed with strerror:" in str(error):
-            return OSError(errno.EIO, str(error).split("strerror:", 1)[1].strip())
-        seen.add(id(error))
-        error = error.__cause__ or error.__context__
-    return None
+    """The system's refusal to create the file behind ``error`` (:data:`NOT_CREATED`), or None: other errors (of the
+    disk, of the caller) stay as they are."""
+    return _behind(error, NOT_CREATED, "open file failed with strerror:",
+                   lambda text: OSError(errno.EIO, text.split("strerror:", 1)[1].strip()))
 
 
 @contextlib.contextmanager
@@ -200,13 +200,12 @@ def atomic_path(path: str) -> Iterator[str]:
         _sync(os.path.dirname(os.path.abspath(path)))  # the rename itself
     except (OSError, RuntimeError) as e:
         full = _no_space(e)
-        if full is None:
-            failed = _os_error(e)
-            if failed is None:
-                raise
-            kept = "the earlier file is kept" if os.path.exists(path) else "no file was written"
-            raise UserError(f"cannot write {path}: {failed.strerror or failed}; {kept}") from None
+        failed = full or _os_error(e)
+        if failed is None:  # neither a full disk nor a file the system will not create: not ours to name
+            raise
         kept = "the earlier file is kept" if os.path.exists(path) else "no file was written"
+        if full is None:
+            raise UserError(f"cannot write {path}: {failed.strerror or failed}; {kept}") from None
         quota = " (a disk quota reached)" if full.errno == errno.EDQUOT else ""
         raise NoSpaceLeft(f"no space left on device writing {path}{quota}; {kept}. Free space in "
                           f"{os.path.dirname(os.path.abspath(path))} (or write elsewhere) and run again") from None
