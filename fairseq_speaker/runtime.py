@@ -257,7 +257,7 @@ def add_runtime_arguments(parser, threads: bool = True, threads_help: Optional[s
 MAX_SEED = 2 ** 32 - 1
 
 
-def seed(value: str) -> int:
+def parse_seed(value: str) -> int:
     """``--seed``'s argparse type: a whole number from 0 to :data:`MAX_SEED`, else the parser's message."""
     try:
         number = int(value)

@@ -34,8 +34,7 @@ from fairseq_speaker.atomic_write import atomic_path
 from fairseq_speaker.command_registry import program_name
 from fairseq_speaker.data import SpeakerDataError, dictionary_hash
 from fairseq_speaker.errors import UserError, command
-from fairseq_speaker.runtime import add_runtime_arguments, check_threads, configure_output, start_threads
-from fairseq_speaker.runtime import seed as runtime_seed
+from fairseq_speaker.runtime import add_runtime_arguments, check_threads, configure_output, parse_seed, start_threads
 
 PROG = program_name(__name__)
 FORMAT_VERSION = 1
@@ -225,7 +224,7 @@ def main(argv=None) -> None:
     parser.add_argument("--train-subset", default="train")
     parser.add_argument("--topics", type=int, default=20, help="K, the number of topics")
     parser.add_argument("--max-iter", type=int, default=10, help="passes over the data (scikit-learn's max_iter)")
-    parser.add_argument("--seed", type=runtime_seed, default=1)
+    parser.add_argument("--seed", type=parse_seed, default=1)
     parser.add_argument("--out", required=True, help="the topic model file to write (.npz)")
     parser.add_argument("--top-words", type=int, default=8, help="words to print per topic")
     add_runtime_arguments(parser)

@@ -28,8 +28,7 @@ from fairseq_speaker.atomic_write import atomic_path, make_folder, write_json, w
 from fairseq_speaker.command_registry import program_name
 from fairseq_speaker.data import check_utf8, read_lines, read_speaker_file
 from fairseq_speaker.errors import UserError, command
-from fairseq_speaker.runtime import add_runtime_arguments, check_threads, configure_output, start_threads
-from fairseq_speaker.runtime import seed as runtime_seed
+from fairseq_speaker.runtime import add_runtime_arguments, check_threads, configure_output, parse_seed, start_threads
 from fairseq_speaker.user_dir import add_user_dir_argument, import_user_dir
 
 PROG = program_name(__name__)
@@ -237,7 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--detok", metavar="LANG", help="Moses-detokenize hypotheses and references before BLEU/chrF")
     parser.add_argument("--tokenize", default="13a", help="sacrebleu's tokenizer ('none' for pre-tokenized text)")
     parser.add_argument("--bootstrap", type=int, default=1000, help="paired bootstrap samples")
-    parser.add_argument("--seed", type=runtime_seed, default=12345, help="seed of the bootstrap resampling")
+    parser.add_argument("--seed", type=parse_seed, default=12345, help="seed of the bootstrap resampling")
     group = parser.add_argument_group("speaker classifier (all three files, or none)")
     group.add_argument("--train-text", help="target side of the training set")
     group.add_argument("--train-speakers", help="speaker labels of the training set")

@@ -38,8 +38,7 @@ from fairseq_speaker.atomic_write import atomic_path, check_writable
 from fairseq_speaker.benchmarks.synthetic import make_task
 from fairseq_speaker.onboarding.adapt import SpeakerAdapter
 from fairseq_speaker.onboarding.fit import FitOptions
-from fairseq_speaker.runtime import add_runtime_arguments, check_threads, configure_output, start_threads
-from fairseq_speaker.runtime import seed as runtime_seed
+from fairseq_speaker.runtime import add_runtime_arguments, check_threads, configure_output, parse_seed, start_threads
 
 
 def make_model(task, arch: str, model_args: List[str]):
@@ -130,7 +129,7 @@ def main(argv=None) -> None:
     parser.add_argument("--update-iterations", type=int, default=None, metavar="N",
                         help="the same for the incremental update's fit (a trained model's takes fewer: a median of 4 "
                         "evaluations of the objective for fact+hyper_lhuc on the styles corpus); default: --iterations")
-    parser.add_argument("--seed", type=runtime_seed, default=1)
+    parser.add_argument("--seed", type=parse_seed, default=1)
     parser.add_argument("--json", help="also write the figures here")
     add_runtime_arguments(parser)
     args, model_args = parser.parse_known_args(argv)

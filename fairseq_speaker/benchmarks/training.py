@@ -84,8 +84,7 @@ from fairseq_speaker.models import (
 from fairseq_speaker.models.presets import preset_name
 from fairseq_speaker.modules.speaker_bias import SPEAKER_BIAS_REGISTRY, parse_variant_name
 from fairseq_speaker.optim.speaker_rows import parse_lr_scale
-from fairseq_speaker.runtime import ThreadChoice, add_runtime_arguments, configure_output
-from fairseq_speaker.runtime import seed as runtime_seed
+from fairseq_speaker.runtime import ThreadChoice, add_runtime_arguments, configure_output, parse_seed
 from fairseq_speaker.user_dir import add_user_dir_argument, import_user_dir
 
 PROG = program_name(__name__)
@@ -553,7 +552,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--gpu", action="store_true", help="run on CUDA")
     parser.add_argument("--fp16", action="store_true", help="fairseq's --fp16 (with --gpu)")
     parser.add_argument("--bf16", action="store_true", help="fairseq's --bf16")
-    parser.add_argument("--seed", type=runtime_seed, default=1)
+    parser.add_argument("--seed", type=parse_seed, default=1)
     parser.add_argument("--json", help="write every figure here")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     return parser

@@ -23,8 +23,7 @@ from typing import Dict, List
 import numpy as np
 
 from fairseq_speaker.modules.speaker_words import SpeakerWords
-from fairseq_speaker.runtime import add_runtime_arguments, check_threads, configure_output, start_threads
-from fairseq_speaker.runtime import seed as runtime_seed
+from fairseq_speaker.runtime import add_runtime_arguments, check_threads, configure_output, parse_seed, start_threads
 
 
 def memory(speakers: int, vocab: int, draws: int, seed: int) -> SpeakerWords:
@@ -67,7 +66,7 @@ def main(argv=None) -> None:
     parser.add_argument("--vocab", type=int, default=40000, help="target vocabulary size")
     parser.add_argument("--draws", type=int, default=60, help="Zipf draws per speaker (their distinct ids are kept)")
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--seed", type=runtime_seed, default=1)
+    parser.add_argument("--seed", type=parse_seed, default=1)
     add_runtime_arguments(parser)
     args = parser.parse_args(argv)
     configure_output(args.verbose)

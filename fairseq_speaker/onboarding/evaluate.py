@@ -51,8 +51,7 @@ from fairseq_speaker.onboarding.adapt import read_adaptation_files
 from fairseq_speaker.onboarding.checkpoint import OnboardingError, SpeakerCheckpoint
 from fairseq_speaker.onboarding.fit import FitOptions
 from fairseq_speaker.onboarding.translator import SpeakerTranslator
-from fairseq_speaker.runtime import add_runtime_arguments, check_threads, configure_output, start_threads
-from fairseq_speaker.runtime import seed as runtime_seed
+from fairseq_speaker.runtime import add_runtime_arguments, check_threads, configure_output, parse_seed, start_threads
 from fairseq_speaker.user_dir import add_user_dir_argument, import_user_dir
 
 PROG = program_name(__name__)
@@ -326,7 +325,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "n; 'auto' (the default): the one beside the held-out files, if any; 'none': no oracle")
     parser.add_argument("--source-lang", help="if the data directory has more than one language pair")
     parser.add_argument("--target-lang")
-    parser.add_argument("--seed", type=runtime_seed, default=1)
+    parser.add_argument("--seed", type=parse_seed, default=1)
     add_user_dir_argument(parser)
     add_runtime_arguments(parser)
     return parser

@@ -45,8 +45,7 @@ from fairseq_speaker.onboarding.checkpoint import (
 from fairseq_speaker.onboarding.fit import FitOptions, Pair, TokenScores, data_nll, fit_speakers
 from fairseq_speaker.onboarding.prior import CHECKPOINT_KEY, SpeakerPrior, best_start, describe, fit_mixture
 from fairseq_speaker.onboarding.styles import candidate_counts, choose_styles, fit_styles
-from fairseq_speaker.runtime import add_runtime_arguments, check_threads, configure_output, start_threads
-from fairseq_speaker.runtime import seed as runtime_seed
+from fairseq_speaker.runtime import add_runtime_arguments, check_threads, configure_output, parse_seed, start_threads
 from fairseq_speaker.tasks.speaker_translation import SplitNotFound
 
 PROG = program_name(__name__)
@@ -244,7 +243,7 @@ def build_parser() -> argparse.ArgumentParser:
                         f"sentences may take (default: {SHARED_DEFAULTS['max_cache_gb']})")
     parser.add_argument("--max-iter", type=int, default=100, help="L-BFGS iterations per speaker at most")
     parser.add_argument("--batch-sentences", type=int, default=256, help="sentences the network scores at once")
-    parser.add_argument("--seed", type=runtime_seed, default=1)
+    parser.add_argument("--seed", type=parse_seed, default=1)
     parser.add_argument("--user-dir", default=None,
                         help="a package registering more speaker bias variants or model families")
     add_runtime_arguments(parser)

@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple, Union
 
 from fairseq_speaker.analysis.speaker_words import Trait, read_traits, trait_accuracy  # noqa: F401  (also here before 0.5.0)
 from fairseq_speaker.errors import command
-from fairseq_speaker.runtime import seed as runtime_seed
+from fairseq_speaker.runtime import parse_seed
 from fairseq_speaker.toy.lexicon import (  # noqa: F401  (the corpus's words, here since before the suite)
     TRAITS, GENDERS, ADDRESSES, PROFESSIONS, GENDERED_ADJECTIVES, INVARIABLE_ADJECTIVES, NOUNS, PROFESSION_NOUNS, PLACES, TIMES, ADDRESS_VERBS, STYLE_ITEMS, DEFAULT_DEVIATION, STYLE_NOUN_SHARE, Speaker, Styles, style_word, Row, remove_split, write_split)
 
@@ -311,7 +311,7 @@ def main(argv=None) -> None:
     parser.add_argument("--deviation", type=float, metavar="P",
                         help=f"with --styles: the probability that a speaker leaves their style on a phrase, for a "
                         f"translation of their own (default: {DEFAULT_DEVIATION})")
-    parser.add_argument("--seed", type=runtime_seed, default=1)
+    parser.add_argument("--seed", type=parse_seed, default=1)
     parser.add_argument("--heldout", action="store_true",
                         help="also write heldout.{en,fr,spk,traits}: the sentences of speakers who are in no other "
                         "split, to evaluate onboarding (fairseq-speaker-onboarding-eval)")

@@ -53,8 +53,7 @@ from fairseq_speaker.modules.speaker_bias import parse_variant_name
 from fairseq_speaker.analysis.speaker_words import read_traits, trait_accuracy
 from fairseq_speaker.toy.corpus import DEFAULT_DEVIATION, TRAITS, read_styles, write_corpus
 from fairseq_speaker.toy.oracle import BAYES, bayes_accuracy, oracle_accuracy, oracle_rows
-from fairseq_speaker.runtime import add_runtime_arguments, check_threads, configure_output, start_threads
-from fairseq_speaker.runtime import seed as runtime_seed
+from fairseq_speaker.runtime import add_runtime_arguments, check_threads, configure_output, parse_seed, start_threads
 
 DEFAULT_SYSTEMS = ["lstm_base", "lstm_fact_bias", "transformer_fact_bias"]
 #: the beam of the paper's decoding, the demo's unless --beams says otherwise
@@ -236,7 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "words (fairseq-speaker-words): a row SYSTEM+words each")
     parser.add_argument("--topics", type=int, default=None,
                         help="topics of the source-side topic model, for systems of the topic variant (default: 8)")
-    parser.add_argument("--seed", type=runtime_seed, default=1)
+    parser.add_argument("--seed", type=parse_seed, default=1)
     add_runtime_arguments(parser, threads_help="CPU threads of each training and decoding (one at a time; "
                           "default: the cores this process may use, or OMP_NUM_THREADS if set)")
     parser.add_argument("--no-report", action="store_true",
