@@ -29,7 +29,7 @@ import os
 import sys
 import warnings
 from dataclasses import dataclass
-from typing import Mapping, Optional
+from typing import Iterable, List, Mapping, Optional
 
 #: the environment variable that chooses the threads of torch (and of every OpenMP library)
 THREADS_VARIABLE = "OMP_NUM_THREADS"
@@ -266,6 +266,14 @@ def parse_seed(value: str) -> int:
     if not 0 <= number <= MAX_SEED:
         raise argparse.ArgumentTypeError(f"must be from 0 to {MAX_SEED} (numpy's seeds), got {number}")
     return number
+
+
+def options_given(parser: argparse.ArgumentParser, args, names: Iterable[str], values: bool = False) -> List[str]:
+    """The options of ``names`` (destinations: ``gen_batch``) whose value in ``args`` is not the parser's default,
+    as written on a command line (``--gen-batch``, or ``--gen-batch 4`` with ``values``), in the order of ``names``:
+    those given, for a command that refuses an option another one makes idle."""
+    return [f"--{name.replace('_', '-')}" + (f" {getattr(args, name)}" if values else "") for name in names
+            if getattr(args, name) != parser.get_default(name)]
 
 
 def check_threads(parser: argparse.ArgumentParser, args) -> None:

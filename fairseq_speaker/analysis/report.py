@@ -28,7 +28,14 @@ from fairseq_speaker.atomic_write import atomic_path, make_folder, write_json, w
 from fairseq_speaker.command_registry import program_name
 from fairseq_speaker.data import check_utf8, read_lines, read_speaker_file
 from fairseq_speaker.errors import UserError, command
-from fairseq_speaker.runtime import add_runtime_arguments, check_threads, configure_output, parse_seed, start_threads
+from fairseq_speaker.runtime import (
+    add_runtime_arguments,
+    check_threads,
+    configure_output,
+    options_given,
+    parse_seed,
+    start_threads,
+)
 from fairseq_speaker.user_dir import add_user_dir_argument, import_user_dir
 
 PROG = program_name(__name__)
@@ -283,7 +290,7 @@ def main(argv=None) -> None:
             ("the speaker classifier", "--train-text, --train-speakers and --test-speakers", any(classifier_files),
              ("classifier_epochs", "classifier_batch_size")),
             ("the bias inspection", "--checkpoint", bool(checkpoints), ("speaker", "inspect_speakers", "top_words"))):
-        idle = [f"--{name.replace('_', '-')}" for name in options if getattr(args, name) != parser.get_default(name)]
+        idle = options_given(parser, args, options)
         if idle and not written:
             raise UserError(f"{' and '.join(idle)}: options of {section}, a section written only with {needs}: give "
                             f"{'those' if ',' in needs else 'it'}, or leave {'them' if len(idle) > 1 else 'it'} out")

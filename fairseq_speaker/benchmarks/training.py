@@ -84,7 +84,7 @@ from fairseq_speaker.models import (
 from fairseq_speaker.models.presets import preset_name
 from fairseq_speaker.modules.speaker_bias import SPEAKER_BIAS_REGISTRY, parse_variant_name
 from fairseq_speaker.optim.speaker_rows import parse_lr_scale
-from fairseq_speaker.runtime import ThreadChoice, add_runtime_arguments, configure_output, parse_seed
+from fairseq_speaker.runtime import ThreadChoice, add_runtime_arguments, configure_output, options_given, parse_seed
 from fairseq_speaker.user_dir import add_user_dir_argument, import_user_dir
 
 PROG = program_name(__name__)
@@ -594,8 +594,7 @@ def check_args(parser: argparse.ArgumentParser, args) -> None:
                      f"--configs names each one's family: drop one of them")
     args.family = args.family or "lstm"
     generating = args.generate or args.no_train
-    idle = [f"--{name.replace('_', '-')} {getattr(args, name)}" for name in ("gen_sentences", "gen_batch", "gen_len")
-            if getattr(args, name) != parser.get_default(name)]
+    idle = options_given(parser, args, ("gen_sentences", "gen_batch", "gen_len"), values=True)
     if idle and not generating:
         parser.error(f"{' '.join(idle)}: {'sizes' if len(idle) > 1 else 'a size'} of the generation runs, and only "
                      f"training is timed: add --generate, or drop {'them' if len(idle) > 1 else 'it'}")

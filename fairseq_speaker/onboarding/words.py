@@ -38,7 +38,7 @@ from fairseq_speaker.modules.speaker_words import MAX_WEIGHT, WordOptions
 from fairseq_speaker.modules.word_kinds import TraitKinds
 from fairseq_speaker.onboarding import calibrate
 from fairseq_speaker.onboarding.checkpoint import open_with_sentences, split_sentences
-from fairseq_speaker.runtime import add_runtime_arguments, check_threads, configure_output, start_threads
+from fairseq_speaker.runtime import add_runtime_arguments, check_threads, configure_output, options_given, start_threads
 from fairseq_speaker.tasks.speaker_translation import EmptySplit, SplitNotFound
 
 
@@ -282,9 +282,8 @@ def _check_calibration(parser: argparse.ArgumentParser, args: argparse.Namespace
     idle = [option for option, value in (("--window", args.window), ("--kinds" if args.kinds else "--no-kinds",
                                                                        args.kinds)) if value is not None]
     # the estimator's own options, given other than their defaults: how a memory that acts reads the words
-    estimator = [f"--{name.replace('_', '-')}" for name in ("own", "neighbours", "neighbours_k", "power", "evidence",
-                                                            "add_to", "rank_choices", "kinds_prior")
-                 if getattr(args, name) != parser.get_default(name)]
+    estimator = options_given(parser, args, ("own", "neighbours", "neighbours_k", "power", "evidence", "add_to",
+                                             "rank_choices", "kinds_prior"))
     estimator += ["--floor" if args.floor else "--no-floor"] if args.floor != parser.get_default("floor") else []
     idle += estimator
     if args.neighbours == 0:

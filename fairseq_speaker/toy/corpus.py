@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple, Union
 
 from fairseq_speaker.analysis.speaker_words import Trait, read_traits, trait_accuracy  # noqa: F401  (also here before 0.5.0)
 from fairseq_speaker.errors import command
-from fairseq_speaker.runtime import parse_seed
+from fairseq_speaker.runtime import options_given, parse_seed
 from fairseq_speaker.toy.lexicon import (  # noqa: F401  (the corpus's words, here since before the suite)
     TRAITS, GENDERS, ADDRESSES, PROFESSIONS, GENDERED_ADJECTIVES, INVARIABLE_ADJECTIVES, NOUNS, PROFESSION_NOUNS, PLACES, TIMES, ADDRESS_VERBS, STYLE_ITEMS, DEFAULT_DEVIATION, STYLE_NOUN_SHARE, Speaker, Styles, style_word, Row, remove_split, write_split)
 
@@ -389,8 +389,8 @@ def _structure_main(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     if args.list_structures and args.structure is not None:
         parser.error("give --list-structures or --structure NAME, not both")
     # every option is spelt as its destination (--sentences-per-speaker: sentences_per_speaker)
-    given = ["--" + dest.replace("_", "-") for dest, value in vars(args).items()
-             if dest not in ("out", "structure", "list_structures") and value != parser.get_default(dest)]
+    given = options_given(parser, args, [dest for dest in vars(args) if dest not in ("out", "structure",
+                                                                                     "list_structures")])
     option = "--list-structures" if args.list_structures else f"--structure {args.structure}"
     if given:
         parser.error(f"{option} takes no {' '.join(given)}: a structure's sizes, model and seed are its own")
