@@ -138,8 +138,7 @@ class SpeakerAdapter:
                encode_target_fn: Optional[Callable[[str], str]] = None) -> List[Pair]:
         """Token ids of sentence pairs (``encode_fn``: the model's tokenizer/BPE, if the text is raw;
         ``encode_target_fn``: the same for the targets, in the target language, by default ``encode_fn``)."""
-        if len(sources) != len(targets):
-            raise OnboardingError(f"{len(sources)} source sentences but {len(targets)} target sentences")
+        check_pair_counts(sources, targets)
         encode_fn = encode_fn or (lambda x: x)
         encode_target_fn = encode_target_fn or encode_fn
         pairs = self._token_ids(sources, targets, encode_fn, encode_target_fn)
@@ -494,6 +493,14 @@ def read_adaptation_files(prefix: str, source_lang: str, target_lang: str,
     labels = read_speaker_file(f"{prefix}.{speaker_suffix}", len(sources),
                                hint=f"; put the speaker of each line of {paths[0]} on the same line")
     return sources, targets, labels
+
+
+def check_pair_counts(sources: Sequence[str], targets: Sequence[str],
+                      named: Tuple[str, str] = ("source sentences", "target sentences")) -> None:
+    """Refuse sentence pairs whose two lists differ in length; ``named``: the lists' names in the message."""
+    if len(sources) != len(targets):
+        raise OnboardingError(f"{len(sources)} {named[0]} but {len(targets)} {named[1]}: give one target sentence for "
+                              f"each source sentence")
 
 
 def group_by_speaker(labels: Sequence[str], pairs: Sequence[Pair]) -> Dict[str, List[Pair]]:

@@ -47,7 +47,7 @@ from fairseq_speaker.data import preprocessing
 from fairseq_speaker.data.speaker_dictionary import sentence_problem
 from fairseq_speaker.modules.speaker_words import speaker_words_of
 from fairseq_speaker.modules.word_kinds import kind_posteriors, kind_words
-from fairseq_speaker.onboarding.adapt import SpeakerAdapter
+from fairseq_speaker.onboarding.adapt import SpeakerAdapter, check_pair_counts
 from fairseq_speaker.onboarding.checkpoint import OnboardingError, SpeakerCheckpoint, adaptable_bias, speaker_bias_of
 from fairseq_speaker.onboarding.fit import FitOptions, FitReport
 from fairseq_speaker.onboarding.prior import prior_of_checkpoint
@@ -476,9 +476,7 @@ class SpeakerTranslator:
         lists' names in a refusal."""
         source_name, target_name = named
         sources, targets = _as_list(sources, source_name), _as_list(targets, target_name)
-        if len(sources) != len(targets):
-            raise OnboardingError(f"{len(sources)} {source_name} but {len(targets)} {target_name}: give one target "
-                                  f"sentence for each source sentence")
+        check_pair_counts(sources, targets, named)
         tokenizer = self.hub.tokenizer
         if self._target_tokenizer is None or self._target_tokenizer[0] is not tokenizer:
             self._target_tokenizer = (tokenizer, preprocessing.for_target(tokenizer))
