@@ -131,9 +131,11 @@ def upgrade(state: dict, path: Optional[str] = None) -> dict:
 def not_a_file(path: str) -> Optional[str]:
     """Why ``path`` (that exists) is no checkpoint file: a folder, or a device, a pipe or a socket (reading a pipe
     waits for a writer for ever); None for a regular file or a path that is not there."""
-    if isinstance(path, str) and os.path.isdir(path):
+    if not isinstance(path, (str, os.PathLike)):  # a file object: torch reads it as it is
+        return None
+    if os.path.isdir(path):
         return f"{path} is a directory, not a checkpoint"
-    if isinstance(path, str) and os.path.exists(path) and not os.path.isfile(path):
+    if os.path.exists(path) and not os.path.isfile(path):
         return (f"{path}: not a regular file (a device, a pipe or a socket), which no checkpoint is: give the "
                 f"checkpoint file that fairseq-train wrote")
     return None
@@ -168,8 +170,6 @@ def readable(path: str):
     except (EOFError, RuntimeError, OSError) as e:
         if isinstance(e, FileNotFoundError):
             raise CheckpointError(f"checkpoint not found: {path}") from None
-        if isinstance(e, IsADirectoryError):
-            raise CheckpointError(f"{path} is a directory, not a checkpoint") from None
         detail = str(e).strip().splitlines()[0] if str(e).strip() else ""
         raise CheckpointError(f"{path}: not a readable fairseq checkpoint: truncated, damaged or another kind of file "
                               f"({type(e).__name__}: {detail})") from None
