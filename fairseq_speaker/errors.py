@@ -20,6 +20,7 @@ any other program leaves its exception hook alone.
 import atexit
 import functools
 import os
+import re
 import sys
 from typing import Callable, NoReturn, Optional, Tuple, Type
 
@@ -51,10 +52,42 @@ FAIRSEQ_FILE_ERRORS = {
 }
 
 
+#: the functions of fairseq that open a file named by an option, by (module, function) -> the option and what to do;
+#: an ``OSError`` raised there is a file the user named
+FAIRSEQ_FILE_READERS = {
+    ("fairseq_cli.interactive", "buffered_read"): ("--input", "give a readable text file, or leave out --input "
+                                                              "(standard input)"),
+    ("fairseq.utils", "load_align_dict"): ("--replace-unk", "give it the alignment dictionary file (fairseq reads "
+                                                            "a --replace-unk without a value as the file '@@ ')"),
+}
+
+#: fairseq's (and numpy's, under fairseq) refusals of an option's value that end in a traceback: exception type and
+#: the start of its message -> what to do
+FAIRSEQ_VALUE_ERRORS = {
+    (ValueError, "Seed must be between 0 and 2**32 - 1"): "give --seed a whole number from 0 to 4294967295",
+    (Exception, "Size of sample #"): "",  # fairseq's own message says what to do
+}
+
+
+def _fairseq_reader(exc: OSError) -> Optional[UserError]:
+    """The option whose file ``exc`` failed to open, where one of :data:`FAIRSEQ_FILE_READERS` raised it."""
+    tb = exc.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        reader = FAIRSEQ_FILE_READERS.get((frame.f_globals.get("__name__"), frame.f_code.co_name))
+        if reader is not None:
+            option, fix = reader
+            name = exc.filename if exc.filename is not None else "?"
+            return UserError(f"{option} {name}: {exc.strerror or exc}: {fix}")
+        tb = tb.tb_next
+    return None
+
+
 def user_error_in(exc: Optional[BaseException]) -> Optional[UserError]:
     """The :class:`UserError` that caused ``exc`` (fairseq wraps some, e.g. "Cannot load model
-    parameters"; one of fairseq's option checks, :data:`FAIRSEQ_OPTION_ASSERTIONS`, or of its file checks,
-    :data:`FAIRSEQ_FILE_ERRORS`, becomes one), or None."""
+    parameters"; one of fairseq's option checks, :data:`FAIRSEQ_OPTION_ASSERTIONS`, of its file checks,
+    :data:`FAIRSEQ_FILE_ERRORS` and :data:`FAIRSEQ_FILE_READERS`, or of its values, :data:`FAIRSEQ_VALUE_ERRORS`,
+    becomes one), or None."""
     seen = set()
     while exc is not None and id(exc) not in seen:
         if isinstance(exc, UserError):
@@ -65,6 +98,14 @@ def user_error_in(exc: Optional[BaseException]) -> Optional[UserError]:
             for start, message in FAIRSEQ_FILE_ERRORS.items():
                 if str(exc).startswith(start):
                     return UserError(message.format(str(exc)[len(start):]))
+            reader = _fairseq_reader(exc)
+            if reader is not None:
+                return reader
+        for (kind, start), fix in FAIRSEQ_VALUE_ERRORS.items():
+            if type(exc) is kind and str(exc).startswith(start):
+                # numpy's scalars in fairseq's message as they were written: "(=(np.int32(5), ...)" is "(=(5, ...)"
+                message = re.sub(r"np\.[a-z0-9_]+\(([^()]*)\)", r"\1", str(exc))
+                return UserError(f"{message}: {fix}" if fix else message)
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__
     return None

@@ -24,6 +24,7 @@ from fairseq_speaker.modules.speaker_plumbing import (
     SpeakerEncoderMixin,
     SpeakerModelConfig,
     SpeakerModelMixin,
+    check_dropouts,
     fill_defaults,
     register_speaker_model,
 )
@@ -89,6 +90,7 @@ class SpeakerLSTMModel(SpeakerModelMixin, FairseqEncoderDecoderModel):
     @classmethod
     def build_model(cls, cfg, task):
         base_architecture(cfg)
+        check_dropouts(cfg)
         encoder = SpeakerLSTMEncoder(cfg, task.source_dictionary)
         decoder = SpeakerLSTMDecoder(cfg, task.target_dictionary, encoder.output_dim)
         return cls.with_speaker_bias(cls(encoder, decoder), cfg, task)

@@ -34,6 +34,7 @@ from fairseq_speaker.modules.speaker_plumbing import (
     SpeakerDecoderMixin,
     SpeakerEncoderMixin,
     SpeakerModelMixin,
+    check_dropouts,
     fill_defaults,
     hook_speaker_state,
     register_speaker_model,
@@ -70,6 +71,7 @@ class SpeakerTransformerModel(SpeakerModelMixin, TransformerModel):
     @classmethod
     def build_model(cls, args, task):
         architecture(args)
+        check_dropouts(args)
         if getattr(args, "adaptive_softmax_cutoff", None):
             raise UserError("a speaker bias is added to the full softmax: --adaptive-softmax-cutoff is not supported")
         return cls.with_speaker_bias(super().build_model(args, task), args, task)

@@ -413,6 +413,18 @@ def hook_speaker_state(decoder: "SpeakerDecoderMixin", embedding: nn.Module, lay
     decoder.__dict__["_speaker_state_hooked"] = True
 
 
+def check_dropouts(cfg) -> None:
+    """Refuse a dropout option (``--dropout``, ``--attention-dropout``, ``--decoder-dropout-out``, ...) outside
+    [0, 1] before a network is built: torch's refusal names no option, and fairseq's own dropout takes any."""
+    options = vars(cfg) if not hasattr(cfg, "keys") else {key: cfg[key] for key in cfg.keys()}
+    for name, value in sorted(options.items()):
+        if "dropout" not in name or isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        if not 0 <= value <= 1:  # nan too
+            raise UserError(f"--{name.replace('_', '-')} {value}: a dropout is a probability, from 0 to 1 "
+                            f"(0.1 to 0.3 are usual)")
+
+
 class SpeakerModelMixin:
     """Put before a fairseq encoder-decoder model class whose encoder and decoder use the mixins above."""
 

@@ -105,15 +105,15 @@ def _per_sentence(speakers: Sentences, n: int) -> List[str]:
     return labels
 
 
-def _name_list(names, method: str, empty: bool = True) -> List[str]:
+def _name_list(names, method: str, empty: bool = True, every: bool = True) -> List[str]:
     """``names`` if it is a list (or tuple) of speaker names: a string would be read as its characters. ``empty``:
-    whether an empty list is a list of names here."""
+    whether an empty list is a list of names here; ``every``: whether leaving names out means every speaker."""
     if not isinstance(names, (list, tuple)) or not all(isinstance(name, str) for name in names):
         raise OnboardingError(f"{method}: give a list of speaker names, got {type(names).__name__} {names!r:.80}"
                               + (f" ({method}([{names!r:.60}]) for one)" if isinstance(names, str) else ""))
     if not names and not empty:
-        raise OnboardingError(f"{method}: names is an empty list: give at least one speaker (or leave names out: "
-                              f"every speaker)")
+        raise OnboardingError(f"{method}: names is an empty list: give at least one speaker"
+                              + (" (or leave names out: every speaker)" if every else ": nothing would be done"))
     return list(names)
 
 
@@ -620,9 +620,9 @@ class SpeakerTranslator:
     def forget_words(self, names: Sequence[str]) -> None:
         """The model's memory of its speakers' words (``fairseq-speaker-words``; nothing without one) forgets those
         of ``names`` (a list of speakers the model knows): a speaker deleted from a service must not shape the others'
-        neighbours. A string instead of a list, or a name the model does not know, is refused: nothing would be
-        forgotten."""
-        names = _name_list(names, "forget_words")
+        neighbours. A string instead of a list, an empty list, or a name the model does not know, is refused: nothing
+        would be forgotten."""
+        names = _name_list(names, "forget_words", empty=False, every=False)
         unknown = [name for name in names if name not in self.task.speaker_dictionary]
         if unknown:
             raise OnboardingError(f"forget_words: no speaker(s) {', '.join(map(repr, unknown[:5]))} in the model "

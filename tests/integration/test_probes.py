@@ -900,6 +900,10 @@ COMMAND_PROBES = {
                                               "truecase_model 'truecase.fr': no such file {prepnotruecase}/truecase.fr"),
         ("one-line-user-errors",
          [*TRAIN, "--preprocessing", "moses"], 2, "argument --preprocessing: invalid choice: 'moses'"),
+        ("one-line-user-errors",
+         [*TRAIN, "--dropout", "1.5"], 2, "--dropout 1.5: a dropout is a probability, from 0 to 1"),
+        ("one-line-user-errors",
+         [*TRAIN, "--lstm-dropout", "-0.1"], 2, "--lstm-dropout -0.1: a dropout is a probability"),
         ("ignored-options-refused",
          [*TRAIN, "--speaker", "spk003"], 2, "--speaker spk003: fairseq-interactive's speakers of its input lines; the "
                                              "valid split's speakers are read from its speaker file ({data}/valid.spk, "
@@ -954,6 +958,10 @@ COMMAND_PROBES = {
          ["{data}", "--path", "{ckpt}", *GENERATE, "--skip-invalid-size-inputs-valid-test", "--max-source-positions",
           "3"], 2, "no sentence of the split is left to translate or train on: every one was skipped as longer than "
                    "the model's positions"),
+        ("one-line-user-errors",
+         ["{data}", "--path", "{ckpt}", *GENERATE, "--max-source-positions", "3"], 2,
+         "Size of sample #5 is invalid (=(5, 5)) since max_positions=(3, 1024), skip this example with "
+         "--skip-invalid-size-inputs-valid-test"),
         ("search-options-checked",
          ["{data}", "--path", "{ckpt}", *GENERATE, "--nbest", "0"], 2,
          "--nbest must be at least 1 (the translations given of each sentence), got 0"),
@@ -1845,6 +1853,12 @@ INTERACTIVE_PROBES = [
      "have none: leave out --score-reference"),
     ("one-line-user-errors", "i am tired .\n", ["--speaker", "spk000", "--batch-size", "4", "--buffer-size", "2"],
      "--batch-size cannot be larger than --buffer-size: give a --buffer-size of at least --batch-size"),
+    ("one-line-user-errors", "i am tired .\n", ["--speaker", "spk000", "--seed", "-1"],
+     "Seed must be between 0 and 2**32 - 1: give --seed a whole number from 0 to 4294967295"),
+    ("one-line-user-errors", "", ["--speaker", "spk000", "--input", "no/such/input.txt"],
+     "--input no/such/input.txt: No such file or directory: give a readable text file, or leave out --input"),
+    ("one-line-user-errors", "i am tired .\n", ["--speaker", "spk000", "--replace-unk"],
+     "--replace-unk @@ : No such file or directory: give it the alignment dictionary file"),
 ]
 
 
