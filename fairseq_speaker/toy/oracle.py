@@ -54,12 +54,14 @@ scores held-out speakers from their first n sentences (``heldout.*``, as
 """
 
 import argparse
+import json
 import os
 from fractions import Fraction
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
 from fairseq_speaker.analysis.speaker_words import Trait, read_traits
 from fairseq_speaker.toy.corpus import TRAITS, Styles, read_styles, style_word
+from fairseq_speaker.toy.learned_tables import LearnedTables, SpeakerTables
 from fairseq_speaker.toy.structures import RANDOM, TOPIC, StructureModel, TraitModel
 
 ORACLES = ("traits revealed", "words seen")
@@ -219,8 +221,10 @@ class StructurePosterior:
     and scores as :class:`SpeakerPosterior`'s; the arithmetic is exact.
     """
 
-    def __init__(self, model: StructureModel, traits: Iterable[Trait] = ()):
+    def __init__(self, model: StructureModel, traits: Iterable[Trait] = (), tables: Optional[SpeakerTables] = None):
         self.model = model
+        #: the tables learned from the training split (:mod:`fairseq_speaker.toy.learned_tables`), or None: the model's
+        self.tables = tables
         self._items = {(t.name, frozenset(t.words(item))): item for t in model.traits for item in t.items}
         self._topic_words = {frozenset(style_word(o) for o in options) for options in model.topic_items.values()}
         #: trait -> phrase -> the words said for it, one per occurrence
@@ -279,6 +283,8 @@ class StructurePosterior:
             return _product(Fraction(1, len(trait.items[item])) ** len(words) for item, words in said.items())
         if any(len(set(words)) > 1 for words in said.values()):
             return Fraction(0)
+        if self.tables is not None:
+            return _product(self.tables.choice(trait.name, value, item, words[0]) for item, words in said.items())
         kept, left = 0, {}  # phrases said as the value says them; the others, by their number of translations
         for item, words in said.items():
             if words[0] == style_word(trait.table[value][item]):
@@ -311,6 +317,10 @@ class StructurePosterior:
         anywhere = mass.get(RANDOM, Fraction(0)) / len(words)
         if said:
             return {w: (fixed[w] + anywhere) / self._total for w in words}
+        if self.tables is not None:
+            learned = {w: sum((m * self.tables.choice(trait.name, value, item, w) for value, m in mass.items()
+                               if value != RANDOM and m), Fraction(0)) for w in words}
+            return {w: (learned[w] + anywhere) / self._total for w in words}
         keep, leave = 1 - trait.deviation, trait.deviation / (len(words) - 1)
         others = sum(fixed.values())
         return {w: (keep * fixed[w] + leave * (others - fixed[w]) + anywhere) / self._total for w in words}
@@ -327,23 +337,28 @@ def _product(factors: Iterable[Fraction]) -> Fraction:
     return out
 
 
-def speaker_posterior(model, traits: Iterable[Trait] = ()):
+def speaker_posterior(model, traits: Iterable[Trait] = (), tables: Optional[SpeakerTables] = None):
     """The Bayes oracle's posterior of a speaker: :class:`SpeakerPosterior` for the styles mode's model (or None),
-    :class:`StructurePosterior` for a structure's."""
+    :class:`StructurePosterior` for a structure's (``tables``: learned from the training split, or None)."""
     if isinstance(model, StructureModel):
-        return StructurePosterior(model, traits)
+        return StructurePosterior(model, traits, tables)
+    if tables is not None:
+        raise ValueError("tables learned from the training split are a reference of the corpus suite's structures "
+                         "(--structure NAME), not of the styles mode")
     return SpeakerPosterior(model, traits)
 
 
 def _bayes_scores(styles: Union[Styles, StructureModel, None], observed: Dict[str, List[Trait]],
-                  evaluated: Iterable[Tuple[str, Sequence[Trait]]], score: str) -> Dict[str, float]:
+                  evaluated: Iterable[Tuple[str, Sequence[Trait]]], score: str,
+                  tables: Optional[LearnedTables] = None) -> Dict[str, float]:
     posteriors: Dict[str, Union[SpeakerPosterior, StructurePosterior]] = {}
     right: Dict[str, Fraction] = {}
     total: Dict[str, int] = {}
     for speaker, traits in evaluated:
         for t in traits:
             if speaker not in posteriors:
-                posteriors[speaker] = speaker_posterior(styles, observed.get(speaker, ()))
+                posteriors[speaker] = speaker_posterior(styles, observed.get(speaker, ()),
+                                                        tables.without(speaker) if tables is not None else None)
             value = posteriors[speaker].score(t, score)
             for key in ("all", t.trait):
                 total[key] = total.get(key, 0) + 1
@@ -354,26 +369,29 @@ def _bayes_scores(styles: Union[Styles, StructureModel, None], observed: Dict[st
 def bayes_accuracy(styles: Union[Styles, StructureModel, None], train_speakers: Sequence[str],
                    train_traits: Sequence[Sequence[Trait]],
                    test_speakers: Sequence[str], test_traits: Sequence[Sequence[Trait]],
-                   score: str = "decision") -> Dict[str, float]:
+                   score: str = "decision", tables: Optional[LearnedTables] = None) -> Dict[str, float]:
     """The ``Bayes`` oracle's share of the test's speaker words, overall and per trait: each test speaker
     known from all their training sentences (see the module's docstring; ``score``: ``decision`` or
     ``posterior``). ``styles``: the corpus's model (:func:`~fairseq_speaker.toy.corpus.read_styles`: the styles
-    mode's or a structure's)."""
+    mode's or a structure's); ``tables``: the structure's tables learned from the training split (each test speaker's
+    own words left out of them), or None: the model's."""
     if len(train_speakers) != len(train_traits) or len(test_speakers) != len(test_traits):
         raise ValueError("speaker labels and trait lines differ in number")
     observed: Dict[str, List[Trait]] = {}
     for speaker, traits in zip(train_speakers, train_traits):
         observed.setdefault(speaker, []).extend(traits)
-    return _bayes_scores(styles, observed, zip(test_speakers, test_traits), score)
+    return _bayes_scores(styles, observed, zip(test_speakers, test_traits), score, tables)
 
 
 def onboarding_oracle(styles: Union[Styles, StructureModel, None], speakers: Sequence[str],
                       traits: Sequence[Sequence[Trait]], n: int,
-                      evaluated_after: Optional[int] = None, score: str = "decision") -> Dict[str, float]:
+                      evaluated_after: Optional[int] = None, score: str = "decision",
+                      tables: Optional[LearnedTables] = None) -> Dict[str, float]:
     """The ``Bayes`` oracle for new speakers known from their first ``n`` sentences (in file order, as
     ``fairseq-speaker-onboarding-eval`` adapts on them), scored on each speaker's sentences after their
     first ``evaluated_after`` (default ``n``; the evaluation passes its largest n, so that every n is
-    scored on the same sentences). ``n`` = 0 is the prior alone."""
+    scored on the same sentences). ``n`` = 0 is the prior alone. ``tables``: as :func:`bayes_accuracy`'s (the whole
+    training split's: these speakers are not in it)."""
     if len(speakers) != len(traits):
         raise ValueError("speaker labels and trait lines differ in number")
     after = n if evaluated_after is None else evaluated_after
@@ -384,7 +402,25 @@ def onboarding_oracle(styles: Union[Styles, StructureModel, None], speakers: Seq
         lines.setdefault(speaker, []).append(i)
     observed = {speaker: [t for i in ids[:n] for t in traits[i]] for speaker, ids in lines.items()}
     evaluated = [(speakers[i], traits[i]) for ids in lines.values() for i in ids[after:]]
-    return _bayes_scores(styles, observed, evaluated, score)
+    return _bayes_scores(styles, observed, evaluated, score, tables)
+
+
+#: the tables the oracle knows: the model's, or those the training split shows (:mod:`~.learned_tables`)
+TABLES = ("known", "learned")
+
+
+def learned_tables(path: str, train_speakers: Sequence[str], train_traits: Sequence[Sequence[Trait]]
+                   ) -> LearnedTables:
+    """The tables of the structure of ``path`` (its ``speakers.json``, which holds every speaker's values) as its
+    training split shows them."""
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    model = StructureModel.from_json(data)
+    values = {name: {t.name: truth[t.name] for t in model.traits} for name, truth in data["speakers"].items()}
+    observed: Dict[str, List[Trait]] = {}
+    for speaker, traits in zip(train_speakers, train_traits):
+        observed.setdefault(speaker, []).extend(traits)
+    return LearnedTables(model, values, observed)
 
 
 def _lines(path: str) -> List[str]:
@@ -411,15 +447,28 @@ def main(argv=None) -> None:
                         "speakers' sentences after their first max(N)")
     parser.add_argument("--score", choices=SCORES, default="decision",
                         help="decision: the Bayes decision against the test's words; posterior: its expected accuracy")
+    parser.add_argument("--tables", choices=TABLES, default="known",
+                        help="known: the structure's tables, as the generative model has them (the Bayes limit); "
+                        "learned: as the training split shows them to an oracle told every other training speaker's "
+                        "values (a corpus of the suite only; the limit of a learner of this corpus)")
     args = parser.parse_args(argv)
     path = os.path.join(args.raw, "speakers.json")
     if not os.path.exists(path):
         parser.error(f"{path} not found: the Bayes oracle needs a corpus of the styles mode (--styles K) or of the "
                      f"corpus suite (--structure NAME)")
     styles = read_styles(path)
+    train_speakers = _lines(os.path.join(args.raw, "train.spk"))
+    train_traits = read_traits(os.path.join(args.raw, "train.traits"))
+    tables = None
+    if args.tables == "learned":
+        if not isinstance(styles, StructureModel):
+            parser.error(f"--tables learned: {path} is a corpus of the styles mode; learned tables are a reference of "
+                         f"the corpus suite's structures (python -m fairseq_speaker.toy.corpus --structure NAME)")
+        tables = learned_tables(path, train_speakers, train_traits)
     rows = [("test", bayes_accuracy(
-        styles, _lines(os.path.join(args.raw, "train.spk")), read_traits(os.path.join(args.raw, "train.traits")),
-        _lines(os.path.join(args.raw, "test.spk")), read_traits(os.path.join(args.raw, "test.traits")), args.score))]
+        styles, train_speakers, train_traits,
+        _lines(os.path.join(args.raw, "test.spk")), read_traits(os.path.join(args.raw, "test.traits")), args.score,
+        tables))]
     if os.path.exists(os.path.join(args.raw, "heldout.spk")):
         labels = _lines(os.path.join(args.raw, "heldout.spk"))
         traits = read_traits(os.path.join(args.raw, "heldout.traits"))
@@ -428,7 +477,7 @@ def main(argv=None) -> None:
             parser.error(f"a held-out speaker has {fewest} sentences: --shots must stay below, to leave some to score")
         for n in sorted(args.shots):
             rows.append((f"held out, n = {n}",
-                         onboarding_oracle(styles, labels, traits, n, max(args.shots), args.score)))
+                         onboarding_oracle(styles, labels, traits, n, max(args.shots), args.score, tables)))
     print(_format(rows))
 
 
