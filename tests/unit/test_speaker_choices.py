@@ -242,3 +242,34 @@ def test_kinds_chosen_by_bic_when_not_cross_validated():
     style = [c for c, choice in enumerate(found) if choice.anchor in PHRASES]
     model = kinds(chosen[:, style], [len(found[c].alternatives) for c in style], folds=0, restarts=2, iters=50)
     assert model.k == 3 and sorted(model.bic) == sorted(KINDS) and model.heldout == {} and np.isnan(model.gain)
+
+
+def rare_style_choices(speakers: int = 400, choices: int = 120, styles: int = 4, made: float = 0.08, seed: int = 5):
+    """Speakers of ``styles`` styles, each style one of two translations of every phrase (a tenth of the speakers'
+    choices leave it); each speaker makes each choice with probability ``made``, so that two choices are made by the
+    same speakers about ``speakers * made**2`` times (2.6): too few for any link."""
+    rng = np.random.default_rng(seed)
+    table = rng.integers(2, size=(styles, choices))
+    style = rng.integers(styles, size=speakers)
+    said = np.where(rng.random((speakers, choices)) < 0.1, 1 - table[style], table[style])
+    return np.where(rng.random((speakers, choices)) < made, said, -1), [2] * choices
+
+
+def test_rare_choices_that_no_link_joins_are_fitted_together_as_one_trait():
+    """Each rare choice is alone in the links; fitted together they are the styles: a trait whose kinds predict the
+    held-out speakers' choices. (Before, every one stayed alone with one kind, and the search of the number of kinds
+    stopped at 2, which predicts worse than 1 there.)"""
+    chosen, sizes = rare_style_choices()
+    assert [group for group in traits(chosen) if len(group) > 1] == []  # no link joins any two
+    found = choice_traits(chosen, sizes, keep_everyones=False)
+    assert len(found) >= 1
+    joined = max(found, key=lambda trait: len(trait[0]))
+    assert len(joined[0]) >= 100 and joined[1].k >= 3 and joined[1].gain > 0.05
+    assert set(joined[1].heldout) == set(KINDS)  # every number of kinds tried, past those worse than one
+
+
+def test_the_choices_of_random_speakers_are_not_joined():
+    """The same corpus whose speakers choose at random: the choices left alone stay alone."""
+    rng = np.random.default_rng(6)
+    chosen = np.where(rng.random((400, 120)) < 0.08, rng.integers(2, size=(400, 120)), -1)
+    assert choice_traits(chosen, [2] * 120, keep_everyones=False) == []
