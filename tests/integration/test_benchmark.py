@@ -143,6 +143,7 @@ def test_the_reference_of_a_variant_is_the_network_without_speakers_and_bad_conf
             check_config(config)
 
 
+@pytest.mark.slow  # the default run's time; its neighbours cover the same path
 def test_a_configuration_at_another_speaker_lr_scale_is_trained_with_it_and_measured_beside_the_default(tmp_path):
     """``CONFIG@lr-scale=X``: the same model trained with ``--speaker-lr-scale X``, paired with the default (the
     cost of ``auto`` against the shared rate, #25's figure)."""
@@ -163,6 +164,7 @@ def test_a_configuration_at_another_speaker_lr_scale_is_trained_with_it_and_meas
     assert " lstm_fact_bias@lr-scale=1 " in proc.stdout
 
 
+@pytest.mark.slow  # the default run's time; its neighbours cover the same path
 def test_a_configuration_with_its_speakers_words_translates_with_them_beside_the_same_model_without(tmp_path):
     """``CONFIG@words``: the same model translating with a memory of each speaker's words (their sentences' target
     words in the synthetic corpus), paired with the model without it; generation only."""

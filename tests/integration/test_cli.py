@@ -303,6 +303,7 @@ def test_restart_from_best_in_fairseq_train(toy, tmp_path):
     assert schedule["lr"] == 3.0 * 0.5 ** schedule["restarts"]
 
 
+@pytest.mark.slow  # the default run's time; its neighbours cover the same path
 def test_restart_from_best_resumes_as_if_uninterrupted(toy, tmp_path):
     """fairseq saves an epoch's checkpoint before the schedule sees its validation loss; a run stopped
     and resumed at an epoch end takes the same decisions (lr, restarts, parameters) as one that ran

@@ -33,6 +33,7 @@ def heldout(tmp_path_factory):
     return os.path.join(folder, "heldout")
 
 
+@pytest.mark.slow  # the default run's time; its neighbours cover the same path
 def test_onboarding_eval_prints_no_warning_a_user_cannot_act_on(toy, trained, heldout, tmp_path):
     """A tiny model, three new speakers: standard error is the threads line; --verbose shows what was held back
     (fairseq's INFO lines), and the results are the same."""

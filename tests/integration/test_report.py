@@ -70,7 +70,7 @@ def files(folder):
     return {p.name: p.read_bytes() for p in folder.iterdir()}
 
 
-@pytest.mark.parametrize("classifier", [False, True], ids=["scores", "classifier"])
+@pytest.mark.parametrize("classifier", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["scores", "classifier"])
 def test_an_interrupted_report_leaves_each_file_whole(toy, tmp_path, classifier):
     """Writing fails (here: a file size limit) in the middle of each output in turn: every file under its
     name stays the earlier, complete one; no temporary file is left."""

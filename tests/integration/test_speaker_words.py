@@ -272,6 +272,7 @@ def test_onboarding_eval_forgets_each_ns_speakers_before_the_next_n(remembered, 
     assert all(len(memory.words_of(r)) == 0 for r in range(8, memory.num_speakers))
 
 
+@pytest.mark.slow  # the default run's time; its neighbours cover the same path
 def test_the_demo_remembers_the_words_of_systems_whose_speakers_have_parameters_only(trained, toy, tmp_path):
     """fairseq-speaker-demo --words (its whole run: tests/integration/test_demo.py, slow tier)."""
     import shutil

@@ -142,6 +142,7 @@ def test_a_custom_variant_needs_its_user_dir_and_says_so(custom_checkpoint, toy,
         assert "'sparse_full' is not registered: pass --user-dir" in last and EXAMPLE in last, (command, last)
 
 
+@pytest.mark.slow  # the default run's time; its neighbours cover the same path
 def test_a_custom_variant_is_exported_adapted_counted_and_listed_with_its_user_dir(custom_checkpoint, toy, tmp_path):
     vectors = str(tmp_path / "speakers.npz")
     proc = run("fairseq-speaker-vectors", ["export", toy["bin"], "--path", custom_checkpoint, "--out", vectors,

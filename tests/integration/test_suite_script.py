@@ -3,6 +3,8 @@
 import importlib.util
 import os
 
+import pytest
+
 from fairseq_speaker.analysis.speaker_words import read_traits, trait_accuracy
 from fairseq_speaker.toy import demo
 
@@ -16,6 +18,7 @@ def _suite():
     return module
 
 
+@pytest.mark.slow  # the default run's time; its neighbours cover the same path
 def test_fit_scores_the_training_split_and_the_test_split_as_the_demo_scores_it(toy, trained, tmp_path):
     workdir = tmp_path / "early"
     workdir.mkdir()
