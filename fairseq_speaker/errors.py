@@ -74,7 +74,7 @@ def _fairseq_reader(exc: OSError) -> Optional[UserError]:
     tb = exc.__traceback__
     while tb is not None:
         frame = tb.tb_frame
-        reader = FAIRSEQ_FILE_READERS.get((frame.f_globals.get("__name__"), frame.f_code.co_name))
+        reader = FAIRSEQ_FILE_READERS.get((str(frame.f_globals.get("__name__")), frame.f_code.co_name))
         if reader is not None:
             option, fix = reader
             name = exc.filename if exc.filename is not None else "?"
