@@ -80,6 +80,12 @@ from torch import Tensor, nn
 from fairseq_speaker.errors import UserError
 from fairseq_speaker.modules.word_kinds import TraitKinds
 from fairseq_speaker.modules.words_index import WordsBase, WordsIndex
+from fairseq_speaker.modules.words_record import (  # noqa: F401 (CHECKPOINT_KEY: read from here too)
+    CHECKPOINT_KEY,
+    read_record,
+    record_error,
+    write_record,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -94,9 +100,6 @@ RANK_CHOICES = ("posterior", "rates")
 #: makes every output one repeated word)
 MAX_WEIGHT = 100.0
 
-#: where a checkpoint keeps the memory (the model's state dict)
-CHECKPOINT_KEY = "decoder.speaker_words._extra_state"
-FORMAT_VERSION = 1
 #: speakers whose bias rows (V floats each) are kept between batches
 CACHED_ROWS = 256
 #: re-ranking finds the words within the window among each hypothesis's FEW_NEAR best (one top-k, a trained model's
@@ -449,24 +452,10 @@ class SpeakerWords(nn.Module):
 
     # -- saved state -------------------------------------------------------------------------------------------
     def get_extra_state(self) -> Dict:
-        lengths = torch.tensor([len(w) for w in self.words], dtype=torch.long)
-        ids = (torch.from_numpy(np.concatenate(self.words).astype(np.int32)) if self.words
-               else torch.zeros(0, dtype=torch.int32))
-        state = {"version": FORMAT_VERSION, "vocab": self.vocab, "options": dataclasses.asdict(self.options),
-                 "ignored": list(self.ignored), "lengths": lengths, "words": ids}
         built = self._built_words
-        if built is not None:  # the build the known speakers' rows come from: the rows whose words changed since
-            moved = [r for r in range(len(built)) if not self._frozen(r)]
-            state["built"] = {"speakers": len(built), "rows": torch.tensor(moved, dtype=torch.long),
-                              "lengths": torch.tensor([len(built[r]) for r in moved], dtype=torch.long),
-                              "words": torch.from_numpy(np.concatenate([built[r] for r in moved]).astype(np.int32))
-                              if moved else torch.zeros(0, dtype=torch.int32)}
-        if self.kinds:
-            state["kinds"] = [{"choices": [torch.from_numpy(w.astype(np.int64)) for w in t.choices],
-                               "prior": torch.from_numpy(t.prior.astype(np.float64)),
-                               "tables": [torch.from_numpy(x.astype(np.float64)) for x in t.tables]}
-                              for t in self.kinds]
-        return state
+        moved = [r for r in range(len(built)) if not self._frozen(r)] if built is not None else []
+        return write_record(self.vocab, dataclasses.asdict(self.options), self.ignored, self.words, built, moved,
+                            self.kinds)
 
     def set_extra_state(self, state: Dict) -> None:
         other = from_state(state, self.vocab, "the checkpoint")
@@ -487,90 +476,19 @@ def fused(scores: Tensor, bias: Tensor, best: Tensor, near: Tensor, window: floa
 def from_state(state, vocab: int, where: str, speakers: Optional[int] = None) -> SpeakerWords:
     """The memory saved as ``state`` (:meth:`SpeakerWords.get_extra_state`), checked against a target vocabulary of
     ``vocab`` words and a table of ``speakers`` rows (None: any); a :class:`UserError` naming ``where`` when it cannot
-    be this model's."""
-    def bad(what: str) -> UserError:
-        return UserError(f"{where}: its speakers' words ({CHECKPOINT_KEY}) {what}; write them again with "
-                         f"fairseq-speaker-words from the checkpoint without them")
+    be this model's (:func:`fairseq_speaker.modules.words_record.read_record`)."""
+    made: List[SpeakerWords] = []
 
-    if not isinstance(state, dict) or not {"version", "vocab", "options", "lengths", "words"} <= set(state):
-        raise bad("are not a record of fairseq-speaker-words")
-    if state["version"] != FORMAT_VERSION:
-        raise bad(f"are in format {state['version']!r}, which this version of fairseq-speaker does not read "
-                  f"(it reads {FORMAT_VERSION}): upgrade fairseq-speaker")
-    if state["vocab"] != vocab:
-        raise bad(f"are over {state['vocab']} target words, and the model has {vocab}")
-    known = {f.name for f in dataclasses.fields(WordOptions)}
-    options = state["options"]
-    if not isinstance(options, dict) or not set(options) <= known:
-        raise bad(f"have options {sorted(options) if isinstance(options, dict) else options!r}, not {sorted(known)}")
-    options = {"add_to": "logits", "rank_choices": "rates", "floor": False, **options}  # written before: as it was
-    lengths, ids, ignored = state["lengths"], state["words"], state.get("ignored", [])
-    if not _ids_tensor(lengths) or not _ids_tensor(ids) or int(lengths.sum()) != ids.numel() \
-            or bool((lengths < 0).any()) or (ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab)) \
-            or not isinstance(ignored, (list, tuple)) \
-            or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < vocab for i in ignored):
-        raise bad("are damaged (their word ids do not add up to their speakers' counts, or name no word of the model)")
-    if speakers is not None and len(lengths) != speakers:
-        raise bad(f"are of {len(lengths)} speakers, and the checkpoint's speaker table has {speakers}")
-    try:
-        words = SpeakerWords(vocab, WordOptions(**options), ignored)
-    except (UserError, TypeError) as e:
-        raise bad(f"have bad options ({e})") from None
-    bounds = np.concatenate([[0], np.cumsum(lengths.numpy().astype(np.int64))])
-    flat = ids.numpy().astype(np.int64)
-    words.words = [np.unique(flat[bounds[i]:bounds[i + 1]]) for i in range(len(lengths))]
-    words.kinds = _kinds_of(state.get("kinds", []), vocab, bad)
-    words._built_words = _built_of(state.get("built"), words.words, vocab, bad)
-    return words
-
-
-def _built_of(record, words: List[np.ndarray], vocab: int, bad) -> List[np.ndarray]:
-    """The build of a record (see :meth:`SpeakerWords.get_extra_state`): its rows' words where they changed since,
-    the rows' own otherwise (the same arrays); a record written before builds were kept (0.8.0) is its own build."""
-    if record is None:
-        return list(words)
-    damaged = bad("are damaged (their build's rows do not add up)")
-    try:
-        count, rows, lengths, ids = record["speakers"], record["rows"], record["lengths"], record["words"]
-    except (TypeError, KeyError):
-        raise damaged from None
-    if not isinstance(count, int) or isinstance(count, bool) or not 0 <= count <= len(words) \
-            or not all(_ids_tensor(x) for x in (rows, lengths, ids)) or len(rows) != len(lengths) \
-            or int(lengths.sum()) != ids.numel() or bool((lengths < 0).any()) \
-            or (rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= count)) \
-            or (ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab)):
-        raise damaged
-    built = list(words[:count])
-    bounds = np.concatenate([[0], np.cumsum(lengths.numpy().astype(np.int64))])
-    flat = ids.numpy().astype(np.int64)
-    for i, row in enumerate(rows.tolist()):
-        built[row] = np.unique(flat[bounds[i]:bounds[i + 1]])
-    return built
-
-
-def _kinds_of(records, vocab: int, bad) -> List[TraitKinds]:
-    """The traits' kinds of a record (see :meth:`SpeakerWords.get_extra_state`), checked: the choices name words of
-    the vocabulary, and the prior and every table are distributions of the same number of kinds."""
-    out = []
-    damaged = bad("are damaged (their kinds of speaker are not distributions over the words of the model)")
-    if not isinstance(records, (list, tuple)):
-        raise damaged
-    for record in records:
+    def memory(options: Dict, ignored: List[int]) -> None:
         try:
-            choices = [np.asarray(w.numpy(), dtype=np.int64) for w in record["choices"]]
-            prior = np.asarray(record["prior"].numpy(), dtype=np.float64)
-            tables = [np.asarray(x.numpy(), dtype=np.float64) for x in record["tables"]]
-        except (TypeError, KeyError, AttributeError):
-            raise damaged from None
-        if prior.ndim != 1 or not len(prior) or len(tables) != len(choices) or not choices or not all(
-                w.ndim == 1 and len(w) >= 2 and w.min() >= 0 and w.max() < vocab and x.shape == (len(prior), len(w))
-                for w, x in zip(choices, tables)):
-            raise damaged
-        for p in [prior] + tables:
-            if not np.all(np.isfinite(p)) or np.any(p <= 0) or not np.allclose(p.sum(-1), 1.0, atol=1e-6):
-                raise damaged
-        out.append(TraitKinds(choices, prior, tables))
-    return out
+            made.append(SpeakerWords(vocab, WordOptions(**options), ignored))
+        except (UserError, TypeError) as e:
+            raise record_error(where, f"have bad options ({e})") from None
+
+    record = read_record(state, vocab, where, {f.name for f in dataclasses.fields(WordOptions)}, memory, speakers)
+    words, = made
+    words.words, words.kinds, words._built_words = record.words, record.kinds, record.built
+    return words
 
 
 def remembered(dictionary, speakers: int, said: Mapping[int, Sequence], options: Optional[WordOptions] = None
@@ -582,11 +500,6 @@ def remembered(dictionary, speakers: int, said: Mapping[int, Sequence], options:
     for row, sentences in said.items():
         words.set_words(row, sentences)
     return words
-
-
-def _ids_tensor(x) -> bool:
-    """Whether ``x`` is a 1-d tensor of integers (not booleans), as a record's lengths and ids are."""
-    return isinstance(x, Tensor) and x.dim() == 1 and x.dtype in (torch.int8, torch.int16, torch.int32, torch.int64)
 
 
 def speaker_words_of(model) -> Optional[SpeakerWords]:
