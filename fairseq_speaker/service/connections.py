@@ -12,8 +12,8 @@ connection (a socket, a file descriptor, a parser's buffers) for ever, and its h
   ``400 malformed_request``, where uvicorn answered plain text.
 
 The body has its own deadline, the request's (``--request-timeout``): the service's ASGI middleware reads it
-(:class:`fairseq_speaker.service.app._Observed`). Where httptools is not installed uvicorn's h11 protocol is used as it
-is (it bounds the size of headers, not their time).
+(:class:`fairseq_speaker.service.middleware.Observed`). Where httptools is not installed uvicorn's h11 protocol is
+used as it is (it bounds the size of headers, not their time).
 """
 
 import json
