@@ -70,9 +70,9 @@ def _problems(checkpoint, bias, speakers=None):
     """The training speakers' names and their scored sentences (as the onboarding solver reads them); with
     ``speakers`` (the speaker of each training sentence, in order), grouped by those instead of the checkpoint's
     own labels."""
-    from fairseq_speaker.onboarding.adapt import SpeakerAdapter
-    from fairseq_speaker.onboarding.fit import FitOptions
+    from fairseq_speaker.onboarding.adapter import SpeakerAdapter
     from fairseq_speaker.onboarding.checkpoint import split_sentences
+    from fairseq_speaker.onboarding.fit import FitOptions
 
     if speakers is None:
         sentences = split_sentences(checkpoint.task, "train")
@@ -123,8 +123,7 @@ def refit(args) -> None:
     import torch
 
     import fairseq_speaker  # noqa: F401  (registers the task and models)
-    from fairseq_speaker.onboarding.checkpoint import stacked_rows
-    from fairseq_speaker.onboarding.checkpoint import SpeakerCheckpoint, replace_speakers
+    from fairseq_speaker.onboarding.checkpoint import SpeakerCheckpoint, replace_speakers, stacked_rows
     from fairseq_speaker.onboarding.fit import FitOptions, fit_speakers
 
     torch.set_num_threads(args.threads)

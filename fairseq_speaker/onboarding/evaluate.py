@@ -24,7 +24,7 @@ that already holds files is refused, so that two runs' results never mix: give a
 ``--force`` to replace the earlier run's results.
 
 The model is loaded once; for each n every speaker is adapted with one
-:class:`~fairseq_speaker.onboarding.adapt.SpeakerAdapter` under the name ``SPEAKER@n``, which starts
+:class:`~fairseq_speaker.onboarding.adapter.SpeakerAdapter` under the name ``SPEAKER@n``, which starts
 from the mean speaker of the model as loaded (so adaptations for one n do not change those for
 another), and the evaluation sentences of every speaker are translated in batches.
 """
@@ -47,7 +47,7 @@ from fairseq_speaker.command_registry import program_name
 from fairseq_speaker.data import check_utf8
 from fairseq_speaker.errors import UserError, command, fail
 from fairseq_speaker.modules.speaker_words import speaker_words_of
-from fairseq_speaker.onboarding.adapt import read_adaptation_files
+from fairseq_speaker.onboarding.adapter import read_adaptation_files
 from fairseq_speaker.onboarding.checkpoint import OnboardingError, SpeakerCheckpoint
 from fairseq_speaker.onboarding.fit import FitOptions
 from fairseq_speaker.onboarding.translator import SpeakerTranslator

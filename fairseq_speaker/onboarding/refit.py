@@ -34,7 +34,7 @@ from torch import Tensor
 
 from fairseq_speaker.command_registry import program_name
 from fairseq_speaker.errors import command
-from fairseq_speaker.onboarding.adapt import SpeakerAdapter
+from fairseq_speaker.onboarding.adapter import SpeakerAdapter
 from fairseq_speaker.onboarding.checkpoint import (
     OnboardingError,
     open_with_sentences,

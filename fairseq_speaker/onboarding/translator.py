@@ -22,7 +22,7 @@ the rows enter the model in one call (:meth:`SpeakerTranslator.import_speakers`)
 Loading, tokenization and BPE (the checkpoint's own preprocessing, or ``tokenizer="moses"``,
 ``bpe="subword_nmt"``, ``bpe_codes=...``) and generation are fairseq's own hub interface
 (:class:`fairseq.hub_utils.GeneratorHubInterface`, available as :attr:`SpeakerTranslator.hub`); speakers are added with
-:class:`~fairseq_speaker.onboarding.adapt.SpeakerAdapter`.
+:class:`~fairseq_speaker.onboarding.adapter.SpeakerAdapter`.
 """
 
 import copy
@@ -47,7 +47,7 @@ from fairseq_speaker.data import preprocessing
 from fairseq_speaker.data.speaker_dictionary import sentence_problem
 from fairseq_speaker.modules.speaker_words import speaker_words_of
 from fairseq_speaker.modules.word_kinds import kind_posteriors, kind_words
-from fairseq_speaker.onboarding.adapt import SpeakerAdapter, check_pair_counts
+from fairseq_speaker.onboarding.adapter import SpeakerAdapter, check_pair_counts
 from fairseq_speaker.onboarding.checkpoint import OnboardingError, SpeakerCheckpoint, adaptable_bias, speaker_bias_of
 from fairseq_speaker.onboarding.fit import FitOptions, FitReport
 from fairseq_speaker.onboarding.prior import prior_of_checkpoint

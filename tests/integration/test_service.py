@@ -19,7 +19,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from fairseq_speaker.errors import UserError
-from fairseq_speaker.onboarding import adapt
+from fairseq_speaker.onboarding import adapter
 from fairseq_speaker.service.app import create_app, parse_args, read_token
 from fairseq_speaker.service.batcher import BatchOptions
 from fairseq_speaker.service.speaker_service import Limits
@@ -238,14 +238,14 @@ def test_translations_go_on_while_a_speaker_is_fitted_and_it_is_used_once_stored
     the translator, the translation would wait for the fit and the fit would give up."""
     translator = _translator(trained("lstm_fact_bias"), toy)
     fitting, translated, waited = threading.Event(), threading.Event(), []
-    real = adapt.fit_speakers
+    real = adapter.fit_speakers
 
     def slow_fit(*args, **kwargs):
         fitting.set()
         waited.append(translated.wait(timeout=20))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(adapt, "fit_speakers", slow_fit)
+    monkeypatch.setattr(adapter, "fit_speakers", slow_fit)
     request = {"sentences": SENTENCES[:2], "speakers": ["spk000", "dr-lee"]}
     with _client(translator) as client, ThreadPoolExecutor(max_workers=1) as pool:
         onboarding = pool.submit(client.put, "/speakers/dr-lee", json=PAIRS, headers=AUTH)

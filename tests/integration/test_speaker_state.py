@@ -113,7 +113,7 @@ def test_an_incremental_update_through_the_decoder_fits_the_new_sentences_agains
     from fairseq import checkpoint_utils
 
     from fairseq_speaker.onboarding import fit
-    from fairseq_speaker.onboarding.adapt import SpeakerAdapter
+    from fairseq_speaker.onboarding.adapter import SpeakerAdapter
 
     checkpoint = trained("lstm_base:fact+hyper_lhuc")
     sources = read_lines(os.path.join(toy["raw"], "test.en"))[:8]

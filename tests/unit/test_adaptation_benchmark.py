@@ -18,7 +18,7 @@ def test_iterations_are_run_as_asked_for_a_state_variant_and_its_update(tmp_path
     network's objective is flat, and its fits stopped after 4 or 5 iterations whatever the budget), so each fit
     evaluates the objective at least N times; --update-iterations gives the update its own count. The table and
     the JSON say how many."""
-    import fairseq_speaker.onboarding.adapt as adapt_module
+    import fairseq_speaker.onboarding.adapter as adapt_module
 
     seen = []
     fit = adapt_module.fit_speakers

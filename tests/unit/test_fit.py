@@ -7,7 +7,7 @@ import pytest
 import torch
 from fairseq.data import LanguagePairDataset
 
-from fairseq_speaker.onboarding.adapt import SpeakerAdapter
+from fairseq_speaker.onboarding.adapter import SpeakerAdapter
 from fairseq_speaker.onboarding.checkpoint import OnboardingError
 from fairseq_speaker.onboarding.fit import FitOptions, _nll, fit_speakers, score_tokens
 from tests.helpers import frozen_pairs, open_frozen

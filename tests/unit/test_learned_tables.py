@@ -15,7 +15,7 @@ from fairseq_speaker.toy.corpus import style_word, write_corpus
 from fairseq_speaker.toy.learned_tables import LearnedTables
 from fairseq_speaker.toy.oracle import StructurePosterior, main
 from fairseq_speaker.toy.structures import RANDOM, SUITE, StructureModel, write_structure
-from tests.unit.test_structures import small, tiny_model, word_of
+from tests.structure_models import small, tiny_model, word_of
 
 Occurrence = Tuple[str, str, str]  # (trait, phrase, translation)
 

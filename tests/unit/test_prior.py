@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from fairseq_speaker.onboarding.adapt import SpeakerAdapter
+from fairseq_speaker.onboarding.adapter import SpeakerAdapter
 from fairseq_speaker.onboarding.fit import FitOptions, fit_speakers, score_tokens
 from fairseq_speaker.onboarding.prior import (
     CHECKPOINT_KEY,

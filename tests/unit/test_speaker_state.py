@@ -398,7 +398,7 @@ def test_a_new_speakers_fit_through_the_decoder_starts_from_the_known_speakers_w
     the speakers who said the words most like theirs, among those the model had when the adapter was made; it
     ends where the fit from the mean speaker ends (the objective is the same)."""
     from fairseq_speaker.modules.speaker_words import attach, speaker_words_of
-    from fairseq_speaker.onboarding.adapt import SpeakerAdapter
+    from fairseq_speaker.onboarding.adapter import SpeakerAdapter
     from fairseq_speaker.onboarding.fit import FitOptions, fit_speakers
 
     task = make_task(num_speakers=4, num_words=40)
@@ -453,8 +453,8 @@ def test_without_words_a_new_speakers_fit_starts_from_the_known_speakers_whose_o
     hand); a speaker whose bias favours exactly those words takes nearly all the weight; the speakers added after
     the adapter was made are no one's start; the fit ends where the fit from the mean speaker ends; a variant with
     no output bias of its speakers' own starts from the mean."""
-    from fairseq_speaker.onboarding import adapt
-    from fairseq_speaker.onboarding.adapt import SpeakerAdapter
+    from fairseq_speaker.onboarding import adapter as adapter_module
+    from fairseq_speaker.onboarding.adapter import SpeakerAdapter
     from fairseq_speaker.onboarding.fit import FitOptions, fit_speakers
 
     task = make_task(num_speakers=4, num_words=40)
@@ -517,7 +517,7 @@ def test_without_words_a_new_speakers_fit_starts_from_the_known_speakers_whose_o
     assert copied._likely is favoured._likely
 
     # at most LIKELY_CANDIDATES known speakers are read, evenly spaced: here 0 and 2 of 4
-    monkeypatch.setattr(adapt, "LIKELY_CANDIDATES", 2)
+    monkeypatch.setattr(adapter_module, "LIKELY_CANDIDATES", 2)
     fresh = SpeakerAdapter(make_model("full+hyper_lhuc", task=make_task(num_speakers=4, num_words=40), family=family),
                            task, FitOptions(max_iter=200))
     model = fresh.model
@@ -531,7 +531,7 @@ def test_without_words_a_new_speakers_fit_starts_from_the_known_speakers_whose_o
 
 def test_a_variant_on_the_logits_starts_from_the_mean_speaker_whatever_the_words():
     from fairseq_speaker.modules.speaker_words import attach
-    from fairseq_speaker.onboarding.adapt import SpeakerAdapter
+    from fairseq_speaker.onboarding.adapter import SpeakerAdapter
 
     task = make_task(num_speakers=4)
     task.cfg = argparse.Namespace()

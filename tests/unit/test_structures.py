@@ -7,7 +7,6 @@ import json
 import math
 import os
 import random
-from dataclasses import replace
 from fractions import Fraction
 from typing import Dict, List, Tuple
 
@@ -19,11 +18,33 @@ from fairseq_speaker.toy.corpus import main as corpus_main
 from fairseq_speaker.toy.corpus import read_styles, style_word, write_corpus
 from fairseq_speaker.toy.demo import ceilings, format_table
 from fairseq_speaker.toy.oracle import (
-    BAYES, StructurePosterior, bayes_accuracy, onboarding_oracle, oracle_rows, speaker_posterior)
+    BAYES,
+    StructurePosterior,
+    bayes_accuracy,
+    onboarding_oracle,
+    oracle_rows,
+    speaker_posterior,
+)
 from fairseq_speaker.toy.structures import (
-    DESIGN, DIMENSIONS, JUDGE, RANDOM, SUITE, TOPIC, TOPICS, Structure, StructureModel, TraitModel, _phrases,
-    address_trait, build_model, draw_structures, get_structure, make_structure_speakers,
-    structure_json, training_sizes, write_structure)
+    DESIGN,
+    DIMENSIONS,
+    JUDGE,
+    RANDOM,
+    SUITE,
+    TOPIC,
+    TOPICS,
+    Structure,
+    StructureModel,
+    _phrases,
+    build_model,
+    draw_structures,
+    get_structure,
+    make_structure_speakers,
+    structure_json,
+    training_sizes,
+    write_structure,
+)
+from tests.structure_models import small, tiny_model, word_of
 
 
 def lines(out, name):
@@ -32,39 +53,6 @@ def lines(out, name):
 
 
 # -- the oracle against an enumeration of the generative story ------------------------------------------------
-
-
-def tiny_model(rng: random.Random, correlated: bool = True, random_share: bool = False, early: bool = False,
-               topics: bool = False) -> StructureModel:
-    """A style of 2-3 values (and ``random``) over 2-3 phrases of 2-3 translations, an address and a gender of one
-    phrase each; the joint prior a random distribution over the values (a product of random marginals if not
-    ``correlated``); with ``topics``, two topic phrases chosen by three topics."""
-    ways = [rng.choice([2, 3]) for _ in range(rng.choice([2, 3]))]
-    if early:
-        items = {}
-        for j, n in enumerate(ways):
-            items.update(_phrases(rng, [f"w{j}x{i}" for i in range(n + 1)], 1, n, True))
-    else:
-        items = {f"the {c}": tuple(f"le {c}{i}" for i in range(n)) for c, n in zip("abc", ways)}
-    values = [str(k) for k in range(rng.choice([2, 3]))]
-    table = {k: {item: rng.choice(options) for item, options in items.items()} for k in values}
-    style = TraitModel("style", tuple(values) + ((RANDOM,) if random_share else ()), items, table,
-                       rng.choice([Fraction(0), Fraction(1, 10), Fraction(3, 10), Fraction(3, 5)]))
-    gender = TraitModel("gender", ("f", "m"), {"tired": ("fatigué", "fatiguée")},
-                        {"f": {"tired": "fatiguée"}, "m": {"tired": "fatigué"}})
-    address = address_trait()
-    traits = [gender, address, style]
-    if correlated:
-        weights = {z: Fraction(rng.randint(1, 9)) for z in itertools.product(*(t.values for t in traits))}
-    else:
-        marginals = [{v: Fraction(rng.randint(1, 9)) for v in t.values} for t in traits]
-        weights = {z: math.prod(m[v] for m, v in zip(marginals, z)) for z in itertools.product(*marginals)}
-    total = sum(weights.values())
-    topic_items, chosen = {}, {}
-    if topics:
-        topic_items = {f"the t{j}": tuple(f"le t{j}y{i}" for i in range(3)) for j in range(2)}
-        chosen = {t: {item: options[i] for item, options in topic_items.items()} for i, t in enumerate(TOPICS)}
-    return StructureModel("tiny", traits, {z: w / total for z, w in weights.items()}, topic_items, chosen)
 
 
 def speaker_of(rng: random.Random, model: StructureModel, count: int, style_share: float = 1 / 3
@@ -84,11 +72,6 @@ def speaker_of(rng: random.Random, model: StructureModel, count: int, style_shar
             occurrences.append((trait.name, item, own.get(item, trait.table[value][item])
                                 if trait.name == "style" else trait.table[value][item]))
     return speaker, occurrences
-
-
-def word_of(model: StructureModel, trait: str, item: str, translation: str) -> Trait:
-    options = model.trait(trait).items[item]
-    return Trait(trait, style_word(translation), tuple(style_word(o) for o in options if o != translation))
 
 
 def brute_force(model: StructureModel, occurrences: List[Tuple[str, str, str]]):
@@ -260,11 +243,6 @@ def test_the_structure_oracle_of_the_styles_model_is_the_styles_oracle(tmp_path)
 
 
 # -- the structures' corpora ----------------------------------------------------------------------------------
-
-
-def small(structure: Structure) -> Structure:
-    """The structure's model at a size for a unit test."""
-    return replace(structure, speakers=16, sentences=6, eval_sentences=1, heldout_speakers=4, heldout_sentences=8)
 
 
 @pytest.mark.parametrize("name", list(SUITE))
