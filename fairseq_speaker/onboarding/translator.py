@@ -27,10 +27,8 @@ Loading, tokenization and BPE (the checkpoint's own preprocessing, or ``tokenize
 
 import copy
 import functools
-import math
 import os
 import threading
-import typing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -38,16 +36,26 @@ import numpy as np
 import scipy.sparse
 import torch
 from fairseq import hub_utils
-from fairseq.dataclass.configs import GenerationConfig
 from omegaconf import open_dict
 
 import fairseq_speaker  # noqa: F401  (registers the task and the models)
 from fairseq_speaker.checkpoints import not_a_file, read_checkpoint
 from fairseq_speaker.data import preprocessing
-from fairseq_speaker.data.speaker_dictionary import sentence_problem
 from fairseq_speaker.modules.speaker_words import speaker_words_of
 from fairseq_speaker.modules.word_kinds import kind_posteriors, kind_words
 from fairseq_speaker.onboarding.adapter import SpeakerAdapter, check_pair_counts
+from fairseq_speaker.onboarding.arguments import (
+    Sentences,
+    as_list,
+    check_overrides,
+    checked_beam,
+    checked_nbest,
+    checked_options,
+    checked_step_args,
+    name_list,
+    not_blank,
+    per_sentence,
+)
 from fairseq_speaker.onboarding.checkpoint import OnboardingError, SpeakerCheckpoint, adaptable_bias, speaker_bias_of
 from fairseq_speaker.onboarding.fit import FitOptions, FitReport
 from fairseq_speaker.onboarding.prior import prior_of_checkpoint
@@ -56,9 +64,6 @@ from fairseq_speaker.user_dir import check_registered
 
 if TYPE_CHECKING:
     from fairseq_speaker.onboarding.vectors import SpeakerVectors
-
-Sentences = Union[str, Sequence[str]]
-
 
 @dataclass(frozen=True)
 class SpeakerTrait:
@@ -74,190 +79,6 @@ class SpeakerTrait:
     probability: float
     evidence: int
     words: Tuple[str, ...]
-
-
-def _as_list(x: Sentences, what: str = "sentences") -> List[str]:
-    if isinstance(x, str):
-        return [x]
-    if x is None or not isinstance(x, (list, tuple)) or not all(isinstance(item, str) for item in x):
-        raise OnboardingError(f"{what}: give a string or a list of strings, got {type(x).__name__} {x!r:.80}")
-    return list(x)
-
-
-def _not_blank(sentences: List[str], what: str = "sentences") -> List[str]:
-    """``sentences`` if none is empty or only whitespace: the model would answer one with an invented sentence, and
-    a speaker fitted on one learns the end of sentence alone."""
-    for i, sentence in enumerate(sentences):
-        problem = sentence_problem(sentence)
-        if problem:
-            raise OnboardingError(f"{what}[{i}] is {problem}: give a sentence (or leave it out)")
-    return sentences
-
-
-def _per_sentence(speakers: Sentences, n: int) -> List[str]:
-    """One speaker label per sentence of ``n``, from one label for all or one per sentence."""
-    labels = _as_list(speakers, "speakers")
-    if len(labels) == 1:
-        labels = labels * n
-    if len(labels) != n:
-        raise OnboardingError(f"{len(labels)} speakers for {n} sentences: give one speaker for all, or one per "
-                              f"sentence")
-    return labels
-
-
-def _name_list(names, method: str, empty: bool = True, every: bool = True) -> List[str]:
-    """``names`` if it is a list (or tuple) of speaker names: a string would be read as its characters. ``empty``:
-    whether an empty list is a list of names here; ``every``: whether leaving names out means every speaker."""
-    if not isinstance(names, (list, tuple)) or not all(isinstance(name, str) for name in names):
-        raise OnboardingError(f"{method}: give a list of speaker names, got {type(names).__name__} {names!r:.80}"
-                              + (f" ({method}([{names!r:.60}]) for one)" if isinstance(names, str) else ""))
-    if not names and not empty:
-        raise OnboardingError(f"{method}: names is an empty list: give at least one speaker"
-                              + (" (or leave names out: every speaker)" if every else ": nothing would be done"))
-    return list(names)
-
-
-def _checked_beam(beam) -> int:
-    """``beam`` if it is a whole number of at least 1 (fairseq's search would fail on anything else)."""
-    if isinstance(beam, bool) or not isinstance(beam, int) or beam < 1:
-        raise OnboardingError(f"beam must be a whole number of at least 1, got {beam!r}")
-    return beam
-
-
-def _checked_nbest(nbest, beam: int) -> int:
-    """``nbest`` if it is a whole number from 1 to ``beam`` (the beam keeps ``beam`` hypotheses: a larger nbest would
-    give fewer translations than asked, 0 none)."""
-    if isinstance(nbest, bool) or not isinstance(nbest, int) or not 1 <= nbest <= beam:
-        raise OnboardingError(f"nbest must be a whole number from 1 to the beam ({beam}), got {nbest!r}: the beam "
-                              f"keeps {beam} translations of each sentence; raise beam for more")
-    return nbest
-
-
-#: what fairseq's hub interface takes besides the generation options (fairseq-generate's, with underscores)
-HUB_GENERATE_OPTIONS = ("verbose", "inference_step_args", "prefix_allowed_tokens_fn",
-                        "beam_stop")  # the last the task's (--beam-stop): when the beam search ends a sentence
-
-#: generation options that fairseq-generate and -interactive read but the hub interface does not (each would be accepted
-#: and change nothing), and one that would lose sentences: option -> why it is refused, and what to do instead
-NOT_FOR_THE_HUB = {
-    "nbest": "translate gives each sentence's best translation; translate_nbest(nbest=N) gives N",
-    "prefix_size": "the hub does not read it (it forces a prefix of a reference translation, which these sentences do "
-                   "not have); inference_step_args={'prefix_tokens': ...} forces one",
-    "replace_unk": "the hub does not read it (it is fairseq-generate's and -interactive's post-processing)",
-    "sacrebleu": "the hub does not read it (it is fairseq-generate's scoring)",
-    "score_reference": "the hub does not read it (it scores reference translations, which these sentences do not have)",
-    "print_step": "the hub does not read it (it is fairseq-generate's output)",
-    "lm_path": "the hub does not read it (fairseq-generate loads the language model)",
-    "lm_weight": "the hub does not read it (fairseq-generate fuses the language model)",
-    "constraints": "the hub passes no constraints to the search",
-    "skip_invalid_size_inputs": "a sentence longer than the model takes is refused, naming it; skipped, it would leave "
-                                "fewer translations than sentences, out of step with them",
-    **{name: "this model's search does not read it (fairseq reads it for other kinds of models: speech translation's "
-             "second pass, non-autoregressive decoding, or its command lines)"
-       for name in ("beam_mt", "lenpen_mt", "max_len_a_mt", "max_len_b_mt", "decoding_format",
-                    "iter_decode_eos_penalty", "iter_decode_max_iter", "iter_decode_force_max_iter",
-                    "iter_decode_with_beam", "iter_decode_with_external_reranker", "retain_iter_history",
-                    "retain_dropout", "retain_dropout_modules", "no_seed_provided", "eos_token")},
-}
-
-
-def _value_problem(value, hint) -> Optional[str]:
-    """What is wrong with ``value`` for a generation option typed ``hint`` (fairseq's ``GenerationConfig``), or None:
-    a bool where a number goes, text where a bool goes (fairseq took ``"yes"`` for true, ``"20"`` ended in a
-    ``TypeError`` deep in the search), a number that is not finite."""
-    if typing.get_origin(hint) is Union:
-        if value is None:
-            return None
-        hint = next((arg for arg in typing.get_args(hint) if arg is not type(None)), hint)
-    if hint is bool:
-        return None if isinstance(value, bool) else "True or False"
-    if hint is int:
-        return None if isinstance(value, int) and not isinstance(value, bool) else "a whole number"
-    if hint is float:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-        return None if ok else "a finite number"
-    if hint is str:
-        return None if isinstance(value, str) else "text"
-    return None  # a choice of fairseq's: its own check
-
-
-#: the type of each of fairseq's generation options
-GENERATION_TYPES: Dict[str, object] = typing.get_type_hints(GenerationConfig)
-
-
-def _checked_options(options: dict, generation) -> dict:
-    """``options`` if each is one of fairseq's generation options (``generation``: the hub's, a ``GenerationConfig``)
-    or of its hub interface: fairseq would set a misspelt one (``beem=3``) aside without a word."""
-    for name in options:
-        if name in NOT_FOR_THE_HUB:
-            raise OnboardingError(f"{name!r} is refused here: {NOT_FOR_THE_HUB[name]}")
-        problem = _value_problem(options[name], GENERATION_TYPES[name]) if name in GENERATION_TYPES else None
-        if problem:
-            raise OnboardingError(f"{name} must be {problem}, got {type(options[name]).__name__} "
-                                  f"{options[name]!r:.60}")
-        if name not in generation and name not in HUB_GENERATE_OPTIONS:
-            raise OnboardingError(f"{name!r} is not an option of fairseq's generation (fairseq-generate's options, "
-                                  f"written with underscores: beam, lenpen, max_len_b, sampling, ...): it would be "
-                                  f"ignored")
-    if "beam_stop" in options and options["beam_stop"] is None:  # the translator's own, as from_pretrained's None
-        options = {name: value for name, value in options.items() if name != "beam_stop"}
-    if options.get("beam_stop", BEAM_STOPS[0]) not in BEAM_STOPS:
-        raise OnboardingError(f"beam_stop must be one of {', '.join(BEAM_STOPS)}, got {options['beam_stop']!r}")
-    alignment = options.get("print_alignment")
-    if alignment not in (None, False, "hard", "soft"):  # fairseq's generator would fail on another value
-        raise OnboardingError(f"print_alignment must be 'hard' or 'soft' (or left out), got {alignment!r}")
-    return options
-
-
-def _checked_step_args(options: dict, sentences: int, vocab: int) -> None:
-    """The hub's ``inference_step_args``: the task's ``inference_step`` takes ``prefix_tokens`` only, a ``[1, k]``
-    tensor of target word ids for one sentence (the hub gives the same tensor to every batch it makes, in its order of
-    lengths: rows for several sentences would go to other sentences)."""
-    args = options.get("inference_step_args")
-    if args is None:
-        return
-    if not isinstance(args, dict) or set(args) - {"prefix_tokens"}:
-        raise OnboardingError(f"inference_step_args: give a dict whose only key is 'prefix_tokens', got "
-                              f"{args!r:.80}")
-    prefix = args.get("prefix_tokens")
-    if prefix is None:
-        return
-    if not torch.is_tensor(prefix) or prefix.dim() != 2 or prefix.size(0) != 1 or prefix.dtype != torch.long:
-        raise OnboardingError(f"inference_step_args: prefix_tokens must be a LongTensor [1, k] of target word ids for "
-                              f"one sentence, got {prefix!r:.80}")
-    if sentences != 1:
-        raise OnboardingError(f"inference_step_args: prefix_tokens forces the start of one sentence, and {sentences} "
-                              f"are given: translate them one at a time")
-    if prefix.numel() and (int(prefix.min()) < 0 or int(prefix.max()) >= vocab):
-        raise OnboardingError(f"inference_step_args: prefix_tokens holds ids outside the target dictionary (0 to "
-                              f"{vocab - 1})")
-
-
-def _check_overrides(overrides: dict, cfg, checkpoint: str) -> None:
-    """Refuse an override of ``from_pretrained`` that names no option of the checkpoint's configuration (nor of a
-    tokenizer or BPE): fairseq sets it aside without a word (``max_len_bb=3``)."""
-    import dataclasses
-
-    from fairseq.registry import REGISTRIES
-
-    groups = dict(cfg) if isinstance(cfg, dict) else ({name: cfg[name] for name in cfg} if cfg is not None else {})
-    known = set(groups)
-    for group in groups.values():
-        if hasattr(group, "keys"):
-            known.update(group.keys())
-    for kind in ("bpe", "tokenizer"):
-        for options in REGISTRIES[kind]["dataclass_registry"].values():
-            if options is not None:
-                known.update(f.name for f in dataclasses.fields(options))
-    given = [name for name in ("speaker", "speaker_per_line") if name in overrides]
-    if given:
-        raise OnboardingError(f"from_pretrained: {', '.join(map(repr, given))} are fairseq-interactive's speakers of "
-                              f"its input lines; translate(sentences, speakers) names each sentence's speaker")
-    unknown = [name for name in overrides if name not in known]
-    if unknown and groups:
-        raise OnboardingError(f"from_pretrained: {', '.join(map(repr, unknown))} is no option of {checkpoint}'s "
-                              f"configuration (fairseq's options, with underscores: max_len_b, unknown_speaker, "
-                              f"tokenizer, bpe_codes, ...): fairseq would set it aside without a word")
 
 
 def _serialized(method):
@@ -331,7 +152,7 @@ class SpeakerTranslator:
             raise OnboardingError(f"beam_stop must be one of {', '.join(BEAM_STOPS)}, got {beam_stop!r}")
         state = read_checkpoint(checkpoint)  # what save() keeps of it: the same file, checked below
         check_registered(state, checkpoint)  # a variant of another package: say to import it (--user-dir)
-        _check_overrides(overrides, state.get("cfg"), checkpoint)
+        check_overrides(overrides, state.get("cfg"), checkpoint)
         # fairseq-interactive's speakers, where the training command line gave them, are left out, as the
         # onboarding commands leave them out (SpeakerCheckpoint.load)
         loaded = hub_utils.from_pretrained(os.path.dirname(os.path.abspath(checkpoint)),
@@ -408,14 +229,14 @@ class SpeakerTranslator:
         """The beam search of :meth:`translate` and :meth:`translate_nbest`, every argument checked first (``beam``:
         the translator's own where None; ``nbest``: checked against the beam where given): each sentence's
         hypotheses, best first."""
-        batch = _not_blank(_as_list(sentences))
-        beam = _checked_beam(self.hub.cfg.generation.beam if beam is None else beam)
+        batch = not_blank(as_list(sentences))
+        beam = checked_beam(self.hub.cfg.generation.beam if beam is None else beam)
         if nbest is not None:
-            _checked_nbest(nbest, beam)
-        options = _checked_options(options, self.hub.cfg.generation)
+            checked_nbest(nbest, beam)
+        options = checked_options(options, self.hub.cfg.generation)
         tokens = self._encoded(batch)
-        _checked_step_args(options, len(batch), len(self.task.target_dictionary))
-        self.task.set_inference_speakers(self._not_lookalikes(_per_sentence(speakers, len(batch))))
+        checked_step_args(options, len(batch), len(self.task.target_dictionary))
+        self.task.set_inference_speakers(self._not_lookalikes(per_sentence(speakers, len(batch))))
         return self.hub.generate(tokens, beam, **options)
 
     def source_lengths(self, sentences: Sequence[str]) -> List[int]:
@@ -454,7 +275,7 @@ class SpeakerTranslator:
         (False: the speaker got the unknown-speaker policy). Both come from one call, holding the translator: a
         speaker another thread imports meanwhile is known to both or to neither, so the answer says which rows
         were read."""
-        labels = _per_sentence(speakers, len(_as_list(sentences)))
+        labels = per_sentence(speakers, len(as_list(sentences)))
         known = [label in self.task.speaker_dictionary for label in labels]
         return self.translate_nbest(sentences, labels, beam=beam, nbest=nbest, **kwargs), known
 
@@ -475,15 +296,15 @@ class SpeakerTranslator:
         the target language's tokenization rules, where the tokenizer has languages: Moses); ``named``: the two
         lists' names in a refusal."""
         source_name, target_name = named
-        sources, targets = _as_list(sources, source_name), _as_list(targets, target_name)
+        sources, targets = as_list(sources, source_name), as_list(targets, target_name)
         check_pair_counts(sources, targets, named)
         tokenizer = self.hub.tokenizer
         if self._target_tokenizer is None or self._target_tokenizer[0] is not tokenizer:
             self._target_tokenizer = (tokenizer, preprocessing.for_target(tokenizer))
         target_tokenizer = self._target_tokenizer[1]
-        sources = [self.hub.apply_bpe(self.hub.tokenize(x)) for x in _not_blank(sources, source_name)]
+        sources = [self.hub.apply_bpe(self.hub.tokenize(x)) for x in not_blank(sources, source_name)]
         targets = [self.hub.apply_bpe(target_tokenizer.encode(x) if target_tokenizer is not None else x)
-                   for x in _not_blank(targets, target_name)]
+                   for x in not_blank(targets, target_name)]
         return self.adapter.encode(sources, targets)
 
     @_serialized
@@ -500,7 +321,7 @@ class SpeakerTranslator:
         """The held-out pairs of ``name`` as a fit takes them, or None where none are given (sources without targets,
         or targets without sources, are refused by :meth:`encode_pairs`)."""
         return ({name: self.encode_pairs(sources, targets, ("heldout_sources", "heldout_targets"))}
-                if _as_list(sources, "heldout_sources") or _as_list(targets, "heldout_targets") else None)
+                if as_list(sources, "heldout_sources") or as_list(targets, "heldout_targets") else None)
 
     def fit_speaker(self, name: str, sources: Sentences, targets: Sentences, heldout_sources: Sentences = (),
                     heldout_targets: Sentences = ()) -> Tuple["SpeakerVectors", FitReport]:
@@ -541,7 +362,7 @@ class SpeakerTranslator:
         """Write the parameters of ``names`` (default: all speakers) to a portable ``.npz`` file."""
         from fairseq_speaker.onboarding.vectors import save_speaker_vectors
 
-        names = _name_list(names, "export_speakers", empty=False) if names is not None else self.speakers
+        names = name_list(names, "export_speakers", empty=False) if names is not None else self.speakers
         bias = adaptable_bias(self.model, self.task, self.checkpoint)
         return save_speaker_vectors(path, bias, names, self.task.target_dictionary, words=speaker_words_of(self.model))
 
@@ -550,7 +371,7 @@ class SpeakerTranslator:
         """The parameters of ``names`` (default: all speakers) in memory, as :meth:`export_speakers` writes them."""
         from fairseq_speaker.onboarding.vectors import speaker_vectors
 
-        names = _name_list(names, "speaker_vectors", empty=False) if names is not None else self.speakers
+        names = name_list(names, "speaker_vectors", empty=False) if names is not None else self.speakers
         bias = adaptable_bias(self.model, self.task, self.checkpoint)
         return speaker_vectors(bias, names, self.task.target_dictionary, model_label=self.checkpoint,
                                words=speaker_words_of(self.model))
@@ -579,7 +400,7 @@ class SpeakerTranslator:
         said at least one alternative, a :class:`SpeakerTrait`. None for a model that keeps no kinds of speaker (no
         memory of its speakers' words, or one built with ``--no-kinds`` or where no trait has two kinds)."""
         if names is not None:
-            names = _name_list(names, "speaker_traits")
+            names = name_list(names, "speaker_traits")
         memory = speaker_words_of(self.model)
         traits = [(i, trait) for i, trait in enumerate(memory.kinds if memory is not None else [], 1)
                   if len(trait.prior) > 1]
@@ -622,7 +443,7 @@ class SpeakerTranslator:
         of ``names`` (a list of speakers the model knows): a speaker deleted from a service must not shape the others'
         neighbours. A string instead of a list, an empty list, or a name the model does not know, is refused: nothing
         would be forgotten."""
-        names = _name_list(names, "forget_words", empty=False, every=False)
+        names = name_list(names, "forget_words", empty=False, every=False)
         unknown = [name for name in names if name not in self.task.speaker_dictionary]
         if unknown:
             raise OnboardingError(f"forget_words: no speaker(s) {', '.join(map(repr, unknown[:5]))} in the model "
