@@ -42,6 +42,7 @@ from fairseq_speaker.onboarding.checkpoint import (
     SpeakerCheckpoint,
 )
 from fairseq_speaker.onboarding.fit import (
+    MAX_L2,
     FitOptions,
     FitReport,
     Pair,
@@ -146,9 +147,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         parser.error("--save must not be the checkpoint given by --path: write the adapted model to a new file")
     if not 0 <= args.max_unknown_rate <= 1:
         parser.error(f"--max-unknown-rate is a share of words, from 0 to 1; got {args.max_unknown_rate}")
-    if not math.isfinite(args.adapt_l2) or args.adapt_l2 < 0 or args.adapt_max_iter < 1:
-        parser.error(f"--adapt-l2 must be a number >= 0 (got {args.adapt_l2}) and --adapt-max-iter >= 1 "
-                     f"(got {args.adapt_max_iter})")
+    if not (math.isfinite(args.adapt_l2) and 0 <= args.adapt_l2 <= MAX_L2) or args.adapt_max_iter < 1:
+        parser.error(f"--adapt-l2 must be a number from 0 to {MAX_L2:g} (got {args.adapt_l2}) and --adapt-max-iter "
+                     f">= 1 (got {args.adapt_max_iter})")
     check_threads(parser, args)
     if args.heldout_prefix is not None and os.path.abspath(args.heldout_prefix) == os.path.abspath(args.adapt_prefix):
         parser.error(f"--heldout-prefix {args.heldout_prefix} is the adaptation sentences (--adapt-prefix): the fit "

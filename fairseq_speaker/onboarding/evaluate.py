@@ -49,7 +49,7 @@ from fairseq_speaker.errors import UserError, command, fail
 from fairseq_speaker.modules.speaker_words import speaker_words_of
 from fairseq_speaker.onboarding.adapter import read_adaptation_files
 from fairseq_speaker.onboarding.checkpoint import OnboardingError, SpeakerCheckpoint
-from fairseq_speaker.onboarding.fit import FitOptions
+from fairseq_speaker.onboarding.fit import MAX_L2, FitOptions
 from fairseq_speaker.onboarding.translator import SpeakerTranslator
 from fairseq_speaker.runtime import add_runtime_arguments, check_threads, configure_output, parse_seed, start_threads
 from fairseq_speaker.user_dir import add_user_dir_argument, import_user_dir
@@ -339,9 +339,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     check_threads(parser, args)
     if min(args.shots) < 0:
         parser.error("--shots: numbers of sentences must be 0 or more")
-    if args.beam < 1 or args.batch_size < 1 or not args.adapt_l2 >= 0 or args.adapt_l2 == float("inf") \
-            or args.adapt_max_iter < 1:
-        parser.error("--beam, --batch-size and --adapt-max-iter must be at least 1, --adapt-l2 at least 0")
+    if args.beam < 1 or args.batch_size < 1 or not 0 <= args.adapt_l2 <= MAX_L2 or args.adapt_max_iter < 1:
+        parser.error(f"--beam, --batch-size and --adapt-max-iter must be at least 1, --adapt-l2 from 0 to {MAX_L2:g}")
     if args.max_len_b < 1:  # the search's check named --min-len and --max-len-a, which this command does not take
         parser.error(f"--max-len-b must be at least 1 (a translation of at least one token), got {args.max_len_b}")
     if os.path.exists(args.out) and not os.path.isdir(args.out):

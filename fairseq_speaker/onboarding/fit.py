@@ -256,6 +256,11 @@ def split_scores(scores: TokenScores, sizes: Sequence[int]) -> List[TokenScores]
     return out
 
 
+#: the largest l2 taken: far past it a new speaker is the mean speaker whatever their sentences, and beyond float32's
+#: range (3.4e38) the fit's arithmetic overflows
+MAX_L2 = 1e9
+
+
 @dataclass
 class FitOptions:
     """How speakers are fitted (the options of ``fairseq-speaker-adapt``)."""
@@ -273,8 +278,9 @@ class FitOptions:
     gradient_tolerance: float = 1e-7  # stop when no gradient entry is larger than this
 
     def __post_init__(self):
-        if not (math.isfinite(self.l2) and self.l2 >= 0):
-            raise UserError(f"the fit's l2 (--adapt-l2) must be a number >= 0, got {self.l2}")
+        if not (math.isfinite(self.l2) and 0 <= self.l2 <= MAX_L2):
+            raise UserError(f"the fit's l2 (--adapt-l2) must be a number from 0 to {MAX_L2:g} (at {MAX_L2:g} a new "
+                            f"speaker is already the mean speaker), got {self.l2}")
         for name in ("max_iter", "check_every", "patience"):
             if int(getattr(self, name)) < 1:
                 raise UserError(f"the fit's {name} must be at least 1, got {getattr(self, name)}")

@@ -538,8 +538,9 @@ def test_a_negative_or_non_finite_speaker_l2_is_refused(weight):
 
 
 @pytest.mark.parametrize("options,message", [
-    (dict(l2=-1.0), "l2 \\(--adapt-l2\\) must be a number >= 0"),
-    (dict(l2=float("nan")), "must be a number >= 0, got nan"),
+    (dict(l2=-1.0), "l2 \\(--adapt-l2\\) must be a number from 0 to 1e\\+09"),
+    (dict(l2=float("nan")), "must be a number from 0 to 1e\\+09 .*, got nan"),
+    (dict(l2=1e300), "must be a number from 0 to 1e\\+09 .*, got 1e\\+300"),
     (dict(max_iter=0), "max_iter must be at least 1"),
 ])
 def test_bad_fit_options_are_refused(options, message):
