@@ -366,7 +366,9 @@ class SpeakerWords(nn.Module):
 
     def _nearest(self, similarity: np.ndarray):
         """The (at most) ``k`` rows of largest positive ``similarity`` (of equal ones, the earlier rows) and their
-        weights sim^power, not normalized (empty arrays when no row is similar)."""
+        weights sim^power, not normalized: relative to the most similar row's (its weight 1), so that a large power
+        gives the nearest rows all the weight instead of underflowing every weight to 0 (empty arrays when no row is
+        similar)."""
         similarity = np.maximum(similarity, 0.0)
         k = min(self.options.k, int((similarity > 0).sum()))
         if k == 0:
@@ -374,7 +376,7 @@ class SpeakerWords(nn.Module):
         kth = np.partition(similarity, len(similarity) - k)[len(similarity) - k]  # the k-th largest
         above = np.flatnonzero(similarity > kth)
         nearest = np.concatenate([above, np.flatnonzero(similarity == kth)[:k - len(above)]])  # ties: earlier rows
-        return nearest, similarity[nearest] ** self.options.power
+        return nearest, (similarity[nearest] / similarity[nearest].max()) ** self.options.power
 
     def index(self) -> "WordsIndex":
         """The estimate's index of the speakers' words as it is now (never changed: a later change of the memory

@@ -92,6 +92,22 @@ def test_the_bias_is_the_equation_computed_by_hand(seed):
             assert got.tolist() == pytest.approx(_by_hand(said, row, vocab, options), abs=1e-4), row
 
 
+def test_a_huge_power_gives_the_nearest_speaker_all_the_weight_as_k_1_does():
+    """sim^power of every neighbour underflowed to 0 at a power of 1e300 (0 / 0: every bias NaN, and decoding ended
+    in an assertion); weighed relative to the nearest, the nearest takes all the weight, as with k = 1."""
+    rng = random.Random(3)
+    vocab, speakers = 14, 9
+    said = [set(rng.sample(range(2, vocab - 1), rng.randint(2, 7))) for _ in range(speakers)]
+    rows = {}
+    for power, k in ((1e300, 30), (1000.0, 30), (1.0, 1)):
+        words = SpeakerWords(vocab, WordOptions(weight=2.5, own=0.35, neighbours=0.5, k=k, power=power, evidence=4.0))
+        for row, s in enumerate(said):
+            words.set_words(row, [torch.tensor(sorted(s))])
+        rows[(power, k)] = torch.stack([words.bias_row(row) for row in range(speakers)])
+        assert torch.isfinite(rows[(power, k)]).all(), power
+    assert torch.allclose(rows[(1e300, 30)], rows[(1.0, 1)], atol=1e-5)  # (no two rows tie as the nearest here)
+
+
 @pytest.mark.parametrize("rank", ["posterior", "rates"])
 @pytest.mark.parametrize("seed", [0, 1])
 def test_with_kinds_a_speakers_rivals_follow_their_posterior_over_the_kinds_computed_by_hand(seed, rank):
