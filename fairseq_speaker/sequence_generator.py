@@ -122,6 +122,12 @@ def _ordinal(n: int) -> str:
     return {1: "1st", 2: "2nd", 3: "3rd"}.get(n, f"{n}th")
 
 
+#: the smallest --temperature taken (fairseq divides the logits by it) and the largest --lenpen either way (a
+#: hypothesis's score is divided by its length to the power lenpen, 1024 ** 100 is still a float)
+MIN_TEMPERATURE = 1e-3
+MAX_LENPEN = 100.0
+
+
 def check_search(args, vocab: Optional[int] = None) -> None:
     """Refuse fairseq's search options that fairseq's generator would end in an assertion or a ``ValueError`` (a
     traceback), or that it takes and that change nothing, with the option to change. ``args``: the generation options
@@ -160,8 +166,15 @@ def check_search(args, vocab: Optional[int] = None) -> None:
             # a NaN score ranks nothing, and an infinite one left every hypothesis -inf (fairseq's loop asserted)
             raise UserError(f"--{name.replace('_', '-')} must be a finite number, got {value}")
     temperature = getattr(args, "temperature", 1.0)
-    if temperature is not None and not temperature > 0:
-        raise UserError(f"--temperature must be greater than 0 (1: the model's own probabilities), got {temperature:g}")
+    if temperature is not None and not temperature >= MIN_TEMPERATURE:
+        # fairseq divides the logits by it: at 1e-300 they overflowed and sampling ended in torch's error
+        raise UserError(f"--temperature must be at least {MIN_TEMPERATURE:g} (1: the model's own probabilities; "
+                        f"the likeliest word every step is --beam 1 without --sampling), got {temperature:g}")
+    lenpen = getattr(args, "lenpen", 1.0)
+    if isinstance(lenpen, (int, float)) and abs(lenpen) > MAX_LENPEN:
+        # fairseq divides a hypothesis's score by its length to the power lenpen: 1e308 overflowed in a traceback
+        raise UserError(f"--lenpen must be from -{MAX_LENPEN:g} to {MAX_LENPEN:g} (1: the score per token, 0: the "
+                        f"sentence's score), got {lenpen:g}")
     # values fairseq takes without a word and which change nothing, or end in torch's error
     for name in ("min_len", "max_len_a", "max_len_b", "no_repeat_ngram_size"):
         value = getattr(args, name, None)

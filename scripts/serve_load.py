@@ -150,6 +150,22 @@ def main(argv=None) -> None:
             batching.add_argument("--" + field.name.replace("_", "-"), default=field.default, type=kind,
                                   metavar="N" if kind is int else "X", help="(default: %(default)s)")
     args = parser.parse_args(argv)
+    try:
+        clients = [int(c) for c in args.clients.split(",")]
+    except ValueError:
+        clients = []
+    if not clients or min(clients) < 1:
+        parser.error(f"--clients: comma-separated numbers of concurrent clients, each at least 1, got {args.clients!r}")
+    for name in ("requests", "rounds", "batch", "beam"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be at least 1, got {getattr(args, name)}")
+    try:
+        with open(args.input, encoding="utf-8") as f:
+            sentences = [line.strip() for line in f if line.strip()]
+    except (OSError, UnicodeDecodeError) as e:
+        parser.error(f"--input {args.input}: cannot read it ({e})")
+    if not sentences:
+        parser.error(f"--input {args.input}: no sentence to translate")
 
     import torch
 
@@ -158,10 +174,13 @@ def main(argv=None) -> None:
     from fairseq_speaker.serving import SpeakerTranslator
 
     logging.disable(logging.WARNING)  # fairseq's per-batch lines and the unknown-speaker warnings
-    with open(args.input, encoding="utf-8") as f:
-        sentences = [line.strip() for line in f if line.strip()]
     generate = {"max_len_b": args.max_len_b} if args.max_len_b is not None else {}
-    translator = SpeakerTranslator.from_pretrained(args.checkpoint, data=args.data, **generate)
+    from fairseq_speaker.errors import UserError
+
+    try:
+        translator = SpeakerTranslator.from_pretrained(args.checkpoint, data=args.data, **generate)
+    except UserError as e:
+        parser.error(str(e))
     speakers = translator.speakers
 
     # the translator called directly: batches of --batch sentences, mixed speakers (after one call to warm up)
@@ -199,7 +218,6 @@ def main(argv=None) -> None:
     print(f"{'round':>5} {'clients':>8} {'sentences':>9} {'sentences/s':>12} {'of ref.':>8} {'p50 ms':>8} "
           f"{'p99 ms':>8} {'mean batch':>11} {'errors':>7}")
     searched = app.state.metrics.batch_sentences
-    clients = [int(c) for c in args.clients.split(",")]
     rows: Dict[str, List[tuple]] = {}  # "ref" or a number of clients -> (sentences/s, share, latencies) per round
     pool = multiprocessing.get_context("spawn").Pool(1)
     for round_ in range(1, args.rounds + 1):

@@ -55,10 +55,16 @@ def main(argv=None) -> None:
     logging.basicConfig(level=logging.ERROR, force=True)  # not a warning per sentence of the unknown speaker
     torch.set_num_threads(args.torch_threads)
     from fairseq_speaker.data import read_lines
+    from fairseq_speaker.errors import UserError
     from fairseq_speaker.serving import SpeakerTranslator
 
-    translator = SpeakerTranslator.from_pretrained(args.checkpoint, data=args.data, max_len_b=args.max_len_b)
-    sources = [line for line in read_lines(args.sources) if line.strip()]
+    try:  # a checkpoint, data folder or file it cannot read: one line, as the package's commands say it
+        translator = SpeakerTranslator.from_pretrained(args.checkpoint, data=args.data, max_len_b=args.max_len_b)
+        sources = [line for line in read_lines(args.sources) if line.strip()]
+    except UserError as e:
+        parser.error(str(e))
+    if not sources:
+        parser.error(f"--sources {args.sources}: no sentence to translate")
     speakers = translator.speakers + ["a-speaker-the-model-does-not-know"]
     work = requests(sources, speakers, args.sentences, args.batch)
 

@@ -26,6 +26,7 @@ from torch import Tensor
 import fairseq_speaker.checkpoints  # noqa: F401  (weights_only loading of fairseq checkpoints)
 from fairseq_speaker.checkpoints import dictionaries_record, dictionary_problems, read_checkpoint, recorded_dictionaries
 from fairseq_speaker.data import SpeakerDictionary
+from fairseq_speaker.errors import UserError
 from fairseq_speaker.modules.speaker_bias import SpeakerBias, build_speaker_bias
 from fairseq_speaker.tasks.speaker_translation import SPEAKER_TOKEN
 
@@ -76,7 +77,10 @@ class BiasInspection:
             if data is None:
                 raise ValueError("give the target dictionary or the data directory of the checkpoint")
             target_dictionary = _target_dictionary(data, state)
-        speakers = state["task_state"]["speaker_dictionary"]["names"]
+        speakers = ((state.get("task_state") or {}).get("speaker_dictionary") or {}).get("names")
+        if speakers is None:  # fairseq's own translation task (a stock --arch lstm or transformer)
+            raise UserError(f"{checkpoint}: not a fairseq-speaker model's checkpoint (its task state names no "
+                            f"speakers): give a checkpoint trained with --task speaker_translation")
         dictionary = Dictionary.load(target_dictionary)
         in_file = dictionaries_record(dictionary, None)["source"]  # as the file holds it, before any speaker token
         if state["task_state"].get("speaker_token"):

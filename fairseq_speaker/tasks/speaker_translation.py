@@ -30,7 +30,9 @@ from fairseq_speaker.data import (
     preprocessing,
     read_speaker_file,
 )
+from fairseq_speaker.errors import UserError
 from fairseq_speaker.fairseq_patches import epoch_iterator_is_cached
+from fairseq_speaker.modules.speaker_plumbing import SpeakerModelMixin
 from fairseq_speaker.optim.speaker_progress import SpeakerProgress
 from fairseq_speaker.runtime import threads_for_fairseq_command
 from fairseq_speaker.tasks.inference import BEAM_STOPS, SpeakerInferenceMixin
@@ -258,6 +260,12 @@ class SpeakerTranslationTask(SpeakerInferenceMixin, TranslationTask):
         if self.uses_speaker_token:
             self.speaker_token_ids()  # the embedding tables must include the speaker tokens
         model = super().build_model(cfg, from_checkpoint)
+        if not isinstance(model, SpeakerModelMixin):  # its encoder would be handed the speakers and refuse them
+            arch = getattr(cfg, "arch", None) or getattr(cfg, "_name", None)
+            raise UserError(
+                f"--arch {arch}: {type(model).__name__} is a model without speakers (fairseq's own), which the speaker "
+                f"task cannot feed: train a speaker model (--arch lstm_fact_bias, lstm_speaker, transformer_speaker, "
+                f"...), or decode a checkpoint trained with fairseq's translation task with --task translation")
         self.note_model_positions(model)  # fairseq-interactive's longest source
         # a checkpoint whose task state was just loaded: its dictionaries must be this data folder's
         as_read, self._checkpoint_as_read = getattr(self, "_checkpoint_as_read", None), None

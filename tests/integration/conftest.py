@@ -64,6 +64,20 @@ def trained(toy, shared):
 
 
 @pytest.fixture(scope="session")
+def stock_trained(toy, shared):
+    """A checkpoint of fairseq's own translation task and LSTM (no speakers) on the toy data, trained once for all
+    test workers: what a user may hand the speaker commands by mistake."""
+    def train(folder):
+        run_here("train", [toy["bin"], "--task", "translation", "--arch", "lstm", "--encoder-embed-dim", "8",
+                           "--decoder-embed-dim", "8", "--encoder-hidden-size", "8", "--decoder-hidden-size", "8",
+                           "--decoder-out-embed-dim", "8", "--optimizer", "adam", "--lr", "0.005", "--max-tokens",
+                           "4000", "--max-epoch", "1", "--save-dir", folder, "--no-progress-bar", "--seed", "1",
+                           "--no-epoch-checkpoints", "--no-last-checkpoints"])
+
+    return os.path.join(_once(shared, "trained-stock-lstm", train), "checkpoint_best.pt")
+
+
+@pytest.fixture(scope="session")
 def postgres():
     """A PostgreSQL server of this test worker's own (tests/postgres.py), removed at the end. Where none can start
     the tests that need it are skipped, saying why; on CI (CI=true, where .ci/run installs PostgreSQL) they fail."""

@@ -530,6 +530,10 @@ COMMAND_PROBES = {
           "spk000", "--top-words", "5"], 2,
          "--speaker and --top-words: options of the bias inspection, a section written only with --checkpoint: give "
          "it, or leave them out"),
+        ("not-a-checkpoint",
+         [*REPORT, "--references", "{refs}", "--system", "a={refs}", "--checkpoint", "a={stock}", "--data", "{data}"], 2,
+         "--checkpoint a: {stock}: not a fairseq-speaker model's checkpoint (its task state names no speakers): give "
+         "a checkpoint trained with --task speaker_translation"),
         ("one-line-user-errors",
          [*REPORT, "--references", "{refs}", "--system", "nameless"], 2, "--system takes NAME=PATH, got 'nameless'"),
         ("one-line-user-errors",
@@ -936,6 +940,9 @@ COMMAND_PROBES = {
          "checkpoint not found: {tmp}/none.pt; give --path the checkpoint file that fairseq-train wrote"),
         ("not-a-checkpoint", ["{data}", "--path", "{notckpt}", *GENERATE], 2, "{notckpt}: not a fairseq checkpoint"),
         ("not-a-checkpoint",
+         ["{data}", "--path", "{stock}", *GENERATE], 2,
+         "--arch lstm: LSTMModel is a model without speakers (fairseq's own), which the speaker task cannot feed"),
+        ("not-a-checkpoint",
          ["{data}", "--path", "{badwords}", *GENERATE], 2,
          "the checkpoint: its speakers' words (decoder.speaker_words._extra_state) are damaged"),
         ("memory-in-every-search",
@@ -992,7 +999,11 @@ COMMAND_PROBES = {
          "--diverse-beam-groups 3 splits the beam into groups of one size: give a --beam that is a multiple of 3, "
          "got --beam 2"),
         ("search-options-checked",
-         ["{data}", "--path", "{ckpt}", *GENERATE, "--temperature", "0"], 2, "--temperature must be greater than 0"),
+         ["{data}", "--path", "{ckpt}", *GENERATE, "--temperature", "0"], 2, "--temperature must be at least 0.001"),
+        ("search-options-checked",
+         ["{data}", "--path", "{ckpt}", *GENERATE, "--sampling", "--beam", "1", "--nbest", "1", "--temperature",
+          "1e-300"], 2, "--temperature must be at least 0.001 (1: the model's own probabilities; the likeliest word "
+                        "every step is --beam 1 without --sampling), got 1e-300"),
         ("search-options-checked",
          ["{data}", "--path", "{ckpt}", *GENERATE, "--beam-stop", "never"], 2,
          "--beam-stop: invalid choice: 'never'"),
@@ -1089,6 +1100,8 @@ COMMAND_PROBES = {
          "--lm-weight must be a finite number, got inf"),
         ("numbers-checked", ["{data}", "--path", "{ckpt}", *GENERATE, "--lenpen", "nan"], 2,
          "--lenpen must be a finite number, got nan"),
+        ("numbers-checked", ["{data}", "--path", "{ckpt}", *GENERATE, "--lenpen", "1e308"], 2,
+         "--lenpen must be from -100 to 100 (1: the score per token, 0: the sentence's score), got 1e+308"),
     ],
 }
 
@@ -1173,6 +1186,10 @@ class Places:
         shutil.copytree(self["data"], dest)
         os.remove(os.path.join(dest, "dict.fr.txt"))
         return dest
+
+    def make_stock(self):
+        """A checkpoint of fairseq's own translation task and LSTM: no speakers."""
+        return self.request.getfixturevalue("stock_trained")
 
     def make_ckptdir(self):
         """The folder of the trained checkpoint: given where the data folder goes."""
