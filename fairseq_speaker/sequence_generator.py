@@ -123,9 +123,9 @@ def _ordinal(n: int) -> str:
 
 
 #: the smallest --temperature taken (fairseq divides the logits by it) and the largest --lenpen either way (a
-#: hypothesis's score is divided by its length to the power lenpen, 1024 ** 100 is still a float)
+#: hypothesis's score is divided by its length to the power lenpen: 1024 ** 10 is still a float32)
 MIN_TEMPERATURE = 1e-3
-MAX_LENPEN = 100.0
+MAX_LENPEN = 10.0
 
 
 def check_search(args, vocab: Optional[int] = None) -> None:

@@ -149,7 +149,10 @@ def checked_options(options: dict, generation) -> dict:
     alignment = options.get("print_alignment")
     if alignment not in (None, False, "hard", "soft"):  # fairseq's generator would fail on another value
         raise OnboardingError(f"print_alignment must be 'hard' or 'soft' (or left out), got {alignment!r}")
-    return options
+    # a whole number where fairseq's option is a float, as its parser would read it: fairseq raises a length to the
+    # power lenpen, which as an int grew past what a tensor holds (lenpen=50: "int too big to convert")
+    return {name: float(value) if GENERATION_TYPES.get(name) in (float, Optional[float]) and isinstance(value, int)
+            and not isinstance(value, bool) else value for name, value in options.items()}
 
 
 def checked_step_args(options: dict, sentences: int, vocab: int) -> None:

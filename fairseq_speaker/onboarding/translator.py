@@ -37,6 +37,7 @@ import scipy.sparse
 import torch
 from fairseq import hub_utils
 from omegaconf import open_dict
+from omegaconf.errors import ValidationError
 
 import fairseq_speaker  # noqa: F401  (registers the task and the models)
 from fairseq_speaker.checkpoints import not_a_file, read_checkpoint
@@ -59,6 +60,7 @@ from fairseq_speaker.onboarding.arguments import (
 from fairseq_speaker.onboarding.checkpoint import OnboardingError, SpeakerCheckpoint, adaptable_bias, speaker_bias_of
 from fairseq_speaker.onboarding.fit import FitOptions, FitReport
 from fairseq_speaker.onboarding.prior import prior_of_checkpoint
+from fairseq_speaker.tasks.inference import SpeakerInferenceMixin
 from fairseq_speaker.tasks.speaker_translation import BEAM_STOPS
 from fairseq_speaker.user_dir import check_registered
 
@@ -134,6 +136,11 @@ class SpeakerTranslator:
         refused). A checkpoint trained on data that records its preprocessing (``examples/sated/prepare.py``) takes
         raw text and gives detokenized text, unless ``tokenizer=``/``bpe=`` or ``preprocessing="none"`` say otherwise
         (docs/sated.md)."""
+        for name, value in (("checkpoint", checkpoint), ("data", data)):
+            if not isinstance(value, (str, os.PathLike)):
+                raise OnboardingError(f"from_pretrained: {name} must be a path (str or os.PathLike), got "
+                                      f"{type(value).__name__} {value!r:.60}")
+        checkpoint, data = os.fspath(checkpoint), os.fspath(data)
         if os.path.isdir(checkpoint):
             raise OnboardingError(f"checkpoint {checkpoint} is a directory: give the checkpoint file in it (e.g. "
                                   f"{os.path.join(checkpoint, 'checkpoint_best.pt')})")
@@ -155,12 +162,21 @@ class SpeakerTranslator:
         check_overrides(overrides, state.get("cfg"), checkpoint)
         # fairseq-interactive's speakers, where the training command line gave them, are left out, as the
         # onboarding commands leave them out (SpeakerCheckpoint.load)
-        loaded = hub_utils.from_pretrained(os.path.dirname(os.path.abspath(checkpoint)),
-                                           checkpoint_file=os.path.basename(checkpoint),
-                                           data_name_or_path=os.path.abspath(data), speaker=None,
-                                           speaker_per_line=False, **overrides)
+        try:
+            loaded = hub_utils.from_pretrained(os.path.dirname(os.path.abspath(checkpoint)),
+                                               checkpoint_file=os.path.basename(checkpoint),
+                                               data_name_or_path=os.path.abspath(data), speaker=None,
+                                               speaker_per_line=False, **overrides)
+        except ValidationError as e:  # an override of a choice outside its choices (unknown_speaker="bogus")
+            key = getattr(e, "full_key", None)
+            raise OnboardingError(f"from_pretrained: {key.split('.')[-1] + ': ' if key else ''}"
+                                  f"{str(e).splitlines()[0]}") from None
         if _file_identity(checkpoint) != before:
             raise OnboardingError(f"{checkpoint} was replaced while it was being loaded: load it again")
+        if not isinstance(loaded["task"], SpeakerInferenceMixin):  # fairseq's own translation task and model
+            raise OnboardingError(f"{checkpoint}: not a fairseq-speaker checkpoint (trained with fairseq's "
+                                  f"{type(loaded['task']).__name__}, without speakers): give a checkpoint trained with "
+                                  f"--task speaker_translation")
         translator = cls._of(loaded["args"], loaded["task"], loaded["models"], checkpoint, fit, state)
         # raw text in, raw text out: the task builds the checkpoint's preprocessing where tokenizer=/bpe= are not
         # given (fairseq's hub builds only those)

@@ -1101,7 +1101,7 @@ COMMAND_PROBES = {
         ("numbers-checked", ["{data}", "--path", "{ckpt}", *GENERATE, "--lenpen", "nan"], 2,
          "--lenpen must be a finite number, got nan"),
         ("numbers-checked", ["{data}", "--path", "{ckpt}", *GENERATE, "--lenpen", "1e308"], 2,
-         "--lenpen must be from -100 to 100 (1: the score per token, 0: the sentence's score), got 1e+308"),
+         "--lenpen must be from -10 to 10 (1: the score per token, 0: the sentence's score), got 1e+308"),
     ],
 }
 
@@ -2285,7 +2285,32 @@ FROM_PRETRAINED_PROBES = [
     ("not-a-checkpoint", "a file name holding ':'", "{colonckpt}", "{data}",
      "checkpoint {colonckpt}: fairseq reads a file name holding ':' as several checkpoints (an ensemble): rename the "
      "file"),
+    # fairseq's hub loaded it with its own task, and translate ended in an AttributeError
+    ("not-a-checkpoint", "a checkpoint of fairseq's own translation task", "{stock}", "{data}",
+     "{stock}: not a fairseq-speaker checkpoint (trained with fairseq's TranslationTask, without speakers): give a "
+     "checkpoint trained with --task speaker_translation"),
 ]
+
+#: from_pretrained given a path that is not text: (the promise, the checkpoint, the data folder, text of the refusal);
+#: a TypeError deep in os.path before
+FROM_PRETRAINED_TYPE_PROBES = [
+    ("not-a-checkpoint", b"model.pt", "{data}",
+     "from_pretrained: checkpoint must be a path (str or os.PathLike), got bytes b'model.pt'"),
+    ("data-folder-has-dictionaries", "{ckpt}", None,
+     "from_pretrained: data must be a path (str or os.PathLike), got NoneType None"),
+]
+
+
+@pytest.mark.parametrize("checkpoint,data,message", [row[1:] for row in FROM_PRETRAINED_TYPE_PROBES],
+                         ids=["bytes", "None"])
+def test_from_pretrained_refuses_a_path_that_is_not_text(places, checkpoint, data, message):
+    from fairseq_speaker.errors import UserError
+    from fairseq_speaker.serving import SpeakerTranslator
+
+    fill = lambda value: places.fill(value) if isinstance(value, str) else value  # noqa: E731
+    with pytest.raises(UserError) as refused:
+        SpeakerTranslator.from_pretrained(fill(checkpoint), data=fill(data))
+    assert message in str(refused.value)
 
 
 @pytest.mark.parametrize("checkpoint,data,message", [row[2:] for row in FROM_PRETRAINED_PROBES],
@@ -2326,6 +2351,9 @@ def test_every_command_has_probes():
 OVERRIDE_PROBES = [
     ("generation-keywords-checked", {"max_len_bb": 3}, "from_pretrained: 'max_len_bb' is no option of"),
     ("generation-keywords-checked", {"unknown_speakers": "fail"}, "'unknown_speakers' is no option of"),
+    # omegaconf's ValidationError, with its traceback
+    ("generation-keywords-checked", {"unknown_speaker": "bogus"},
+     "from_pretrained: unknown_speaker: Invalid value 'bogus', expected one of [mean, none, fail]"),
     ("dictionaries-compared", {"speaker_token": True}, "was trained without --speaker-token (its sentences start "
                                                       "with no token naming their speaker): leave --speaker-token out"),
     ("ignored-options-refused", {"speaker": "spk003"}, "from_pretrained: 'speaker' are fairseq-interactive's "
