@@ -268,6 +268,14 @@ COMMAND_PROBES = {
          ["--out", "{afile}/c", "--train", "48"], 2, "--out {afile}/c: {afile} is a file, so no folder can be made"),
     ],
     "fairseq-speaker-params": [
+        ("numbers-checked",
+         ["--arch", "lstm_fact_bias", "--src-vocab", "10", "--tgt-vocab", "10", "--speakers", "5", "--encoder-embed-dim",
+          "0"], 2, "--encoder-embed-dim 0: a size of the network must be at least 1"),
+        ("numbers-checked",
+         ["--arch", "transformer_fact_bias", "--src-vocab", "10", "--tgt-vocab", "10", "--speakers", "5",
+          "--encoder-attention-heads", "3"], 2,
+         "--arch transformer_fact_bias: the model cannot be built with these sizes (embed_dim must be divisible by "
+         "num_heads)"),
         ("data-folder-has-dictionaries",
          ["--arch", "lstm_fact_bias", "--data", "{data}", "--source-lang", "en", "--target-lang", "xx"], 2,
          "{data}: no dict.xx.txt there: give the data folder the model is trained on"),
