@@ -47,7 +47,8 @@ from fairseq_speaker.service.options import build_parser, check_listening, parse
 from fairseq_speaker.service.routing import read_router, write_router
 from fairseq_speaker.service.served_models import ServedModels
 from fairseq_speaker.service.speaker_service import Limits, SpeakerService
-from fairseq_speaker.service.store import DEFAULT_MODEL, SpeakerStore
+from fairseq_speaker.service.store import SpeakerStore
+from fairseq_speaker.service.store_schema import DEFAULT_MODEL
 from fairseq_speaker.service.stores import open_store
 from fairseq_speaker.service.translate_routes import TranslateDirectly
 from fairseq_speaker.user_dir import import_user_dir

@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
-from fairseq_speaker.service.speaker_service import ServiceError
+from fairseq_speaker.service.service_errors import ServiceError
 
 logger = logging.getLogger("fairseq_speaker.service")
 

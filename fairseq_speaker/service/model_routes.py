@@ -11,7 +11,7 @@ from fairseq_speaker.service.http_errors import note_model
 from fairseq_speaker.service.metrics import Metrics
 from fairseq_speaker.service.routing import served_models_of
 from fairseq_speaker.service.served_models import ServedModels
-from fairseq_speaker.service.speaker_service import ServiceError
+from fairseq_speaker.service.service_errors import ServiceError
 
 
 def add_reads(router: APIRouter) -> None:

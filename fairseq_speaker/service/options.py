@@ -17,7 +17,9 @@ from fairseq_speaker.service.logs import LOG_FORMATS
 from fairseq_speaker.tasks.speaker_translation import BEAM_STOPS
 from fairseq_speaker.service.served_models import MODEL_ID_RULE, case_twin, model_id_problem
 from fairseq_speaker.service.speaker_service import Limits
-from fairseq_speaker.service.store import DEFAULT_MODEL, StoreError, durable_location
+from fairseq_speaker.service.store_errors import StoreError
+from fairseq_speaker.service.store_location import durable_location
+from fairseq_speaker.service.store_schema import DEFAULT_MODEL
 from fairseq_speaker.user_dir import add_user_dir_argument
 
 #: the shortest token accepted: a guessable one would make the write endpoints public

@@ -12,7 +12,7 @@ from fastapi.security import HTTPBearer
 
 from fairseq_speaker.service import schema
 from fairseq_speaker.service.served_models import ServedModels
-from fairseq_speaker.service.speaker_service import ServiceError
+from fairseq_speaker.service.service_errors import ServiceError
 
 HOW_TO_ENABLE_WRITES = ("start fairseq-speaker-serve with --token-file FILE (or --token-env VARIABLE) and --store "
                         "FILE, and send the token as 'Authorization: Bearer <token>'")

@@ -34,8 +34,10 @@ from typing import Callable, Dict, Iterable, List, Optional
 from fairseq_speaker.errors import UserError
 from fairseq_speaker.onboarding.translator import SpeakerTranslator
 from fairseq_speaker.service import schema
-from fairseq_speaker.service.speaker_service import ServiceError, SpeakerService
-from fairseq_speaker.service.store import DEFAULT_MODEL, StoreError
+from fairseq_speaker.service.service_errors import ServiceError
+from fairseq_speaker.service.speaker_service import SpeakerService
+from fairseq_speaker.service.store_errors import StoreError
+from fairseq_speaker.service.store_schema import DEFAULT_MODEL
 
 logger = logging.getLogger("fairseq_speaker.service")
 

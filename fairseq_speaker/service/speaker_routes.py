@@ -9,7 +9,8 @@ from fastapi import APIRouter, Query, Request, Response
 from fairseq_speaker.service import schema
 from fairseq_speaker.service.http_errors import note_model
 from fairseq_speaker.service.served_models import ServedModels
-from fairseq_speaker.service.speaker_service import Retired, SpeakerService
+from fairseq_speaker.service.service_errors import Retired
+from fairseq_speaker.service.speaker_service import SpeakerService
 
 #: ``?model=`` of the speaker endpoints
 _MODEL_QUERY = Query(None, description="the model whose speakers these are, by its id (GET /models lists them; "

@@ -4,7 +4,7 @@
 
     fairseq-speaker-store copy --from speakers.db --to postgresql://speakers@db.example/speakers
 
-``copy`` copies every speaker of one store into another (:func:`~fairseq_speaker.service.store.copy_speakers`):
+``copy`` copies every speaker of one store into another (:func:`~fairseq_speaker.service.store_copy.copy_speakers`):
 an SQLite store into PostgreSQL when a service outgrows one machine, or back into a file. It is one transaction and
 idempotent: run again, it copies what is new and leaves what the target holds alike. docs/serving.md, "Replicas on
 several machines", has the steps.
@@ -17,8 +17,9 @@ from typing import Optional, Sequence
 
 from fairseq_speaker.command_registry import program_name
 from fairseq_speaker.errors import UserError, command
-from fairseq_speaker.service.store import (STORE_FORMS, StoreLocation, copy_speakers, durable_location, hide_password,
-                                           store_location)
+from fairseq_speaker.service.store_copy import copy_speakers
+from fairseq_speaker.service.store_location import (STORE_FORMS, StoreLocation, durable_location, hide_password,
+                                                    store_location)
 from fairseq_speaker.service.stores import open_store
 
 PROG = program_name(__name__)

@@ -14,13 +14,13 @@ psycopg 3 (``pip install 'fairseq-speaker[postgres]'``).
 - **One write at a time.** A write transaction first locks the row of the store's generation (``SELECT ... FOR
   UPDATE``): writes by any replica follow one another, as SQLite's ``BEGIN IMMEDIATE`` makes them, and each one's
   statements see every write committed before it (READ COMMITTED). Of two replicas onboarding one name, one commits
-  and the other finds the name taken (:class:`~fairseq_speaker.service.store.StoreConflict`). A read is one
+  and the other finds the name taken (:class:`~fairseq_speaker.service.store_errors.StoreConflict`). A read is one
   REPEATABLE READ snapshot; :meth:`generation` is one statement.
 - **A server that fails.** One connection per store, its use serialized as the SQLite connection's is; a
   connection the server dropped is opened again at the next call. A server that cannot be reached, or a statement
   or lock that waits past the timeout (``lock_timeout`` and ``statement_timeout``, where the server sets none),
-  raises :class:`~fairseq_speaker.service.store.StoreUnavailable` (the service answers 503 and the next request
-  tries again); at the start it is a :class:`~fairseq_speaker.service.store.StoreError` saying what to check.
+  raises :class:`~fairseq_speaker.service.store_errors.StoreUnavailable` (the service answers 503 and the next request
+  tries again); at the start it is a :class:`~fairseq_speaker.service.store_errors.StoreError` saying what to check.
 """
 
 import contextlib
@@ -28,8 +28,10 @@ import logging
 import threading
 from typing import Iterator
 
-from fairseq_speaker.service.store import (DEFAULT_MODEL, SCHEMA_VERSION, UPGRADE_MODELS, SpeakerStore, StoreError,
-                                           StoreLocation, StoreUnavailable, one_line, postgres_driver)
+from fairseq_speaker.service.store import SpeakerStore
+from fairseq_speaker.service.store_errors import StoreError, StoreUnavailable
+from fairseq_speaker.service.store_location import StoreLocation, one_line, postgres_driver
+from fairseq_speaker.service.store_schema import DEFAULT_MODEL, SCHEMA_VERSION, UPGRADE_MODELS
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +49,7 @@ _TABLES = {
 #: the tables without which a schema is no store (a store of schema 1 has no ``models``)
 _CORE = ("meta", "speakers")
 #: schema 1 to 2: the speakers keyed by (model, name), all of them the default model's (then, as in SQLite, the
-#: fingerprint moved to the table ``models``: :data:`~fairseq_speaker.service.store.UPGRADE_MODELS`)
+#: fingerprint moved to the table ``models``: :data:`~fairseq_speaker.service.store_schema.UPGRADE_MODELS`)
 _UPGRADE_1_TO_2 = [
     f"ALTER TABLE speakers ADD COLUMN model TEXT NOT NULL DEFAULT '{DEFAULT_MODEL}'",
     "ALTER TABLE speakers DROP CONSTRAINT speakers_pkey",
@@ -147,9 +149,9 @@ class PostgresSpeakerStore(SpeakerStore):
     """The speakers of one PostgreSQL database (see the module documentation). Safe to use from several threads."""
 
     def __init__(self, location: StoreLocation, timeout: float = 10.0, create: bool = True, option: str = "--store"):
-        """Connect to the store at ``location`` (see :func:`~fairseq_speaker.service.store.store_location`) and make
-        its tables if missing (``create``; else a missing store is refused); ``timeout``: seconds to connect, and a
-        write waits for another's."""
+        """Connect to the store at ``location`` (see :func:`~fairseq_speaker.service.store_location.store_location`)
+        and make its tables if missing (``create``; else a missing store is refused); ``timeout``: seconds to connect,
+        and a write waits for another's."""
         self.path, self.option = location.shown, option
         self.wal = False
         self._lock = threading.Lock()

@@ -2,7 +2,8 @@
 PostgreSQL (:mod:`fairseq_speaker.service.store_postgres`). Apart from both, so that neither store's module imports
 the other's."""
 
-from fairseq_speaker.service.store import SpeakerStore, store_location
+from fairseq_speaker.service.store import SpeakerStore
+from fairseq_speaker.service.store_location import store_location
 from fairseq_speaker.service.store_postgres import PostgresSpeakerStore
 
 

@@ -17,7 +17,7 @@ from fairseq_speaker.service.http_errors import (note_model, on_client_gone, on_
                                                  on_service_error)
 from fairseq_speaker.service.routing import CheckedRoute
 from fairseq_speaker.service.served_models import ServedModels
-from fairseq_speaker.service.speaker_service import Retired, ServiceError, timed_out
+from fairseq_speaker.service.service_errors import Retired, ServiceError, timed_out
 
 
 async def _within(awaitable, deadline: float, timeout: float, what: str):

@@ -1,0 +1,55 @@
+"""Copying the speakers of one store into another (:func:`copy_speakers`, what ``fairseq-speaker-store copy`` does):
+an SQLite store into PostgreSQL, or any store into any other, in one transaction, idempotent.
+"""
+
+from dataclasses import dataclass, field
+from typing import List
+
+from fairseq_speaker.service.store import SpeakerStore
+from fairseq_speaker.service.store_errors import StoreConflict, StoreDamaged, StoreError
+
+
+@dataclass
+class CopyReport:
+    """What :func:`copy_speakers` did: the names copied, found alike, and overwritten; how many speakers the target
+    holds that the source does not (left as they are)."""
+
+    added: List[str] = field(default_factory=list)
+    same: List[str] = field(default_factory=list)
+    replaced: List[str] = field(default_factory=list)
+    others: int = 0
+
+
+def copy_speakers(source: SpeakerStore, target: SpeakerStore, replace: bool = False) -> CopyReport:
+    """Copy every speaker of ``source`` into ``target`` (an SQLite store into PostgreSQL, or any store into any
+    other), as it is, under its model id: its rows, its sentence pairs, when it was created and updated. One snapshot
+    of the source is read and written in one transaction: all or nothing. Idempotent: a speaker the target holds alike
+    is left; one it holds otherwise (changed since an earlier copy) refuses the copy, naming it, unless ``replace``.
+    Each model id of the target must be new or tied to the source's model of that id; speakers only the target holds
+    are left. Raises :class:`StoreError` saying what to do."""
+    models = {model: source.fingerprint(model) for model in source.models()}
+    try:
+        records = source.records()
+    except StoreDamaged as e:
+        raise StoreError(f"{source.option} {source.path}: {e.what}: nothing was copied. Restore the store from a "
+                         f"backup, or serve it with --skip-broken-speakers and onboard that speaker again (PUT with "
+                         f"\"replace\": true), then copy") from None
+    report = CopyReport()
+    if not records:  # nothing to copy: a target is left as it is, even unbound
+        return report
+    for model, fingerprint in models.items():
+        if fingerprint is not None and any(record.model == model for record in records):
+            target.bind(fingerprint, f"the model of {source.option} {source.path} ({source.made_for(model)})",
+                        model=model)
+    try:
+        outcome = target.put_records(records, replace=replace)
+    except StoreConflict as e:
+        raise StoreError(f"{target.option} {target.path} holds speaker(s) {e} otherwise than {source.option} "
+                         f"{source.path} (other rows or sentences: changed after an earlier copy?): nothing was copied. "
+                         f"Give --replace to overwrite them with the source's, or delete them from the target "
+                         f"(DELETE /speakers/NAME) and copy again") from None
+    report.added, report.same, report.replaced = outcome["added"], outcome["same"], outcome["replaced"]
+    keys = {(record.model, record.name) for record in records}
+    report.others = sum(1 for model in target.models() for speaker in target.speakers(model)
+                        if (model, speaker.name) not in keys)
+    return report

@@ -1,0 +1,227 @@
+"""A model's service kept in step with its speakers in the store (:class:`StoreSync`, a part of
+:class:`~fairseq_speaker.service.speaker_service.SpeakerService`): the store bound to the model as the service
+starts (or its speakers refitted on a reloaded model of another fingerprint), each request's sync (one read of the
+store's generation; the rows of the speakers that changed, put in the translator in one import), stored speakers
+that cannot be used logged and left unused, and the store's failures as the service answers them
+(:func:`unavailable`).
+"""
+
+import logging
+import sqlite3
+from typing import Dict, List, Set, Tuple
+
+import numpy as np
+
+from fairseq_speaker.data.speaker_dictionary import shown
+from fairseq_speaker.errors import UserError
+from fairseq_speaker.onboarding.vectors import SpeakerVectors, read_speaker_vectors, vectors_bytes
+from fairseq_speaker.service.service_errors import ServiceError
+from fairseq_speaker.service.service_state import ServiceState
+from fairseq_speaker.service.store import SpeakerStore
+from fairseq_speaker.service.store_errors import (StoreConflict, StoreDamaged, StoreError, StoreModelMismatch,
+                                                  StoreUnavailable)
+from fairseq_speaker.service.store_schema import StoredSpeaker, fingerprint_of, speaker_text
+
+#: the logger of :mod:`~fairseq_speaker.service.speaker_service`, whose part this is (a logging configuration names it)
+logger = logging.getLogger("fairseq_speaker.service.speaker_service")
+
+
+class StoreSync(ServiceState):
+    """A part of :class:`~fairseq_speaker.service.speaker_service.SpeakerService` (its constructor sets the state
+    these keep: ``_loaded``, ``_seen_generation``, ``_imported``, ``_skipped``; see there): see the module
+    documentation."""
+
+    def _bind(self, refit: bool) -> None:
+        where = self.translator.checkpoint
+        try:
+            if self.not_adaptable is None:
+                try:
+                    self.store.bind(self.fingerprint, where, model=self.model)
+                except StoreModelMismatch:
+                    if not refit:
+                        raise
+                    self._refit_stored()
+            held = list(self._readable_versions(strict=True)[1])
+        except sqlite3.Error as e:
+            raise _unreadable(self.store, e) from None
+        if held and self.not_adaptable is not None:
+            raise StoreError(f"--store {self.store.path} holds {len(held)} onboarded speakers, but "
+                             f"{self.not_adaptable}")
+        clash = [name for name in held if name in self._trained]
+        if clash:
+            raise StoreError(
+                f"--store {self.store.path} holds speaker(s) {', '.join(map(shown, clash[:5]))} that {where} was "
+                f"trained with (a checkpoint saved with onboarded speakers?): serve it with a new --store file, or "
+                f"serve the checkpoint the store was made for")
+        self.sync(strict=True)
+
+    def _refit_stored(self) -> None:
+        """Fit each stored speaker of this model id on this service's model from its sentences, and store the rows
+        with this model's fingerprint in one transaction (see ``refit`` in the documentation of
+        :class:`~fairseq_speaker.service.speaker_service.SpeakerService`)."""
+        _, versions = self.store.versions(self.model)
+        if any(name in self._trained for name in versions):
+            return  # refused by _bind, with its message, before anything is written
+        rows = {}
+        for name in versions:
+            record = self.store.get(name, model=self.model)
+            if record is None:
+                raise StoreError(f"--store {self.store.path}: speaker {self._shown(name)} was deleted while the "
+                                 f"speakers were refitted: load the model again")
+            try:
+                vectors, _ = self.translator.fit_speaker(name, [s for s, _ in record.pairs or []],
+                                                         [t for _, t in record.pairs or []])
+            except UserError as e:
+                raise StoreError(f"cannot refit the stored speaker {self._shown(name)} on {self.translator.checkpoint} "
+                                 f"from its sentences: {e}") from None
+            rows[name] = vectors_bytes(vectors)
+        try:
+            self.store.rebind(self.model, self.fingerprint, self.translator.checkpoint, rows, versions)
+        except StoreConflict as e:
+            raise StoreError(f"--store {self.store.path}: {e}: load the model again") from None
+        self.refitted = sorted(rows)
+
+    def _shown(self, name: str) -> str:
+        """The speaker ``name`` of this model, as messages name it."""
+        return speaker_text(self.model, name)
+
+    def _readable_versions(self, strict: bool) -> Tuple[int, Dict[str, int], Dict[str, str]]:
+        """The store's generation, its speakers' versions and those whose records cannot be read (with why): the
+        last only with ``--skip-broken-speakers`` or after the start, the start refusing a damaged store otherwise."""
+        try:
+            generation, versions = self.store.versions(self.model)
+            return generation, versions, {}
+        except sqlite3.DatabaseError as e:
+            if isinstance(e, sqlite3.OperationalError) or (strict and not self.skip_broken_speakers):
+                raise
+        return self.store.readable_versions(self.model)
+
+    def _broken(self, name: str, version: int, problem: str, strict: bool) -> None:
+        """A stored speaker that cannot be used: the start is refused (``strict``, without --skip-broken-speakers),
+        otherwise it is logged and left unused."""
+        if strict and not self.skip_broken_speakers:
+            raise StoreDamaged(self.store.path, problem, name)
+        logger.error(f"--store {self.store.path}: skipped speaker {self._shown(name)}: {problem}; it is left unused (restore the "
+                     f"store from a backup, or onboard the speaker again)")
+        self._skipped[name] = version
+
+    def sync(self, strict: bool = False) -> None:
+        """Bring the translator's onboarded speakers in step with the store (see the module documentation).
+        Stored speakers that cannot be read, or whose rows this model refuses, stop the start-up (``strict``) unless
+        ``skip_broken_speakers``; later they are logged and left unused."""
+        with self._lock:
+            try:
+                if self.store.generation() == self._seen_generation:
+                    return
+                generation, versions, broken = self._readable_versions(strict)
+                for name, problem in broken.items():
+                    if name not in self._skipped:
+                        self._broken(name, -1, problem, strict)
+                changed = [name for name, version in versions.items()
+                           if self._loaded.get(name) != version and self._skipped.get(name) != version]
+                records = []
+                for name in changed:
+                    try:
+                        record = self.store.get(name, model=self.model)
+                    except StoreDamaged as e:
+                        self._broken(name, versions[name], e.what, strict)
+                        continue
+                    if record is not None:  # None: deleted meanwhile
+                        records.append(record)
+                self._install(records, strict)
+                deleted = [n for n in self._loaded if n not in versions and n not in broken]
+                for name in deleted:
+                    del self._loaded[name]
+                if any(name in self._imported for name in deleted):
+                    self.translator.forget_words([name for name in deleted if name in self._imported])
+                self._seen_generation = generation
+            except sqlite3.Error as e:
+                if strict:
+                    raise _unreadable(self.store, e) from None
+                raise unavailable(self.store, e) from None
+
+    def _install(self, records: List[StoredSpeaker], strict: bool) -> None:
+        """Put the rows of ``records`` in the translator, in one import (a table grows once, not per speaker)."""
+        usable = []
+        for record in records:
+            try:
+                if record.name in self._trained:  # written by a process whose model lacks it (see _bind)
+                    raise StoreError(f"store speaker {self._shown(record.name)} is a trained speaker of this model")
+                vectors = read_speaker_vectors(record.rows,
+                                               where=f"{self.store.path}: speaker {self._shown(record.name)}")
+                if vectors.names != [record.name]:
+                    raise StoreError(f"{self.store.path}: the rows of speaker {self._shown(record.name)} are named "
+                                     f"{vectors.names}: the store is damaged")
+                if fingerprint_of(vectors.meta) != self.fingerprint:
+                    raise StoreError(f"{self.store.path}: the rows of speaker {self._shown(record.name)} are not this "
+                                     f"model's: another process reloaded model {self.model!r} with another checkpoint "
+                                     f"(reload this one too: POST /models/{self.model}/reload), or the store is "
+                                     f"damaged")
+            except UserError as e:
+                self._broken(record.name, record.version, str(e), strict)
+                continue
+            usable.append((record, vectors))
+        if not usable:
+            return
+        first = usable[0][1]
+        rows = {key: np.concatenate([v.rows[key] for _, v in usable]) for key in first.rows}
+        # each speaker's words: with their rows from a process whose model remembers words, else from their sentences
+        words = [w for r, v in usable
+                 for w in (v.words if v.words is not None else [self._sentence_words(r)] * len(v.names))]
+        together = SpeakerVectors([r.name for r, _ in usable], rows, dict(first.meta, speakers=len(usable)),
+                                  f"{self.store.path}", words)
+        self.translator.import_speakers(together, replace=True)  # a deleted name's unused rows are overwritten
+        self._imported.update(r.name for r, _ in usable)
+        for record, _ in usable:
+            self._loaded[record.name] = record.version
+
+    def _sentence_words(self, record: StoredSpeaker):
+        """The words of a stored speaker's translations, for a model that remembers its speakers' words (none: an
+        empty set; a record whose sentences this model cannot read keeps none, logged)."""
+        try:
+            found = self.translator.sentence_words(record.pairs or [])
+        except UserError as e:
+            logger.error(f"{self.store.path}: speaker {record.name!r}: {e}: their words are not remembered")
+            found = None
+        return found if found is not None else np.zeros(0, np.int64)
+
+    def _forget(self, name: str) -> None:
+        """After a failed write: the translator's rows of ``name`` are read from the store again at the next sync
+        (and until then not used: every request syncs first)."""
+        self._loaded[name] = -1
+        self._seen_generation = -1
+
+    def _in_model(self) -> Set[str]:
+        """The names of the translator's rows (without asking it: it may be translating)."""
+        return self._trained | self._imported
+
+    @property
+    def onboarded(self) -> List[str]:
+        with self._lock:
+            return [name for name, version in self._loaded.items() if version >= 0]
+
+    def _store_call(self, method, *args):
+        try:
+            return method(*args)
+        except sqlite3.Error as e:
+            raise unavailable(self.store, e) from None
+        except StoreDamaged as e:
+            logger.error(str(e))
+            raise ServiceError(503, "store_damaged", f"the speaker store cannot read this speaker's record "
+                               f"({e.what}): the service's log says how to recover") from None
+
+
+def _unreadable(store: SpeakerStore, error: sqlite3.Error) -> StoreError:
+    """The refusal of a store that cannot be read as the service starts."""
+    if isinstance(error, StoreUnavailable):  # a database server: its message says what failed
+        return StoreError(f"--store {store.path}: {error}: retry once it answers")
+    if isinstance(error, sqlite3.DatabaseError) and not isinstance(error, sqlite3.OperationalError):
+        return StoreDamaged(store.path, f"the file is damaged ({error})")
+    return StoreError(f"--store {store.path}: cannot be read ({error}): is another program holding it? Retry, or "
+                      f"check it with sqlite3 {store.path} 'PRAGMA integrity_check'")
+
+
+def unavailable(store: SpeakerStore, error: Exception) -> ServiceError:
+    logger.error(f"speaker store {store.path}: {error}")
+    return ServiceError(503, "store_unavailable", "the speaker store cannot be read or written now (busy or failing); "
+                        "retry later")
