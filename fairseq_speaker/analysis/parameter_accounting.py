@@ -291,27 +291,14 @@ def build_meta_model(src_vocab: Union[int, Dictionary], tgt_vocab: Union[int, Di
         # of the source words, three floats a word), which a model without it does not count
         named = parse_variant_name(args.speaker_bias) if getattr(args, "speaker_bias", None) else []
         args, filled = with_examples(args, arch, workdir, task.source_dictionary, variants=named)
-        check_sizes(args)
         try:
             with torch.device("meta"):
                 model = ARCH_MODEL_REGISTRY[arch].build_model(args, task)
                 _resize(model.decoder.speaker_bias, num_speakers)
-        except AssertionError as e:  # fairseq's checks of the sizes (the sizes below 1: check_sizes)
+        except AssertionError as e:  # fairseq's checks of sizes (those below 1 are refused by the build itself)
             raise UserError(f"--arch {arch}: the model cannot be built with these sizes ({e}): give sizes that fit "
                             f"each other (a Transformer's embedding size a multiple of its attention heads)") from None
     return MetaModel(model, args, filled, len(task.target_dictionary))
-
-
-#: the endings of the options that size a network: each must be a whole number of at least 1
-SIZE_OPTIONS = ("_dim", "_size", "_layers", "_heads")
-
-
-def check_sizes(args: argparse.Namespace) -> None:
-    """Refuse a size of the network (``--encoder-embed-dim``, ``--decoder-layers``, ``--encoder-attention-heads``,
-    ...) below 1: torch's and fairseq's refusals (a negative dimension, a division by zero) name no option."""
-    for name, value in sorted(vars(args).items()):
-        if name.endswith(SIZE_OPTIONS) and isinstance(value, int) and not isinstance(value, bool) and value < 1:
-            raise UserError(f"--{name.replace('_', '-')} {value}: a size of the network must be at least 1")
 
 
 #: a model for the accounting is built with at most this many speakers, then its tables are resized (on the

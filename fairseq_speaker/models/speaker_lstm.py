@@ -24,7 +24,7 @@ from fairseq_speaker.modules.speaker_plumbing import (
     SpeakerEncoderMixin,
     SpeakerModelConfig,
     SpeakerModelMixin,
-    check_dropouts,
+    check_network_options,
     fill_defaults,
     register_speaker_model,
 )
@@ -90,7 +90,7 @@ class SpeakerLSTMModel(SpeakerModelMixin, FairseqEncoderDecoderModel):
     @classmethod
     def build_model(cls, cfg, task):
         base_architecture(cfg)
-        check_dropouts(cfg)
+        check_network_options(cfg)
         encoder = SpeakerLSTMEncoder(cfg, task.source_dictionary)
         decoder = SpeakerLSTMDecoder(cfg, task.target_dictionary, encoder.output_dim)
         return cls.with_speaker_bias(cls(encoder, decoder), cfg, task)

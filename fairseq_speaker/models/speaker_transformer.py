@@ -34,7 +34,7 @@ from fairseq_speaker.modules.speaker_plumbing import (
     SpeakerDecoderMixin,
     SpeakerEncoderMixin,
     SpeakerModelMixin,
-    check_dropouts,
+    check_network_options,
     fill_defaults,
     hook_speaker_state,
     register_speaker_model,
@@ -71,7 +71,12 @@ class SpeakerTransformerModel(SpeakerModelMixin, TransformerModel):
     @classmethod
     def build_model(cls, args, task):
         architecture(args)
-        check_dropouts(args)
+        check_network_options(args)
+        for side in ("encoder", "decoder"):
+            dim, heads = getattr(args, f"{side}_embed_dim", None), getattr(args, f"{side}_attention_heads", None)
+            if isinstance(dim, int) and isinstance(heads, int) and dim % heads:  # fairseq's assertion otherwise
+                raise UserError(f"--{side}-embed-dim {dim} is not a multiple of --{side}-attention-heads {heads}: each "
+                                f"head takes an equal share of the embedding")
         if getattr(args, "adaptive_softmax_cutoff", None):
             raise UserError("a speaker bias is added to the full softmax: --adaptive-softmax-cutoff is not supported")
         return cls.with_speaker_bias(super().build_model(args, task), args, task)

@@ -274,8 +274,8 @@ COMMAND_PROBES = {
         ("numbers-checked",
          ["--arch", "transformer_fact_bias", "--src-vocab", "10", "--tgt-vocab", "10", "--speakers", "5",
           "--encoder-attention-heads", "3"], 2,
-         "--arch transformer_fact_bias: the model cannot be built with these sizes (embed_dim must be divisible by "
-         "num_heads)"),
+         "--encoder-embed-dim 512 is not a multiple of --encoder-attention-heads 3: each head takes an equal share of "
+         "the embedding"),
         ("data-folder-has-dictionaries",
          ["--arch", "lstm_fact_bias", "--data", "{data}", "--source-lang", "en", "--target-lang", "xx"], 2,
          "{data}: no dict.xx.txt there: give the data folder the model is trained on"),
@@ -919,6 +919,10 @@ COMMAND_PROBES = {
          [*TRAIN, "--dropout", "1.5"], 2, "--dropout 1.5: a dropout is a probability, from 0 to 1"),
         ("one-line-user-errors",
          [*TRAIN, "--lstm-dropout", "-0.1"], 2, "--lstm-dropout -0.1: a dropout is a probability"),
+        ("one-line-user-errors",
+         [*TRAIN, "--encoder-hidden-size", "-4"], 2, "--encoder-hidden-size -4: a size of the network must be at least 1"),
+        ("one-line-user-errors",
+         [*TRAIN, "--attention-dim", "0"], 2, "--attention-dim 0: a size of the network must be at least 1"),
         ("ignored-options-refused",
          [*TRAIN, "--speaker", "spk003"], 2, "--speaker spk003: fairseq-interactive's speakers of its input lines; the "
                                              "valid split's speakers are read from its speaker file ({data}/valid.spk, "
