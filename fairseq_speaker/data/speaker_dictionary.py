@@ -23,6 +23,7 @@ import functools
 import logging
 import operator
 import os
+import re
 import unicodedata
 from collections import Counter
 from typing import Dict, Iterable, List, Optional, Sequence
@@ -118,6 +119,8 @@ def label_problem(label: str) -> Optional[str]:
 #: the symbols of fairseq's dictionaries that are no words (beginning and end of sentence, padding): written in a
 #: sentence they are read as control codes (``<pad>`` is dropped, ``</s>`` ends the sentence where it stands)
 CONTROL_SYMBOLS = ("<s>", "<pad>", "</s>")
+#: the words fairseq pads a dictionary with to a multiple of 8 (``madeupword0000``, ...)
+FILLER = re.compile(r"madeupword\d{4}")
 
 
 def sentence_problem(sentence: str) -> Optional[str]:
@@ -132,6 +135,14 @@ def sentence_problem(sentence: str) -> Optional[str]:
     if control is not None:
         return (f"holding {control!r} (word {words.index(control) + 1}), a symbol of fairseq's dictionaries that the "
                 f"model reads as a control code, not a word")
+    filler = next((w for w in words if w == "<unk>" or FILLER.fullmatch(w)), None)
+    if filler is not None:  # a speaker onboarded on them learns fairseq's placeholders
+        return (f"holding {filler!r} (word {words.index(filler) + 1}), a placeholder of fairseq's dictionaries (the "
+                f"unknown word, or a filler that pads the dictionary), not a word")
+    hidden = next((c for c in sentence if unicodedata.category(c) == "Cc" and not c.isspace()), None)
+    if hidden is not None:  # the word it touches would be read as unknown, without a word
+        return (f"holding the control character U+{ord(hidden):04X} at character {sentence.index(hidden) + 1}, "
+                f"which no word of a model holds: remove it")
     return None
 
 
@@ -150,13 +161,14 @@ def blank_problem(sentence: str) -> Optional[str]:
 
 
 def visible_form(label: str) -> str:
-    """``label`` as a reader sees it: in NFC, without the characters a label may not hold (invisible, format,
-    control characters), every space a plain one, none around it. Two labels with the same visible form look
-    alike."""
+    """``label`` as a reader sees it: in NFKC (full-width letters, subscript digits and the ligature ``ﬁ`` read as
+    the letters, digits and ``fi`` they show), without the characters a label may not hold (invisible, format,
+    control characters), every run of spaces one plain space (as a web page shows them), none around it. Two labels
+    with the same visible form look alike."""
     kept = "".join(" " if unicodedata.category(c) == "Zs" else c for c in label
                    if not (unicodedata.category(c) in REFUSED_CATEGORIES or (_invisible(c) and
                                                                                unicodedata.category(c) != "Zs")))
-    return unicodedata.normalize("NFC", kept).strip(" ")
+    return re.sub(" +", " ", unicodedata.normalize("NFKC", kept).replace("\u3000", " ")).strip(" ")
 
 
 def _scripts(word: str) -> List[str]:
@@ -207,6 +219,9 @@ def new_label_problem(label, dictionary: Optional["SpeakerDictionary"] = None) -
         if twin is not None:
             problem += f"; it looks like {shown(twin)}, a known speaker: use that name, or one that looks different"
         return problem
+    if twin is not None:  # NFKC or spaces: full-width or subscript letters and digits, a ligature, a double space
+        return (f"speaker label {shown(label)} looks like {shown(twin)}, a known speaker (other forms of the same "
+                f"letters or digits, or other spaces): use that name, or one that looks different")
     if unicodedata.normalize("NFC", label) != label:
         return (f"speaker label {shown(label)} is not in Unicode's NFC form: write it as "
                 f"{shown(unicodedata.normalize('NFC', label))} (unicodedata.normalize('NFC', name))")

@@ -32,7 +32,8 @@ def _opened(path: str):
 
 
 def utf8_lines(path: str) -> Iterator[Tuple[int, str]]:
-    """``(line number, text)`` of a UTF-8 file, the text without its line end (``\\n`` or ``\\r\\n``).
+    """``(line number, text)`` of a UTF-8 file, the text without its line end (``\\n`` or ``\\r\\n``) and the file
+    without its byte-order mark, as the speaker files are read.
 
     Raises:
         SpeakerDataError: the file is missing, unreadable, or a line is not UTF-8 (the message names the
@@ -46,6 +47,8 @@ def utf8_lines(path: str) -> Iterator[Tuple[int, str]]:
                 raise not_utf8(path, lineno, e) from None
             if text.endswith("\n"):
                 text = text[:-2] if text.endswith("\r\n") else text[:-1]
+            if lineno == 1 and text.startswith("\ufeff"):  # a byte-order mark (Windows editors write one): no text
+                text = text[1:]
             yield lineno, text
 
 

@@ -48,7 +48,7 @@ from fairseq_speaker.onboarding.fit import (
     Pair,
 )
 from fairseq_speaker.onboarding.prior import prior_of_checkpoint
-from fairseq_speaker.runtime import add_runtime_arguments, check_threads, configure_output, start_threads
+from fairseq_speaker.runtime import MAX_SEED, add_runtime_arguments, check_threads, configure_output, start_threads
 from fairseq_speaker.user_dir import import_user_dir_early
 
 PROG = program_name(__name__)
@@ -57,7 +57,7 @@ logger = logging.getLogger(__name__)
 #: the options of fairseq's parser the command reads, besides its own (the data, the checkpoint, the languages, the
 #: speaker files' suffix, the preprocessing of --raw-text and the seed) and those of the --tokenizer/--bpe given
 FAIRSEQ_OPTIONS_READ = ("data", "path", "user_dir", "task", "source_lang", "target_lang", "speaker_suffix", "tokenizer",
-                        "bpe", "seed", "cpu", "log_format", "log_file", "log_interval", "no_progress_bar")
+                        "bpe", "seed", "cpu")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -160,6 +160,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                      f"(it fits the speakers and saves the model with its own options: give decoding options such as "
                      f"--beam or --unknown-speaker to fairseq-generate or -interactive when translating): leave "
                      f"{'them' if len(unread) > 1 else 'it'} out")
+    if not 0 <= args.seed <= MAX_SEED:  # fairseq's parser takes any whole number; the other commands refuse these
+        parser.error(f"--seed must be from 0 to {MAX_SEED} (numpy's seeds), got {args.seed}")
     start_threads(args.threads)
     torch.manual_seed(args.seed)
     overrides = {k: getattr(args, k) for k in ("source_lang", "target_lang") if getattr(args, k, None)}

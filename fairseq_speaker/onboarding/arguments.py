@@ -5,9 +5,11 @@ caller may pass to fairseq's hub and the overrides of a checkpoint's configurati
 """
 
 import math
+import numbers
 import typing
 from typing import Dict, List, Optional, Sequence, Union
 
+import numpy as np
 import torch
 from fairseq.dataclass.configs import GenerationConfig
 
@@ -37,6 +39,13 @@ def not_blank(sentences: List[str], what: str = "sentences") -> List[str]:
     return sentences
 
 
+def some(sentences: List[str], what: str = "sentences") -> List[str]:
+    """``sentences`` if it holds one at least (fairseq's hub read none as every one skipped for its length)."""
+    if not sentences:
+        raise OnboardingError(f"{what} is an empty list: give at least one sentence")
+    return sentences
+
+
 def per_sentence(speakers: Sentences, n: int) -> List[str]:
     """One speaker label per sentence of ``n``, from one label for all or one per sentence."""
     labels = as_list(speakers, "speakers")
@@ -60,8 +69,15 @@ def name_list(names, method: str, empty: bool = True, every: bool = True) -> Lis
     return list(names)
 
 
+def whole(value):
+    """``value`` as an int if it is a whole number of any integer type (numpy's ``np.int64`` included), else as it is
+    (a bool stays a bool)."""
+    return int(value) if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)) else value
+
+
 def checked_beam(beam) -> int:
     """``beam`` if it is a whole number of at least 1 (fairseq's search would fail on anything else)."""
+    beam = whole(beam)
     if isinstance(beam, bool) or not isinstance(beam, int) or beam < 1:
         raise OnboardingError(f"beam must be a whole number of at least 1, got {beam!r}")
     return beam
@@ -70,6 +86,7 @@ def checked_beam(beam) -> int:
 def checked_nbest(nbest, beam: int) -> int:
     """``nbest`` if it is a whole number from 1 to ``beam`` (the beam keeps ``beam`` hypotheses: a larger nbest would
     give fewer translations than asked, 0 none)."""
+    nbest = whole(nbest)
     if isinstance(nbest, bool) or not isinstance(nbest, int) or not 1 <= nbest <= beam:
         raise OnboardingError(f"nbest must be a whole number from 1 to the beam ({beam}), got {nbest!r}: the beam "
                               f"keeps {beam} translations of each sentence; raise beam for more")

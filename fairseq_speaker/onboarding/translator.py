@@ -56,6 +56,7 @@ from fairseq_speaker.onboarding.arguments import (
     name_list,
     not_blank,
     per_sentence,
+    some,
 )
 from fairseq_speaker.onboarding.checkpoint import OnboardingError, SpeakerCheckpoint, adaptable_bias, speaker_bias_of
 from fairseq_speaker.onboarding.fit import FitOptions, FitReport
@@ -245,11 +246,17 @@ class SpeakerTranslator:
         """The beam search of :meth:`translate` and :meth:`translate_nbest`, every argument checked first (``beam``:
         the translator's own where None; ``nbest``: checked against the beam where given): each sentence's
         hypotheses, best first."""
-        batch = not_blank(as_list(sentences))
+        batch = some(not_blank(as_list(sentences)))
+        if beam is None and options.get("sampling"):  # a sample is one draw: as many as the translations asked for
+            beam = nbest or 1
         beam = checked_beam(self.hub.cfg.generation.beam if beam is None else beam)
         if nbest is not None:
             checked_nbest(nbest, beam)
         options = checked_options(options, self.hub.cfg.generation)
+        if options.get("sampling") and (nbest or 1) != beam:  # fairseq-generate refuses it: not a sample
+            raise OnboardingError(f"sampling draws one translation for each of the beam's {beam} hypotheses, and "
+                                  f"{nbest or 1} of them is asked for (the likeliest of the draws, no longer a "
+                                  f"sample): give beam=1 for one sample, or translate_nbest with nbest equal to beam")
         tokens = self._encoded(batch)
         checked_step_args(options, len(batch), len(self.task.target_dictionary))
         self.task.set_inference_speakers(self._not_lookalikes(per_sentence(speakers, len(batch))))
@@ -258,7 +265,7 @@ class SpeakerTranslator:
     def source_lengths(self, sentences: Sequence[str]) -> List[int]:
         """How many tokens the model reads of each sentence (its tokenizer and BPE, the end of sentence); a sentence
         longer than the model takes is refused, naming its place in ``sentences``."""
-        return [len(tokens) for tokens in self._encoded(list(sentences))]
+        return [len(tokens) for tokens in self._encoded(some(not_blank(as_list(sentences))))]
 
     def _encoded(self, batch: List[str]) -> List[torch.Tensor]:
         """Each sentence as the model's token ids (the hub's ``encode``); one longer than the model takes is refused,
@@ -471,4 +478,7 @@ class SpeakerTranslator:
     @_serialized
     def save(self, path: str) -> None:
         """Write a checkpoint with every speaker added here, for fairseq-generate / fairseq-interactive."""
+        if not isinstance(path, (str, os.PathLike)):
+            raise OnboardingError(f"save: path must be a file name (str or os.PathLike), got {type(path).__name__} "
+                                  f"{path!r:.60}")
         SpeakerCheckpoint(self.checkpoint, dict(self._state), self.task, self.model).save(path)

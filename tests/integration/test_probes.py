@@ -624,6 +624,9 @@ COMMAND_PROBES = {
          [*ADAPT, "--heldout-prefix", "new/adapt"], 2, "--heldout-prefix new/adapt is the adaptation sentences "
                                                         "(--adapt-prefix): the fit would stop on the loss it minimizes"),
         ("ignored-options-refused",
+         [*ADAPT, "--log-file", "adapt.log"], 2, "--log-file: fairseq-speaker-adapt does not read it"),
+        ("numbers-checked", [*ADAPT, "--seed", "-1"], 2, "--seed must be from 0 to 4294967295 (numpy's seeds), got -1"),
+        ("ignored-options-refused",
          [*ADAPT, "--fp16"], 2, "--fp16: fairseq-speaker-adapt does not read it (it fits the speakers and saves the "
                                 "model with its own options: give decoding options such as --beam or "
                                 "--unknown-speaker to fairseq-generate or -interactive when translating): leave it out"),
@@ -1786,7 +1789,7 @@ def test_sampling_draws_from_the_fused_step_normalized(places, monkeypatch):
 
     monkeypatch.setattr(SpeakerWordsEnsemble, "forward_decoder", spy)
     translator = SpeakerTranslator.from_pretrained(places["withwords"], data=places["data"], max_len_b=4)
-    translator.translate(places.sources, "spk000", beam=2, sampling=True, sampling_topp=0.6)
+    translator.translate_nbest(places.sources, "spk000", beam=2, nbest=2, sampling=True, sampling_topp=0.6)
     sampled = torch.cat(sums)
     sums.clear()
     translator.translate(places.sources, "spk000", beam=2)
@@ -2171,7 +2174,7 @@ API_PROBES = [
      "beam_stop must be one of fairseq, unbeaten, got 'never'"),
     ("search-options-checked",
      "translate sampling=True beam_stop=unbeaten",
-     lambda t, p: t.translate("i am tired .", "spk000", sampling=True, beam=2, beam_stop="unbeaten"),
+     lambda t, p: t.translate_nbest(["i am tired ."], "spk000", sampling=True, beam=2, nbest=2, beam_stop="unbeaten"),
      "--beam-stop unbeaten searches on for better hypotheses, and --sampling draws them"),
     ("search-options-checked",
      "translate min_len=9 over max_len_b=4", lambda t, p: t.translate("i am tired .", "spk000", min_len=9),
@@ -2218,6 +2221,10 @@ API_PROBES = [
      lambda t, p: t.translate("i am tired .", "spk000", prefix_allowed_tokens_fn=3),
      "prefix_allowed_tokens_fn must be a function (batch_id, tokens) -> the ids of the target words allowed next, got "
      "int 3"),
+    # fairseq-generate refuses --sampling with an --nbest other than --beam: the best of the draws is no sample
+    ("search-options-checked", "translate sampling with a beam of 5",
+     lambda t, p: t.translate("i am tired .", "spk000", sampling=True, beam=5),
+     "sampling draws one translation for each of the beam's 5 hypotheses, and 1 of them is asked for"),
     ("allowed-tokens-checked", "translate prefix_allowed_tokens_fn with sampling",  # fairseq's sampling ignored it
      lambda t, p: t.translate("i am tired .", "spk000", sampling=True, prefix_allowed_tokens_fn=lambda i, tokens: [2]),
      "prefix_allowed_tokens_fn restricts fairseq's beam search, and sampling chooses another search, which would "

@@ -23,6 +23,7 @@ import threading
 import time
 import urllib.request
 
+import numpy as np
 import pytest
 import torch
 from fastapi.testclient import TestClient
@@ -84,6 +85,30 @@ API_PROBES = [
     ("empty-sentences-refused",
      "add_speaker a target of end-of-sentence symbols", lambda t: t.add_speaker("e", S, ["</s> </s>"]),
      "targets[0] is holding '</s>' (word 1)"),
+    # the sixth probe: placeholders and a NUL were words (a speaker onboarded on them, a word read as unknown)
+    ("empty-sentences-refused",
+     "add_speaker a target of fairseq's unknown word", lambda t: t.add_speaker("e", S, ["je suis <unk> ."]),
+     "targets[0] is holding '<unk>' (word 3), a placeholder of fairseq's dictionaries"),
+    ("empty-sentences-refused",
+     "translate a dictionary filler", lambda t: t.translate(["madeupword0000"], "spk000"),
+     "sentences[0] is holding 'madeupword0000' (word 1), a placeholder of fairseq's dictionaries"),
+    ("empty-sentences-refused",
+     "translate a NUL inside a sentence", lambda t: t.translate(["i am\x00 tired ."], "spk000"),
+     "sentences[0] is holding the control character U+0000 at character 5"),
+    ("empty-sentences-refused",
+     "translate an empty list", lambda t: t.translate([], "spk000"),
+     "sentences is an empty list: give at least one sentence"),
+    ("refused-call-changes-nothing",
+     "source_lengths None", lambda t: t.source_lengths(None),
+     "sentences: give a string or a list of strings, got NoneType None"),
+    ("refused-call-changes-nothing",
+     "save to None", lambda t: t.save(None), "save: path must be a file name (str or os.PathLike), got NoneType None"),
+    ("lookalike-speaker-refused",
+     "translate as a full-width known name", lambda t: t.translate(["i am tired ."], "\uff53\uff50\uff4b\uff10\uff10\uff10"),
+     "looks like 'spk000', a speaker of the model"),
+    ("label-policy",
+     "add_speaker a subscript twin of a known name", lambda t: t.add_speaker("spk\u2080\u2080\u2080", S, T),
+     "looks like 'spk000'"),
     ("empty-sentences-refused",
      "translate the second sentence blank", lambda t: t.translate(["i am tired .", "\t "], "spk000"),
      "sentences[1] is only whitespace"),
@@ -275,6 +300,14 @@ def test_a_bad_api_call_is_refused_with_one_message(translator, name, call, mess
         call(translator)
     assert message in str(refused_call.value)
     assert translator.speakers == before  # nothing half-added, no typo onboarded
+
+
+def test_a_string_is_one_sentence_and_a_numpy_integer_a_beam(translator):
+    """source_lengths read a string as its characters (12 sentences of one character); np.int64(2) was refused as
+    no whole number."""
+    assert len(translator.source_lengths("i am tired .")) == 1
+    assert translator.translate(["i am tired ."], "spk000", beam=np.int64(2)) == \
+        translator.translate(["i am tired ."], "spk000", beam=2)
 
 
 # -- HTTP: one service with small limits, which has onboarded dr-lee ---------------------------------------
