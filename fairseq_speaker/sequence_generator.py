@@ -148,6 +148,8 @@ def check_search(args, vocab: Optional[int] = None) -> None:
         raise UserError(f"{' and '.join(chosen)} each choose fairseq's search, which is one: give one of them")
     beam = getattr(args, "beam", 5)
     nbest = getattr(args, "nbest", 1)
+    if isinstance(beam, int) and beam < 1:  # the nbest check below blamed --nbest 1
+        raise UserError(f"--beam must be at least 1 (the hypotheses the search keeps), got {beam}")
     if isinstance(nbest, int) and nbest < 1:  # fairseq-generate's scorer divided by 0; interactive printed nothing
         raise UserError(f"--nbest must be at least 1 (the translations given of each sentence), got {nbest}")
     if isinstance(beam, int) and vocab is not None and beam > vocab - 1:  # fairseq's generator takes vocab - 1

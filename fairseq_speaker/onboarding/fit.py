@@ -504,5 +504,7 @@ def fit_speakers(bias: SpeakerBias, problems: Sequence[Sequence[Scored]], option
     out_rows = [{k: v.detach().to(dtype[k]) for k, v in r.items()} for r in rows]
     out_shared = {k: v.detach().to(bias.get_parameter(k).dtype) for k, v in shared.items()}
     if not all(math.isfinite(float(v.float().abs().max())) for r in out_rows for v in r.values() if v.numel()):
-        raise FloatingPointError("the fit diverged (non-finite parameters); try a larger --adapt-l2")
+        raise FloatingPointError("the fit diverged (non-finite parameters): its pull toward the mean speaker (adapt's "
+                                 "--adapt-l2, refit's --l2 and --style-precision) is too weak to hold the rows, or so "
+                                 "strong that its arithmetic overflows; try a value nearer 1")
     return out_rows, out_shared, report

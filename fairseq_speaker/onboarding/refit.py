@@ -42,7 +42,7 @@ from fairseq_speaker.onboarding.checkpoint import (
     split_sentences,
     stacked_rows,
 )
-from fairseq_speaker.onboarding.fit import FitOptions, Pair, TokenScores, data_nll, fit_speakers
+from fairseq_speaker.onboarding.fit import MAX_L2, FitOptions, Pair, TokenScores, data_nll, fit_speakers
 from fairseq_speaker.onboarding.prior import CHECKPOINT_KEY, SpeakerPrior, best_start, describe, fit_mixture
 from fairseq_speaker.onboarding.styles import candidate_counts, choose_styles, fit_styles
 from fairseq_speaker.runtime import add_runtime_arguments, check_threads, configure_output, parse_seed, start_threads
@@ -180,7 +180,8 @@ def parse_components(value: str):
 
 def parse_precision(value: str):
     """``--style-precision``: 'fit' or a positive (finite) number."""
-    return _word_or_number(value, "fit", float, lambda tau: math.isfinite(tau) and tau > 0, "a positive number")
+    return _word_or_number(value, "fit", float, lambda tau: math.isfinite(tau) and 0 < tau <= MAX_L2,
+                           f"a positive number up to {MAX_L2:g}")
 
 
 def parse_smoothing(value: str):
@@ -269,8 +270,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         parser.error(f"--iterations must be at least 1, got {args.iterations}")
     if args.max_iter < 1 or args.batch_sentences < 1 or args.shared_max_iter < 1:
         parser.error("--max-iter, --shared-max-iter and --batch-sentences must be at least 1")
-    if not (math.isfinite(args.l2) and args.l2 >= 0):
-        parser.error(f"--l2 must be a number >= 0, got {args.l2}")
+    if not (math.isfinite(args.l2) and 0 <= args.l2 <= MAX_L2):
+        parser.error(f"--l2 must be a number from 0 to {MAX_L2:g}, got {args.l2}")
     if not args.max_cache_gb > 0:
         parser.error(f"--max-cache-gb must be positive, got {args.max_cache_gb}")
     # options of one prior given with the other's would be ignored without a word

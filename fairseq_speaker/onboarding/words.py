@@ -252,6 +252,10 @@ def _decoded(args, checkpoint, result, pairs, memories, unit: WordOptions):
     from fairseq import hub_utils
 
     task, model = checkpoint.task, checkpoint.model
+    most = len(task.target_dictionary) - 1  # fairseq's search takes the vocabulary less one
+    if args.calibration_beam > most:
+        raise UserError(f"--calibration-beam {args.calibration_beam} is more hypotheses than the target dictionary's "
+                        f"{most + 1} words give: give --calibration-beam {most} at most")
     names = [task.speaker_dictionary.names[row] for row, _ in pairs]
     sources = [source for _, (source, _) in pairs]
     eos = task.target_dictionary.eos()
