@@ -248,6 +248,10 @@ def _read_vectors(source, path: str) -> SpeakerVectors:
     if version > FORMAT_VERSION:
         raise OnboardingError(f"{path}: speaker vectors format {version}, newer than this fairseq-speaker reads "
                               f"({FORMAT_VERSION}); upgrade fairseq-speaker")
+    if arrays["names"].dtype.kind != "U":  # bytes were read as their repr ("b'lee'"), another kind is no name
+        raise OnboardingError(f"{path}: its names are stored as {arrays['names'].dtype} (bytes or other values), not "
+                              f"as text: write them as a string array (np.array(names, dtype=str)), as "
+                              f"fairseq-speaker-vectors export does")
     names = [str(n) for n in arrays["names"].reshape(-1).tolist()]
     duplicates = _duplicates(names)
     if duplicates:

@@ -61,6 +61,9 @@ def store_location(text: str, option: str = "--store") -> StoreLocation:
         if "?" in path or "#" in path:  # ?mode=memory became part of a file's name, and the store was a file
             raise StoreError(f"{option} {text}: an SQLite store URL takes no parameters (?...) or fragment (#...): "
                              f"the store is the file, opened as the service opens it; write sqlite:///FILE")
+        if "%" in path:  # a URL's %20 is a space: read as written, it named another file
+            raise StoreError(f"{option} {text}: an SQLite store URL's path is taken as written, and '%' escapes would "
+                             f"name another file than the URL means: give the file's path itself (--store FILE)")
         return StoreLocation("sqlite", path, path)
     shown = hide_password(text)
     if name not in POSTGRES_SCHEMES:

@@ -131,6 +131,10 @@ class SpeakerTranslationTask(SpeakerInferenceMixin, TranslationTask):
 
     @classmethod
     def setup_task(cls, cfg, **kwargs):
+        suffix = getattr(cfg, "speaker_suffix", "spk")
+        if not suffix or os.sep in suffix or suffix.startswith("."):  # 'valid.' or 'valid.../raw/test.spk' were read
+            raise UserError(f"--speaker-suffix {suffix!r}: the extension of the speaker files ({{split}}.SUFFIX, e.g. "
+                            f"spk, or usr for SATED): give a non-empty name without '/' or a leading '.'")
         check_dictionary_files(cfg)
         return super().setup_task(cfg, **kwargs)
 

@@ -707,6 +707,9 @@ COMMAND_PROBES = {
          ["{swapped}", "--path", "{ckpt}", "--adapt-prefix", "{adapt}", "--save", "{tmp}/o.pt"], 2, SWAPPED),
     ],
     "fairseq-speaker-vectors": [
+        ("vectors-of-another-model",
+         ["import", "{data}", "--path", "{ckpt}", "--vectors", "{bytesnames}", "--save", "{tmp}/o.pt"], 2,
+         "{bytesnames}: its names are stored as |S3 (bytes or other values), not as text"),
         ("dictionaries-compared",
          ["export", "{other}", "--path", "{ckpt}", "--out", "{tmp}/v.npz"], 2,
          "{ckpt} was trained with the dictionaries of another data folder than {other}"),
@@ -792,6 +795,9 @@ COMMAND_PROBES = {
         ("store-url-checked",
          ["copy", "--from", "{tmp}/none.db", "--to", "sqlite:///{tmp}/copy.db?mode=ro"], 2,
          "--to sqlite:///{tmp}/copy.db?mode=ro: an SQLite store URL takes no parameters (?...) or fragment (#...)"),
+        ("store-url-checked",
+         ["copy", "--from", "{tmp}/none.db", "--to", "sqlite:///{tmp}/c%205.db"], 2,
+         "--to sqlite:///{tmp}/c%205.db: an SQLite store URL's path is taken as written, and '%' escapes"),
         ("store-url-checked",
          ["copy", "--from", "{tmp}/none.db", "--to", "sqlite://host/s.db"], 2,
          "--to sqlite://host/s.db: an SQLite store is a file on this machine, written sqlite:///FILE"),
@@ -928,6 +934,8 @@ COMMAND_PROBES = {
          [*TRAIN, "--dropout", "1.5"], 2, "--dropout 1.5: a dropout is a probability, from 0 to 1"),
         ("one-line-user-errors",
          [*TRAIN, "--lstm-dropout", "-0.1"], 2, "--lstm-dropout -0.1: a dropout is a probability"),
+        ("one-line-user-errors",
+         [*TRAIN, "--speaker-suffix", ""], 2, "--speaker-suffix '': the extension of the speaker files"),
         ("one-line-user-errors",
          [*TRAIN, "--encoder-hidden-size", "-4"], 2, "--encoder-hidden-size -4: a size of the network must be at least 1"),
         ("one-line-user-errors",
@@ -1529,6 +1537,16 @@ class Places:
         with np.load(out) as loaded:
             arrays = {key: loaded[key] for key in loaded.files}
         arrays["words/ids"][-1] = 10 ** 6
+        np.savez(out, **arrays)
+        return out
+
+    def make_bytesnames(self):
+        """A speaker vectors file of the shared model whose names are stored as bytes."""
+        out = self.path("bytesnames.npz")
+        vectors.main(["export", self["data"], "--path", self["ckpt"], "--out", out, "--speakers", "spk000"])
+        with np.load(out) as loaded:
+            arrays = {key: loaded[key] for key in loaded.files}
+        arrays["names"] = np.array([b"lee"], dtype="S")
         np.savez(out, **arrays)
         return out
 

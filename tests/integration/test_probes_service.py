@@ -302,6 +302,13 @@ def test_a_bad_api_call_is_refused_with_one_message(translator, name, call, mess
     assert translator.speakers == before  # nothing half-added, no typo onboarded
 
 
+def test_a_largest_beam_above_the_models_vocabulary_is_refused_at_start(translator):
+    """/limits advertised --max-beam 1000, and a request of beam 200 was refused naming the command line's --beam."""
+    with pytest.raises(UserError) as refused:
+        create_app(translator, limits=Limits(max_beam=1000))
+    assert "--max-beam 1000 is more hypotheses than the model's target dictionary of" in str(refused.value)
+
+
 def test_a_string_is_one_sentence_and_a_numpy_integer_a_beam(translator):
     """source_lengths read a string as its characters (12 sentences of one character); np.int64(2) was refused as
     no whole number."""
