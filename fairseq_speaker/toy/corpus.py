@@ -227,14 +227,14 @@ def write_corpus(out: str, sizes: Dict[str, int], num_speakers: int = 24, seed: 
         raise ValueError(f"{styles} styles: 0 (the default mode) or more")
     if styles and not 0.0 <= deviation <= 1.0:
         raise ValueError(f"deviation {deviation} is not a probability (0 to 1)")
+    for split, size in sizes.items():  # before any speaker is made: a typo of a few digits ran for minutes first
+        if size < num_speakers:
+            raise ValueError(f"split {split} has {size} sentences, fewer than the {num_speakers} speakers")
     model = make_styles(styles, seed, deviation) if styles else None
     if model is None:
         speakers = make_speakers(num_speakers)
     else:
         speakers = make_style_speakers(num_speakers, model, random.Random(f"deviations-{seed}"))
-    for split, size in sizes.items():
-        if size < num_speakers:
-            raise ValueError(f"split {split} has {size} sentences, fewer than the {num_speakers} speakers")
     if "heldout" in sizes and heldout_speakers:
         raise ValueError("the split 'heldout' is the held-out speakers': give the other splits other names")
     if heldout_speakers < 0 or (heldout_speakers and heldout_sentences < 1):

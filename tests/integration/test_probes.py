@@ -222,6 +222,9 @@ COMMAND_PROBES = {
     ],
     "fairseq-speaker-toy-corpus": [
         ("numbers-checked", ["--out", "{tmp}/c", "--speakers", "0"], 2, "--speakers must be at least 1, got 0"),
+        ("numbers-checked",  # refused before any speaker is made (a trillion speakers were made first, for minutes)
+         ["--out", "{tmp}/c", "--train", "10", "--valid", "2", "--test", "2", "--speakers", "1000000000000"], 2,
+         "split train has 10 sentences, fewer than the 1000000000000 speakers"),
         ("numbers-checked",
          ["--out", "{tmp}/c", "--train", "5"], 2, "split train has 5 sentences, fewer than the 24 speakers: give "
                                                    "larger --train/--valid/--test or fewer --speakers"),
