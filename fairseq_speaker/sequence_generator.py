@@ -128,6 +128,14 @@ MIN_TEMPERATURE = 1e-3
 MAX_LENPEN = 10.0
 
 
+def check_beam_within(beam: int, vocab: int, option: str = "--beam") -> None:
+    """Refuse a beam (given by ``option``) above a target dictionary of ``vocab`` words less one: fairseq's generator
+    searches with ``vocab - 1`` at most, and would give fewer translations than asked."""
+    if beam > vocab - 1:
+        raise UserError(f"{option} {beam} is more hypotheses than the target dictionary's {vocab} words give (fairseq "
+                        f"searches with {vocab - 1}): give {option} {vocab - 1} at most")
+
+
 def check_search(args, vocab: Optional[int] = None) -> None:
     """Refuse fairseq's search options that fairseq's generator would end in an assertion or a ``ValueError`` (a
     traceback), or that it takes and that change nothing, with the option to change. ``args``: the generation options
@@ -152,9 +160,8 @@ def check_search(args, vocab: Optional[int] = None) -> None:
         raise UserError(f"--beam must be at least 1 (the hypotheses the search keeps), got {beam}")
     if isinstance(nbest, int) and nbest < 1:  # fairseq-generate's scorer divided by 0; interactive printed nothing
         raise UserError(f"--nbest must be at least 1 (the translations given of each sentence), got {nbest}")
-    if isinstance(beam, int) and vocab is not None and beam > vocab - 1:  # fairseq's generator takes vocab - 1
-        raise UserError(f"--beam {beam} is more hypotheses than the target dictionary's {vocab} words give (fairseq "
-                        f"searches with {vocab - 1}): give --beam {vocab - 1} at most")
+    if isinstance(beam, int) and vocab is not None:
+        check_beam_within(beam, vocab)
     if isinstance(nbest, int) and isinstance(beam, int) and nbest > beam:
         raise UserError(f"--nbest {nbest} asks for more translations of each sentence than the beam keeps (--beam "
                         f"{beam}): fairseq gives {beam}; raise --beam, or lower --nbest")

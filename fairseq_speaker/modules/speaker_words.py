@@ -479,16 +479,14 @@ def from_state(state, vocab: int, where: str, speakers: Optional[int] = None) ->
     """The memory saved as ``state`` (:meth:`SpeakerWords.get_extra_state`), checked against a target vocabulary of
     ``vocab`` words and a table of ``speakers`` rows (None: any); a :class:`UserError` naming ``where`` when it cannot
     be this model's (:func:`fairseq_speaker.modules.words_record.read_record`)."""
-    made: List[SpeakerWords] = []
-
-    def memory(options: Dict, ignored: List[int]) -> None:
+    def memory(options: Dict, ignored: List[int]) -> SpeakerWords:
         try:
-            made.append(SpeakerWords(vocab, WordOptions(**options), ignored))
+            return SpeakerWords(vocab, WordOptions(**options), ignored)
         except (UserError, TypeError) as e:
             raise record_error(where, f"have bad options ({e})") from None
 
     record = read_record(state, vocab, where, {f.name for f in dataclasses.fields(WordOptions)}, memory, speakers)
-    words, = made
+    words: SpeakerWords = record.memory
     words.words, words.kinds, words._built_words = record.words, record.kinds, record.built
     return words
 

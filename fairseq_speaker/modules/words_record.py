@@ -10,7 +10,7 @@ vocabulary or speaker table, or damaged, ends in a :class:`UserError` naming whe
 """
 
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence, Set
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set
 
 import numpy as np
 import torch
@@ -27,8 +27,10 @@ FORMAT_VERSION = 1
 
 @dataclass
 class Record:
-    """A record read back: every speaker's distinct words, the traits' kinds, and the build's words."""
+    """A record read back: the memory its options describe (``memory(options, ignored)``'s), every speaker's distinct
+    words, the traits' kinds, and the build's words."""
 
+    memory: Any
     words: List[np.ndarray]
     kinds: List[TraitKinds]
     built: List[np.ndarray]
@@ -61,7 +63,7 @@ def write_record(vocab: int, options: Dict, ignored: Sequence[int], words: List[
     return state
 
 
-def read_record(state, vocab: int, where: str, option_names: Set[str], memory: Callable[[Dict, List[int]], None],
+def read_record(state, vocab: int, where: str, option_names: Set[str], memory: Callable[[Dict, List[int]], Any],
                 speakers: Optional[int] = None) -> Record:
     """The record ``state`` checked against a target vocabulary of ``vocab`` words, options named in
     ``option_names`` and a table of ``speakers`` rows (None: any); ``memory(options, ignored)`` makes the memory
@@ -90,12 +92,12 @@ def read_record(state, vocab: int, where: str, option_names: Set[str], memory: C
         raise bad("are damaged (their word ids do not add up to their speakers' counts, or name no word of the model)")
     if speakers is not None and len(lengths) != speakers:
         raise bad(f"are of {len(lengths)} speakers, and the checkpoint's speaker table has {speakers}")
-    memory(options, list(ignored))
+    made = memory(options, list(ignored))
     bounds = np.concatenate([[0], np.cumsum(lengths.numpy().astype(np.int64))])
     flat = ids.numpy().astype(np.int64)
     words = [np.unique(flat[bounds[i]:bounds[i + 1]]) for i in range(len(lengths))]
     kinds = _kinds_of(state.get("kinds", []), vocab, bad)
-    return Record(words, kinds, _built_of(state.get("built"), words, vocab, bad))
+    return Record(made, words, kinds, _built_of(state.get("built"), words, vocab, bad))
 
 
 def _built_of(record, words: List[np.ndarray], vocab: int, bad) -> List[np.ndarray]:

@@ -6,6 +6,7 @@ caller may pass to fairseq's hub and the overrides of a checkpoint's configurati
 
 import math
 import numbers
+import os
 import typing
 from typing import Dict, List, Optional, Sequence, Union
 
@@ -37,6 +38,14 @@ def not_blank(sentences: List[str], what: str = "sentences") -> List[str]:
         if problem:
             raise OnboardingError(f"{what}[{i}] is {problem}: give a sentence (or leave it out)")
     return sentences
+
+
+def checked_path(path, what: str) -> str:
+    """``path`` as text if it is a path (``str`` or ``os.PathLike``): bytes or None ended in a ``TypeError`` deep in
+    ``os.path``. ``what`` names it in the refusal."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise OnboardingError(f"{what} must be a path (str or os.PathLike), got {type(path).__name__} {path!r:.60}")
+    return os.fspath(path)
 
 
 def some(sentences: List[str], what: str = "sentences") -> List[str]:

@@ -52,6 +52,7 @@ from fairseq_speaker.onboarding.arguments import (
     checked_beam,
     checked_nbest,
     checked_options,
+    checked_path,
     checked_step_args,
     name_list,
     not_blank,
@@ -137,11 +138,8 @@ class SpeakerTranslator:
         refused). A checkpoint trained on data that records its preprocessing (``examples/sated/prepare.py``) takes
         raw text and gives detokenized text, unless ``tokenizer=``/``bpe=`` or ``preprocessing="none"`` say otherwise
         (docs/sated.md)."""
-        for name, value in (("checkpoint", checkpoint), ("data", data)):
-            if not isinstance(value, (str, os.PathLike)):
-                raise OnboardingError(f"from_pretrained: {name} must be a path (str or os.PathLike), got "
-                                      f"{type(value).__name__} {value!r:.60}")
-        checkpoint, data = os.fspath(checkpoint), os.fspath(data)
+        checkpoint = checked_path(checkpoint, "from_pretrained: checkpoint")
+        data = checked_path(data, "from_pretrained: data")
         if os.path.isdir(checkpoint):
             raise OnboardingError(f"checkpoint {checkpoint} is a directory: give the checkpoint file in it (e.g. "
                                   f"{os.path.join(checkpoint, 'checkpoint_best.pt')})")
@@ -478,7 +476,5 @@ class SpeakerTranslator:
     @_serialized
     def save(self, path: str) -> None:
         """Write a checkpoint with every speaker added here, for fairseq-generate / fairseq-interactive."""
-        if not isinstance(path, (str, os.PathLike)):
-            raise OnboardingError(f"save: path must be a file name (str or os.PathLike), got {type(path).__name__} "
-                                  f"{path!r:.60}")
+        path = checked_path(path, "save: the file")
         SpeakerCheckpoint(self.checkpoint, dict(self._state), self.task, self.model).save(path)

@@ -39,6 +39,7 @@ from fairseq_speaker.modules.word_kinds import TraitKinds
 from fairseq_speaker.onboarding import calibrate
 from fairseq_speaker.onboarding.checkpoint import open_with_sentences, split_sentences
 from fairseq_speaker.runtime import add_runtime_arguments, check_threads, configure_output, options_given, start_threads
+from fairseq_speaker.sequence_generator import check_beam_within
 from fairseq_speaker.tasks.speaker_translation import EmptySplit, SplitNotFound
 
 
@@ -252,10 +253,7 @@ def _decoded(args, checkpoint, result, pairs, memories, unit: WordOptions):
     from fairseq import hub_utils
 
     task, model = checkpoint.task, checkpoint.model
-    most = len(task.target_dictionary) - 1  # fairseq's search takes the vocabulary less one
-    if args.calibration_beam > most:
-        raise UserError(f"--calibration-beam {args.calibration_beam} is more hypotheses than the target dictionary's "
-                        f"{most + 1} words give: give --calibration-beam {most} at most")
+    check_beam_within(args.calibration_beam, len(task.target_dictionary), "--calibration-beam")
     names = [task.speaker_dictionary.names[row] for row, _ in pairs]
     sources = [source for _, (source, _) in pairs]
     eos = task.target_dictionary.eos()

@@ -39,6 +39,7 @@ from fairseq_speaker.onboarding.checkpoint import adaptable_bias
 from fairseq_speaker.onboarding.translator import SpeakerTranslator
 from fairseq_speaker.onboarding.vectors import describe
 from fairseq_speaker.service import schema
+from fairseq_speaker.sequence_generator import check_beam_within
 from fairseq_speaker.service.batcher import Batcher, BatchOptions
 from fairseq_speaker.service.service_errors import timed_out
 from fairseq_speaker.service.service_state import Limits
@@ -81,11 +82,8 @@ class SpeakerService(SpeakerOnboarding, Translating):
         self.beam, self.generate, self.batching = beam, dict(generate or {}), batching
         if not 1 <= beam <= limits.max_beam:
             raise ValueError(f"--beam must be between 1 and --max-beam ({limits.max_beam}), got {beam}")
-        most = len(translator.task.target_dictionary) - 1  # fairseq's search takes the vocabulary less one
-        if limits.max_beam > most:  # /limits would promise a beam every request of it is refused
-            raise UserError(f"--max-beam {limits.max_beam} is more hypotheses than the model's target dictionary of "
-                            f"{most + 1} words gives (fairseq searches with {most} at most): give --max-beam {most} "
-                            f"at most")
+        # /limits would promise a beam every request of it is refused
+        check_beam_within(limits.max_beam, len(translator.task.target_dictionary), "--max-beam")
         if batching.max_queue < limits.max_sentences:
             raise ValueError(f"--max-queue ({batching.max_queue}) must be at least --max-sentences "
                              f"({limits.max_sentences}), or the largest request could never be queued")

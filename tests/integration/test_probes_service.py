@@ -102,7 +102,7 @@ API_PROBES = [
      "source_lengths None", lambda t: t.source_lengths(None),
      "sentences: give a string or a list of strings, got NoneType None"),
     ("refused-call-changes-nothing",
-     "save to None", lambda t: t.save(None), "save: path must be a file name (str or os.PathLike), got NoneType None"),
+     "save to None", lambda t: t.save(None), "save: the file must be a path (str or os.PathLike), got NoneType None"),
     ("lookalike-speaker-refused",
      "translate as a full-width known name", lambda t: t.translate(["i am tired ."], "\uff53\uff50\uff4b\uff10\uff10\uff10"),
      "looks like 'spk000', a speaker of the model"),
@@ -306,7 +306,7 @@ def test_a_largest_beam_above_the_models_vocabulary_is_refused_at_start(translat
     """/limits advertised --max-beam 1000, and a request of beam 200 was refused naming the command line's --beam."""
     with pytest.raises(UserError) as refused:
         create_app(translator, limits=Limits(max_beam=1000))
-    assert "--max-beam 1000 is more hypotheses than the model's target dictionary of" in str(refused.value)
+    assert "--max-beam 1000 is more hypotheses than the target dictionary's" in str(refused.value)
 
 
 def test_a_string_is_one_sentence_and_a_numpy_integer_a_beam(translator):
