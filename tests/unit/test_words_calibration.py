@@ -129,3 +129,38 @@ def test_the_table_shows_every_candidate_and_stars_the_choice():
     assert table.count(" *") == 1
     assert len([line for line in table.splitlines() if line.startswith("| on") or line.startswith("| off")]) \
         == 2 * len(calibrate.WINDOWS)
+
+
+def _decoding_of(gains):
+    """A ``decode`` of 200 held-out references of 4 words each: the network gets 3 of each; a candidate of weight w
+    gets, on sentence i, 3 + 1 where i is among the first ``gains[w]`` sentences (its gain over the network)."""
+    references = [[0, 1, 2, 3]] * 200
+
+    def decode(candidate):
+        gained = gains.get(candidate.weight, 0) if candidate.weight else 0
+        return [[0, 1, 2, 3] if i < gained else [0, 1, 2, 5] for i in range(len(references))]
+    return decode, references
+
+
+def test_decoding_chooses_a_candidate_the_tokens_rejected():
+    # on the tokens every candidate loses significantly (a memory against a network that is right), as a noun's bias
+    # does on teacher-forced tokens where an article commits to it a step early; the beam shows the gain the tokens
+    # cannot see, and the decoding chooses it
+    rng = torch.Generator().manual_seed(3)
+    wrong = _bias_towards(lambda row: B if row % 2 == 0 else A)
+    result = choose([_tokens(400, True, 20, rng)], {True: wrong}, weights=[2.0, 4.0], windows=[1.0, 2.0])
+    assert all(f.z < -calibrate.Z for f in result.figures[1:])
+    decode, references = _decoding_of({4.0: 30})
+    result = calibrate.choose_by_decoding(result, decode, references)
+    assert {d.candidate for d in result.decoded[1:]} == {Candidate(True, w, n) for w in (2.0, 4.0) for n in (1.0, 2.0)}
+    assert result.chosen.weight == 4.0 and result.chosen.kinds
+
+
+def test_decoding_keeps_the_network_when_no_candidate_gains_significantly():
+    rng = torch.Generator().manual_seed(3)
+    right = _bias_towards(lambda row: A if row % 2 == 0 else B)
+    result = choose([_tokens(400, False, 20, rng)], {True: right}, weights=[2.0], windows=[1.0])
+    decode, references = _decoding_of({2.0: 2})  # 2 sentences of 200 better: z = 2 / sqrt(2) < 1.645
+    result = calibrate.choose_by_decoding(result, decode, references)
+    assert result.chosen.weight == 0
+    assert result.decoded[1].z == pytest.approx(2 ** 0.5)
