@@ -22,6 +22,7 @@ its batch but looks it up by the sentence's id in the split (an ``IndexError`` p
 sentence's overlap within it): :class:`DiverseBeamSearchByPosition` looks it up by position.
 """
 
+import argparse
 import logging
 import math
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -134,6 +135,31 @@ def check_beam_within(beam: int, vocab: int, option: str = "--beam") -> None:
     if beam > vocab - 1:
         raise UserError(f"{option} {beam} is more hypotheses than the target dictionary's {vocab} words give (fairseq "
                         f"searches with {vocab - 1}): give {option} {vocab - 1} at most")
+
+
+def check_interactive(args, argv: Sequence[str]) -> None:
+    """Refuse fairseq-interactive's own options that it takes and reads as something else without a word: ``args`` the
+    generation options (``--prefix-size``), ``argv`` the command line (``--buffer-size``, ``--batch-size``,
+    ``--max-tokens``, which the task is not given)."""
+    prefix = getattr(args, "prefix_size", 0) or 0
+    if prefix > 0:  # interactive input has no reference: the prefix was none
+        raise UserError(f"fairseq-interactive does not read --prefix-size {prefix}: it forces the first words of a "
+                        f"reference translation, and interactive input has none; leave it out (fairseq-generate "
+                        f"reads it)")
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    for name in ("--buffer-size", "--batch-size", "--max-sentences", "--max-tokens"):
+        parser.add_argument(name, type=str, default=None)
+    given, _ = parser.parse_known_args(list(argv))
+    for name, value, meaning in (("--buffer-size", given.buffer_size, "the lines read before they are translated; "
+                                  "fairseq took it for 1"),
+                                 ("--batch-size", given.batch_size or given.max_sentences, "sentences a batch"),
+                                 ("--max-tokens", given.max_tokens, "tokens a batch; fairseq took 0 for no limit")):
+        try:
+            number = int(value) if value is not None else None
+        except ValueError:
+            continue  # fairseq's own parser names it
+        if number is not None and number < 1:
+            raise UserError(f"{name} must be at least 1 ({meaning}), got {value}")
 
 
 def check_search(args, vocab: Optional[int] = None) -> None:

@@ -10,6 +10,7 @@ task's ``__init__`` calls; the rest of the task (the speaker dictionary, the spe
 
 import logging
 import re
+import sys
 from collections import deque
 from typing import Deque, Dict, List, Optional, Tuple
 
@@ -19,6 +20,7 @@ from fairseq import utils
 from fairseq_speaker.allowed_tokens import check_ended, restricted
 from fairseq_speaker.data import SpeakerDataError, SpeakerDataset
 from fairseq_speaker.data.speaker_dictionary import label_problem, sentence_problem
+from fairseq_speaker.runtime import fairseq_command
 
 # the task's logger: its messages (the input's lines, the speakers) keep the name a user filters them by
 logger = logging.getLogger("fairseq_speaker.tasks.speaker_translation")
@@ -208,9 +210,16 @@ class SpeakerInferenceMixin:
             extra_gen_cls_kwargs = dict(extra_gen_cls_kwargs or {})
             strip = set(extra_gen_cls_kwargs.get("symbols_to_strip_from_output") or ())
             extra_gen_cls_kwargs["symbols_to_strip_from_output"] = strip | set(self.speaker_token_ids().tolist())
-        from fairseq_speaker.sequence_generator import UnbeatenStopGenerator, by_position, check_search
+        from fairseq_speaker.sequence_generator import (
+            UnbeatenStopGenerator,
+            by_position,
+            check_interactive,
+            check_search,
+        )
 
         check_search(args, len(self.target_dictionary))
+        if fairseq_command() == "interactive":
+            check_interactive(args, sys.argv[1:])
         # the task's option (fairseq-generate, -interactive) or the generation's (SpeakerTranslator's beam_stop=)
         beam_stop = getattr(args, "beam_stop", None) or self.cfg.beam_stop
         if beam_stop not in BEAM_STOPS:

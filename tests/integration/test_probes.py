@@ -1924,6 +1924,15 @@ INTERACTIVE_PROBES = [
      "--input no/such/input.txt: No such file or directory: give a readable text file, or leave out --input"),
     ("one-line-user-errors", "i am tired .\n", ["--speaker", "spk000", "--replace-unk"],
      "--replace-unk @@ : No such file or directory: give it the alignment dictionary file"),
+    # fairseq-interactive's own options that it took and read as something else without a word
+    ("ignored-options-refused", "i am tired .\n", ["--speaker", "spk000", "--prefix-size", "100"],
+     "fairseq-interactive does not read --prefix-size 100: it forces the first words of a reference translation"),
+    ("numbers-checked", "i am tired .\n", ["--speaker", "spk000", "--buffer-size", "-1"],
+     "--buffer-size must be at least 1 (the lines read before they are translated; fairseq took it for 1), got -1"),
+    ("numbers-checked", "i am tired .\n", ["--speaker", "spk000", "--max-tokens", "0"],
+     "--max-tokens must be at least 1 (tokens a batch; fairseq took 0 for no limit), got 0"),
+    ("numbers-checked", "i am tired .\n", ["--speaker", "spk000", "--batch-size", "0"],
+     "--batch-size must be at least 1 (sentences a batch), got 0"),
 ]
 
 
