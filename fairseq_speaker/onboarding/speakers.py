@@ -33,7 +33,7 @@ from fairseq_speaker.errors import command
 from fairseq_speaker.modules.speaker_words import CHECKPOINT_KEY as WORDS_KEY
 from fairseq_speaker.onboarding.checkpoint import OnboardingError, onboarded_speakers, onboarding_complete
 from fairseq_speaker.runtime import add_runtime_arguments, configure_output
-from fairseq_speaker.tasks.speaker_translation import check_dictionary_files
+from fairseq_speaker.tasks.data_files import check_dictionary_files
 from fairseq_speaker.user_dir import add_user_dir_argument, check_registered, import_user_dir
 
 PROG = program_name(__name__)

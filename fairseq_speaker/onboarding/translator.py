@@ -62,8 +62,7 @@ from fairseq_speaker.onboarding.arguments import (
 from fairseq_speaker.onboarding.checkpoint import OnboardingError, SpeakerCheckpoint, adaptable_bias, speaker_bias_of
 from fairseq_speaker.onboarding.fit import FitOptions, FitReport
 from fairseq_speaker.onboarding.prior import prior_of_checkpoint
-from fairseq_speaker.tasks.inference import SpeakerInferenceMixin
-from fairseq_speaker.tasks.speaker_translation import BEAM_STOPS
+from fairseq_speaker.tasks.inference import BEAM_STOPS, SpeakerInferenceMixin
 from fairseq_speaker.user_dir import check_registered
 
 if TYPE_CHECKING:

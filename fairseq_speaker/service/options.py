@@ -14,7 +14,7 @@ from fairseq_speaker.data.speaker_dictionary import UNKNOWN_SPEAKER_POLICIES
 from fairseq_speaker.errors import UserError
 from fairseq_speaker.service.batcher import BatchOptions
 from fairseq_speaker.service.logs import LOG_FORMATS
-from fairseq_speaker.tasks.speaker_translation import BEAM_STOPS
+from fairseq_speaker.tasks.inference import BEAM_STOPS
 from fairseq_speaker.service.served_models import MODEL_ID_RULE, case_twin, model_id_problem
 from fairseq_speaker.service.speaker_service import Limits
 from fairseq_speaker.service.store_errors import StoreError

@@ -3,17 +3,14 @@
 import copy
 import logging
 import os
-from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 import torch
 from fairseq import utils
 from fairseq.data import data_utils
-from fairseq.dataclass import ChoiceEnum
 from fairseq.logging import metrics
 from fairseq.tasks import register_task
-from fairseq.tasks.translation import TranslationConfig, TranslationTask
-from omegaconf import II
+from fairseq.tasks.translation import TranslationTask
 
 from fairseq_speaker.checkpoints import (
     AS_READ_KEY,
@@ -23,7 +20,6 @@ from fairseq_speaker.checkpoints import (
     dictionaries_record,
 )
 from fairseq_speaker.data import (
-    UNKNOWN_SPEAKER_POLICIES,
     SpeakerDataError,
     SpeakerDataset,
     SpeakerDictionary,
@@ -35,11 +31,12 @@ from fairseq_speaker.fairseq_patches import epoch_iterator_is_cached
 from fairseq_speaker.modules.speaker_plumbing import SpeakerModelMixin
 from fairseq_speaker.optim.speaker_progress import SpeakerProgress
 from fairseq_speaker.runtime import threads_for_fairseq_command
-from fairseq_speaker.tasks.inference import BEAM_STOPS, SpeakerInferenceMixin
+from fairseq_speaker.tasks.data_files import SPEAKER_DICT_FILE, check_dictionary_files, dev_name
+from fairseq_speaker.tasks.inference import SpeakerInferenceMixin
+from fairseq_speaker.tasks.task_config import SpeakerTranslationConfig
 
 logger = logging.getLogger(__name__)
 
-SPEAKER_DICT_FILE = "dict.spk.txt"
 #: the task state's record of the training data's text preprocessing (:mod:`fairseq_speaker.data.preprocessing`)
 PREPROCESSING_KEY = "preprocessing"
 #: the target-dictionary symbol naming a speaker with --speaker-token
@@ -52,65 +49,6 @@ class SplitNotFound(SpeakerDataError):
 
 class EmptySplit(SpeakerDataError):
     """A split whose binarized files hold no sentence (fairseq cannot open an empty file: a traceback otherwise)."""
-
-
-@dataclass
-class SpeakerTranslationConfig(TranslationConfig):
-    speaker_suffix: str = field(
-        default="spk",
-        metadata={"help": "speaker files are {split}.{suffix} in the data directory (SATED: usr)"},
-    )
-    speaker_file: Optional[str] = field(
-        default=None,
-        metadata={
-            "help": "speaker labels (one a line) of the split being generated; overrides "
-            "{data}/{split}.{suffix} for every split but the training one"
-        },
-    )
-    unknown_speaker: ChoiceEnum(UNKNOWN_SPEAKER_POLICIES) = field(  # type: ignore[valid-type]
-        default="mean",
-        metadata={
-            "help": "speakers outside the training speakers, when translating or validating: "
-            "'mean' uses the mean speaker bias, 'none' no bias, 'fail' stops with an error"
-        },
-    )
-    speaker: Optional[str] = field(
-        default=None,
-        metadata={"help": "fairseq-interactive: translate every input line as this speaker"},
-    )
-    speaker_per_line: bool = field(
-        default=False,
-        metadata={"help": "fairseq-interactive: every input line is SPEAKER<TAB>sentence"},
-    )
-    speaker_token: bool = field(
-        default=False,
-        metadata={
-            "help": "the spk_token baseline: every target sentence starts with a token naming its speaker "
-            "(added to the target dictionary), forced as the first word when decoding and stripped "
-            "from the output"
-        },
-    )
-    beam_stop: ChoiceEnum(BEAM_STOPS) = field(  # type: ignore[valid-type]
-        default="fairseq",
-        metadata={
-            "help": "when the beam search ends a sentence: 'fairseq' once --beam hypotheses have ended (fairseq's "
-            "rule), 'unbeaten' once --beam have ended and no live hypothesis scores better than the worst of them "
-            "(docs/speaker_learning.md: fairseq's rule can return a sentence cut short)"
-        },
-    )
-    preprocessing: ChoiceEnum(["auto", "none"]) = field(  # type: ignore[valid-type]
-        default="auto",
-        metadata={
-            "help": "raw text in, raw text out: 'auto' keeps the training data's preprocessing "
-            "(DATA/preprocessing.json, written by examples/sated/prepare.py) in the checkpoint, and applies the "
-            "checkpoint's to the input and undoes it on the output when translating, unless --tokenizer/--bpe "
-            "are given; 'none' records nothing when training and applies nothing when translating (input "
-            "already in the model's tokens)"
-        },
-    )
-    #: fairseq-generate's --lm-path, a generation option: its language model reads its dictionary from the data folder
-    #: (load_dataset checks it there first)
-    lm_path: Optional[str] = II("generation.lm_path")
 
 
 @register_task("speaker_translation", dataclass=SpeakerTranslationConfig)
@@ -332,7 +270,7 @@ class SpeakerTranslationTask(SpeakerInferenceMixin, TranslationTask):
         if self.cfg.speaker_file and split != self.cfg.train_subset:
             return self.cfg.speaker_file
         path = os.path.join(data_path, f"{split}.{self.cfg.speaker_suffix}")
-        dev = _dev_name(split)
+        dev = dev_name(split)
         if dev and not os.path.exists(path):
             dev_path = os.path.join(data_path, f"{dev}.{self.cfg.speaker_suffix}")
             if os.path.exists(dev_path):
@@ -352,7 +290,7 @@ class SpeakerTranslationTask(SpeakerInferenceMixin, TranslationTask):
         path = self._speaker_path(data_path, split)
         if num_sentences is None:
             num_sentences = self._num_sentences(data_path, split)
-        suffix, dev = self.cfg.speaker_suffix, _dev_name(split)
+        suffix, dev = self.cfg.speaker_suffix, dev_name(split)
         if dev and os.path.basename(path) == f"{dev}.{suffix}" and path != self.cfg.speaker_file:
             logger.info(f"{split}: no {split}.{suffix}, speaker labels read from {path} (SATED's name for the split)")
         hint = f"; put one speaker label per sentence of the {split} split there"
@@ -457,44 +395,3 @@ class SpeakerTranslationTask(SpeakerInferenceMixin, TranslationTask):
     def _target_prefix(self, speakers: torch.Tensor) -> Optional[torch.Tensor]:
         # a validation sentence of an unseen speaker starts with <unk>: there is no token to name them
         return self._speaker_prefix(speakers, self.tgt_dict.unk()) if self.uses_speaker_token else None
-
-
-
-
-
-def check_dictionary_files(cfg) -> None:
-    """The folder of the dictionaries (the first path of ``cfg.data``) holds ``dict.SRC.txt`` and ``dict.TGT.txt``, and
-    the languages are given or can be read from its file names; one message if not, where fairseq's setup ends in an
-    ``Exception`` or a ``FileNotFoundError`` with a traceback."""
-    paths = utils.split_paths(cfg.data) if cfg.data else []
-    if not paths:
-        return  # fairseq's own check
-    folder = paths[0]
-    if not os.path.isdir(folder):
-        raise SpeakerDataError(f"data directory not found: {folder} (give the folder fairseq-preprocess wrote, with "
-                               f"its dict.SRC.txt and dict.TGT.txt)")
-    source, target = cfg.source_lang, cfg.target_lang
-    if source is None or target is None:
-        inferred = data_utils.infer_language_pair(folder)
-        source, target = source or inferred[0], target or inferred[1]
-    if source is None or target is None:
-        found = sorted(f for f in os.listdir(folder)
-                       if f.startswith("dict.") and f.endswith(".txt") and f != SPEAKER_DICT_FILE)
-        held = f"only {', '.join(found)}" if found else "no dict.SRC.txt and dict.TGT.txt"
-        raise SpeakerDataError(f"{folder}: no binarized split (SPLIT.SRC-TGT.SRC.bin) to read the languages from, "
-                               f"and {held}: give the data folder the model was trained on (fairseq-preprocess's "
-                               f"output; fairseq's commands also take --source-lang and --target-lang)")
-    missing = [f"dict.{lang}.txt" for lang in (source, target)
-               if not os.path.isfile(os.path.join(folder, f"dict.{lang}.txt"))]
-    if missing:
-        raise SpeakerDataError(f"{folder}: no {' and no '.join(missing)} there: give the data folder the model was "
-                               f"trained on (fairseq-preprocess's output, with dict.{source}.txt and "
-                               f"dict.{target}.txt)")
-
-
-
-
-
-def _dev_name(split: str) -> Optional[str]:
-    """SATED's name for a fairseq validation split (``valid`` -> ``dev``, ``valid1`` -> ``dev1``), or None."""
-    return "dev" + split[len("valid"):] if split.startswith("valid") else None
