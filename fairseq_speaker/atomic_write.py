@@ -27,7 +27,7 @@ import re
 import shutil
 import signal
 import socket
-from typing import Any, Callable, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
 
 from fairseq_speaker.errors import UserError
 
@@ -139,6 +139,36 @@ def check_writable(path: str) -> None:
         raise UserError(f"cannot write {path}: the folder {folder} does not exist")
     if not os.access(folder, os.W_OK):
         raise UserError(f"cannot write {path}: the folder {folder} is not writable")
+
+
+def same_file(one: str, other: str) -> bool:
+    """Whether two paths name one file: the file itself where both exist (links, ``..`` and hard links seen through),
+    else the same resolved path."""
+    try:
+        if os.path.exists(one) and os.path.exists(other):
+            return os.path.samefile(one, other)
+    except OSError:
+        pass
+    return os.path.realpath(one) == os.path.realpath(other)
+
+
+def check_not_an_input(path: str, option: str, inputs: Sequence[Tuple[str, Optional[str]]] = (),
+                       folders: Sequence[Tuple[str, Optional[str]]] = ()) -> None:
+    """Refuse (:class:`UserError`) an output ``path`` (given by ``option``) that names a file the command reads: one of
+    ``inputs`` (``(what it is, path)``, e.g. ``("the checkpoint given by --path", args.path)``) or a file in one of
+    ``folders`` (``(what it is, folder)``: a data folder's dictionaries and binarized splits). The write would replace
+    it whole (:func:`atomic_path`): a checkpoint exported over itself, a dictionary of the data folder."""
+    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
+        return  # check_writable names it
+    for what, source in inputs:
+        if source and same_file(path, source):
+            raise UserError(f"{option} {path} is {what}, which the command reads: writing it would replace it; give "
+                            f"another file")
+    for what, folder in folders:
+        if folder and os.path.isdir(folder) and os.path.exists(path) and any(
+                same_file(path, os.path.join(folder, name)) for name in os.listdir(folder)):
+            raise UserError(f"{option} {path} is a file of {what} ({folder}), which the command reads: writing it "
+                            f"would replace it; give a file outside that folder")
 
 
 #: the system's errors of a disk with no room left for the file (a full disk, a quota reached)

@@ -58,10 +58,10 @@ CHANGES: List[Change] = [
            "scales row-sparse gradients of speaker tables, as dense ones",
            "fairseq scales a detached alias of a sparse gradient: the rows' gradients would stay unnormalized, "
            "dominate the gradient norm and shrink every other gradient under --clip-norm",
-           "fairseq_speaker.optim.speaker_rows.multiply_grads"),
+           "fairseq_speaker.optim.row_gradients.multiply_grads"),
     Change("fairseq.utils.clip_grad_norm_", "wrapped",
            "counts row-sparse gradients in the norm and clips them",
-           "fairseq's norm skips sparse gradients", "fairseq_speaker.optim.speaker_rows.clip_grad_norm_"),
+           "fairseq's norm skips sparse gradients", "fairseq_speaker.optim.row_gradients.clip_grad_norm_"),
     Change("fairseq.optim.FairseqOptimizer.step", "wrapped",
            "before the first step, registers a step pre-hook on that optimizer's own torch optimizer: the "
            "speaker tables' rows are updated there, row by row",
@@ -73,7 +73,7 @@ CHANGES: List[Change] = [
            "parameter lies in them (by default all in one flat copy)",
            "the speaker tables are trained as slices of those copies, which the step hook would not know as "
            "tables: --speaker-lr-scale would not reach their rows, which would take the shared learning rate",
-           "fairseq_speaker.optim.speaker_rows.record_fp32_copies"),
+           "fairseq_speaker.optim.table_marks.record_fp32_copies"),
     Change("fairseq.checkpoint_utils.load_checkpoint_to_cpu", "wrapped",
            "names the file in every loading error and upgrades checkpoints of earlier releases as they are read",
            "fairseq's errors do not name the file (a KeyError or an unpickling error), and checkpoints older than "
@@ -82,12 +82,12 @@ CHANGES: List[Change] = [
            "writes a local checkpoint through the package's atomic writer (a hidden temporary file named after "
            "the writing process, then a rename)",
            "fairseq's own temporary file (checkpoint_last.pt.tmp) is left behind by a killed run and never removed",
-           "fairseq_speaker.checkpoints.atomic_persistent_save"),
+           "fairseq_speaker.checkpoint_writing.atomic_persistent_save"),
     Change("fairseq.checkpoint_utils.PathManager", "replaced",
            "the PathManager of fairseq's checkpoint module copies local files atomically",
            "fairseq-train copies each checkpoint it writes to checkpoint_best.pt and checkpoint_last.pt with a plain "
            "copy: a run killed during the copy leaves a truncated checkpoint_last.pt, which the next run resumes from",
-           "fairseq_speaker.checkpoints.atomic_copies"),
+           "fairseq_speaker.checkpoint_writing.atomic_copies"),
     Change("torch.serialization.add_safe_globals", "registered",
            "allow-lists the numpy and argparse classes that fairseq checkpoints hold",
            "torch >= 2.6 loads with weights_only=True and refuses fairseq's own checkpoints otherwise",
@@ -202,15 +202,15 @@ def apply() -> None:
     from fairseq import utils as fairseq_utils
     from fairseq.optim import FairseqOptimizer
 
-    from fairseq_speaker import checkpoints
-    from fairseq_speaker.optim import speaker_rows
+    from fairseq_speaker import checkpoint_writing, checkpoints
+    from fairseq_speaker.optim import row_gradients, speaker_rows, table_marks
 
     check_fairseq_version()
     _check_private_parts()
 
     def multiply_grads(original):
         def multiply_grads(self, c):
-            speaker_rows.multiply_grads(self.params, c, multiply_=foreach_mul_)
+            row_gradients.multiply_grads(self.params, c, multiply_=foreach_mul_)
         return functools.wraps(original)(multiply_grads)
 
     _replace(FairseqOptimizer, "multiply_grads", "fairseq.optim.FairseqOptimizer.multiply_grads", multiply_grads)
@@ -218,8 +218,8 @@ def apply() -> None:
     def clip_grad_norm_(original):
         @functools.wraps(original)
         def clip_grad_norm_(params, max_norm, aggregate_norm_fn=None):
-            return speaker_rows.clip_grad_norm_(params, max_norm, aggregate_norm_fn, dense_clip_grad_norm_=original,
-                                                multiply_=foreach_mul_)
+            return row_gradients.clip_grad_norm_(params, max_norm, aggregate_norm_fn, dense_clip_grad_norm_=original,
+                                                 multiply_=foreach_mul_)
         return clip_grad_norm_
 
     _replace(fairseq_utils, "clip_grad_norm_", "fairseq.utils.clip_grad_norm_", clip_grad_norm_)
@@ -241,7 +241,7 @@ def apply() -> None:
             fp32_params = original.__func__(cls, args, params, flatten=flatten)
             pipeline = getattr(args, "pipeline_model_parallel", False) and getattr(args, "distributed_no_spawn",
                                                                                     False)  # as fairseq reads it
-            speaker_rows.record_fp32_copies(params, fp32_params, pipeline=bool(pipeline))
+            table_marks.record_fp32_copies(params, fp32_params, pipeline=bool(pipeline))
             return fp32_params
         return build_fp32_params
 
@@ -259,8 +259,8 @@ def apply() -> None:
     _replace(checkpoint_utils, "load_checkpoint_to_cpu", "fairseq.checkpoint_utils.load_checkpoint_to_cpu",
              load_checkpoint_to_cpu)
     _replace(checkpoint_utils, "torch_persistent_save", "fairseq.checkpoint_utils.torch_persistent_save",
-             checkpoints.atomic_persistent_save)
-    _replace(checkpoint_utils, "PathManager", "fairseq.checkpoint_utils.PathManager", checkpoints.atomic_copies)
+             checkpoint_writing.atomic_persistent_save)
+    _replace(checkpoint_utils, "PathManager", "fairseq.checkpoint_utils.PathManager", checkpoint_writing.atomic_copies)
 
     from fairseq.trainer import Trainer
 
@@ -269,6 +269,7 @@ def apply() -> None:
         def __init__(self, cfg, *args, **kwargs):
             check_half_precision(cfg.common)
             check_restore_file(cfg.checkpoint)
+            check_finetune_from_model(cfg.checkpoint)
             original(self, cfg, *args, **kwargs)
         return __init__
 
@@ -301,6 +302,28 @@ def check_restore_file(checkpoint) -> None:
     raise UserError(f"--restore-file {restore}: no such checkpoint{where}; fairseq would train from scratch and "
                     f"write over --save-dir's checkpoints. Give the checkpoint to continue from, or leave "
                     f"--restore-file out (checkpoint_last.pt of --save-dir, when there is one)")
+
+
+def check_finetune_from_model(checkpoint) -> None:
+    """Refuse a ``--finetune-from-model`` that is no checkpoint file (fairseq ended a missing one in a ``ValueError``
+    with a traceback, and took a folder for a checkpoint it did not find: it trained from scratch), or that is given
+    with an option it cannot go with (fairseq's ``ValueError``)."""
+    model = getattr(checkpoint, "finetune_from_model", None)
+    if not model:
+        return
+    restore = getattr(checkpoint, "restore_file", None)
+    if restore and restore != "checkpoint_last.pt":
+        raise UserError(f"--finetune-from-model {model} and --restore-file {restore} both name the checkpoint to start "
+                        f"from: give one of them")
+    resets = [f"--{name.replace('_', '-')}" for name in ("reset_optimizer", "reset_lr_scheduler", "reset_meters",
+                                                          "reset_dataloader") if getattr(checkpoint, name, False)]
+    if resets:
+        raise UserError(f"--finetune-from-model resets the optimizer, the learning rate scheduler, the meters and the "
+                        f"data loader itself: leave out {', '.join(resets)}")
+    if not os.path.isfile(model):
+        where = "a folder: give the checkpoint file in it" if os.path.isdir(model) else "no such file"
+        raise UserError(f"--finetune-from-model {model}: {where}; fairseq would start from it only if it were a "
+                        f"checkpoint file (a folder was taken for none, and training started from scratch)")
 
 
 def check_half_precision(common) -> None:

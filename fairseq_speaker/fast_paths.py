@@ -5,7 +5,7 @@ side by side), faster on the CPUs this project is measured on:
 
 - the LSTM's matrix products through oneDNN's GEMM (:mod:`fairseq_speaker.modules.gemm`), which also
   makes a speaker model's generation step in one product with the speaker's rows
-  (:class:`~fairseq_speaker.modules.speaker_plumbing.SpeakerDecoderMixin`);
+  (:class:`~fairseq_speaker.modules.speaker_decoder.SpeakerDecoderMixin`);
 - the MLP attention's tanh as ``2 sigmoid(2x) - 1`` (:mod:`fairseq_speaker.modules.pointwise`);
 - a recurrence's weight gradients as one product over all steps
   (:mod:`fairseq_speaker.modules.step_weights`), and the teacher-forced LSTM decoder's word gates

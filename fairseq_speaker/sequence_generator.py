@@ -23,6 +23,7 @@ sentence's overlap within it): :class:`DiverseBeamSearchByPosition` looks it up 
 """
 
 import argparse
+import inspect
 import logging
 import math
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -33,8 +34,9 @@ from fairseq.search import DiverseBeamSearch
 from fairseq.sequence_generator import EnsembleModel, SequenceGenerator
 from torch import Tensor
 
+from fairseq_speaker.data.speaker_dictionary import FILLER
 from fairseq_speaker.errors import UserError
-from fairseq_speaker.modules.speaker_plumbing import encoder_speakers
+from fairseq_speaker.modules.speaker_encoder import encoder_speakers
 from fairseq_speaker.modules.speaker_words import SpeakerWords, speaker_words_of
 
 logger = logging.getLogger(__name__)
@@ -135,6 +137,23 @@ def check_beam_within(beam: int, vocab: int, option: str = "--beam") -> None:
     if beam > vocab - 1:
         raise UserError(f"{option} {beam} is more hypotheses than the target dictionary's {vocab} words give (fairseq "
                         f"searches with {vocab - 1}): give {option} {vocab - 1} at most")
+
+
+def filler_symbols(dictionary) -> List[str]:
+    """The symbols fairseq pads a dictionary with to a multiple of 8 (``madeupword0000``, ...): no translation's."""
+    return [symbol for symbol in dictionary.symbols if FILLER.fullmatch(symbol)]
+
+
+def accepts_tokens_to_suppress(seq_gen_cls=None) -> bool:
+    """Whether the generator class (fairseq's ``SequenceGenerator`` by default) takes ``tokens_to_suppress``, the
+    symbols it never writes (fairseq 0.12.3; 0.12.2 has no such argument): by name, or through ``**kwargs`` given
+    on to fairseq's own."""
+    ours = "tokens_to_suppress" in inspect.signature(SequenceGenerator.__init__).parameters
+    if seq_gen_cls is None or seq_gen_cls is SequenceGenerator:
+        return ours
+    parameters = inspect.signature(seq_gen_cls.__init__).parameters
+    passes_on = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+    return "tokens_to_suppress" in parameters or (ours and passes_on and issubclass(seq_gen_cls, SequenceGenerator))
 
 
 def check_interactive(args, argv: Sequence[str]) -> None:

@@ -23,7 +23,8 @@ from fairseq import utils as fairseq_utils
 from fairseq.optim.adam import Adam as FairseqAdam
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from fairseq_speaker.optim.speaker_rows import LAST_SHARED_SCALE, update_speaker_rows  # noqa: E402
+from fairseq_speaker.optim.speaker_rows import update_speaker_rows  # noqa: E402
+from fairseq_speaker.optim.table_marks import LAST_SHARED_SCALE  # noqa: E402
 from tests.helpers import make_model, make_task, random_batch  # noqa: E402
 
 

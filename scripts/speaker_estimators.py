@@ -97,7 +97,7 @@ def purity(assignments: List[int], names: List[str], truth: Dict[str, dict]) -> 
 def cluster_pull(args, fairseq_args: List[str]) -> None:
     from fairseq_cli.train import cli_main
 
-    from fairseq_speaker.modules import speaker_plumbing
+    from fairseq_speaker.modules import speaker_decoder, speaker_encoder
     from fairseq_speaker.tasks.speaker_translation import SpeakerTranslationTask
 
     truth = None
@@ -105,7 +105,7 @@ def cluster_pull(args, fairseq_args: List[str]) -> None:
         with open(os.path.join(args.raw, "speakers.json"), encoding="utf-8") as f:
             truth = json.load(f)["speakers"]
     begin_epoch = SpeakerTranslationTask.begin_epoch
-    sentence_effects = speaker_plumbing.SpeakerDecoderMixin.sentence_effects
+    sentence_effects = speaker_decoder.SpeakerDecoderMixin.sentence_effects
 
     def patched_begin_epoch(self, epoch, model):
         begin_epoch(self, epoch, model)
@@ -124,7 +124,7 @@ def cluster_pull(args, fairseq_args: List[str]) -> None:
     def patched_sentence_effects(self, encoder_out, incremental_state=None):
         bias, state, losses = sentence_effects(self, encoder_out, incremental_state)
         variant = self.speaker_bias
-        speakers = speaker_plumbing.encoder_speakers(encoder_out)
+        speakers = speaker_encoder.encoder_speakers(encoder_out)
         centres = getattr(variant, "_pull_centres", None)
         if incremental_state is None and variant.training and centres is not None and speakers is not None:
             known = speakers[speakers >= 0]
@@ -135,7 +135,7 @@ def cluster_pull(args, fairseq_args: List[str]) -> None:
         return bias, state, losses
 
     SpeakerTranslationTask.begin_epoch = patched_begin_epoch
-    speaker_plumbing.SpeakerDecoderMixin.sentence_effects = patched_sentence_effects
+    speaker_decoder.SpeakerDecoderMixin.sentence_effects = patched_sentence_effects
     sys.argv = ["fairseq-train"] + fairseq_args
     cli_main()
 
@@ -167,14 +167,14 @@ def knn_store(args) -> None:
 def knn_generate(args, fairseq_args: List[str]) -> None:
     from fairseq_cli.generate import cli_main
 
-    from fairseq_speaker.modules import speaker_plumbing
+    from fairseq_speaker.modules import speaker_decoder, speaker_encoder
 
     store = torch.load(args.store)
     keys, values, owners = store["keys"], store["values"], store["speakers"]
     count = int(owners.max()) + 1
     bounds = torch.searchsorted(owners, torch.arange(count + 1))
     log_model, log_memory = torch.log(torch.tensor(1 - args.lam)), torch.log(torch.tensor(args.lam))
-    forward = speaker_plumbing.SpeakerDecoderMixin.forward
+    forward = speaker_decoder.SpeakerDecoderMixin.forward
 
     def patched_forward(self, prev_output_tokens, encoder_out=None, incremental_state=None, features_only=False,
                         **kwargs):
@@ -183,7 +183,7 @@ def knn_generate(args, fairseq_args: List[str]) -> None:
         features, extra = forward(self, prev_output_tokens, encoder_out, incremental_state, True, **kwargs)
         lprobs = torch.log_softmax(self._step_logits(features, self._step_bias(encoder_out, incremental_state))
                                    [:, -1].float(), dim=-1)
-        speakers = speaker_plumbing.encoder_speakers(encoder_out)  # one per hypothesis (the beam reorders them)
+        speakers = speaker_encoder.encoder_speakers(encoder_out)  # one per hypothesis (the beam reorders them)
         memory = torch.zeros_like(lprobs)
         remembered = torch.zeros(lprobs.size(0), dtype=torch.bool)
         query = features[:, -1].float()
@@ -200,7 +200,7 @@ def knn_generate(args, fairseq_args: List[str]) -> None:
         mixed = torch.logaddexp(lprobs + log_model, memory.clamp_min(1e-30).log() + log_memory)
         return torch.where(remembered.unsqueeze(1), mixed, lprobs).unsqueeze(1), extra
 
-    speaker_plumbing.SpeakerDecoderMixin.forward = patched_forward
+    speaker_decoder.SpeakerDecoderMixin.forward = patched_forward
     sys.argv = ["fairseq-generate"] + fairseq_args
     cli_main()
 

@@ -72,7 +72,7 @@ def _problems(checkpoint, bias, speakers=None):
     own labels."""
     from fairseq_speaker.onboarding.adapter import SpeakerAdapter
     from fairseq_speaker.onboarding.checkpoint import split_sentences
-    from fairseq_speaker.onboarding.fit import FitOptions
+    from fairseq_speaker.onboarding.fit_options import FitOptions
 
     if speakers is None:
         sentences = split_sentences(checkpoint.task, "train")
@@ -124,7 +124,8 @@ def refit(args) -> None:
 
     import fairseq_speaker  # noqa: F401  (registers the task and models)
     from fairseq_speaker.onboarding.checkpoint import SpeakerCheckpoint, replace_speakers, stacked_rows
-    from fairseq_speaker.onboarding.fit import FitOptions, fit_speakers
+    from fairseq_speaker.onboarding.fit import fit_speakers
+    from fairseq_speaker.onboarding.fit_options import FitOptions
 
     torch.set_num_threads(args.threads)
     kinds = kinds_of(args.raw)

@@ -24,7 +24,8 @@ from fairseq.data import Dictionary
 from torch import Tensor
 
 import fairseq_speaker.checkpoints  # noqa: F401  (weights_only loading of fairseq checkpoints)
-from fairseq_speaker.checkpoints import dictionaries_record, dictionary_problems, read_checkpoint, recorded_dictionaries
+from fairseq_speaker.checkpoint_dictionaries import dictionaries_record, dictionary_problems
+from fairseq_speaker.checkpoints import read_checkpoint, recorded_dictionaries
 from fairseq_speaker.data import SpeakerDictionary
 from fairseq_speaker.errors import UserError
 from fairseq_speaker.modules.speaker_bias import SpeakerBias, build_speaker_bias

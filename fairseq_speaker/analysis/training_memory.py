@@ -31,7 +31,7 @@ from torch import nn
 
 from fairseq_speaker.errors import UserError
 from fairseq_speaker.fairseq_patches import non_persistent_buffer_names
-from fairseq_speaker.optim.speaker_rows import dense_scale_applies, parse_lr_scale
+from fairseq_speaker.optim.lr_scale import dense_scale_applies, parse_lr_scale
 
 if TYPE_CHECKING:
     from fairseq.models import BaseFairseqModel
@@ -97,7 +97,7 @@ class TrainingSetup:
     flatten: bool  # FP16Optimizer's master copy is one flat tensor
     row_sparse: Optional[str]  # how speaker tables are updated row by row ("adam", "sgd"), None: dense
     save_optimizer_state: bool
-    dense_kind: str = "adam"  # the optimizer's family for a dense step's scale (speaker_rows.dense_kind)
+    dense_kind: str = "adam"  # the optimizer's family for a dense step's scale (lr_scale.dense_kind)
 
     @property
     def master(self) -> bool:
@@ -111,7 +111,8 @@ class TrainingSetup:
         from fairseq.optim.lr_scheduler import LR_SCHEDULER_REGISTRY
 
         from fairseq_speaker.lr_schedulers.restart_from_best import RestartFromBestSchedule
-        from fairseq_speaker.optim.speaker_rows import dense_kind, dense_reason, optimizer_kind
+        from fairseq_speaker.optim.lr_scale import dense_kind
+        from fairseq_speaker.optim.row_updates import dense_reason, optimizer_kind
 
         name = args.optimizer
         if name not in OPTIMIZER_STATE:

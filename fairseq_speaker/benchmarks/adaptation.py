@@ -37,7 +37,7 @@ import fairseq_speaker  # noqa: F401  (registers the task and the models)
 from fairseq_speaker.atomic_write import atomic_path, check_writable
 from fairseq_speaker.benchmarks.synthetic import make_task
 from fairseq_speaker.onboarding.adapter import SpeakerAdapter
-from fairseq_speaker.onboarding.fit import FitOptions
+from fairseq_speaker.onboarding.fit_options import FitOptions
 from fairseq_speaker.runtime import add_runtime_arguments, check_threads, configure_output, parse_seed, start_threads
 
 

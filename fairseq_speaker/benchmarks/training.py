@@ -68,7 +68,7 @@ from typing import Dict, List, Optional, Tuple
 import torch
 from fairseq.models import ARCH_MODEL_REGISTRY
 
-from fairseq_speaker.analysis.parameter_accounting import build_meta_model, model_options, sized_dictionary
+from fairseq_speaker.analysis.meta_model import build_meta_model, model_options, sized_dictionary
 from fairseq_speaker.atomic_write import atomic_path, check_writable
 from fairseq_speaker.command_registry import program_name
 from fairseq_speaker.data import SpeakerDictionary
@@ -83,7 +83,7 @@ from fairseq_speaker.models import (
 )
 from fairseq_speaker.models.presets import preset_name
 from fairseq_speaker.modules.speaker_bias import SPEAKER_BIAS_REGISTRY, parse_variant_name
-from fairseq_speaker.optim.speaker_rows import parse_lr_scale
+from fairseq_speaker.optim.lr_scale import parse_lr_scale
 from fairseq_speaker.runtime import ThreadChoice, add_runtime_arguments, configure_output, options_given, parse_seed
 from fairseq_speaker.user_dir import add_user_dir_argument, import_user_dir
 

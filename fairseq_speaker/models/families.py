@@ -45,7 +45,9 @@ from fairseq.models import (
 
 from fairseq_speaker.errors import UserError
 from fairseq_speaker.models.presets import PRESET_VARIANTS, RECOMMENDED, preset_architecture, preset_name
-from fairseq_speaker.modules.speaker_plumbing import SpeakerDecoderMixin, SpeakerEncoderMixin, SpeakerModelMixin
+from fairseq_speaker.modules.speaker_decoder import SpeakerDecoderMixin
+from fairseq_speaker.modules.speaker_encoder import SpeakerEncoderMixin
+from fairseq_speaker.modules.speaker_plumbing import SpeakerModelMixin
 
 
 @dataclass(frozen=True)
@@ -163,7 +165,7 @@ def register_family(name: str, model: str, architecture: Callable, *, encoder: t
             (a ``StateSites``: the size of its input, and of each layer's hidden units) and applies
             ``active_speaker_state()`` in its forward takes the variants acting on the decoder's state
             (:attr:`ModelFamily.takes_speaker_state`); the LSTM does it in its recurrence, the Transformer
-            through forward hooks (``speaker_plumbing.hook_speaker_state``).
+            through forward hooks (``speaker_state_hooks.hook_speaker_state``).
         size_args: the model's flags for a :class:`ModelSizes` (what ``commands.model_size_args`` gives).
         scales: a :class:`ModelSizes` for every name of :data:`SCALES` (``tiny``, ``toy``, ``demo``).
         stock: the stock fairseq model the benchmark compares the family with (None: no reference).

@@ -19,15 +19,10 @@ from torch import Tensor
 from fairseq_speaker.models.families import ModelSizes, StockModel, register_family
 from fairseq_speaker.modules.attentional_lstm import AttentionalLSTMDecoder, BiLSTMEncoder
 from fairseq_speaker.modules.speaker_bias import StateSites
-from fairseq_speaker.modules.speaker_plumbing import (
-    SpeakerDecoderMixin,
-    SpeakerEncoderMixin,
-    SpeakerModelConfig,
-    SpeakerModelMixin,
-    check_network_options,
-    fill_defaults,
-    register_speaker_model,
-)
+from fairseq_speaker.modules.speaker_decoder import SpeakerDecoderMixin
+from fairseq_speaker.modules.speaker_encoder import SpeakerEncoderMixin
+from fairseq_speaker.modules.speaker_model_options import SpeakerModelConfig, check_network_options, fill_defaults
+from fairseq_speaker.modules.speaker_plumbing import SpeakerModelMixin, register_speaker_model
 
 
 @dataclass

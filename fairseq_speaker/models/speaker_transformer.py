@@ -30,15 +30,11 @@ from torch import Tensor, nn
 from fairseq_speaker.errors import UserError
 from fairseq_speaker.models.families import ModelSizes, StockModel, register_family
 from fairseq_speaker.modules.speaker_bias import StateSites
-from fairseq_speaker.modules.speaker_plumbing import (
-    SpeakerDecoderMixin,
-    SpeakerEncoderMixin,
-    SpeakerModelMixin,
-    check_network_options,
-    fill_defaults,
-    hook_speaker_state,
-    register_speaker_model,
-)
+from fairseq_speaker.modules.speaker_decoder import SpeakerDecoderMixin
+from fairseq_speaker.modules.speaker_encoder import SpeakerEncoderMixin
+from fairseq_speaker.modules.speaker_model_options import check_network_options, fill_defaults
+from fairseq_speaker.modules.speaker_plumbing import SpeakerModelMixin, register_speaker_model
+from fairseq_speaker.modules.speaker_state_hooks import hook_speaker_state
 
 
 class SpeakerTransformerEncoder(SpeakerEncoderMixin, TransformerEncoderBase):

@@ -6,13 +6,10 @@ from .speaker_bias import (
     build_speaker_bias,
     register_speaker_bias,
 )
-from .speaker_plumbing import (
-    SpeakerDecoderMixin,
-    SpeakerEncoderMixin,
-    SpeakerModelConfig,
-    SpeakerModelMixin,
-    register_speaker_model,
-)
+from .speaker_decoder import SpeakerDecoderMixin
+from .speaker_encoder import SpeakerEncoderMixin
+from .speaker_model_options import SpeakerModelConfig
+from .speaker_plumbing import SpeakerModelMixin, register_speaker_model
 
 __all__ = [
     "MLPAttention",

@@ -1,4 +1,5 @@
-"""Speakers through any fairseq encoder-decoder: the pieces a model mixes in to become speaker-aware.
+"""Speakers through any fairseq encoder-decoder: the pieces a model mixes in to become speaker-aware, and the model's
+own piece, :class:`SpeakerModelMixin` (with :func:`register_speaker_model`).
 
 The data path (B sentences, V target words)::
 
@@ -15,6 +16,12 @@ The data path (B sentences, V target words)::
         them); a decoder whose output layer is affine (output_weight_and_bias) makes each step's
         logits with the bias in one matrix product (on CPU: oneDNN's product, then the rows added in
         place), with no tensor of size V beyond the plain decoder's
+
+The pieces, one a module: the encoder's (:class:`~fairseq_speaker.modules.speaker_encoder.SpeakerEncoderMixin`),
+the decoder's (:class:`~fairseq_speaker.modules.speaker_decoder.SpeakerDecoderMixin`), the hooks that apply a
+speaker state in a decoder we do not own (:mod:`~fairseq_speaker.modules.speaker_state_hooks`), the model's options
+(:mod:`~fairseq_speaker.modules.speaker_model_options`); this module is the model's piece, which builds the variant,
+attaches it to the decoder and restores speaker rows by name when a checkpoint is loaded.
 
 A speaker-aware model is then a choice of pieces, as in ``models/speaker_lstm.py``::
 
@@ -33,95 +40,31 @@ must return ``(features, extra dict)`` and its ``output_layer(features)`` the lo
 decoders do. A decoder that takes a speaker state says where (``speaker_state_sites()``, a
 :class:`~fairseq_speaker.modules.speaker_bias.StateSites`) and applies ``active_speaker_state()``
 in its forward: our LSTM in its recurrence, fairseq's Transformer through forward hooks
-(:func:`hook_speaker_state`). Variants acting on the state are refused on a decoder that does not.
-:func:`register_speaker_model` gives the model every registered variant's options
+(:func:`~fairseq_speaker.modules.speaker_state_hooks.hook_speaker_state`). Variants acting on the state are refused
+on a decoder that does not. :func:`register_speaker_model` gives the model every registered variant's options
 (as flags and hydra keys), also those of variants registered after it.
 """
 
 import argparse
-import contextlib
 import dataclasses
 import logging
-import threading
 import weakref
-from dataclasses import dataclass, field
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Type
+from typing import Dict, Optional, Tuple, Type
 
-import torch
 from fairseq.dataclass import FairseqDataclass
 from fairseq.dataclass.utils import gen_parser_from_dataclass
 from fairseq.models import register_model
-from torch import Tensor, nn
+from torch import Tensor
 
 from fairseq_speaker.checkpoints import SPEAKER_NAMES_KEY
 from fairseq_speaker.errors import UserError
 from fairseq_speaker.fairseq_patches import parser_option_names, set_model_options
-from fairseq_speaker.modules import gemm, speaker_words
-from fairseq_speaker.modules.speaker_bias import (
-    SpeakerBias,
-    SpeakerState,
-    StateSites,
-    build_speaker_bias,
-    on_register,
-    reserve_options,
-    speaker_option_fields,
-)
+from fairseq_speaker.modules import speaker_words
+from fairseq_speaker.modules.speaker_bias import SpeakerBias, build_speaker_bias, on_register, reserve_options
+from fairseq_speaker.modules.speaker_model_options import SpeakerModelConfig, compose_options
 from fairseq_speaker.optim.speaker_rows import pad_grown_optimizer_state
 
 logger = logging.getLogger(__name__)
-
-EncoderOut = Dict[str, List[Tensor]]
-IncrementalState = Dict[str, Dict[str, Optional[Tensor]]]
-
-
-@dataclass
-class SpeakerModelConfig(FairseqDataclass):
-    """The option every speaker model has; the variants' own options are added to it."""
-
-    speaker_bias: str = field(
-        default="none",
-        metadata={"help": "speaker bias variant: a name registered in fairseq_speaker.modules.speaker_bias "
-                  "(none, full, fact, proj, simplex, topic, ...), or several joined by '+' to add them "
-                  "(fact+topic); the preset chooses one, this flag overrides it"},
-    )
-
-
-def encoder_speakers(encoder_out: Optional[EncoderOut]) -> Optional[Tensor]:
-    """The speaker ids ``[B]`` kept in an encoder output, or None."""
-    if not encoder_out or not encoder_out.get("speakers"):
-        return None
-    return encoder_out["speakers"][0]
-
-
-# -- options: the model's own and every variant's ------------------------------------------------
-
-
-def compose_options(base: Type[FairseqDataclass]) -> Type[FairseqDataclass]:
-    """``base`` extended with the options of every registered variant (a new dataclass of the same name)."""
-    own = {f.name for f in dataclasses.fields(base)}
-    extra = []
-    for f in speaker_option_fields():
-        if f.name in own:
-            continue
-        if f.default_factory is not dataclasses.MISSING:
-            copy = field(default_factory=f.default_factory, metadata=f.metadata)
-        else:
-            copy = field(default=f.default, metadata=f.metadata)
-        extra.append((f.name, f.type, copy))
-    composed = dataclasses.make_dataclass(base.__name__, extra, bases=(base,))
-    composed.__module__, composed.__qualname__, composed.__doc__ = base.__module__, base.__qualname__, base.__doc__
-    return composed
-
-
-def fill_defaults(args, config_class: Type[FairseqDataclass]) -> None:
-    """Give every option of ``config_class`` that ``args`` lacks (or holds as None) its default."""
-    for f in dataclasses.fields(config_class):
-        if f.name.startswith("_") or getattr(args, f.name, None) is not None:
-            continue
-        if f.default_factory is not dataclasses.MISSING:
-            setattr(args, f.name, f.default_factory())
-        elif f.default is not dataclasses.MISSING:
-            setattr(args, f.name, f.default)
 
 
 #: models registered with a dataclass: name -> (model class, its own options before the variants')
@@ -163,278 +106,9 @@ def register_speaker_model(name: str, dataclass: Optional[Type[FairseqDataclass]
     return wrap
 
 
-# -- the pieces ---------------------------------------------------------------------------------
-
-
-class SpeakerEncoderMixin:
-    """Put before a fairseq encoder class: its forward accepts ``speakers`` and keeps them (and the
-    source tokens, for variants that read the source) in its output; reordering keeps them aligned."""
-
-    def forward(self, src_tokens: Tensor, src_lengths: Optional[Tensor] = None,
-                speakers: Optional[Tensor] = None, **kwargs) -> EncoderOut:
-        encoder_out = super().forward(src_tokens, src_lengths=src_lengths, **kwargs)
-        encoder_out["speakers"] = [] if speakers is None else [speakers]
-        encoder_out["source_tokens"] = [src_tokens]
-        return encoder_out
-
-    def reorder_encoder_out(self, encoder_out: EncoderOut, new_order: Tensor) -> EncoderOut:
-        reordered = super().reorder_encoder_out(encoder_out, new_order)
-        for key in ("speakers", "source_tokens"):
-            reordered[key] = [t.index_select(0, new_order) for t in encoder_out.get(key, [])]
-        return reordered
-
-
-class SpeakerDecoderMixin:
-    """Put before a fairseq incremental decoder class: adds the speaker bias to its logits.
-
-    The bias module is set by :meth:`SpeakerModelMixin.with_speaker_bias` and lives at
-    ``decoder.speaker_bias`` (its parameters are ``decoder.speaker_bias.*`` in checkpoints).
-    """
-
-    speaker_bias: SpeakerBias
-
-    def set_speaker_bias(self, speaker_bias: SpeakerBias) -> None:
-        self.speaker_bias = speaker_bias
-        if speaker_bias.acts_on_state:
-            self.prepare_speaker_state()
-
-    # -- the speaker state: where the family's decoder takes it ----------------------------------------
-    def speaker_state_sites(self) -> Optional[StateSites]:
-        """Where this decoder applies a speaker state, and its sizes; None: it does not (then only variants
-        acting on the output can be attached). The decoder class the mixin is put before (or a subclass)
-        says so by defining this method, and applies :meth:`active_speaker_state` in its forward."""
-        base = getattr(super(), "speaker_state_sites", None)
-        return base() if base is not None else None
-
-    def prepare_speaker_state(self) -> None:
-        """Called when a variant acting on the state is attached: a decoder that applies the state through
-        hooks (:func:`hook_speaker_state`) installs them here. The default does nothing."""
-        base = getattr(super(), "prepare_speaker_state", None)
-        if base is not None:
-            base()
-
-    def active_speaker_state(self) -> Optional[SpeakerState]:
-        """The speaker state of the hypotheses this decoder's forward is running for (``B`` rows, as its
-        input), in this thread; None outside its forward or without a state."""
-        return getattr(_ACTIVE_STATES, "states", {}).get(id(self))
-
-    @contextlib.contextmanager
-    def applying_speaker_state(self, state: Optional[SpeakerState]) -> Iterator[None]:
-        """Make ``state`` the :meth:`active_speaker_state` of this decoder in this thread, for the block
-        (None: leave it as it is)."""
-        if state is None:
-            yield
-            return
-        states = _ACTIVE_STATES.__dict__.setdefault("states", {})
-        key, before = id(self), states.get(id(self))
-        states[key] = state
-        try:
-            yield
-        finally:
-            if before is None:
-                states.pop(key, None)
-            else:
-                states[key] = before
-
-    def forward(self, prev_output_tokens: Tensor, encoder_out: Optional[EncoderOut] = None,
-                incremental_state: Optional[IncrementalState] = None, features_only: bool = False, **kwargs):
-        if incremental_state is not None:  # generation: the bias and state were made at the first step
-            step = self._step_bias(encoder_out, incremental_state)
-            with self.applying_speaker_state(self._hypothesis_state(step)):
-                features, extra = super().forward(prev_output_tokens, encoder_out=encoder_out,
-                                                  incremental_state=incremental_state, features_only=True, **kwargs)
-            if features_only:
-                return features, extra
-            return self._step_logits(features, step), extra
-        bias, state, aux_losses = self.sentence_effects(encoder_out, None)
-        with self.applying_speaker_state(state):
-            features, extra = super().forward(prev_output_tokens, encoder_out=encoder_out,
-                                              incremental_state=incremental_state, features_only=True, **kwargs)
-        extra["speaker_bias"] = bias  # B x V or None
-        if state is not None:
-            extra["speaker_state"] = state
-        if aux_losses:
-            extra["speaker_aux_losses"] = aux_losses
-        if features_only:
-            return features, extra
-        logits = self.output_layer(features)  # B x T x V
-        if bias is not None:
-            logits += bias.unsqueeze(1).to(logits)  # in place: no second B x T x V tensor
-        return logits, extra
-
-    def output_weight_and_bias(self) -> Optional[Tuple[Tensor, Optional[Tensor]]]:
-        """The output layer as ``(W [V, d], b [V] or None)`` when ``output_layer(x)`` is ``x W^T + b``,
-        so that a generation step makes its logits with the speaker bias without a tensor of size V beyond
-        the plain decoder's; None otherwise (the bias is then added). The decoder
-        class the mixin is put before (or a subclass) says so by defining this method."""
-        base = getattr(super(), "output_weight_and_bias", None)
-        return base() if base is not None else None
-
-    def sentence_effects(self, encoder_out: Optional[EncoderOut],
-                         incremental_state: Optional[IncrementalState] = None
-                         ) -> Tuple[Optional[Tensor], Optional[SpeakerState], Dict[str, Tensor]]:
-        """The bias of each sentence ``[B, V]`` and its speaker state (None for none) and, teacher-forced,
-        the variant's regularizers."""
-        speakers = encoder_speakers(encoder_out)
-        if speakers is None and self.speaker_bias.needs_speakers:
-            raise ValueError(
-                f"this model has a {self.speaker_bias.name!r} speaker bias and was called without speakers: "
-                f"use --task speaker_translation (speakers from {{split}}.spk, --speaker-file, --speaker or "
-                f"--speaker-per-line), or pass speakers= to the model"
-            )
-        if incremental_state is None:  # teacher forcing: training and validation also need the regularizers
-            return self.speaker_bias.outputs_and_aux_losses(speakers, encoder_out)
-        return self.speaker_bias(speakers, encoder_out), self.speaker_bias.speaker_state(speakers, encoder_out), {}
-
-    def _step_bias(self, encoder_out: Optional[EncoderOut], incremental_state: IncrementalState
-                   ) -> Dict[str, Optional[Tensor]]:
-        """What each generation step adds: ``rows [B0, V]``, made once per sentence at the first step (the
-        output layer's own bias included when :meth:`output_weight_and_bias` allows the fused step), the
-        sentences' speaker ``state`` (``B0`` rows), and ``index [B]``, the row of each hypothesis. The beam
-        reorders the index, never the rows. ``gathered`` is a ``[B0, V]`` buffer for the rows of a step's
-        hypotheses, filled anew at every step where oneDNN makes the step's product (see
-        :meth:`_step_logits`); ``hypothesis_state`` the state of the hypotheses, gathered again after a
-        reordering."""
-        cached = self.get_incremental_state(incremental_state, "speaker_bias")
-        if cached is not None:
-            return cached
-        bias, state, _ = self.sentence_effects(encoder_out, incremental_state)
-        rows = index = None
-        if bias is not None:
-            fused = self.output_weight_and_bias()
-            if fused is not None:
-                weight, out_bias = fused
-                rows = bias.to(weight) if out_bias is None else bias.to(weight) + out_bias
-            else:
-                rows = bias
-            index = torch.arange(rows.size(0), device=rows.device)
-        if state is not None and index is None:
-            first = state.tensors()[0]
-            index = torch.arange(first.size(0), device=first.device)
-        cached = {"rows": rows, "index": index, "gathered": None, "state": state, "hypothesis_state": state}
-        self.set_incremental_state(incremental_state, "speaker_bias", cached)
-        return cached
-
-    @staticmethod
-    def _hypothesis_state(step: Dict) -> Optional[SpeakerState]:
-        """The speaker state of each hypothesis of a generation step: the sentences' state, through the index."""
-        if step.get("state") is None:
-            return None
-        if step.get("hypothesis_state") is None:
-            step["hypothesis_state"] = step["state"].index_select(step["index"])
-        return step["hypothesis_state"]
-
-    def _step_logits(self, features: Tensor, step: Dict[str, Optional[Tensor]]) -> Tensor:
-        rows, index = step["rows"], step["index"]
-        if rows is None:
-            return self.output_layer(features)
-        assert index is not None  # set with the rows
-        fused = self.output_weight_and_bias()
-        bsz, steps, dim = features.shape
-        if fused is not None and steps == 1:
-            weight = fused[0]
-            flat = features.reshape(bsz, dim).to(rows)
-            if gemm.serves(flat, weight, rows):
-                # oneDNN's product is faster than the BLAS's addmm_ on the CPUs it serves, but has no in-place
-                # form: x W^T makes the step's one B x V tensor, and the hypotheses' rows, gathered into a
-                # buffer kept for the whole batch, are added to it
-                logits = gemm.linear(flat, weight)
-                gathered = step["gathered"]
-                if gathered is None or gathered.size(0) < bsz:
-                    gathered = step["gathered"] = rows.new_empty(max(bsz, rows.size(0)), rows.size(1))
-                logits += torch.index_select(rows, 0, index, out=gathered[:bsz])
-            else:  # the rows of the beam's sentences, then x W^T added in place: the one B x V tensor of the step
-                logits = rows.index_select(0, index)
-                logits.addmm_(flat, weight.t())
-            return logits.unsqueeze(1)
-        if fused is not None:  # several steps at once: the output layer's own bias is in the rows already
-            weight = fused[0]
-            logits = torch.matmul(features.to(weight), weight.t())
-        else:
-            logits = self.output_layer(features)
-        logits += rows.index_select(0, index).unsqueeze(1).to(logits)
-        return logits
-
-    def reorder_incremental_state(self, incremental_state: IncrementalState, new_order: Tensor) -> None:
-        super().reorder_incremental_state(incremental_state, new_order)
-        cached = self.get_incremental_state(incremental_state, "speaker_bias")
-        if cached is not None and cached["index"] is not None:
-            self.set_incremental_state(incremental_state, "speaker_bias",
-                                       dict(cached, index=cached["index"].index_select(0, new_order),
-                                            hypothesis_state=None))
-
-
-#: the speaker state of each decoder whose forward is running, by thread (see ``active_speaker_state``)
-_ACTIVE_STATES = threading.local()
-
-
-class _InputOffset:
-    """A forward hook on a decoder's token embedding: adds the input offset of the active speaker state
-    (``[B, d_in]``) to every position of the embedded batch (``[B, T, d_in]``), only while the decoder's
-    own forward runs (the module may be the encoder's too: ``--share-all-embeddings``)."""
-
-    def __init__(self, decoder):
-        self.decoder = decoder  # a strong reference: a copy of the model (EMA) copies the hook with its decoder
-
-    def __call__(self, module: nn.Module, inputs, output: Tensor) -> Optional[Tensor]:
-        state = self.decoder.active_speaker_state()
-        if state is None or state.input_offset is None:
-            return None
-        offset = state.input_offset.to(output)
-        return output + offset.reshape(offset.size(0), *([1] * (output.dim() - 2)), offset.size(1))
-
-
-class _LayerScale:
-    """A forward hook on a decoder layer whose output is ``x`` ``[T, B, d_l]`` (time first, as fairseq's
-    layers), or a tuple starting with it: multiplies ``x`` by the active speaker state's scale of the layer."""
-
-    def __init__(self, decoder, layer: int):
-        self.decoder, self.layer = decoder, layer
-
-    def __call__(self, module: nn.Module, inputs, output):
-        state = self.decoder.active_speaker_state()
-        scale = state.layer_scale(self.layer) if state is not None else None
-        if scale is None:
-            return None
-        x = output[0] if isinstance(output, tuple) else output
-        x = x * scale.to(x).unsqueeze(0)
-        return (x, *output[1:]) if isinstance(output, tuple) else x
-
-
-def hook_speaker_state(decoder: "SpeakerDecoderMixin", embedding: nn.Module, layers: Sequence[nn.Module]) -> None:
-    """Apply the speaker state in a decoder we do not own (fairseq's) through forward hooks: the input offset
-    on ``embedding``'s output, layer ``l``'s scale on the output of ``layers[l]`` (time first). Once per decoder;
-    the hooks do nothing outside the decoder's forward or without a state."""
-    if decoder.__dict__.get("_speaker_state_hooked"):
-        return
-    embedding.register_forward_hook(_InputOffset(decoder))
-    for i, layer in enumerate(layers):
-        layer.register_forward_hook(_LayerScale(decoder, i))
-    decoder.__dict__["_speaker_state_hooked"] = True
-
-
-#: the options that size a network, by their start and their end: each must be a whole number of at least 1
-SIZE_OPTIONS = (("encoder_", "decoder_", "attention_", "speaker_", "embed_"), ("_dim", "_size", "_layers", "_heads"))
-
-
-def check_network_options(cfg) -> None:
-    """Refuse, before a network is built, a dropout option (``--dropout``, ``--attention-dropout``, ...) outside
-    [0, 1] and a size (``--encoder-embed-dim``, ``--decoder-layers``, ``--encoder-attention-heads``, ...) below 1:
-    torch's refusals (a negative dimension, 0 ** -0.5 in an initialization, oneDNN's failed primitive) name no option,
-    and fairseq's own dropout takes any probability."""
-    options = vars(cfg) if not hasattr(cfg, "keys") else {key: cfg[key] for key in cfg.keys()}
-    for name, value in sorted(options.items()):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            continue
-        if "dropout" in name and not 0 <= value <= 1:  # nan too
-            raise UserError(f"--{name.replace('_', '-')} {value}: a dropout is a probability, from 0 to 1 "
-                            f"(0.1 to 0.3 are usual)")
-        if name.startswith(SIZE_OPTIONS[0]) and name.endswith(SIZE_OPTIONS[1]) and isinstance(value, int) and value < 1:
-            raise UserError(f"--{name.replace('_', '-')} {value}: a size of the network must be at least 1")
-
-
 class SpeakerModelMixin:
-    """Put before a fairseq encoder-decoder model class whose encoder and decoder use the mixins above."""
+    """Put before a fairseq encoder-decoder model class whose encoder and decoder use the mixins of
+    :mod:`~fairseq_speaker.modules.speaker_encoder` and :mod:`~fairseq_speaker.modules.speaker_decoder`."""
 
     @property
     def speaker_bias(self) -> SpeakerBias:

@@ -20,6 +20,7 @@ too (then the other speakers change as well). The result loads in stock ``fairse
 """
 
 import argparse
+import glob
 import logging
 import math
 import os
@@ -29,25 +30,20 @@ from typing import Dict, List, Optional, Sequence
 
 import torch
 
+from fairseq_speaker.atomic_write import check_not_an_input
 from fairseq_speaker.command_registry import program_name
 from fairseq_speaker.data import preprocessing
 from fairseq_speaker.errors import UserError, command, fail
-from fairseq_speaker.onboarding.adapter import (
-    SpeakerAdapter,
-    group_by_speaker,
-    read_adaptation_files,
-)
+from fairseq_speaker.onboarding.adaptation_sentences import group_by_speaker, read_adaptation_files
+from fairseq_speaker.onboarding.adapter import SpeakerAdapter
 from fairseq_speaker.onboarding.checkpoint import (
     OnboardingError,
     SpeakerCheckpoint,
 )
-from fairseq_speaker.onboarding.fit import (
-    MAX_L2,
-    FitOptions,
-    FitReport,
-    Pair,
-)
+from fairseq_speaker.onboarding.fit import FitReport
+from fairseq_speaker.onboarding.fit_options import MAX_L2, FitOptions
 from fairseq_speaker.onboarding.prior import prior_of_checkpoint
+from fairseq_speaker.onboarding.scoring import Pair
 from fairseq_speaker.runtime import MAX_SEED, add_runtime_arguments, check_threads, configure_output, start_threads
 from fairseq_speaker.user_dir import import_user_dir_early
 
@@ -147,9 +143,17 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         parser.error("--save must not be the checkpoint given by --path: write the adapted model to a new file")
     if not 0 <= args.max_unknown_rate <= 1:
         parser.error(f"--max-unknown-rate is a share of words, from 0 to 1; got {args.max_unknown_rate}")
-    if not (math.isfinite(args.adapt_l2) and 0 <= args.adapt_l2 <= MAX_L2) or args.adapt_max_iter < 1:
-        parser.error(f"--adapt-l2 must be a number from 0 to {MAX_L2:g} (got {args.adapt_l2}) and --adapt-max-iter "
-                     f">= 1 (got {args.adapt_max_iter})")
+    if not (math.isfinite(args.adapt_l2) and 0 <= args.adapt_l2 <= MAX_L2):
+        parser.error(f"--adapt-l2 must be a number from 0 to {MAX_L2:g}, got {args.adapt_l2}")
+    if args.adapt_max_iter < 1:
+        parser.error(f"--adapt-max-iter must be at least 1, got {args.adapt_max_iter}")
+    # the checkpoint under another name (a link), a file of the data folder or of the sentences read
+    read = [(f"a file of the {what} sentences ({option})", path)
+                 for what, option, prefix in (("adaptation", "--adapt-prefix", args.adapt_prefix),
+                                              ("held-out", "--heldout-prefix", args.heldout_prefix)) if prefix
+                 for path in glob.glob(glob.escape(prefix) + ".*")]
+    check_not_an_input(args.save, "--save", [("the checkpoint given by --path", args.path), *read],
+                       [("the data folder", args.data.split(os.pathsep)[0])])
     check_threads(parser, args)
     if args.heldout_prefix is not None and os.path.abspath(args.heldout_prefix) == os.path.abspath(args.adapt_prefix):
         parser.error(f"--heldout-prefix {args.heldout_prefix} is the adaptation sentences (--adapt-prefix): the fit "

@@ -55,7 +55,7 @@ import torch
 from torch import Tensor
 
 from fairseq_speaker.modules.speaker_words import fused
-from fairseq_speaker.onboarding.fit import Pair, collated_batches
+from fairseq_speaker.onboarding.scoring import Pair, collated_batches
 
 #: the weights tried beside 0 (the network alone), and the windows
 WEIGHTS = (0.5, 1.0, 2.0, 4.0, 8.0)

@@ -26,7 +26,7 @@ from torch import Tensor
 from fairseq_speaker.atomic_write import atomic_path
 from fairseq_speaker.checkpoints import ONBOARDED_KEY, SPEAKER_NAMES_KEY, not_a_file, on_checkpoint_load
 from fairseq_speaker.data import SpeakerDataError
-from fairseq_speaker.data.speaker_dictionary import new_label_problem
+from fairseq_speaker.data.speaker_dictionary import new_label_problem, shown, visible_form
 from fairseq_speaker.errors import UserError
 from fairseq_speaker.modules.speaker_bias import SpeakerBias
 from fairseq_speaker.modules.speaker_words import speaker_words_of
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from fairseq.models import BaseFairseqModel
     from fairseq.tasks import FairseqTask
 
-    from fairseq_speaker.onboarding.fit import Pair
+    from fairseq_speaker.onboarding.scoring import Pair
 
 logger = logging.getLogger(__name__)
 
@@ -151,6 +151,13 @@ def add_speakers(model, task, names: Sequence[str], rows: Dict[str, Tensor], cou
     known = [name for name in names if name in task.speaker_dictionary]
     if known:
         raise OnboardingError(f"speaker(s) {', '.join(map(repr, known[:5]))} already in the model")
+    seen: Dict[str, str] = {}
+    for name in names:  # and the new names of one file or call among themselves (two were both onboarded)
+        twin = seen.setdefault(visible_form(name), name)
+        if twin != name:
+            raise OnboardingError(f"cannot add a speaker: speaker labels {shown(twin)} and {shown(name)} look alike "
+                                  f"(other forms of the same letters or digits, or other spaces): give them names that "
+                                  f"look different, or one name")
     bias.freeze_mean()  # unseen speakers keep getting the trained speakers' mean
     start = bias.num_speakers
     bias.grow(len(names), init, names=list(names))
@@ -172,7 +179,7 @@ def replace_speakers(model, task, names: Sequence[str], rows: Dict[str, Tensor],
     speaker_bias_of(model).import_speakers(ids, rows)
     words = speaker_words_of(model)
     if words is not None and not keep_words:  # they were the old rows' sentences (SpeakerAdapter gives new ones)
-        words.forget(ids)
+        words.drop(ids)  # the other speakers' rows stay as they were built (forget_words takes them from everyone)
     record = task.state.state_dict.get(ONBOARDED_KEY)
     if isinstance(record, dict) and any(name in record["names"] for name in names):
         # an onboarded speaker refitted: from how many sentence pairs is not passed here, so no longer known

@@ -47,9 +47,9 @@ from fairseq_speaker.command_registry import program_name
 from fairseq_speaker.data import check_utf8
 from fairseq_speaker.errors import UserError, command, fail
 from fairseq_speaker.modules.speaker_words import speaker_words_of
-from fairseq_speaker.onboarding.adapter import read_adaptation_files
+from fairseq_speaker.onboarding.adaptation_sentences import read_adaptation_files
 from fairseq_speaker.onboarding.checkpoint import OnboardingError, SpeakerCheckpoint
-from fairseq_speaker.onboarding.fit import MAX_L2, FitOptions
+from fairseq_speaker.onboarding.fit_options import MAX_L2, FitOptions
 from fairseq_speaker.onboarding.translator import SpeakerTranslator
 from fairseq_speaker.runtime import add_runtime_arguments, check_threads, configure_output, parse_seed, start_threads
 from fairseq_speaker.user_dir import add_user_dir_argument, import_user_dir
@@ -339,8 +339,12 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     check_threads(parser, args)
     if min(args.shots) < 0:
         parser.error("--shots: numbers of sentences must be 0 or more")
-    if args.beam < 1 or args.batch_size < 1 or not 0 <= args.adapt_l2 <= MAX_L2 or args.adapt_max_iter < 1:
-        parser.error(f"--beam, --batch-size and --adapt-max-iter must be at least 1, --adapt-l2 from 0 to {MAX_L2:g}")
+    for option, value in (("--beam", args.beam), ("--batch-size", args.batch_size),
+                          ("--adapt-max-iter", args.adapt_max_iter)):
+        if value < 1:  # each option named alone (one message had named four)
+            parser.error(f"{option} must be at least 1, got {value}")
+    if not 0 <= args.adapt_l2 <= MAX_L2:
+        parser.error(f"--adapt-l2 must be a number from 0 to {MAX_L2:g}, got {args.adapt_l2}")
     if args.max_len_b < 1:  # the search's check named --min-len and --max-len-a, which this command does not take
         parser.error(f"--max-len-b must be at least 1 (a translation of at least one token), got {args.max_len_b}")
     if os.path.exists(args.out) and not os.path.isdir(args.out):

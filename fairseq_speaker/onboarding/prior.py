@@ -8,7 +8,7 @@ speakers' rows::
 
     -log p(theta) = -log sum_k pi_k exp(-tau * ||theta - mu_k||^2)            (+ a constant)
 
-with one precision ``tau`` (the ``l2`` of :class:`~fairseq_speaker.onboarding.fit.FitOptions`, in the same
+with one precision ``tau`` (the ``l2`` of :class:`~fairseq_speaker.onboarding.fit_options.FitOptions`, in the same
 units: nats per squared unit) for all components. A speaker fitted under it (:func:`fit_speakers` with this
 prior) is pulled towards the component their sentences make most probable, so the words they never said
 take the values of the speakers of their kind: the speakers are pooled by kind, which a single Gaussian

@@ -32,6 +32,7 @@ from typing import Dict, List, Optional, Sequence
 import torch
 from torch import Tensor
 
+from fairseq_speaker.atomic_write import check_not_an_input
 from fairseq_speaker.command_registry import program_name
 from fairseq_speaker.errors import command
 from fairseq_speaker.onboarding.adapter import SpeakerAdapter
@@ -42,8 +43,11 @@ from fairseq_speaker.onboarding.checkpoint import (
     split_sentences,
     stacked_rows,
 )
-from fairseq_speaker.onboarding.fit import MAX_L2, FitOptions, Pair, TokenScores, data_nll, fit_speakers
+from fairseq_speaker.onboarding.fit import fit_speakers
+from fairseq_speaker.onboarding.fit_loss import data_nll
+from fairseq_speaker.onboarding.fit_options import MAX_L2, FitOptions
 from fairseq_speaker.onboarding.prior import CHECKPOINT_KEY, SpeakerPrior, best_start, describe, fit_mixture
+from fairseq_speaker.onboarding.scoring import Pair, TokenScores
 from fairseq_speaker.onboarding.styles import candidate_counts, choose_styles, fit_styles
 from fairseq_speaker.runtime import add_runtime_arguments, check_threads, configure_output, parse_seed, start_threads
 from fairseq_speaker.tasks.speaker_translation import SplitNotFound
@@ -197,6 +201,8 @@ def training_smoothing(state: dict) -> float:
 
 
 #: the options of the shared parameters' fit (--shared fit), with their defaults
+#: the most memory --max-cache-gb may name (1 PB: beyond, the count of bytes overflows)
+MAX_CACHE_GB = 1e6
 SHARED_DEFAULTS = {"l2": 0.01, "label_smoothing": "auto", "shared_max_iter": 200, "max_cache_gb": 4.0}
 
 
@@ -274,6 +280,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         parser.error(f"--l2 must be a number from 0 to {MAX_L2:g}, got {args.l2}")
     if not args.max_cache_gb > 0:
         parser.error(f"--max-cache-gb must be positive, got {args.max_cache_gb}")
+    if not args.max_cache_gb <= MAX_CACHE_GB:  # inf and 1e300 overflowed in bytes, after loading
+        parser.error(f"--max-cache-gb must be at most {MAX_CACHE_GB:g}, got {args.max_cache_gb}")
     # options of one prior given with the other's would be ignored without a word
     if args.styles is not None and args.components is not None:
         parser.error(f"--components {args.components} sets the mixture fitted to the speakers' rows, and --styles "
@@ -286,6 +294,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     check_threads(parser, args)
     if os.path.abspath(args.save) == os.path.abspath(args.path):
         parser.error("--save must not be the checkpoint given by --path: write the refitted model to a new file")
+    # the same file under another name too (a link, a hard link), or a file of the data folder
+    check_not_an_input(args.save, "--save", [("the checkpoint given by --path", args.path)],
+                       [("the data folder", args.data.split(os.pathsep)[0])])
     if args.heldout_subset == args.subset:
         parser.error(f"--heldout-subset {args.heldout_subset} is the split refitted (--subset): held-out sentences "
                      f"must be others (the default valid, or none: no held-out stop)")

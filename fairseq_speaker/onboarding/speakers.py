@@ -26,7 +26,8 @@ from typing import Dict, List, Optional, Sequence
 import torch
 from fairseq.data import Dictionary
 
-from fairseq_speaker.checkpoints import check_data_folder, read_checkpoint
+from fairseq_speaker.checkpoint_dictionaries import check_data_folder
+from fairseq_speaker.checkpoints import read_checkpoint
 from fairseq_speaker.command_registry import program_name
 from fairseq_speaker.data import SpeakerDictionary
 from fairseq_speaker.errors import command

@@ -38,8 +38,11 @@ import torch
 from torch import Tensor
 
 from fairseq_speaker.modules.speaker_bias import SpeakerBias
-from fairseq_speaker.onboarding.fit import FitOptions, Scored, data_nll, fit_speakers
+from fairseq_speaker.onboarding.fit import fit_speakers
+from fairseq_speaker.onboarding.fit_loss import data_nll
+from fairseq_speaker.onboarding.fit_options import FitOptions
 from fairseq_speaker.onboarding.prior import MAX_COMPONENTS, SpeakerPrior, fit_mixture
+from fairseq_speaker.onboarding.scoring import Scored
 
 Rows = Dict[str, Tensor]
 

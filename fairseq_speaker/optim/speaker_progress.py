@@ -6,7 +6,7 @@ falls, and nothing in fairseq's log shows it. :class:`SpeakerProgress` snapshots
 the start of an epoch and, before each validation, logs per table the share of speakers whose rows
 moved and how far (relative to the rows' own size, beside the same figure for the variant's shared
 parameters and the multiple of the learning rate they last took: see
-:func:`~fairseq_speaker.optim.speaker_rows.shared_scale`), and warns when the speakers barely moved while the
+:func:`~fairseq_speaker.optim.lr_scale.shared_scale`), and warns when the speakers barely moved while the
 training loss fell.
 """
 
@@ -16,7 +16,7 @@ from typing import Dict, List, Optional
 import torch
 from torch import Tensor
 
-from fairseq_speaker.optim.speaker_rows import LAST_SHARED_SCALE
+from fairseq_speaker.optim.table_marks import LAST_SHARED_SCALE
 
 logger = logging.getLogger(__name__)
 

@@ -212,10 +212,20 @@ class SpeakerInferenceMixin:
             extra_gen_cls_kwargs["symbols_to_strip_from_output"] = strip | set(self.speaker_token_ids().tolist())
         from fairseq_speaker.sequence_generator import (
             UnbeatenStopGenerator,
+            accepts_tokens_to_suppress,
             by_position,
             check_interactive,
             check_search,
+            filler_symbols,
         )
+
+        fillers = filler_symbols(self.target_dictionary)
+        if fillers and accepts_tokens_to_suppress(seq_gen_cls):
+            # the words fairseq pads the dictionary with are never a translation's: a beam seldom reaches them, but
+            # sampling drew them (a tiny model at temperature 1 wrote "madeupword0004")
+            extra_gen_cls_kwargs = dict(extra_gen_cls_kwargs or {})
+            given = list(extra_gen_cls_kwargs.get("tokens_to_suppress") or ())
+            extra_gen_cls_kwargs["tokens_to_suppress"] = given + [f for f in fillers if f not in given]
 
         check_search(args, len(self.target_dictionary))
         if fairseq_command() == "interactive":
@@ -373,6 +383,11 @@ class _InferenceSpeakerDataset(SpeakerDataset):
     def __init__(self, dataset, speakers, pending: Deque):
         super().__init__(dataset, speakers)
         self.pending = pending
+
+    def batch_by_size(self, indices, max_tokens=None, max_sentences=None, required_batch_size_multiple=1):
+        if len(indices) == 0:  # every line of fairseq-interactive's buffer was skipped (each reported): none to do
+            return []
+        return super().batch_by_size(indices, max_tokens, max_sentences, required_batch_size_multiple)
 
     def collater(self, samples):
         batch = super().collater(samples)

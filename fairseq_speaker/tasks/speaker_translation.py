@@ -12,13 +12,8 @@ from fairseq.logging import metrics
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationTask
 
-from fairseq_speaker.checkpoints import (
-    AS_READ_KEY,
-    DICTIONARIES_KEY,
-    check_language_model,
-    check_vocabulary,
-    dictionaries_record,
-)
+from fairseq_speaker.checkpoint_dictionaries import check_language_model, check_vocabulary, dictionaries_record
+from fairseq_speaker.checkpoints import AS_READ_KEY, DICTIONARIES_KEY
 from fairseq_speaker.data import (
     SpeakerDataError,
     SpeakerDataset,
@@ -81,7 +76,8 @@ class SpeakerTranslationTask(SpeakerInferenceMixin, TranslationTask):
         threads_for_fairseq_command()  # fairseq-train/-generate/-interactive: threads that do not oversubscribe
         self.state.add_factory("speaker_dictionary", self._build_speaker_dictionary)
         #: the dictionaries as the data folder's files hold them (before any speaker token is added): kept in every
-        #: checkpoint, and compared with a loaded checkpoint's record of its own (checkpoints.check_vocabulary)
+        #: checkpoint, and compared with a loaded checkpoint's record of its own
+        #: (checkpoint_dictionaries.check_vocabulary)
         self.data_dictionaries = dictionaries_record(src_dict, tgt_dict)
         self.state.merge_state_dict({DICTIONARIES_KEY: self.data_dictionaries})
         self._speaker_dictionary: Optional[Tuple[dict, SpeakerDictionary]] = None

@@ -112,15 +112,15 @@ def test_an_incremental_update_through_the_decoder_fits_the_new_sentences_agains
     (fitting the new sentences alone, from where the speaker was, ends above the start here)."""
     from fairseq import checkpoint_utils
 
-    from fairseq_speaker.onboarding import fit
+    from fairseq_speaker.onboarding import fit, fit_loss
     from fairseq_speaker.onboarding.adapter import SpeakerAdapter
 
     checkpoint = trained("lstm_base:fact+hyper_lhuc")
     sources = read_lines(os.path.join(toy["raw"], "test.en"))[:8]
     targets = read_lines(os.path.join(toy["raw"], "test.fr"))[:8]
     seen = []
-    plain = fit._decoder_nll
-    monkeypatch.setattr(fit, "_decoder_nll", lambda bias, params, batch: seen.append(batch.num_sentences)
+    plain = fit_loss.decoder_nll
+    monkeypatch.setattr(fit_loss, "decoder_nll", lambda bias, params, batch: seen.append(batch.num_sentences)
                         or plain(bias, params, batch))
     results = {}
     for exact in (False, True):

@@ -1,14 +1,10 @@
-"""A checkpoint's record of its dictionaries (fairseq_speaker/checkpoints.py) and how a data folder's are compared
-with it: by content where the checkpoint records them, by size where it does not."""
+"""A checkpoint's record of its dictionaries (fairseq_speaker/checkpoint_dictionaries.py) and how a data folder's are
+compared with it: by content where the checkpoint records them, by size where it does not."""
 
 from fairseq.data import Dictionary
 
-from fairseq_speaker.checkpoints import (
-    DICTIONARIES_KEY,
-    dictionaries_record,
-    dictionary_problems,
-    recorded_dictionaries,
-)
+from fairseq_speaker.checkpoint_dictionaries import dictionaries_record, dictionary_problems
+from fairseq_speaker.checkpoints import DICTIONARIES_KEY, recorded_dictionaries
 
 
 def _dictionary(*words: str) -> Dictionary:

@@ -11,7 +11,7 @@ from fairseq.models import ARCH_MODEL_NAME_REGISTRY, ARCH_MODEL_REGISTRY, regist
 
 import fairseq_speaker  # noqa: F401  (registers the task, models and criterion)
 from fairseq_speaker import commands
-from fairseq_speaker.analysis.parameter_accounting import count_parameters
+from fairseq_speaker.analysis.parameter_counts import count_parameters
 from fairseq_speaker.benchmarks import training as benchmark
 from fairseq_speaker.errors import UserError
 from fairseq_speaker.models import (

@@ -9,7 +9,10 @@ from fairseq.data import LanguagePairDataset
 
 from fairseq_speaker.onboarding.adapter import SpeakerAdapter
 from fairseq_speaker.onboarding.checkpoint import OnboardingError
-from fairseq_speaker.onboarding.fit import FitOptions, _nll, fit_speakers, score_tokens
+from fairseq_speaker.onboarding.fit import fit_speakers
+from fairseq_speaker.onboarding.fit_loss import scored_nll
+from fairseq_speaker.onboarding.fit_options import FitOptions
+from fairseq_speaker.onboarding.scoring import score_tokens
 from tests.helpers import frozen_pairs, open_frozen
 
 SYSTEMS = ["lstm_full_bias", "lstm_fact_bias", "lstm_proj", "lstm_simplex", "transformer_full_bias",
@@ -48,11 +51,11 @@ def test_fast_loss_is_the_models_loss(system):
     assert scores.num_tokens == sum(len(t) for _, t in pairs)
     for speaker in (0, 3):  # trained speakers' rows: the cached scores plus the bias give the model's loss
         rows = {k: v.float() for k, v in bias.export_speakers([speaker]).items()}
-        assert float(_nll(bias, rows, scores)) == pytest.approx(_model_nll(checkpoint, pairs, speaker), rel=1e-5)
+        assert float(scored_nll(bias, rows, scores)) == pytest.approx(_model_nll(checkpoint, pairs, speaker), rel=1e-5)
     fitted, _, report = fit_speakers(bias, [[scores]], FitOptions())
     assert report.loss_after < report.loss_before
     checkpoint.add_speakers(["new"], fitted[0])
-    fast = float(_nll(bias, {k: v.float() for k, v in fitted[0].items()}, scores))
+    fast = float(scored_nll(bias, {k: v.float() for k, v in fitted[0].items()}, scores))
     assert fast == pytest.approx(_model_nll(checkpoint, pairs, bias.num_speakers - 1), rel=1e-5)
 
 
@@ -132,7 +135,7 @@ def test_the_label_smoothed_fast_loss_is_the_models(system):
     rows = {k: v.float() for k, v in bias.export_speakers([2]).items()}
     params = {**dict(bias.shared_parameters()), **rows}
     for smoothing in (0.0, 0.1, 0.5):
-        assert float(_nll(bias, params, scores, smoothing)) == pytest.approx(
+        assert float(scored_nll(bias, params, scores, smoothing)) == pytest.approx(
             _model_nll(checkpoint, pairs, 2, smoothing), rel=1e-5)
 
 
@@ -140,7 +143,7 @@ def test_the_curvature_of_a_fit_is_the_bfgs_matrix_of_its_steps():
     """On a quadratic 1/2 x^T A x - b^T x, the BFGS matrix of L-BFGS's steps meets the secant condition of its
     last step (B s = y) and is near A (not equal: the line search is inexact); the model it gives predicts the
     objective at another point."""
-    from fairseq_speaker.onboarding.fit import Curvature
+    from fairseq_speaker.onboarding.curvature import Curvature
 
     torch.manual_seed(0)
     m = torch.randn(4, 4, dtype=torch.float64)

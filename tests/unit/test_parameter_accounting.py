@@ -6,15 +6,10 @@ import re
 import pytest
 import torch
 
-from fairseq_speaker.analysis.parameter_accounting import (
-    CountingDictionary,
-    accounting_of,
-    compare_variants,
-    count_parameters,
-    load_checkpoint_model,
-    main,
-    sized_dictionary,
-)
+from fairseq_speaker.analysis.checkpoint_model import load_checkpoint_model
+from fairseq_speaker.analysis.meta_model import CountingDictionary, sized_dictionary
+from fairseq_speaker.analysis.parameter_accounting import main
+from fairseq_speaker.analysis.parameter_counts import accounting_of, compare_variants, count_parameters
 from fairseq_speaker.checkpoints import read_checkpoint
 from fairseq_speaker.models import get_family
 from fairseq_speaker.modules.speaker_bias import SPEAKER_BIAS_REGISTRY, StateSites

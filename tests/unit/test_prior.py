@@ -7,13 +7,15 @@ import pytest
 import torch
 
 from fairseq_speaker.onboarding.adapter import SpeakerAdapter
-from fairseq_speaker.onboarding.fit import FitOptions, fit_speakers, score_tokens
+from fairseq_speaker.onboarding.fit import fit_speakers
+from fairseq_speaker.onboarding.fit_options import FitOptions
 from fairseq_speaker.onboarding.prior import (
     CHECKPOINT_KEY,
     SpeakerPrior,
     fit_mixture,
     prior_of_checkpoint,
 )
+from fairseq_speaker.onboarding.scoring import score_tokens
 from tests.helpers import frozen_pairs, open_frozen
 
 

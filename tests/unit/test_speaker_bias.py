@@ -545,7 +545,7 @@ def test_a_negative_or_non_finite_speaker_l2_is_refused(weight):
 ])
 def test_bad_fit_options_are_refused(options, message):
     from fairseq_speaker.errors import UserError
-    from fairseq_speaker.onboarding.fit import FitOptions
+    from fairseq_speaker.onboarding.fit_options import FitOptions
 
     with pytest.raises(UserError, match=message):
         FitOptions(**options)

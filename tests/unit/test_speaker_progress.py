@@ -70,7 +70,7 @@ def test_a_grown_table_is_skipped_until_the_next_snapshot():
 def test_the_line_says_at_what_rate_the_shared_parameters_learned(caplog):
     """Under ``--speaker-lr-scale auto`` the variant's shared vectors take their rows' mean rate
     (optim/speaker_rows.py): the line gives the multiple of the learning rate of their last step."""
-    from fairseq_speaker.optim.speaker_rows import LAST_SHARED_SCALE
+    from fairseq_speaker.optim.table_marks import LAST_SHARED_SCALE
 
     bias = _fact()
     progress = SpeakerProgress()

@@ -11,9 +11,9 @@ import torch.nn.functional as F
 from fairseq import utils as fairseq_utils
 from fairseq.optim.adam import Adam as FairseqAdam
 
+from fairseq_speaker.errors import UserError
 from fairseq_speaker.modules.speaker_bias import SPEAKER_BIAS_REGISTRY
 from fairseq_speaker.optim.speaker_rows import pad_grown_optimizer_state, update_speaker_rows
-from fairseq_speaker.errors import UserError
 from tests.helpers import TINY_STATE_SITES, build_bias, make_task
 
 S, V = 6, 13
@@ -686,7 +686,7 @@ def test_the_shared_scale_is_one_over_the_speakers_mean_share_of_updates():
     speaker is in about one update of four: the shared vectors take four times the shared rate. Every speaker in
     every batch (the demo): 1. A number, or a state of auto written before the shared vectors followed their rows
     (0.5.0-0.8.0): 1."""
-    from fairseq_speaker.optim.speaker_rows import AUTO, SHARED_KEY, shared_scale
+    from fairseq_speaker.optim.lr_scale import AUTO, SHARED_KEY, shared_scale
 
     rows = torch.full((400,), 30, dtype=torch.long)
     assert shared_scale({"lr_scale": AUTO, SHARED_KEY: 1.0, "step": 120, "row_step": rows}) == 4.0
@@ -711,14 +711,14 @@ def test_the_shared_vectors_of_a_speaker_variant_learn_at_their_rows_rate_under_
     assert plain_state["shared_lr_scale"] == 0.0 and state["shared_lr_scale"] == 1.0
     assert state["row_step"].tolist() == [10] * 8 and state["step"] == 40
     assert scaled > 2.5 * plain, (scaled, plain)  # the scale grows to 4 as the counts settle
-    from fairseq_speaker.optim.speaker_rows import LAST_SHARED_SCALE
+    from fairseq_speaker.optim.table_marks import LAST_SHARED_SCALE
     assert all(getattr(p, LAST_SHARED_SCALE) == 4.0 for p in bias.own_shared_parameters())
 
 
 def test_a_resumed_auto_run_of_before_keeps_its_shared_vectors_at_the_shared_rate():
     """An optimizer state of ``auto`` written by 0.5.0-0.8.0 (no ``shared_lr_scale``) resumes as it was recorded:
     rows at their scale, shared vectors at the shared rate; ``--speaker-lr-scale auto`` given again turns it on."""
-    from fairseq_speaker.optim.speaker_rows import LAST_SHARED_SCALE
+    from fairseq_speaker.optim.table_marks import LAST_SHARED_SCALE
 
     def as_of_before(optimizer, bias):
         (table,) = bias.speaker_parameters().values()

@@ -307,7 +307,8 @@ def _model_nll(model, task, pairs, speaker):
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("name", ["hyper_lhuc", "fact+hyper_lhuc"])
 def test_the_loss_through_the_decoder_with_a_speakers_rows_is_the_models_loss(family, name):
-    from fairseq_speaker.onboarding.fit import _nll, decoder_batches
+    from fairseq_speaker.onboarding.fit_loss import scored_nll
+    from fairseq_speaker.onboarding.scoring import decoder_batches
 
     task = make_task(num_speakers=4)
     model = make_model(name, task=task, family=family)
@@ -318,7 +319,7 @@ def test_the_loss_through_the_decoder_with_a_speakers_rows_is_the_models_loss(fa
     for speaker in (1, 3):
         params = {**bias.shared_parameters(), **bias.export_speakers([speaker])}
         with torch.no_grad():
-            got = sum(float(_nll(bias, params, b)) for b in batches)
+            got = sum(float(scored_nll(bias, params, b)) for b in batches)
         assert got == pytest.approx(_model_nll(model, task, pairs, speaker), rel=1e-5)
 
 
@@ -331,7 +332,8 @@ def test_the_fast_loss_through_the_decoder_gives_the_plain_paths_loss_and_gradie
     sentences of different lengths (padding) in two batches; and switching the fast paths off does take the plain
     path (the plain path's padded logits are seen)."""
     from fairseq_speaker import fast_paths
-    from fairseq_speaker.onboarding.fit import _decoder_nll, decoder_batches
+    from fairseq_speaker.onboarding.fit_loss import decoder_nll
+    from fairseq_speaker.onboarding.scoring import decoder_batches
 
     task = make_task(num_speakers=4)
     model = make_model(name, task=task, family=family).double()  # the two paths sum in other orders: compared in
@@ -344,7 +346,7 @@ def test_the_fast_loss_through_the_decoder_gives_the_plain_paths_loss_and_gradie
         rows = {k: v.detach().clone().requires_grad_(True) for k, v in bias.export_speakers([2]).items()}
         params = {**{k: v.detach() for k, v in bias.shared_parameters().items()}, **rows}
         with (contextlib.nullcontext() if fast else fast_paths.plain()):
-            loss = sum(_decoder_nll(bias, params, b) for b in batches)
+            loss = sum(decoder_nll(bias, params, b) for b in batches)
         loss.backward()
         return float(loss), {k: v.grad.clone() for k, v in rows.items()}
 
@@ -362,7 +364,9 @@ def test_the_fast_loss_through_the_decoder_gives_the_plain_paths_loss_and_gradie
 def test_a_state_variants_speaker_is_fitted_through_the_frozen_decoder(family):
     """From the mean speaker, L-BFGS on a speaker's rows through the decoder lowers the loss of their sentences
     towards what the model gives the speaker who said them; the network gets no gradient."""
-    from fairseq_speaker.onboarding.fit import FitOptions, decoder_batches, fit_speakers
+    from fairseq_speaker.onboarding.fit import fit_speakers
+    from fairseq_speaker.onboarding.fit_options import FitOptions
+    from fairseq_speaker.onboarding.scoring import decoder_batches
 
     task = make_task(num_speakers=4)
     model = make_model("hyper_lhuc", task=task, family=family)
@@ -399,7 +403,8 @@ def test_a_new_speakers_fit_through_the_decoder_starts_from_the_known_speakers_w
     ends where the fit from the mean speaker ends (the objective is the same)."""
     from fairseq_speaker.modules.speaker_words import attach, speaker_words_of
     from fairseq_speaker.onboarding.adapter import SpeakerAdapter
-    from fairseq_speaker.onboarding.fit import FitOptions, fit_speakers
+    from fairseq_speaker.onboarding.fit import fit_speakers
+    from fairseq_speaker.onboarding.fit_options import FitOptions
 
     task = make_task(num_speakers=4, num_words=40)
     task.cfg = argparse.Namespace()  # the data's padding: fairseq's defaults
@@ -453,9 +458,10 @@ def test_without_words_a_new_speakers_fit_starts_from_the_known_speakers_whose_o
     hand); a speaker whose bias favours exactly those words takes nearly all the weight; the speakers added after
     the adapter was made are no one's start; the fit ends where the fit from the mean speaker ends; a variant with
     no output bias of its speakers' own starts from the mean."""
-    from fairseq_speaker.onboarding import adapter as adapter_module
+    from fairseq_speaker.onboarding import fit_starts
     from fairseq_speaker.onboarding.adapter import SpeakerAdapter
-    from fairseq_speaker.onboarding.fit import FitOptions, fit_speakers
+    from fairseq_speaker.onboarding.fit import fit_speakers
+    from fairseq_speaker.onboarding.fit_options import FitOptions
 
     task = make_task(num_speakers=4, num_words=40)
     task.cfg = argparse.Namespace()
@@ -517,7 +523,7 @@ def test_without_words_a_new_speakers_fit_starts_from_the_known_speakers_whose_o
     assert copied._likely is favoured._likely
 
     # at most LIKELY_CANDIDATES known speakers are read, evenly spaced: here 0 and 2 of 4
-    monkeypatch.setattr(adapter_module, "LIKELY_CANDIDATES", 2)
+    monkeypatch.setattr(fit_starts, "LIKELY_CANDIDATES", 2)
     fresh = SpeakerAdapter(make_model("full+hyper_lhuc", task=make_task(num_speakers=4, num_words=40), family=family),
                            task, FitOptions(max_iter=200))
     model = fresh.model

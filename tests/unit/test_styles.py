@@ -14,9 +14,11 @@ import pytest
 import torch
 
 from fairseq_speaker.modules.speaker_bias.fact import FactorizedSpeakerBias, RankedSpeakerBiasConfig
-from fairseq_speaker.onboarding.fit import FitOptions, TokenScores, fit_speakers
+from fairseq_speaker.onboarding.fit import fit_speakers
+from fairseq_speaker.onboarding.fit_loss import data_nll
+from fairseq_speaker.onboarding.fit_options import FitOptions
 from fairseq_speaker.onboarding.prior import best_start
-from fairseq_speaker.onboarding.fit import data_nll
+from fairseq_speaker.onboarding.scoring import TokenScores
 from fairseq_speaker.onboarding.styles import candidate_counts, choose_styles, fit_styles, style_log_likelihoods
 
 V = 8

@@ -12,7 +12,9 @@ from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from fairseq.models import ARCH_MODEL_REGISTRY
 from fairseq.optim.lr_scheduler import build_lr_scheduler
 
-from fairseq_speaker.analysis.parameter_accounting import build_meta_model, count_parameters, main, model_options
+from fairseq_speaker.analysis.meta_model import build_meta_model, model_options
+from fairseq_speaker.analysis.parameter_accounting import main
+from fairseq_speaker.analysis.parameter_counts import count_parameters
 from fairseq_speaker.analysis.training_memory import OPTIMIZER_STATE, human_bytes, parse_size, training_memory
 from fairseq_speaker.models import get_family
 from tests.helpers import TINY_MODELS, make_task, random_batch

@@ -24,15 +24,12 @@ from fairseq.models.lightconv import base_architecture as lightconv_base_archite
 import fairseq_speaker  # noqa: F401  (the task, the criterion, the variants and the family registry)
 from fairseq_speaker.errors import UserError
 from fairseq_speaker.models import ModelSizes, StockModel, register_family
-from fairseq_speaker.modules.speaker_plumbing import (
-    SpeakerDecoderMixin,
-    SpeakerEncoderMixin,
-    SpeakerModelMixin,
-    fill_defaults,
-    hook_speaker_state,
-    register_speaker_model,
-)
 from fairseq_speaker.modules.speaker_bias import StateSites
+from fairseq_speaker.modules.speaker_decoder import SpeakerDecoderMixin
+from fairseq_speaker.modules.speaker_encoder import SpeakerEncoderMixin
+from fairseq_speaker.modules.speaker_model_options import fill_defaults
+from fairseq_speaker.modules.speaker_plumbing import SpeakerModelMixin, register_speaker_model
+from fairseq_speaker.modules.speaker_state_hooks import hook_speaker_state
 
 
 class SpeakerLightConvEncoder(SpeakerEncoderMixin, LightConvEncoder):

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fairseq_speaker.data.speaker_dictionary import NO_SPEAKER
-from fairseq_speaker.optim.speaker_rows import mark_row_sparse
+from fairseq_speaker.optim.table_marks import mark_row_sparse
 
 from .variant import VariantContract, join_path
 
@@ -34,7 +34,7 @@ class SpeakerParameters(VariantContract):
         """This variant's own shared parameters (not its speaker parameters, not those of variants nested in it):
         what acts together with its speaker rows (``fact``'s shared bias vectors, ``proj``'s projection,
         ``hyper_lhuc``'s maps). Under ``--speaker-lr-scale auto`` they take their rows' mean rate
-        (:func:`~fairseq_speaker.optim.speaker_rows.shared_scale`)."""
+        (:func:`~fairseq_speaker.optim.lr_scale.shared_scale`)."""
         owned = {id(self.get_parameter(name)) for name in self.speaker_parameter_names}
         found: List[nn.Parameter] = []
         modules: List[nn.Module] = [self]

@@ -45,7 +45,7 @@ class SpeakerTable(SpeakerParameters):
 
         ``names``: the new speakers' labels, required when the table's rows are named
         (:attr:`speaker_names`). Parameters are replaced by larger ones: build optimizers after
-        growing (or let :func:`~fairseq_speaker.modules.speaker_plumbing.pad_grown_optimizer_state`
+        growing (or let :func:`~fairseq_speaker.optim.speaker_rows.pad_grown_optimizer_state`
         extend a loaded optimizer state).
         """
         if n < 0:

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from fairseq_speaker.errors import UserError
-from fairseq_speaker.optim.speaker_rows import parse_lr_scale
+from fairseq_speaker.optim.lr_scale import parse_lr_scale
 
 from .options import SpeakerBiasConfig
 from .state import SpeakerState, StateSites
