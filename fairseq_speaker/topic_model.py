@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from fairseq_speaker.atomic_write import atomic_path
+from fairseq_speaker.atomic_write import atomic_path, check_not_an_input
 from fairseq_speaker.command_registry import program_name
 from fairseq_speaker.data import SpeakerDataError, dictionary_hash
 from fairseq_speaker.errors import UserError, command
@@ -245,6 +245,7 @@ def main(argv=None) -> None:
                         f"{args.out}/topics.npz)")
     if not os.path.isdir(out_dir):
         raise UserError(f"--out {args.out}: the folder {out_dir} does not exist")
+    check_not_an_input(args.out, "--out", folders=[("the data folder", args.data.split(os.pathsep)[0])])
     src, tgt = args.source_lang, args.target_lang
     if src is None or tgt is None:
         src, tgt = data_utils.infer_language_pair(args.data)

@@ -39,6 +39,8 @@ from fairseq_speaker.runtime import (
 from fairseq_speaker.user_dir import add_user_dir_argument, import_user_dir
 
 PROG = program_name(__name__)
+#: the most bootstrap samples --bootstrap may ask for (drawn at once, one row of sentence indices each)
+MAX_BOOTSTRAP = 10_000
 logger = logging.getLogger("fairseq_speaker.report")
 
 
@@ -272,6 +274,8 @@ def main(argv=None) -> None:
     for name in ("bootstrap", "classifier_epochs", "classifier_batch_size", "inspect_speakers", "top_words"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if args.bootstrap > MAX_BOOTSTRAP:  # the samples are drawn at once: 1e8 asked numpy for 35.8 GiB
+        parser.error(f"--bootstrap must be at most {MAX_BOOTSTRAP} (1000 is the usual), got {args.bootstrap}")
     check_threads(parser, args)
     import_user_dir(args.user_dir)
     if os.path.exists(args.out) and not os.path.isdir(args.out):

@@ -55,7 +55,8 @@ Per speaker: the ids of the distinct words they said (their sentences' vocabular
 the memory is the extra state of ``decoder.speaker_words`` (:data:`CHECKPOINT_KEY`); a checkpoint without it
 decodes as before. Rows follow the speaker table: onboarding (``fairseq-speaker-adapt``, ``SpeakerTranslator``)
 gives a new speaker the words of their sentences, an update adds its sentences' words, and rows replaced from a
-vectors file lose theirs (the words were another estimate's).
+vectors file lose theirs (the words were another estimate's; the other speakers keep their rows, as after an
+update).
 
 **The known speakers stay as they were built.** Everyone's words make every row (idf, p(w), the neighbours), so a
 speaker onboarded would move every other speaker's bias a little. The memory keeps the words as they were at its
@@ -99,6 +100,8 @@ RANK_CHOICES = ("posterior", "rates")
 #: the largest weight accepted: beyond it the memory overrides every word the network proposes (a weight of 1e30
 #: makes every output one repeated word)
 MAX_WEIGHT = 100.0
+#: the most ``evidence`` and ``kinds_prior`` may be (counts of words: beyond, a speaker's words weigh nothing)
+MAX_COUNT = 1e6
 
 #: speakers whose bias rows (V floats each) are kept between batches
 CACHED_ROWS = 256
@@ -154,6 +157,10 @@ class WordOptions:
                 out.append(f"{name} must be a number >= 0, got {value!r}")
         if not out and self.weight > MAX_WEIGHT:
             out.append(f"weight must be at most {MAX_WEIGHT:g}, got {self.weight!r}")
+        for name in ("evidence", "kinds_prior"):  # beyond them every speaker's bias is 0: a memory that does nothing
+            if not out and getattr(self, name) > MAX_COUNT:
+                out.append(f"{name} must be at most {MAX_COUNT:g} (a count of words; weight 0 is the memory that does "
+                           f"nothing), got {getattr(self, name)!r}")
         if not out and self.kinds_prior == 0:
             out.append("kinds_prior must be above 0 (the kinds' prediction of the alternatives a speaker never said)")
         if not out and self.own + self.neighbours > 1:
@@ -259,6 +266,14 @@ class SpeakerWords(nn.Module):
                 self._built_words[row], self._built_index = self.words[row], None
         if forgotten:  # the estimate of everyone is made again only when a speaker's words changed
             self._forget()
+
+    def drop(self, rows: Iterable[int]) -> None:
+        """Speakers ``rows`` know no words any more, as their rows were replaced (a vectors file, a speaker added again
+        with ``replace``): their own bias changes, the known speakers' stay as they were built (their neighbours'
+        words included, as an update leaves them). :meth:`forget` takes the words out of everyone's neighbours too."""
+        for row in rows:
+            if len(self.words_of(row)):
+                self.set_words(row, [])
 
     def words_of(self, row: int) -> np.ndarray:
         return self.words[row] if 0 <= row < self.num_speakers else np.zeros(0, dtype=np.int64)

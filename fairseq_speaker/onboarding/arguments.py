@@ -4,6 +4,7 @@ caller may pass to fairseq's hub and the overrides of a checkpoint's configurati
 :class:`~fairseq_speaker.onboarding.checkpoint.OnboardingError` naming the argument and what to give instead.
 """
 
+import functools
 import math
 import numbers
 import os
@@ -154,9 +155,16 @@ def value_problem(value, hint) -> Optional[str]:
 GENERATION_TYPES: Dict[str, object] = typing.get_type_hints(GenerationConfig)
 
 
+def plain(value):
+    """``value`` as Python's own number or bool where it is numpy's (``np.int64(3)``, ``np.float32(0.5)``): the
+    checks below, and fairseq, read those."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
 def checked_options(options: dict, generation) -> dict:
     """``options`` if each is one of fairseq's generation options (``generation``: the hub's, a ``GenerationConfig``)
     or of its hub interface: fairseq would set a misspelt one (``beem=3``) aside without a word."""
+    options = {name: plain(value) for name, value in options.items()}
     for name in options:
         if name in NOT_FOR_THE_HUB:
             raise OnboardingError(f"{name!r} is refused here: {NOT_FOR_THE_HUB[name]}")
@@ -225,8 +233,44 @@ def check_overrides(overrides: dict, cfg, checkpoint: str) -> None:
     if given:
         raise OnboardingError(f"from_pretrained: {', '.join(map(repr, given))} are fairseq-interactive's speakers of "
                               f"its input lines; translate(sentences, speakers) names each sentence's speaker")
+    for name, value in overrides.items():
+        problem = _override_problem(name, plain(value))
+        if problem:
+            raise OnboardingError(f"from_pretrained: {name} {problem}")
     unknown = [name for name in overrides if name not in known]
     if unknown and groups:
         raise OnboardingError(f"from_pretrained: {', '.join(map(repr, unknown))} is no option of {checkpoint}'s "
                               f"configuration (fairseq's options, with underscores: max_len_b, unknown_speaker, "
                               f"tokenizer, bpe_codes, ...): fairseq would set it aside without a word")
+
+
+@functools.lru_cache(maxsize=1)
+def _override_types() -> Dict[str, object]:
+    """The types of fairseq's options that ``from_pretrained`` may override, by name (the first group that has it)."""
+    from fairseq.dataclass.configs import CheckpointConfig, CommonConfig, DatasetConfig
+
+    types: Dict[str, object] = {}
+    for config in (GenerationConfig, CommonConfig, DatasetConfig, CheckpointConfig):
+        for name, hint in typing.get_type_hints(config).items():
+            types.setdefault(name, hint)
+    return types
+
+
+def _override_problem(name: str, value) -> Optional[str]:
+    """What is wrong with an override of ``from_pretrained`` that fairseq would take and read as something else, or
+    None: a value of the wrong type (``cpu='no'`` was true), a size of a batch under 1 (``max_tokens=-5`` refused every
+    sentence as longer than -5 tokens), half precision without a GPU (taken and ignored), an option the hub does not
+    read (``nbest=3``)."""
+    if name in NOT_FOR_THE_HUB:
+        return f"is not read here: {NOT_FOR_THE_HUB[name]}"
+    hint = _override_types().get(name)
+    problem = value_problem(value, hint) if hint is not None else None
+    if problem:
+        return f"must be {problem}, got {type(value).__name__} {value!r:.60}"
+    if name in ("max_tokens", "batch_size", "required_batch_size_multiple") and value is not None and value < 1:
+        return f"must be at least 1 (or None: no limit), got {value}"
+    if name in ("fp16", "bf16", "memory_efficient_fp16", "memory_efficient_bf16") and value \
+            and not torch.cuda.is_available():
+        return ("asks for half precision, which fairseq computes on a CUDA GPU only, and this machine has none: leave "
+                "it out")
+    return None

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from fairseq_speaker.atomic_write import atomic_path
+from fairseq_speaker.atomic_write import atomic_path, check_not_an_input
 from fairseq_speaker.command_registry import program_name
 from fairseq_speaker.data import dictionary_hash
 from fairseq_speaker.errors import UserError, command, fail
@@ -462,6 +462,15 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     configure_output(args.verbose)  # fairseq's text_to_speech task configures logging at INFO on import
     if args.command == "import" and os.path.abspath(args.save) == os.path.abspath(args.path):
         parser.error("--save must not be the checkpoint given by --path: write the new model to another file")
+    # the same file under another name too (a link, a hard link), a file of the data folder, or the vectors read
+    output, option = (args.out, "--out") if args.command == "export" else (args.save, "--save")
+    inputs = [("the checkpoint given by --path", args.path)]
+    if args.command == "import":
+        inputs.append(("the vectors file given by --vectors", args.vectors))
+    try:
+        check_not_an_input(output, option, inputs, [("the data folder", args.data.split(os.pathsep)[0])])
+    except UserError as e:
+        fail(str(e), f"{PROG} {args.command}")
     try:
         import_user_dir(args.user_dir)
         report = export_command(args) if args.command == "export" else import_command(args)

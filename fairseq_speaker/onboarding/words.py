@@ -32,6 +32,7 @@ from typing import List, Optional, Sequence
 import numpy as np
 
 from fairseq_speaker.analysis.choices import corpus_kinds
+from fairseq_speaker.atomic_write import check_not_an_input
 from fairseq_speaker.errors import UserError, command
 from fairseq_speaker.modules import speaker_words
 from fairseq_speaker.modules.speaker_words import MAX_WEIGHT, WordOptions
@@ -341,6 +342,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     check_threads(parser, args)
     if os.path.abspath(args.save) == os.path.abspath(args.path):
         parser.error("--save must not be the checkpoint given by --path: write the new model to a new file")
+    # the same file under another name too (a link, a hard link), or a file of the data folder
+    check_not_an_input(args.save, "--save", [("the checkpoint given by --path", args.path)],
+                       [("the data folder", args.data.split(os.pathsep)[0])])
     _check_calibration(parser, args)
     kinds_options = [f"{option} {value}" for option, value in (("--rank-choices", args.rank_choices),
                                                                ("--kinds-prior", args.kinds_prior)) if value is not None]

@@ -4,6 +4,7 @@ a ``/translate`` request read from its JSON (:func:`translate_request`)."""
 
 import json
 import re
+import sys
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from fastapi.exceptions import RequestValidationError
@@ -33,6 +34,11 @@ def body_problem(body: bytes) -> Optional[Tuple[int, str, str]]:
             if depth > MAX_JSON_DEPTH:
                 return 422, "invalid_json", (f"the body nests arrays and objects more than {MAX_JSON_DEPTH} deep: the "
                                              f"service's requests nest 2 deep")
+    digits = sys.get_int_max_str_digits()
+    if digits and len(body) > digits and re.search(rb"\d{%d}" % (digits + 1), _JSON_STRING.sub(b'""', body)):
+        # Python's JSON parser refuses to read such an integer (a ValueError, not a JSON error: an HTTP 500)
+        return 422, "invalid_json", (f"the body holds a number of more than {digits} digits, which no field of the "
+                                     f"service's requests takes: send the numbers the API describes")
     if b"{" in body:
         try:  # a key given twice: JSON parsers keep the last without a word (the request of another speaker)
             json.loads(body, object_pairs_hook=_keys_once)

@@ -175,7 +175,13 @@ class StoreStatements:
             if not _damage(e):
                 raise
             rows = sorted(self._readable_rows(columns, model), key=lambda row: (row[2], row[0]))
-        return [_speaker(row, self.path, model) for row in rows]
+        out = []
+        for row in rows:
+            try:
+                out.append(_speaker(row, self.path, model))
+            except StoreDamaged:  # its own reading says so (the service's start, which skips it or stops)
+                continue
+        return out
 
     def records(self) -> List[StoredSpeaker]:
         """Every speaker of every model with its rows and sentence pairs, by model, oldest first, of one snapshot
@@ -319,7 +325,25 @@ def _same_pairs(stored: str, pairs: Sequence[Tuple[str, str]]) -> bool:
         return False
 
 
+def _record_problem(name, sentences, created, updated, version) -> Optional[str]:
+    """Why the columns of a speaker's record cannot be what the store writes, or None: a count of sentences that is no
+    whole number from 0 (a text was served until it failed the listing of every speaker), a time that is no ISO 8601
+    time, a version that is no whole number."""
+    for what, value in (("count of sentences", sentences), ("version", version)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            return f"its {what} is {value!r}, not a whole number from 0"
+    for what, value in (("time of creation", created), ("time of its last change", updated)):
+        try:
+            datetime.datetime.fromisoformat(value)
+        except (TypeError, ValueError):
+            return f"its {what} is {value!r}, not an ISO 8601 time"
+    return None
+
+
 def _speaker(row, path: str, model: str) -> StoredSpeaker:
+    problem = _record_problem(*row[:5])
+    if problem:
+        raise StoreDamaged(path, f"the record of speaker {speaker_text(model, row[0])} is damaged: {problem}", row[0])
     speaker = StoredSpeaker(*row[:5], model=model)
     if len(row) > 5:
         try:

@@ -74,8 +74,9 @@ class Translating(StoreSync, RequestChecks):
                 self.sync()
             elif self._store_call(self.store.generation) != self._seen_generation:
                 return None  # (where it has not moved, sync() has nothing to do: one read of the store, not two)
-            for label in dict.fromkeys(labels):
-                self._check_label(label, what="speaker")
+            for label in dict.fromkeys(labels):  # named as the request gives it: speaker, or speakers[i]
+                self._check_label(label, what="speaker" if request.speakers is None
+                                  else f"speakers[{request.speakers.index(label)}]")
             known = self._trained | set(self._loaded)
             unknown = [label for label in dict.fromkeys(labels) if label not in known]
             if unknown and self.policy == "fail":

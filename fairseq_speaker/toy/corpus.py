@@ -349,7 +349,7 @@ def main(argv=None) -> None:
         parser.error(f"--deviation {deviation} is not a probability (0 to 1)")
     if args.speakers < 1:
         parser.error(f"--speakers must be at least 1, got {args.speakers}")
-    _check_out(parser, args.out)
+    check_out_folder(parser, args.out)
     try:
         write_corpus(args.out, {"train": args.train, "valid": args.valid, "test": args.test},
                      num_speakers=args.speakers, seed=args.seed, heldout_sentences=args.heldout_sentences,
@@ -366,15 +366,19 @@ def main(argv=None) -> None:
               f"to {args.out}/heldout.*")
 
 
-def _check_out(parser: argparse.ArgumentParser, out: str) -> None:
-    """Refuse an --out that cannot be the corpus's folder: a file, or a path through a file."""
+def check_out_folder(parser: argparse.ArgumentParser, out: str, option: str = "--out", what: str = "the corpus"
+                     ) -> None:
+    """Refuse an output folder (``option``) that cannot be ``what``'s folder: empty, a file, or a path through a
+    file."""
+    if not out:
+        parser.error(f"{option} is empty: give a folder for {what}")
     if os.path.exists(out) and not os.path.isdir(out):
-        parser.error(f"--out {out} is a file: give a folder for the corpus")
+        parser.error(f"{option} {out} is a file: give a folder for {what}")
     above = os.path.dirname(os.path.abspath(out))
     while not os.path.exists(above) and os.path.dirname(above) != above:
         above = os.path.dirname(above)
     if not os.path.isdir(above):
-        parser.error(f"--out {out}: {above} is a file, so no folder can be made under it: give a folder for the corpus")
+        parser.error(f"{option} {out}: {above} is a file, so no folder can be made under it: give a folder for {what}")
 
 
 def _unwritable(out: str, e: OSError) -> str:
@@ -405,7 +409,7 @@ def _structure_main(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         parser.error(f"--structure: {e}")
     if args.out is None:
         parser.error("the following arguments are required: --out")
-    _check_out(parser, args.out)
+    check_out_folder(parser, args.out)
     try:
         speakers = write_structure(args.out, structure)
     except OSError as e:

@@ -51,7 +51,7 @@ from fairseq_speaker.generate_output import read_generate_output
 from fairseq_speaker.models import FAMILY_REGISTRY, get_family, speaker_presets
 from fairseq_speaker.modules.speaker_bias import parse_variant_name
 from fairseq_speaker.analysis.speaker_words import read_traits, trait_accuracy
-from fairseq_speaker.toy.corpus import DEFAULT_DEVIATION, TRAITS, read_styles, write_corpus
+from fairseq_speaker.toy.corpus import DEFAULT_DEVIATION, TRAITS, check_out_folder, read_styles, write_corpus
 from fairseq_speaker.toy.oracle import BAYES, bayes_accuracy, oracle_accuracy, oracle_rows
 from fairseq_speaker.runtime import add_runtime_arguments, check_threads, configure_output, parse_seed, start_threads
 
@@ -264,6 +264,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         parser.error(f"--beams must be at least 1 (1: greedy), got {min(args.beams)}")
     if len(set(args.beams)) < len(args.beams):
         parser.error(f"--beams {' '.join(map(str, args.beams))} names a beam size twice")
+    if args.speakers < 1:  # the corpus divides its sentences among them
+        parser.error(f"--speakers must be at least 1, got {args.speakers}")
+    check_out_folder(parser, args.workdir, "--workdir", "the demo's data, checkpoints and logs")
     if args.epochs < 1:  # fairseq's --max-epoch 0 is no limit: it would train for ever
         parser.error(f"--epochs must be at least 1, got {args.epochs}")
     if args.lr is not None and not (math.isfinite(args.lr) and args.lr > 0):

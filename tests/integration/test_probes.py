@@ -85,6 +85,13 @@ NO_DICTIONARIES = ("{emptydir}: no binarized split (SPLIT.SRC-TGT.SRC.bin) to re
 #: the rows of the commands that read a checkpoint's training sentences and save a new checkpoint (refit, words:
 #: onboarding.checkpoint.open_with_sentences and their --save check)
 TRAINED_SPEAKERS_TO_SAVE = [
+        # the checkpoint read under another name (a link), a file of the data folder: the write replaced it
+        ("refused-before-writing",
+         ["{owndata}", "--path", "{ownlink}", "--save", "{ownckpt}"], 2,
+         "--save {ownckpt} is the checkpoint given by --path, which the command reads"),
+        ("refused-before-writing",
+         ["{owndata}", "--path", "{ckpt}", "--save", "{owndata}/dict.fr.txt"], 2,
+         "--save {owndata}/dict.fr.txt is a file of the data folder ({owndata})"),
         ("not-a-checkpoint",
          ["{data}", "--path", "{tmp}/missing.pt", "--save", "{tmp}/o.pt"], 2, "checkpoint not found: {tmp}/missing.pt"),
         ("one-line-user-errors", ["{data}", "--save", "{tmp}/o.pt"], 2, "the following arguments are required: --path"),
@@ -191,6 +198,9 @@ COMMAND_PROBES = {
                                                                             "(lstm_fact_bias@lr-scale=2@words)"),
     ],
     "fairseq-speaker-demo": [
+        ("numbers-checked", ["--speakers", "0"], 2, "--speakers must be at least 1, got 0"),  # a ZeroDivisionError
+        ("refused-before-writing", ["--workdir", "{afile}"], 2, "--workdir {afile} is a file: give a folder"),
+        ("refused-before-writing", ["--workdir", ""], 2, "--workdir is empty: give a folder"),
         ("ignored-options-refused",
          ["--topics", "0", "--archs", "lstm_base"], 2, "--topics 0 sizes the topic model of the topic variant, and no "
                                                         "system of --archs has it"),
@@ -271,6 +281,9 @@ COMMAND_PROBES = {
          ["--out", "{afile}/c", "--train", "48"], 2, "--out {afile}/c: {afile} is a file, so no folder can be made"),
     ],
     "fairseq-speaker-params": [
+        ("numbers-checked",  # torch's "Overflow when unpacking long long"
+         ["--arch", "lstm_fact_bias", "--src-vocab", "10", "--tgt-vocab", "10", "--speakers", "99999999999999999999"],
+         2, "--speakers must be at most 9223372036854775807 (a 64-bit count), got 99999999999999999999"),
         ("numbers-checked",
          ["--arch", "lstm_fact_bias", "--src-vocab", "10", "--tgt-vocab", "10", "--speakers", "5", "--encoder-embed-dim",
           "0"], 2, "--encoder-embed-dim 0: a size of the network must be at least 1"),
@@ -308,6 +321,8 @@ COMMAND_PROBES = {
     ],
     "fairseq-speaker-refit": [
         *TRAINED_SPEAKERS_TO_SAVE,
+        ("numbers-checked", ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--max-cache-gb", "inf"], 2,
+         "--max-cache-gb must be at most 1e+06, got inf"),  # an OverflowError after loading
         ("numbers-checked", ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--seed", "4294967296"], 2,
          "argument --seed: must be from 0 to 4294967295 (numpy's seeds), got 4294967296"),
         ("numbers-checked",
@@ -388,6 +403,8 @@ COMMAND_PROBES = {
     ],
     "fairseq-speaker-words": [
         *TRAINED_SPEAKERS_TO_SAVE,
+        ("numbers-checked", ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--evidence", "1e308"], 2,
+         "evidence must be at most 1e+06"),  # every speaker's bias scaled to 0: a memory that did nothing, silently
         ("search-options-checked",
          ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--calibration-beam", "100000"], 2,
          "--calibration-beam 100000 is more hypotheses than the target dictionary's"),
@@ -538,6 +555,9 @@ COMMAND_PROBES = {
                                              "56; its target dictionary has 88 symbols, {other}/dict.fr.txt has 80"),
     ],
     "fairseq-speaker-report": [
+        ("numbers-checked",  # drawn at once: numpy's MemoryError of 35.8 GiB
+         [*REPORT[:-1], "100000000", "--references", "{refs}", "--system", "a={refs}"], 2,
+         "--bootstrap must be at most 10000 (1000 is the usual), got 100000000"),
         ("ignored-options-refused",
          [*REPORT, "--references", "{refs}", "--system", "a={refs}", "--classifier-epochs",
           "3"], 2, "--classifier-epochs: options of the speaker classifier, a section written only with --train-text, "
@@ -603,6 +623,9 @@ COMMAND_PROBES = {
                            "'{fr5}' there"),
     ],
     "fairseq-speaker-topics": [
+        ("refused-before-writing",  # the topic model was written over the data folder's dictionary
+         ["{owndata}", "--out", "{owndata}/dict.en.txt"], 2,
+         "--out {owndata}/dict.en.txt is a file of the data folder ({owndata})"),
         ("numbers-checked", ["{data}", "--out", "{tmp}/t.npz", "--seed", "-1"], 2,
          "argument --seed: must be from 0 to 4294967295 (numpy's seeds), got -1"),
         ("one-line-user-errors",
@@ -626,6 +649,12 @@ COMMAND_PROBES = {
          ["{data}", "--out", "{tmp}/t.npz", "--threads", "0"], 2, "--threads must be at least 1, got 0"),
     ],
     "fairseq-speaker-adapt": [
+        ("new-name-not-lookalike",  # the names of one file were compared with the model's only: both were onboarded
+         [*ADAPT_ON, "--adapt-prefix", "{twinadapt}", "--save", "{tmp}/o.pt"], 2,
+         "speaker labels 'dr lee' and 'dr  lee' look alike"),
+        ("refused-before-writing",  # the adapted model was written over the adaptation text
+         [*ADAPT_ON, "--adapt-prefix", "{adapt}", "--save", "{adapt}.en"], 2,
+         "--save {adapt}.en is a file of the adaptation sentences (--adapt-prefix), which the command reads"),
         ("empty-sentences-refused",
          [*ADAPT_ON, "--adapt-prefix", "{blankadapt}", "--save", "{tmp}/o.pt"], 2,
          "{blankadapt}.en:2: the sentence is empty: give the sentence, or remove the line from the three files"),
@@ -645,11 +674,11 @@ COMMAND_PROBES = {
         ("ignored-options-refused",
          [*ADAPT, "--max-tokens", "5", "--gen-subset", "nosuch", "--speaker-token"], 2,
          "--max-tokens, --gen-subset, --speaker-token: fairseq-speaker-adapt does not read them"),
-        ("numbers-checked", [*ADAPT, "--adapt-l2", "nan"], 2, "--adapt-l2 must be a number from 0 to 1e+09 (got nan)"),
-        ("numbers-checked", [*ADAPT, "--adapt-l2", "-1"], 2, "--adapt-l2 must be a number from 0 to 1e+09 (got -1.0)"),
+        ("numbers-checked", [*ADAPT, "--adapt-l2", "nan"], 2, "--adapt-l2 must be a number from 0 to 1e+09, got nan"),
+        ("numbers-checked", [*ADAPT, "--adapt-l2", "-1"], 2, "--adapt-l2 must be a number from 0 to 1e+09, got -1.0"),
         ("numbers-checked", [*ADAPT, "--adapt-l2", "1e300"], 2,
-         "--adapt-l2 must be a number from 0 to 1e+09 (got 1e+300)"),
-        ("numbers-checked", [*ADAPT, "--adapt-max-iter", "0"], 2, "--adapt-max-iter >= 1 (got 0)"),
+         "--adapt-l2 must be a number from 0 to 1e+09, got 1e+300"),
+        ("numbers-checked", [*ADAPT, "--adapt-max-iter", "0"], 2, "--adapt-max-iter must be at least 1, got 0"),
         ("numbers-checked",
          [*ADAPT, "--max-unknown-rate", "1.5"], 2, "--max-unknown-rate is a share of words, from 0 to 1"),
         ("one-line-user-errors",
@@ -710,6 +739,15 @@ COMMAND_PROBES = {
          ["{swapped}", "--path", "{ckpt}", "--adapt-prefix", "{adapt}", "--save", "{tmp}/o.pt"], 2, SWAPPED),
     ],
     "fairseq-speaker-vectors": [
+        ("refused-before-writing",  # the export wrote the vectors over the checkpoint it read
+         ["export", "{owndata}", "--path", "{ownlink}", "--out", "{ownckpt}"], 2,
+         "--out {ownckpt} is the checkpoint given by --path, which the command reads"),
+        ("refused-before-writing",
+         ["export", "{owndata}", "--path", "{ckpt}", "--out", "{owndata}/dict.en.txt"], 2,
+         "--out {owndata}/dict.en.txt is a file of the data folder ({owndata})"),
+        ("refused-before-writing",
+         ["import", "{data}", "--path", "{ckpt}", "--vectors", "{ownvecs}", "--save", "{ownvecs}"], 2,
+         "--save {ownvecs} is the vectors file given by --vectors, which the command reads"),
         ("vectors-of-another-model",
          ["import", "{data}", "--path", "{ckpt}", "--vectors", "{bytesnames}", "--save", "{tmp}/o.pt"], 2,
          "{bytesnames}: its names are stored as |S3 (bytes or other values), not as text"),
@@ -749,9 +787,10 @@ COMMAND_PROBES = {
     "fairseq-speaker-onboarding-eval": [
         ("numbers-checked", [*EVAL, "--max-len-b", "0"], 2,
          "--max-len-b must be at least 1 (a translation of at least one token), got 0"),
-        ("numbers-checked", [*EVAL, "--adapt-l2", "nan"], 2, "--adapt-l2 from 0 to 1e+09"),
-        ("numbers-checked", [*EVAL, "--adapt-l2", "1e300"], 2, "--adapt-l2 from 0 to 1e+09"),
-        ("numbers-checked", [*EVAL, "--beam", "0"], 2, "--beam, --batch-size and --adapt-max-iter must be at least 1"),
+        ("numbers-checked", [*EVAL, "--adapt-l2", "nan"], 2, "--adapt-l2 must be a number from 0 to 1e+09, got nan"),
+        ("numbers-checked", [*EVAL, "--adapt-l2", "1e300"], 2, "--adapt-l2 must be a number from 0 to 1e+09, got 1e+300"),
+        ("numbers-checked", [*EVAL, "--beam", "0"], 2, "--beam must be at least 1, got 0"),
+        ("numbers-checked", [*EVAL, "--adapt-max-iter", "0"], 2, "--adapt-max-iter must be at least 1, got 0"),
         ("numbers-checked", [*EVAL, "--shots", "-1"], 2, "--shots: numbers of sentences must be 0 or more"),
         ("results-never-mixed",
          [*EVAL_ON, "--heldout-prefix", "{adapt}", "--out", "{full}"], 2,
@@ -897,6 +936,16 @@ COMMAND_PROBES = {
          [*TRAIN, "--optimizer", "adam", "--lr", "0.001", "--restore-file", "{tmp}/chekpoint_best.pt"], 2,
          "--restore-file {tmp}/chekpoint_best.pt: no such checkpoint; fairseq would train from scratch and write over "
          "--save-dir's checkpoints"),
+        ("one-line-user-errors",
+         [*TRAIN, "--optimizer", "adam", "--lr", "0.001", "--finetune-from-model", "{tmp}/chekpoint_best.pt"], 2,
+         "--finetune-from-model {tmp}/chekpoint_best.pt: no such file"),
+        ("ignored-options-refused",
+         [*TRAIN, "--optimizer", "adam", "--lr", "0.001", "--finetune-from-model", "{tmp}"], 2,
+         "--finetune-from-model {tmp}: a folder: give the checkpoint file in it"),
+        ("one-line-user-errors",
+         [*TRAIN, "--optimizer", "adam", "--lr", "0.001", "--finetune-from-model", "{tmp}/x.pt", "--reset-optimizer"],
+         2, "--finetune-from-model resets the optimizer, the learning rate scheduler, the meters and the data loader "
+            "itself: leave out --reset-optimizer"),
         ("speaker-file-fits-split",
          ["{nospkdata}", *TRAIN[1:]], 2, "speaker file not found: expected {nospkdata}/train.spk; put one speaker "
                                          "label per sentence of the train split there"),
@@ -1333,6 +1382,10 @@ class Places:
     def make_garbage(self):
         return self.write("garbage.pt", b"this is not a checkpoint\n")
 
+    def make_twinadapt(self):  # two new speakers whose names differ by a space only
+        return self.prefix("twinadapt", self._toy_lines("en", 4), self._toy_lines("fr", 4),
+                           ["dr lee", "dr lee", "dr  lee", "dr  lee"])
+
     def make_blankadapt(self):  # adaptation files whose second source line is empty
         return self.prefix("blankadapt", [b"i am tired .", b""], [b"je suis fatigu\xc3\xa9e .", b"je suis pr\xc3\xaat ."],
                            ["newbie"] * 2)
@@ -1372,6 +1425,21 @@ class Places:
         return self._topics("topics_shape.npz", exp_topic_word=np.ones(64, np.float32))
 
     # data folders with a broken speaker file
+    # files a command may be told to write over: copies, so that a write that is not refused spoils no other test
+    def make_ownckpt(self):
+        return shutil.copy(self["ckpt"], self.path("own.pt"))
+
+    def make_ownlink(self):
+        link = self.path("own-link.pt")
+        os.symlink(self["ownckpt"], link)
+        return link
+
+    def make_owndata(self):
+        return self._data_copy("owndata")
+
+    def make_ownvecs(self):
+        return shutil.copy(self["garbage"], self.path("own.npz"))
+
     def _data_copy(self, name: str) -> str:
         dest = self.path(name)
         shutil.copytree(self["data"], dest, ignore=shutil.ignore_patterns("dict.spk.txt"))
@@ -1936,6 +2004,20 @@ INTERACTIVE_PROBES = [
 ]
 
 
+def test_fairseq_interactive_skips_a_bad_line_of_its_own_and_goes_on(toy, trained):
+    """docs/usage.md: with --speaker-per-line, a line that cannot be read is reported by its number and skipped, and the
+    session goes on. A buffer whose every line was skipped (one line, by default) had ended the session with a message
+    about --skip-invalid-size-inputs-valid-test, and the next lines were lost."""
+    stdin = "\uff53pk000\ti am tired .\n\nspk001\tyou are free .\n"
+    proc = run("interactive", [toy["bin"], "--user-dir", USER_DIR, "--task", "speaker_translation",
+                               "--path", trained("lstm_fact_bias"), "--speaker-per-line"], stdin=stdin, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "<input>:1: speaker '\uff53pk000' looks like 'spk000'" in proc.stderr
+    assert "<input>:2: expected 'SPEAKER<TAB>sentence'" in proc.stderr
+    assert "skip-invalid-size-inputs" not in proc.stderr
+    assert re.search(r"^H-2\t", proc.stdout, re.M), proc.stdout  # the third line, translated
+
+
 @pytest.mark.parametrize("stdin,extra,message", [row[1:] for row in INTERACTIVE_PROBES])
 def test_fairseq_interactive_refuses_bad_speakers(toy, trained, stdin, extra, message):
     """Both read the tab-separated fields of a line: fairseq would translate the speaker's label. (And the
@@ -2416,7 +2498,23 @@ OVERRIDE_PROBES = [
                                                       "with no token naming their speaker): leave --speaker-token out"),
     ("ignored-options-refused", {"speaker": "spk003"}, "from_pretrained: 'speaker' are fairseq-interactive's "
                                                        "speakers of its input lines; translate(sentences, speakers)"),
+    # taken and read as something else: every sentence refused as longer than -5 tokens, 'no' as true, ignored
+    ("numbers-checked", {"max_tokens": -5}, "from_pretrained: max_tokens must be at least 1 (or None: no limit)"),
+    ("numbers-checked", {"batch_size": 0}, "from_pretrained: batch_size must be at least 1"),
+    ("generation-keywords-checked", {"cpu": "no"}, "from_pretrained: cpu must be True or False, got str 'no'"),
+    ("ignored-options-refused", {"nbest": 3}, "from_pretrained: nbest is not read here: translate gives each "
+                                              "sentence's best translation"),
 ]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA GPU computes in half precision: fp16 is read there")
+def test_from_pretrained_refuses_half_precision_without_a_gpu(places):
+    """fairseq's hub took fp16=True on a CPU and translated in float32 without a word."""
+    from fairseq_speaker.errors import UserError
+    from fairseq_speaker.serving import SpeakerTranslator
+
+    with pytest.raises(UserError, match="from_pretrained: fp16 asks for half precision"):
+        SpeakerTranslator.from_pretrained(places["ckpt"], data=places["data"], fp16=True)
 
 
 @pytest.mark.parametrize("overrides,message", [row[1:] for row in OVERRIDE_PROBES])

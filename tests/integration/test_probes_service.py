@@ -266,6 +266,14 @@ API_PROBES = [
     ("label-policy",
      "add_speaker right-to-left override of a known name", lambda t: t.add_speaker("\u202espk000", S, T),
      "U+202E RIGHT-TO-LEFT OVERRIDE"),
+    ("numbers-checked", "translate max_len_b=np.int64(3)",  # numpy's numbers were refused as no whole number
+     lambda t: t.translate("i am tired .", "spk000", max_len_b=np.int64(-3)), "must be at least 0, got -3"),
+    ("numbers-checked", "translate lenpen=np.float32(50)",  # refused as "not a finite number"
+     lambda t: t.translate("i am tired .", "spk000", lenpen=np.float32(50)), "lenpen must be from -10 to 10"),
+    ("one-line-user-errors", "sentence_words of a triple", lambda t: t.sentence_words([("a", "b", "c")]),
+     "sentence_words: pairs[0] must be a (source, target) pair of sentences"),
+    ("one-line-user-errors", "export_speakers(None)", lambda t: t.export_speakers(None),
+     "export_speakers: path must be a path (str or os.PathLike), got NoneType None"),
     ("new-name-not-lookalike",
      "add_speaker a known name with a zero-width joiner", lambda t: t.add_speaker("spk\u200d000", S, T),
      "it looks like 'spk000', a known speaker: use that name, or one that looks different"),
@@ -415,6 +423,15 @@ HTTP_PROBES = [
      "put", "/speakers/zoe", b'{"sources": ' + b"{" * 50_000, 422, "invalid_json", "more than 32 deep"),
     ("body-judged-before-parsing",
      "post", "/speakers/dr-lee/sentences", b"[" * 33 + b"]" * 33, 422, "invalid_json", "more than 32 deep"),
+    ("new-name-not-lookalike",  # named "speaker:", a field the request does not have, without the index
+     "post", "/translate", {"sentences": ["i ."] * 3, "speakers": ["spk000", "spk001", "\uff53pk000"]}, 422,
+     "invalid_speaker", "speakers[2]: speaker label"),
+    ("body-judged-before-parsing",  # Python's JSON parser refused the integer with a ValueError: an HTTP 500
+     "post", "/translate", b'{"sentences": ["i ."], "speaker": "spk000", "beam": ' + b"9" * 5000 + b"}", 422,
+     "invalid_json", "the body holds a number of more than 4300 digits"),
+    ("body-judged-before-parsing",
+     "put", "/speakers/zoe", b'{"sources": ["i ."], "targets": ["je ."], "replace": ' + b"1" * 4301 + b"}", 422,
+     "invalid_json", "a number of more than 4300 digits"),
     # the pages and their files
     ("head-and-static-files",
      "get", "/docs/static/missing.js", None, 404, "not_found", "no endpoint /docs/static/missing.js: see /docs"),
@@ -844,6 +861,18 @@ DAMAGE_PROBES = {
                                          _sql("UPDATE speakers SET rows = x'00ff' WHERE name = 'dr-lee'"),
                                          "speaker 'dr-lee'", True),
     "a damaged page": ("unreadable-store-refused", _broken_page, "database disk image is malformed", True),
+    # columns served as stored: a text count failed the listing of every speaker (500), a negative one and an
+    # impossible date were answered as they were
+    "a count of sentences that is no number": ("unreadable-store-refused",
+                                               _sql("UPDATE speakers SET sentences = 'abc' WHERE name = 'dr-lee'"),
+                                               "the record of speaker 'dr-lee' is damaged: its count of sentences is "
+                                               "'abc', not a whole number from 0", True),
+    "a negative count of sentences": ("unreadable-store-refused",
+                                      _sql("UPDATE speakers SET sentences = -5 WHERE name = 'dr-lee'"),
+                                      "its count of sentences is -5", True),
+    "a time that is no time": ("unreadable-store-refused",
+                               _sql("UPDATE speakers SET updated = '2026-13-45T99:99:99Z' WHERE name = 'dr-lee'"),
+                               "its time of its last change is '2026-13-45T99:99:99Z', not an ISO 8601 time", True),
     "a fingerprint that is not JSON": ("unreadable-store-refused",
                                        _sql("UPDATE models SET fingerprint = '{\"variant' WHERE id = 'default'"),
                                        "the record of the model it was made for (its fingerprint) is not readable",

@@ -163,3 +163,29 @@ def test_an_unknown_speaker_is_warned_about_once_per_call_with_their_lines(toy, 
     warned = [r.getMessage() for r in caplog.records if "is not among the model's" in r.getMessage()]
     assert warned == ["<input>:1,2,3 and 2 more lines: speaker 'ghost' is not among the model's 8 speakers: "
                       "translated with --unknown-speaker mean"]
+
+
+@pytest.mark.parametrize("sampling", [False, True], ids=["beam", "sampling"])
+def test_the_dictionarys_fillers_are_never_written(toy, trained, monkeypatch, sampling):
+    """The words fairseq pads a dictionary with (madeupword0000, ...) are never a translation's: a tiny model
+    sampled at temperature 1 wrote one. Here the network is made to want them most at every step."""
+    from fairseq_speaker.sequence_generator import filler_symbols
+
+    translator = SpeakerTranslator.from_pretrained(trained("lstm_fact_bias"), data=toy["bin"], max_len_b=6)
+    dictionary = translator.task.target_dictionary
+    fillers = filler_symbols(dictionary)
+    assert fillers, "the toy's target dictionary is padded to a multiple of 8"
+    ids = [dictionary.index(symbol) for symbol in fillers]
+    model = translator.model
+    original = model.get_normalized_probs
+
+    def wanting_fillers(net_output, log_probs, sample=None):
+        logits = net_output[0].clone()
+        logits[..., ids] += 50.0
+        return original((logits, *net_output[1:]), log_probs, sample)
+
+    monkeypatch.setattr(model, "get_normalized_probs", wanting_fillers)
+    options = dict(sampling=True, beam=1) if sampling else {}
+    out = translator.translate(["i am tired .", "you want the drugs ."], "spk000", **options)
+    assert out and all(out)
+    assert not any(symbol in sentence.split() for sentence in out for symbol in fillers), out

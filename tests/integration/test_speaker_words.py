@@ -306,6 +306,22 @@ def test_onboarding_leaves_the_trained_speakers_bias_rows_and_translations_as_th
     assert translator.translate(sentences, names) == before
 
 
+def test_replacing_a_speaker_leaves_the_other_speakers_rows_and_translations_as_they_were(remembered, toy):
+    """A known speaker added again with ``replace`` (and so a vectors file imported with ``--replace``) changes that
+    speaker alone: it had changed every other speaker's translations, its old words taken out of their neighbours."""
+    _, out, _ = remembered
+    translator = SpeakerTranslator.from_pretrained(out, data=toy["bin"], max_len_b=6)
+    memory = speaker_words_of(translator.model)
+    names = translator.speakers[:8]
+    sentences = ["i am tired .", "you want the drugs .", "i saw the dog yesterday .", "you are happy ."] * 2
+    rows = [memory.bias_row(r).clone() for r in range(8)]
+    others = [name for name in names if name != names[0]]
+    before = translator.translate(sentences, [others[i % len(others)] for i in range(len(sentences))])
+    translator.add_speaker(names[0], ["i am tired ."], ["je suis fatigué ."], replace=True)
+    assert all(torch.equal(memory.bias_row(r), rows[r]) for r in range(1, 8))
+    assert translator.translate(sentences, [others[i % len(others)] for i in range(len(sentences))]) == before
+
+
 def test_a_memory_that_beats_nothing_is_written_with_weight_0_and_says_so(remembered, toy, tmp_path):
     """With its defaults the command chooses its settings on held-out sentences (the toy's valid split is too small:
     each speaker's every fifth sentence, cross-fitted). On the toy's model, trained for one epoch, no setting beats

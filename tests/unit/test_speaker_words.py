@@ -466,3 +466,15 @@ def test_the_words_of_a_kind_are_the_alternatives_it_prefers_to_everyone_most_te
     assert word_kinds.kind_words(trait, 0).tolist() == [8, 3]  # 0.95 / 0.5 first; the even choice tells nothing
     assert word_kinds.kind_words(trait, 1).tolist() == [7, 4]
     assert word_kinds.kind_words(trait, 1, most=1).tolist() == [7]
+
+
+def test_a_speaker_whose_rows_are_replaced_leaves_the_known_speakers_rows_as_they_were_built():
+    """A speaker's rows replaced (a vectors file, a speaker added again with replace) lose their words, and change their
+    own bias only: the others translate as before, as after an update (forget takes the words from everyone)."""
+    words = _five_speakers()
+    built = [words.bias_row(r).clone() for r in range(5)]
+    words.drop([1])  # speaker 1 shares words 4 and 5 with speaker 0
+    assert len(words.words_of(1)) == 0 and words.bias_row(1).abs().sum() == 0
+    assert all(torch.equal(words.bias_row(r), built[r]) for r in (0, 2, 3, 4))
+    back = from_state(words.get_extra_state(), 20, "x.pt")  # and so when the checkpoint is read back
+    assert all(torch.equal(back.bias_row(r), built[r]) for r in (0, 2, 3, 4))
