@@ -6,7 +6,7 @@
 #   make demo              toy corpus -> train lstm_base, lstm_fact_bias, transformer_fact_bias -> BLEU / speaker-word table
 #   make lint              ruff (pyflakes, pycodestyle, import order) and mypy on the package, as configured in
 #                          pyproject.toml; installs the two into .venv if missing
-#   make test              unit and integration tests (about 10 minutes on 2 cores)
+#   make test              unit and integration tests (about 11 minutes on 2 cores)
 #   make test-slow         the slow tier: trains on the toy corpus and checks that the biases learn
 #   make test-browser      the service's page in a headless Chromium (installed with apt-get when missing and possible)
 #   make clean             remove .venv and what the demo and the build wrote

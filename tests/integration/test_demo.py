@@ -15,13 +15,14 @@ TINY = ["--train", "120", "--test", "24", "--speakers", "6", "--epochs", "1", "-
 def test_every_system_is_decoded_with_every_beam_beside_the_oracles(tmp_path):
     work = tmp_path / "demo"
     proc = run("fairseq-speaker-demo", ["--workdir", str(work), *TINY, "--archs", "lstm_fact_bias",
-                                        "transformer_base:fact+hyper_lhuc", "--beams", "1", "5"])
+                                        "lstm_base:fact+hyper_lhuc", "--beams", "1", "5"])  # the Transformer's demo
+    # training is test_transformer_and_variants.py's
     header = "| system | beam | BLEU | speaker words | gender | address | profession | seconds |"
     assert header in proc.stdout
     rows = json.loads((work / "results.json").read_text())
     assert [(r["system"], r["beam"]) for r in rows] == [
         ("lstm_fact_bias", 1), ("lstm_fact_bias", 5),
-        ("transformer_base:fact+hyper_lhuc", 1), ("transformer_base:fact+hyper_lhuc", 5)]
+        ("lstm_base:fact+hyper_lhuc", 1), ("lstm_base:fact+hyper_lhuc", 5)]
     table = (work / "results.md").read_text()
     for r in rows:
         cells = f"| {r['system']} | {r['beam']} | {r['bleu']:.2f} | {100 * r['traits']['all']:.1f}% |"
@@ -31,7 +32,7 @@ def test_every_system_is_decoded_with_every_beam_beside_the_oracles(tmp_path):
     assert "| oracle: traits revealed | - | - |" in table and "| oracle: words seen | - | - |" in table
     # each beam reached fairseq-generate, its translations kept apart: the demo's beam under the usual name
     for system, name in (("lstm_fact_bias", "lstm_fact_bias"),
-                         ("transformer_base:fact+hyper_lhuc", "transformer_base-fact+hyper_lhuc")):
+                         ("lstm_base:fact+hyper_lhuc", "lstm_base-fact+hyper_lhuc")):
         assert "Generate test with beam=1: " in (work / f"generate.{name}.beam1.log").read_text()
         assert "Generate test with beam=5: " in (work / f"generate.{name}.log").read_text()
         assert (work / f"generate.{name}.beam1.txt").exists() and (work / f"generate.{name}.txt").exists()
