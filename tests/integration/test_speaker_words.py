@@ -290,36 +290,30 @@ def test_the_demo_remembers_the_words_of_systems_whose_speakers_have_parameters_
             assert written == str(folder / "words.pt") and CHECKPOINT_KEY in torch.load(written, weights_only=False)["model"]
 
 
-def test_onboarding_leaves_the_trained_speakers_bias_rows_and_translations_as_they_were(remembered, toy):
+@pytest.mark.parametrize("change", ["onboard", "replace"])
+def test_onboarding_or_replacing_a_speaker_leaves_the_other_speakers_rows_and_translations_as_they_were(remembered, toy,
+                                                                                                       change):
     """docs/onboarding.md: the known speakers translate bit-identically after a new speaker is onboarded, their
-    speakers' words included (the memory keeps the build their rows were estimated from)."""
+    speakers' words included (the memory keeps the build their rows were estimated from); and after a known speaker
+    is added again with ``replace`` (as a vectors file imported with ``--replace``), which had changed every other
+    speaker's translations, its old words taken out of their neighbours."""
     _, out, _ = remembered
     translator = SpeakerTranslator.from_pretrained(out, data=toy["bin"], max_len_b=6)
     memory = speaker_words_of(translator.model)
     names = translator.speakers[:8]
+    others = names if change == "onboard" else names[1:]
     sentences = ["i am tired .", "you want the drugs .", "i saw the dog yesterday .", "you are happy ."] * 2
-    rows = [memory.bias_row(r).clone() for r in range(8)]
-    before = translator.translate(sentences, names)
-    translator.add_speaker("dr-new", ["i am tired .", "you want the drugs ."],
-                           ["je suis fatiguée .", "vous voulez les médicaments ."])
-    assert all(torch.equal(memory.bias_row(r), rows[r]) for r in range(8))
-    assert translator.translate(sentences, names) == before
-
-
-def test_replacing_a_speaker_leaves_the_other_speakers_rows_and_translations_as_they_were(remembered, toy):
-    """A known speaker added again with ``replace`` (and so a vectors file imported with ``--replace``) changes that
-    speaker alone: it had changed every other speaker's translations, its old words taken out of their neighbours."""
-    _, out, _ = remembered
-    translator = SpeakerTranslator.from_pretrained(out, data=toy["bin"], max_len_b=6)
-    memory = speaker_words_of(translator.model)
-    names = translator.speakers[:8]
-    sentences = ["i am tired .", "you want the drugs .", "i saw the dog yesterday .", "you are happy ."] * 2
-    rows = [memory.bias_row(r).clone() for r in range(8)]
-    others = [name for name in names if name != names[0]]
-    before = translator.translate(sentences, [others[i % len(others)] for i in range(len(sentences))])
-    translator.add_speaker(names[0], ["i am tired ."], ["je suis fatigué ."], replace=True)
-    assert all(torch.equal(memory.bias_row(r), rows[r]) for r in range(1, 8))
-    assert translator.translate(sentences, [others[i % len(others)] for i in range(len(sentences))]) == before
+    speakers = [others[i % len(others)] for i in range(len(sentences))]
+    index = translator.task.speaker_dictionary.index
+    rows = {name: memory.bias_row(index(name)).clone() for name in others}
+    before = translator.translate(sentences, speakers)
+    if change == "onboard":
+        translator.add_speaker("dr-new", ["i am tired .", "you want the drugs ."],
+                               ["je suis fatiguée .", "vous voulez les médicaments ."])
+    else:
+        translator.add_speaker(names[0], ["i am tired ."], ["je suis fatigué ."], replace=True)
+    assert all(torch.equal(memory.bias_row(index(name)), row) for name, row in rows.items())
+    assert translator.translate(sentences, speakers) == before
 
 
 def test_a_memory_that_beats_nothing_is_written_with_weight_0_and_says_so(remembered, toy, tmp_path):
