@@ -11,10 +11,10 @@ several machines", has the steps.
 """
 
 import argparse
-import os
 import sqlite3
 from typing import Optional, Sequence
 
+from fairseq_speaker.atomic_write import same_file
 from fairseq_speaker.command_registry import program_name
 from fairseq_speaker.errors import UserError, command
 from fairseq_speaker.service.store_copy import copy_speakers
@@ -55,9 +55,7 @@ def same_store(one: StoreLocation, other: StoreLocation) -> bool:
         return one.target == other.target
     if one.target == ":memory:" or other.target == ":memory:":
         return False
-    if os.path.exists(one.target) and os.path.exists(other.target):
-        return os.path.samefile(one.target, other.target)
-    return os.path.realpath(one.target) == os.path.realpath(other.target)
+    return same_file(one.target, other.target)
 
 
 @command(PROG)
