@@ -141,6 +141,8 @@ class SpeakerOnboarding(StoreSync, RequestChecks):
             if e.reason == "model":
                 raise ServiceError(409, "model_changed", f"{e}: nothing was changed; reload model {self.model!r} in "
                                    f"this process too (POST /models/{self.model}/reload), then retry") from None
+            if e.reason == "lookalike":
+                raise ServiceError(422, "invalid_speaker", f"speaker name: {e}") from None
             if e.reason == "exists":
                 raise ServiceError(409, "speaker_exists", f"{e} (onboarded by another process meanwhile): send "
                                    f"\"replace\": true to fit it again from these sentences alone") from None

@@ -14,9 +14,13 @@ shapes, the target dictionary's hash and size, and a SHA-1 of the bias's shared 
 fingerprint is refused under that id: its rows would mean something else there (a reload of the id refits them on
 the new model from their sentences, and ties the id to it: :meth:`SpeakerStore.rebind`).
 
-Schema 2 keys speakers by (model id, name) and keeps each id's fingerprint in a table ``models``; a store of schema 1
-(one model, written by fairseq-speaker 0.8 and before) is upgraded when it is first opened, in one transaction: its
-speakers become those of the model ``default``. An older fairseq-speaker then refuses the store (a newer schema).
+Schema 3 keys speakers by (model id, name), keeps each id's fingerprint in a table ``models``, and each name as a
+reader sees it (``looks``, indexed), so that a write refuses a name that looks like another speaker's of its model (two
+replicas onboarding lookalike names at one moment: the second gets :class:`StoreConflict`). Older stores are upgraded
+when first opened, each step in one transaction: a store of schema 1 (one model, fairseq-speaker 0.8 and before) gets
+the model ids, its speakers those of the model ``default``; a store of schema 2 (0.9's development) gets ``looks``,
+and any names in it that look alike are logged (the service serves the earlier one). An older fairseq-speaker then
+refuses the store (a newer schema).
 
 Where it is (``--store``, :func:`~fairseq_speaker.service.store_location.store_location`): a file, or
 ``sqlite:///FILE``, is an SQLite store (the embedded default, :class:`SpeakerStore`), which several processes on one
@@ -46,7 +50,8 @@ from typing import Iterator, Optional
 
 from fairseq_speaker.service.store_errors import StoreConflict, StoreDamaged, StoreError
 from fairseq_speaker.service.store_location import hide_password
-from fairseq_speaker.service.store_schema import COLUMNS, DEFAULT_MODEL, SCHEMA_VERSION, UPGRADE_MODELS
+from fairseq_speaker.service.store_schema import (COLUMNS_2, DEFAULT_MODEL, LOOKS_INDEX, SCHEMA_VERSION,
+                                                  UPGRADE_MODELS, log_lookalikes, upgrade_looks)
 from fairseq_speaker.service.store_statements import StoreStatements
 
 #: what this module gives, its own and the names it gave before its parts moved out (the tests')
@@ -66,8 +71,10 @@ CREATE TABLE IF NOT EXISTS speakers (
     created TEXT NOT NULL,
     updated TEXT NOT NULL,
     version INTEGER NOT NULL,
+    looks TEXT NOT NULL,
     PRIMARY KEY (model, name)
 );
+{LOOKS_INDEX};
 """
 #: schema 1 to 2 in SQLite: the speakers keyed by (model, name), all of them the default model's; the fingerprint of
 #: the store's one model moved from ``meta`` to ``models`` (the table ``models`` is made first)
@@ -76,7 +83,7 @@ _UPGRADE_1_TO_2 = [
     "CREATE TABLE speakers (model TEXT NOT NULL, name TEXT NOT NULL, rows BLOB NOT NULL, pairs TEXT NOT NULL, "
     "sentences INTEGER NOT NULL, created TEXT NOT NULL, updated TEXT NOT NULL, version INTEGER NOT NULL, "
     "PRIMARY KEY (model, name))",
-    f"INSERT INTO speakers ({COLUMNS}) SELECT '{DEFAULT_MODEL}', name, rows, pairs, sentences, created, updated, "
+    f"INSERT INTO speakers ({COLUMNS_2}) SELECT '{DEFAULT_MODEL}', name, rows, pairs, sentences, created, updated, "
     "version FROM speakers_schema_1",
     "DROP TABLE speakers_schema_1",
 ]
@@ -114,7 +121,7 @@ class SpeakerStore(StoreStatements):
                 tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
                 if tables and not {"meta", "speakers"} <= tables:  # another application's database: left alone
                     raise _NotAStore(f"it holds other tables ({', '.join(sorted(tables))})")
-                if create:  # statement by statement: executescript would commit the transaction first
+                if create and not tables:  # statement by statement: executescript would commit the transaction first
                     for statement in filter(str.strip, _SCHEMA.split(";")):
                         db.execute(statement)
                     db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
@@ -124,26 +131,31 @@ class SpeakerStore(StoreStatements):
                     raise _NotAStore("it has no tables meta and speakers")
                 row = db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
                 schema = row[0] if row else None
-            if schema == "1":
+            if schema in ("1", "2"):
                 schema = self._upgrade()
         except sqlite3.DatabaseError as e:
             self._db.close()
             if _is_sqlite(path) and not isinstance(e, _NotAStore):
-                raise StoreDamaged(path, f"the file is damaged ({e})", skippable=False) from None
+                raise StoreDamaged(path, f"the file is damaged ({e})", skippable=False, option=option) from None
             advice = "give a new file name, or the store of this model" if create else "give a speaker store's file"
             raise StoreError(f"{where}: not a speaker store ({e}): {advice}") from None
         self._check_schema(schema)
 
     def _upgrade(self) -> str:
-        """Upgrade a store of schema 1 to this one's, in one transaction (another process may have done it first);
-        the schema it then has."""
+        """Upgrade a store of schema 1 or 2 to this one's, in one transaction (another process may have done it
+        first); the schema it then has. Names that look alike, which a store of schema 2 could hold, are logged."""
         with self._transaction(write=True) as db:
             schema = db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()[0]
             if schema == "1":
                 db.execute(_MODELS_TABLE)
                 for statement in _UPGRADE_1_TO_2 + UPGRADE_MODELS:
                     db.execute(statement)
+                schema = "2"
+            twins = []
+            if schema == "2":
+                twins = upgrade_looks(db)
                 schema = str(SCHEMA_VERSION)
+        log_lookalikes(self.option, self.path, twins)
         return schema
 
     def _check_schema(self, schema: Optional[str]) -> None:
@@ -160,7 +172,7 @@ class SpeakerStore(StoreStatements):
                 problem = "its count of writes (meta 'generation') is missing or not a whole number"
         if problem is not None:
             self.close()
-            raise StoreDamaged(self.path, problem, skippable=False)
+            raise StoreDamaged(self.path, problem, skippable=False, option=self.option)
         if int(schema) > SCHEMA_VERSION:
             self.close()
             raise StoreError(f"{self.option} {self.path}: written by a newer fairseq-speaker (store schema {schema}, "

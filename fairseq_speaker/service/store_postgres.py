@@ -31,7 +31,8 @@ from typing import Iterator
 from fairseq_speaker.service.store import SpeakerStore
 from fairseq_speaker.service.store_errors import StoreError, StoreUnavailable
 from fairseq_speaker.service.store_location import StoreLocation, one_line, postgres_driver
-from fairseq_speaker.service.store_schema import DEFAULT_MODEL, SCHEMA_VERSION, UPGRADE_MODELS
+from fairseq_speaker.service.store_schema import (DEFAULT_MODEL, LOOKS_INDEX, SCHEMA_VERSION, UPGRADE_MODELS,
+                                                  log_lookalikes, upgrade_looks)
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +45,7 @@ _TABLES = {
     "models": "CREATE TABLE models (id TEXT PRIMARY KEY, fingerprint TEXT NOT NULL, made_for TEXT NOT NULL)",
     "speakers": "CREATE TABLE speakers (model TEXT NOT NULL, name TEXT NOT NULL, rows BYTEA NOT NULL, pairs TEXT NOT "
                 "NULL, sentences INTEGER NOT NULL, created TEXT NOT NULL, updated TEXT NOT NULL, version BIGINT NOT "
-                "NULL, PRIMARY KEY (model, name))",
+                "NULL, looks TEXT NOT NULL, PRIMARY KEY (model, name))",
 }
 #: the tables without which a schema is no store (a store of schema 1 has no ``models``)
 _CORE = ("meta", "speakers")
@@ -192,6 +193,7 @@ class PostgresSpeakerStore(SpeakerStore):
                         db.execute(f"CREATE SCHEMA {SCHEMA}")
                     for table in missing:
                         db.execute(_TABLES[table])
+                    db.execute(LOOKS_INDEX)
                     db.execute("INSERT INTO meta VALUES ('schema', ?) ON CONFLICT DO NOTHING", (str(SCHEMA_VERSION),))
                     db.execute("INSERT INTO meta VALUES ('generation', '0') ON CONFLICT DO NOTHING")
                 elif any(table in missing for table in _CORE):
@@ -209,11 +211,16 @@ class PostgresSpeakerStore(SpeakerStore):
                         db.execute(_TABLES["models"])
                     for statement in _UPGRADE_1_TO_2 + UPGRADE_MODELS:
                         db.execute(statement)
+                    row = ("2",)
+                twins = []
+                if row[0] == "2":
+                    twins = upgrade_looks(db)
                     row = (str(SCHEMA_VERSION),)
             except BaseException:
                 db.rollback()
                 raise
             db.execute("COMMIT")
+        log_lookalikes(self.option, self.path, twins)
         return row[0]
 
     @contextlib.contextmanager

@@ -14,7 +14,8 @@ from typing import Any, ContextManager, Dict, List, Optional, Sequence, Tuple
 
 from fairseq_speaker.data.speaker_dictionary import new_label_problem
 from fairseq_speaker.service.store_errors import StoreConflict, StoreDamaged, StoreError, StoreModelMismatch
-from fairseq_speaker.service.store_schema import COLUMNS, DEFAULT_MODEL, FINGERPRINT_KEYS, StoredSpeaker, speaker_text
+from fairseq_speaker.service.store_schema import (COLUMNS, DEFAULT_MODEL, FINGERPRINT_KEYS, StoredSpeaker, looks,
+                                                  speaker_text)
 
 
 class StoreStatements:
@@ -69,7 +70,7 @@ class StoreStatements:
                 raise ValueError(f"a {type(theirs).__name__}, not an object")
         except ValueError as e:
             raise StoreDamaged(self.path, f"the record of the model it was made for{_of_model(model)} (its "
-                               f"fingerprint) is not readable ({e})", skippable=False) from None
+                               f"fingerprint) is not readable ({e})", skippable=False, option=self.option) from None
         return theirs
 
     def fingerprint(self, model: str = DEFAULT_MODEL) -> Optional[Dict]:
@@ -214,7 +215,8 @@ class StoreStatements:
 
         A new name is added, unless ``expect`` is given. An existing one is overwritten only with ``replace``
         (whatever its version), or when its version is ``expect`` (nobody changed it since it was read).
-        Raises :class:`StoreConflict` otherwise. With ``fingerprint`` (the model's the rows were fitted on), the
+        Raises :class:`StoreConflict` otherwise, and (reason ``lookalike``) for a new name that looks like another
+        speaker's of ``model`` (in this transaction: another process's check in memory cannot see it). With ``fingerprint`` (the model's the rows were fitted on), the
         write is refused (:class:`StoreConflict`, reason ``model``) where ``model`` is now tied to another model: a
         process reloaded it with a checkpoint of another fingerprint meanwhile.
         """
@@ -235,6 +237,8 @@ class StoreStatements:
                 raise StoreConflict("exists", f"speaker {shown} already exists")
             if current is not None and not replace and current[0] != expect:
                 raise StoreConflict("changed", f"speaker {shown} was changed meanwhile (by another process)")
+            if current is None:
+                self._check_not_lookalike(db, model, name, {})
             version = self._next_version(db)
             created = current[1] if current is not None else now
             self._write(db, StoredSpeaker(name, len(pairs), created, now, version, rows, list(pairs), model))
@@ -245,17 +249,19 @@ class StoreStatements:
         transaction: a speaker the store lacks is ``added``, one it holds alike (the same rows and sentence pairs) is
         left (``same``), one it holds otherwise is overwritten with ``replace`` (``replaced``). Without ``replace``
         such a speaker is a :class:`StoreConflict` (reason ``changed``, the speakers in its message) and nothing is
-        written. Returns the speakers of each outcome, as messages name them (:func:`speaker_text`)."""
+        written; so is a new speaker whose name looks like another's of its model (reason ``lookalike``). Returns the speakers of each outcome, as messages name them (:func:`speaker_text`)."""
         for record in records:
             self._check_name(record.name)
         outcome: Dict[str, List[str]] = {"added": [], "same": [], "replaced": [], "differ": []}
         with self._transaction(write=True) as db:
-            writes = []
+            writes: List[StoredSpeaker] = []
+            added: Dict[Tuple[str, str], str] = {}
             for record in records:
                 shown = speaker_text(record.model, record.name)
                 current = db.execute("SELECT rows, pairs FROM speakers WHERE model = ? AND name = ?",
                                      (record.model, record.name)).fetchone()
                 if current is None:
+                    self._check_not_lookalike(db, record.model, record.name, added)
                     outcome["added"].append(shown)
                 elif bytes(current[0]) == record.rows and _same_pairs(current[1], record.pairs):
                     outcome["same"].append(shown)
@@ -273,6 +279,22 @@ class StoreStatements:
         del outcome["differ"]
         return outcome
 
+    @staticmethod
+    def _check_not_lookalike(db, model: str, name: str, added: Dict[Tuple[str, str], str]) -> None:
+        """Refuse (:class:`StoreConflict`, reason ``lookalike``) a new speaker ``name`` of ``model`` that looks like
+        another the store holds (:func:`~fairseq_speaker.service.store_schema.looks`), or one of ``added`` (what the
+        same transaction adds before it, by model and look), where it is added."""
+        form = looks(name)
+        twin = added.setdefault((model, form), name)
+        if twin == name:
+            found = db.execute("SELECT name FROM speakers WHERE model = ? AND looks = ? AND name <> ?",
+                               (model, form, name)).fetchone()
+            twin = found[0] if found else name
+        if twin != name:
+            raise StoreConflict("lookalike", f"speaker {speaker_text(model, name)} looks like {twin!r}, a speaker the "
+                                f"store holds (onboarded by another process meanwhile?): use that name, or one that "
+                                f"looks different")
+
     def _check_name(self, name: str) -> None:
         problem = new_label_problem(name)
         if problem:
@@ -281,11 +303,11 @@ class StoreStatements:
     @staticmethod
     def _write(db, record: StoredSpeaker) -> None:
         pairs = [[source, target] for source, target in record.pairs]
-        db.execute(f"INSERT INTO speakers ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (model, name) DO "
+        db.execute(f"INSERT INTO speakers ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (model, name) DO "
                    "UPDATE SET rows = excluded.rows, pairs = excluded.pairs, sentences = excluded.sentences, "
                    "created = excluded.created, updated = excluded.updated, version = excluded.version",
                    (record.model, record.name, sqlite3.Binary(record.rows), json.dumps(pairs, ensure_ascii=False),
-                    len(pairs), record.created, record.updated, record.version))
+                    len(pairs), record.created, record.updated, record.version, looks(record.name)))
 
     def delete(self, name: str, model: str = DEFAULT_MODEL) -> bool:
         """Remove speaker ``name`` of ``model``; False if the store does not hold it."""

@@ -12,7 +12,7 @@ from typing import Dict, List, Set, Tuple
 
 import numpy as np
 
-from fairseq_speaker.data.speaker_dictionary import shown
+from fairseq_speaker.data.speaker_dictionary import shown, visible_form
 from fairseq_speaker.errors import UserError
 from fairseq_speaker.onboarding.vectors import SpeakerVectors, read_speaker_vectors, vectors_bytes
 from fairseq_speaker.service.service_errors import ServiceError
@@ -143,7 +143,7 @@ class StoreSync(ServiceState):
     def _install(self, records: List[StoredSpeaker], strict: bool) -> None:
         """Put the rows of ``records`` in the translator, in one import (a table grows once, not per speaker)."""
         usable = []
-        for record in records:
+        for record in self._not_lookalikes(records):
             try:
                 if record.name in self._trained:  # written by a process whose model lacks it (see _bind)
                     raise StoreError(f"store speaker {self._shown(record.name)} is a trained speaker of this model")
@@ -174,6 +174,25 @@ class StoreSync(ServiceState):
         self._imported.update(r.name for r, _ in usable)
         for record, _ in usable:
             self._loaded[record.name] = record.version
+
+    def _not_lookalikes(self, records: List[StoredSpeaker]) -> List[StoredSpeaker]:
+        """``records`` without those whose names look like a speaker's of the translator, or an earlier record's, but
+        are not it: those are logged and left unused (the translator would refuse the import of all of them). A store
+        written by fairseq-speaker before schema 3 could hold two such names onboarded by two replicas at one moment:
+        the earlier onboarded is served."""
+        dictionary = self.translator.task.speaker_dictionary
+        kept, forms = [], {}
+        for record in sorted(records, key=lambda r: (r.created, r.name)):
+            twin = dictionary.lookalike(record.name) if record.name not in dictionary else None
+            twin = twin or forms.setdefault(visible_form(record.name), record.name)
+            if twin != record.name:
+                logger.error(f"--store {self.store.path}: skipped speaker {self._shown(record.name)}: it looks like "
+                             f"{twin!r}, a speaker of this model; it is left unused: delete the one that is wrong "
+                             f"(DELETE /speakers/NAME)")
+                self._skipped[record.name] = record.version
+                continue
+            kept.append(record)
+        return kept
 
     def _sentence_words(self, record: StoredSpeaker):
         """The words of a stored speaker's translations, for a model that remembers its speakers' words (none: an

@@ -355,8 +355,9 @@ def test_an_sqlite_store_of_the_old_schema_is_upgraded_and_serves_its_speakers_a
         db.commit()
     _serves_dr_lee_as_the_default_models(toy, checkpoint, path)
     with contextlib.closing(sqlite3.connect(path)) as db:
-        assert db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == ("2",)
-        assert db.execute("SELECT model, name FROM speakers WHERE name = 'dr-lee'").fetchone() == ("default", "dr-lee")
+        assert db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == ("3",)
+        assert db.execute("SELECT model, name, looks FROM speakers WHERE name = 'dr-lee'").fetchone() == (
+            "default", "dr-lee", "dr-lee")
         assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
 
 
@@ -374,6 +375,57 @@ def test_a_postgresql_store_of_the_old_schema_is_upgraded_and_serves_its_speaker
             db.execute("INSERT INTO fairseq_speaker.meta VALUES (%s, %s)", row)
         db.execute("INSERT INTO fairseq_speaker.speakers VALUES (%s, %s, %s, %s, %s, %s, %s)", record)
     _serves_dr_lee_as_the_default_models(toy, checkpoint, url)
+    with psycopg.connect(url) as db:
+        assert db.execute("SELECT value FROM fairseq_speaker.meta WHERE key = 'schema'").fetchone() == ("3",)
+        assert sorted(db.execute("SELECT name, looks FROM fairseq_speaker.speakers").fetchall()) == [
+            ("dr-kim", "dr-kim"), ("dr-lee", "dr-lee")]
+
+
+#: the SQLite store of fairseq-speaker 0.9's development (schema 2): speakers keyed by (model, name), no ``looks``
+SCHEMA_2 = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE models (id TEXT PRIMARY KEY, fingerprint TEXT NOT NULL, made_for TEXT NOT NULL);
+CREATE TABLE speakers (model TEXT NOT NULL, name TEXT NOT NULL, rows BLOB NOT NULL, pairs TEXT NOT NULL,
+                       sentences INTEGER NOT NULL, created TEXT NOT NULL, updated TEXT NOT NULL,
+                       version INTEGER NOT NULL, PRIMARY KEY (model, name));
+"""
+
+
+def test_a_store_of_schema_2_holding_lookalike_names_is_upgraded_and_serves_the_earlier_one(toy, trained, tmp_path,
+                                                                                            caplog):
+    """Two replicas of schema 2 could store 'dr-lee' and its full-width twin at one moment (each checked only the names
+    it had seen): every request of both then ended in a 500. Upgraded, the store serves the one onboarded first and
+    logs the other (test_store.py: a new lookalike is refused by the store itself)."""
+    checkpoint = trained("lstm_fact_bias")
+    translator = _translator(checkpoint, toy)
+    meta, record = _schema_1_contents(translator, tmp_path)
+    fingerprint = dict(meta)["fingerprint"]
+    twin = "\uff44\uff52-lee"  # "ｄｒ-lee": NFKC reads it as dr-lee
+    vectors, _ = translator.fit_speaker(twin, OTHER_PAIRS["sources"], OTHER_PAIRS["targets"])
+    from fairseq_speaker.onboarding.vectors import vectors_bytes
+
+    path = str(tmp_path / "schema-2.db")
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        db.executescript(SCHEMA_2)
+        db.executemany("INSERT INTO meta VALUES (?, ?)", [("schema", "2"), ("generation", "2")])
+        db.execute("INSERT INTO models VALUES ('default', ?, 'old.pt')", (fingerprint,))
+        db.execute("INSERT INTO speakers VALUES ('default', ?, ?, ?, ?, ?, ?, ?)", record)
+        db.execute("INSERT INTO speakers VALUES ('default', ?, ?, ?, 1, '2026-01-02T00:00:00.000Z', "
+                   "'2026-01-02T00:00:00.000Z', 2)",
+                   (twin, vectors_bytes(vectors), json.dumps([list(p) for p in zip(*OTHER_PAIRS.values())])))
+        db.commit()
+    expected = _translator(checkpoint, toy)
+    expected.add_speaker("dr-lee", PAIRS["sources"], PAIRS["targets"])
+    with caplog.at_level("WARNING"), _client(_translator(checkpoint, toy), open_store(path)) as client:
+        translated = client.post("/translate", json={"sentences": SENTENCES, "speaker": "dr-lee"})
+        listed = [s["name"] for s in client.get("/speakers").json()["speakers"] if s["kind"] == "onboarded"]
+    assert [t["text"] for t in translated.json()["translations"]] == expected.translate(SENTENCES, "dr-lee")
+    assert listed == ["dr-lee"]
+    assert f"looks like 'dr-lee', onboarded before it" in caplog.text and f"skipped speaker {twin!r}" in caplog.text
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        assert db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == ("3",)
+        assert db.execute("SELECT looks FROM speakers WHERE name = ?", (twin,)).fetchone() == ("dr-lee",)
+        assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
 
 
 def test_a_copy_carries_each_speakers_model(toy, trained, tmp_path, capsys):
@@ -401,6 +453,20 @@ def test_the_command_line_names_several_models(tmp_path):
     assert args.specs == {"default": ("a.pt", "bin"), "en-de": ("de/b.pt", "de/bin"), "old": ("c.pt", "bin")}
     args, _, _ = parse_args(["--model", "x=a.pt:bin", "--model", "y=b.pt:bin", "--default-model", "y"])
     assert list(args.specs) == ["x", "y"] and args.default_model == "y"
+
+
+def test_a_checkpoint_path_that_holds_a_colon_is_read_whole(tmp_path):
+    """fairseq's --path holds no ':', but a folder of runs may (``runs/12:30/``): a --model whose CHECKPOINT is such a
+    file was read as the checkpoint 'runs/12' with the data '30/model.pt'."""
+    run = tmp_path / "runs" / "12:30"
+    run.mkdir(parents=True)
+    (run / "model.pt").write_bytes(b"")
+    (tmp_path / "bin:2").mkdir()
+    checkpoint, data = str(run / "model.pt"), str(tmp_path / "bin:2")
+    args, _, _ = parse_args(["--model", f"a={checkpoint}", "--model", f"b={checkpoint}:{data}", "--data", "bin"])
+    assert args.specs == {"a": (checkpoint, "bin"), "b": (checkpoint, data)}
+    args, _, _ = parse_args(["--model", "c=missing.pt:bin"])  # nothing there: the first ':' splits, as before
+    assert args.specs == {"c": ("missing.pt", "bin")}
 
 
 def test_the_command_line_passes_the_beam_stop_to_every_model_and_refuses_another(capsys):

@@ -6,6 +6,7 @@ gets 503 until it is back, and the service goes on without a restart. ``fairseq-
 SQLite store into PostgreSQL, idempotently, and refuses a conflict.
 """
 
+import dataclasses
 import json
 import os
 import signal
@@ -98,6 +99,47 @@ def test_of_processes_writing_one_name_at_once_exactly_one_succeeds(store_url):
         store.close()
 
 
+#: names that look like 'dr-lee' (full-width letters, two spaces for one, a ligature-free twin in NFKC)
+LOOKALIKES = ["\uff44\uff52-lee", "\uff44r-lee"]
+
+
+def test_of_processes_writing_lookalike_names_at_once_exactly_one_succeeds(store_url):
+    """Three connections put 'dr-lee' and two names that look like it at the same moment (each replica's own check
+    saw none of the others): one is stored, the others are refused as lookalikes, and nothing else is written. The
+    same name of another model, and the winner written again, are not lookalikes."""
+    stores = [open_store(store_url) for _ in range(3)]
+    names = ["dr-lee"] + LOOKALIKES
+    together, outcomes = threading.Barrier(len(stores)), {}
+
+    def write(store, name):
+        together.wait(timeout=60)
+        try:
+            outcomes[name] = store.put(name, name.encode(), [("a .", "b .")]).version
+        except StoreConflict as e:
+            outcomes[name] = e.reason
+
+    threads = [threading.Thread(target=write, args=pair) for pair in zip(stores, names)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    won = [name for name, outcome in outcomes.items() if isinstance(outcome, int)]
+    assert len(won) == 1 and sorted(map(str, outcomes.values()))[1:] == ["lookalike"] * 2, outcomes
+    assert list(stores[0].versions()[1]) == won and stores[0].generation() == 1
+    loser = next(name for name in names if name not in won)
+    with pytest.raises(StoreConflict, match=f"looks like {won[0]!r}, a speaker the store holds") as refused:
+        stores[1].put(loser, b"rows", [("a .", "b .")])
+    assert refused.value.reason == "lookalike"
+    stores[1].put(won[0], b"rows again", [("a .", "b .")], replace=True)
+    stores[2].put(loser, b"rows", [("a .", "b .")], model="other")
+    record = stores[0].records()[0]
+    with pytest.raises(StoreConflict, match="looks like"):  # a copy of one into a store of the other
+        stores[0].put_records([dataclasses.replace(record, name=loser, model=record.model)])
+    assert sorted((r.model, r.name) for r in stores[0].records()) == [("default", won[0]), ("other", loser)]
+    for store in stores:
+        store.close()
+
+
 def test_an_update_made_meanwhile_by_another_process_is_never_overwritten(store_url):
     """Two connections read a speaker's version, then both write it expecting that version: one succeeds, the other
     is told it changed; ten rounds."""
@@ -169,6 +211,25 @@ def test_replicas_onboarding_one_name_at_once_answer_201_once(toy, trained, stor
         assert codes == {None, "speaker_exists"}
         for name in names:
             assert one.get(f"/speakers/{name}").json() == other.get(f"/speakers/{name}").json()
+
+
+def test_a_replica_that_had_not_seen_a_lookalike_name_is_refused_by_the_store_and_both_go_on(toy, trained, store_url,
+                                                                                            monkeypatch):
+    """Replica B onboards a name that looks like one replica A stored a moment before, before B's next sync: the
+    store refuses it (422, as B's own check would have), and both replicas go on serving (when both names were
+    stored, every request of both ended in a 500)."""
+    with _client(_translator(trained, toy), store_url) as one, _client(_translator(trained, toy), store_url) as other:
+        assert one.put("/speakers/dr-lee", json=PAIRS, headers=AUTH).status_code == 201
+        service = other.app.state.service
+        with monkeypatch.context() as patch:
+            patch.setattr(service, "sync", lambda strict=False: None)  # B has not looked at the store since
+            twin = other.put("/speakers/" + LOOKALIKES[0], json=PAIRS, headers=AUTH)
+        request = {"sentences": SENTENCES, "speaker": "dr-lee"}
+        answers = [client.post("/translate", json=request) for client in (one, other)]
+    assert twin.status_code == 422 and twin.json()["error"]["code"] == "invalid_speaker", twin.text
+    assert "looks like 'dr-lee', a speaker the store holds" in twin.json()["error"]["message"]
+    assert [a.status_code for a in answers] == [200, 200] and answers[0].json() == answers[1].json()
+    assert _stored_names(store_url) == ["dr-lee"]
 
 
 class _Replica:
