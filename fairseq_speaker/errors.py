@@ -60,6 +60,14 @@ FAIRSEQ_FILE_READERS = {
     ("fairseq.utils", "load_align_dict"): ("--replace-unk", "give it the alignment dictionary file (fairseq reads "
                                                             "a --replace-unk without a value as the file '@@ ')"),
 }
+#: the same for functions that do much else besides: an ``OSError`` is the option's only where that function raised
+#: it itself, or the standard library's path functions it called (``os.makedirs``), not something it called
+FAIRSEQ_FILE_MAKERS = {
+    ("fairseq_cli.generate", "main"): ("--results-path", "give a folder that can be made and written, where "
+                                                         "fairseq-generate writes generate-SUBSET.txt"),
+}
+#: the modules of the path functions :data:`FAIRSEQ_FILE_MAKERS` may call
+_PATH_MODULES = ("os", "posixpath", "genericpath", "ntpath")
 
 #: fairseq's (and numpy's, under fairseq) refusals of an option's value that end in a traceback: exception type and
 #: the start of its message -> what to do
@@ -74,7 +82,10 @@ def _fairseq_reader(exc: OSError) -> Optional[UserError]:
     tb = exc.__traceback__
     while tb is not None:
         frame = tb.tb_frame
-        reader = FAIRSEQ_FILE_READERS.get((str(frame.f_globals.get("__name__")), frame.f_code.co_name))
+        where = (str(frame.f_globals.get("__name__")), frame.f_code.co_name)
+        reader = FAIRSEQ_FILE_READERS.get(where)
+        if where in FAIRSEQ_FILE_MAKERS and _raised_by_paths(tb.tb_next):
+            reader = FAIRSEQ_FILE_MAKERS[where]
         if reader is not None:
             option, fix = reader
             name = exc.filename if exc.filename is not None else "?"
@@ -83,11 +94,21 @@ def _fairseq_reader(exc: OSError) -> Optional[UserError]:
     return None
 
 
+def _raised_by_paths(tb) -> bool:
+    """Whether every frame of ``tb`` (the calls below one frame, None for none) is one of the standard library's path
+    functions."""
+    while tb is not None:
+        if tb.tb_frame.f_globals.get("__name__") not in _PATH_MODULES:
+            return False
+        tb = tb.tb_next
+    return True
+
+
 def user_error_in(exc: Optional[BaseException]) -> Optional[UserError]:
     """The :class:`UserError` that caused ``exc`` (fairseq wraps some, e.g. "Cannot load model
     parameters"; one of fairseq's option checks, :data:`FAIRSEQ_OPTION_ASSERTIONS`, of its file checks,
-    :data:`FAIRSEQ_FILE_ERRORS` and :data:`FAIRSEQ_FILE_READERS`, or of its values, :data:`FAIRSEQ_VALUE_ERRORS`,
-    becomes one), or None."""
+    :data:`FAIRSEQ_FILE_ERRORS`, :data:`FAIRSEQ_FILE_READERS` and :data:`FAIRSEQ_FILE_MAKERS`, or of its values,
+    :data:`FAIRSEQ_VALUE_ERRORS`, becomes one), or None."""
     seen = set()
     while exc is not None and id(exc) not in seen:
         if isinstance(exc, UserError):

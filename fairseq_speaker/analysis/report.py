@@ -226,7 +226,16 @@ def read_systems(references_path: str, systems: List[Tuple[str, str]],
         raise UserError(str(e)) from None
     if not references:
         raise UserError(f"--references {references_path} is empty: there is nothing to score against")
+    filled = len(references)
+    while filled and not references[filled - 1].strip():
+        filled -= 1
+    blank = len(references) - filled
     for (name, path), hyps in zip(systems, outputs.values()):
+        if blank and len(hyps) == filled:
+            lines = f"line {filled + 1}" if blank == 1 else f"lines {filled + 1}-{len(references)}"
+            raise UserError(f"--references {references_path} ends in {blank} blank line{'s' if blank > 1 else ''} "
+                            f"({lines}), which no system's output has (--system {name}={path}: {len(hyps)} hypotheses, "
+                            f"as many as its other lines): remove the blank line{'s' if blank > 1 else ''} at its end")
         if len(hyps) != len(references):
             raise UserError(f"--system {name}={path}: {len(hyps)} hypotheses for the {len(references)} references "
                              f"of {references_path}; give the output of the same test set")

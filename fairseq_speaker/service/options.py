@@ -79,8 +79,8 @@ def build_parser(tokenizer: Optional[str] = None, bpe: Optional[str] = None) -> 
                         "and the data of a --model that names none")
     models = parser.add_argument_group("several models (docs/serving.md, \"Several models\")")
     models.add_argument("--model", action="append", default=[], metavar="ID=CHECKPOINT[:DATA_DIR]", dest="models",
-                        help=f"serve CHECKPOINT (with DATA_DIR's dictionaries, default --data) as the model ID; "
-                        f"repeat it for several. A request names its model (\"model\" of POST /translate, ?model= of "
+                        help=f"serve CHECKPOINT (with DATA_DIR's dictionaries, default --data) as the model ID (a "
+                        f"path that holds ':' is read whole where it is a file); repeat it for several. A request names its model (\"model\" of POST /translate, ?model= of "
                         f"the speaker endpoints) or goes to the default one. ID: {MODEL_ID_RULE}")
     models.add_argument("--default-model", metavar="ID",
                         help=f"the model a request that names none goes to (default: '{DEFAULT_MODEL}', CHECKPOINT's, "
@@ -165,7 +165,7 @@ def model_specs(args: argparse.Namespace) -> Dict[str, Tuple[str, str]]:
         specs[DEFAULT_MODEL] = (args.checkpoint, args.data)
     for spec in args.models:
         model, equals, rest = spec.partition("=")
-        checkpoint, _, data = rest.partition(":")  # as fairseq's --path, a checkpoint's path holds no ':'
+        checkpoint, data = _checkpoint_and_data(rest)
         form = "write --model ID=CHECKPOINT or --model ID=CHECKPOINT:DATA_DIR"
         if not equals:
             raise UserError(f"--model {spec}: no '=': {form}")
@@ -195,6 +195,20 @@ def model_specs(args: argparse.Namespace) -> Dict[str, Tuple[str, str]]:
         raise UserError(f"--default-model {args.default_model}: no such model: the models are "
                         f"{', '.join(map(repr, specs))}")
     return specs
+
+
+def _checkpoint_and_data(rest: str) -> Tuple[str, str]:
+    """``CHECKPOINT[:DATA_DIR]`` split where a path may hold ':' itself (``runs/12:30/model.pt``): the whole is the
+    checkpoint where it is a file; else the split whose checkpoint is a file (and whose data, if any, a folder), the
+    last ':' first; else at the first ':' (a checkpoint that does not exist is then named by the model's loading)."""
+    if os.path.isfile(rest):
+        return rest, ""
+    places = [i for i, c in enumerate(rest) if c == ":"]
+    for i in reversed(places):
+        if os.path.isfile(rest[:i]) and (not rest[i + 1:] or os.path.isdir(rest[i + 1:])):
+            return rest[:i], rest[i + 1:]
+    checkpoint, _, data = rest.partition(":")
+    return checkpoint, data
 
 
 def check_listening(host: str, port: int) -> None:

@@ -11,13 +11,15 @@ several machines", has the steps.
 """
 
 import argparse
+import contextlib
+import os
 import sqlite3
 from typing import Optional, Sequence
 
 from fairseq_speaker.atomic_write import same_file
 from fairseq_speaker.command_registry import program_name
 from fairseq_speaker.errors import UserError, command
-from fairseq_speaker.service.store_copy import copy_speakers
+from fairseq_speaker.service.store_copy import read_source, write_copy
 from fairseq_speaker.service.store_location import (STORE_FORMS, StoreLocation, durable_location, hide_password,
                                                     store_location)
 from fairseq_speaker.service.stores import open_store
@@ -66,21 +68,30 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     if same_store(source_at, target_at):
         raise UserError(f"--from {source_at.shown} and --to {target_at.shown} are the same store: give another --to")
     source = open_store(args.source, create=False, option="--from")
+    try:
+        speakers = _failing_as_the_copy(read_source, args, source)
+    finally:
+        source.close()
+    if not speakers.records:  # no --to is made
+        print(f"--from {source.path} holds no speakers: nothing to copy")
+        return
+    made = target_at.kind == "sqlite" and not os.path.lexists(target_at.target)
     target = None
     try:
-        target = open_store(args.target, option="--to")
-        report = copy_speakers(source, target, replace=args.replace)
-    except sqlite3.Error as e:  # a file locked past the timeout, a server that went away (StoreUnavailable)
-        raise UserError(f"the copy from --from {source.path} to --to {hide_password(args.target)} failed ({e}): it is "
-                        f"one transaction, so nothing of it was written unless it had committed; run it again (what "
-                        f"was copied is then found alike)") from None
+        target = _failing_as_the_copy(lambda: open_store(args.target, option="--to"), args)
+        report = _failing_as_the_copy(write_copy, args, speakers, target, args.replace)
+    except BaseException:
+        if target is not None:
+            target.close()
+            target = None
+        if made:  # nothing was copied: a --to the copy made goes, as it was not there
+            for suffix in ("", "-wal", "-shm", "-journal"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(target_at.target + suffix)
+        raise
     finally:
         if target is not None:
             target.close()
-        source.close()
-    if not (report.added or report.same or report.replaced):
-        print(f"--from {source.path} holds no speakers: nothing to copy")
-        return
     parts = [f"copied {len(report.added)} speaker(s) from {source.path} to {target.path}"]
     if report.same:
         parts.append(f"{len(report.same)} already there alike (left)")
@@ -89,6 +100,17 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     if report.others:
         parts.append(f"{report.others} speaker(s) only the target holds (left)")
     print("; ".join(parts))
+
+
+def _failing_as_the_copy(step, args, *arguments):
+    """``step(*arguments)``, a database that fails meanwhile (a file locked past the timeout, a server that went away)
+    one message of the copy."""
+    try:
+        return step(*arguments)
+    except sqlite3.Error as e:  # StoreUnavailable included
+        raise UserError(f"the copy from --from {hide_password(args.source)} to --to {hide_password(args.target)} "
+                        f"failed ({e}): it is one transaction, so nothing of it was written unless it had committed; "
+                        f"run it again (what was copied is then found alike)") from None
 
 
 if __name__ == "__main__":

@@ -1,12 +1,14 @@
 """Copying the speakers of one store into another (:func:`copy_speakers`, what ``fairseq-speaker-store copy`` does):
-an SQLite store into PostgreSQL, or any store into any other, in one transaction, idempotent.
+an SQLite store into PostgreSQL, or any store into any other, in one transaction, idempotent. The source is read
+whole first (:func:`read_source`), then written (:func:`write_copy`).
 """
 
 from dataclasses import dataclass, field
-from typing import List
+from typing import Dict, List, Optional
 
 from fairseq_speaker.service.store import SpeakerStore
 from fairseq_speaker.service.store_errors import StoreConflict, StoreDamaged, StoreError
+from fairseq_speaker.service.store_schema import StoredSpeaker
 
 
 @dataclass
@@ -20,6 +22,34 @@ class CopyReport:
     others: int = 0
 
 
+@dataclass
+class SourceSpeakers:
+    """One snapshot of a store's speakers as a copy reads them (:func:`read_source`), and how messages name it."""
+
+    #: each model id's fingerprint, and the checkpoint it was tied to
+    fingerprints: Dict[str, Optional[Dict]]
+    made_for: Dict[str, Optional[str]]
+    #: every speaker, with its rows and sentence pairs
+    records: List[StoredSpeaker]
+    #: the option and the store, as messages name them
+    where: str
+
+
+def read_source(source: SpeakerStore) -> SourceSpeakers:
+    """Every speaker of ``source`` and its model ids, read before anything is written (a copy whose source cannot be
+    read makes no target). Raises :class:`StoreError` saying what to do."""
+    models = source.models()
+    fingerprints = {model: source.fingerprint(model) for model in models}
+    made_for = {model: source.made_for(model) for model in models}
+    try:
+        records = source.records()
+    except StoreDamaged as e:
+        raise StoreError(f"{source.option} {source.path}: {e.what}: nothing was copied. Restore the store from a "
+                         f"backup, or serve it with --skip-broken-speakers and onboard that speaker again (PUT with "
+                         f"\"replace\": true), then copy") from None
+    return SourceSpeakers(fingerprints, made_for, records, f"{source.option} {source.path}")
+
+
 def copy_speakers(source: SpeakerStore, target: SpeakerStore, replace: bool = False) -> CopyReport:
     """Copy every speaker of ``source`` into ``target`` (an SQLite store into PostgreSQL, or any store into any
     other), as it is, under its model id: its rows, its sentence pairs, when it was created and updated. One snapshot
@@ -27,27 +57,28 @@ def copy_speakers(source: SpeakerStore, target: SpeakerStore, replace: bool = Fa
     is left; one it holds otherwise (changed since an earlier copy) refuses the copy, naming it, unless ``replace``.
     Each model id of the target must be new or tied to the source's model of that id; speakers only the target holds
     are left. Raises :class:`StoreError` saying what to do."""
-    models = {model: source.fingerprint(model) for model in source.models()}
-    try:
-        records = source.records()
-    except StoreDamaged as e:
-        raise StoreError(f"{source.option} {source.path}: {e.what}: nothing was copied. Restore the store from a "
-                         f"backup, or serve it with --skip-broken-speakers and onboard that speaker again (PUT with "
-                         f"\"replace\": true), then copy") from None
+    return write_copy(read_source(source), target, replace)
+
+
+def write_copy(source: SourceSpeakers, target: SpeakerStore, replace: bool = False) -> CopyReport:
+    """Write the speakers read by :func:`read_source` into ``target``, as :func:`copy_speakers` says."""
+    records = source.records
     report = CopyReport()
     if not records:  # nothing to copy: a target is left as it is, even unbound
         return report
-    for model, fingerprint in models.items():
+    for model, fingerprint in source.fingerprints.items():
         if fingerprint is not None and any(record.model == model for record in records):
-            target.bind(fingerprint, f"the model of {source.option} {source.path} ({source.made_for(model)})",
-                        model=model)
+            target.bind(fingerprint, f"the model of {source.where} ({source.made_for[model]})", model=model)
     try:
         outcome = target.put_records(records, replace=replace)
     except StoreConflict as e:
-        raise StoreError(f"{target.option} {target.path} holds speaker(s) {e} otherwise than {source.option} "
-                         f"{source.path} (other rows or sentences: changed after an earlier copy?): nothing was copied. "
-                         f"Give --replace to overwrite them with the source's, or delete them from the target "
-                         f"(DELETE /speakers/NAME) and copy again") from None
+        if e.reason == "lookalike":
+            raise StoreError(f"{target.option} {target.path}: {e}; nothing was copied. Delete one of the two (DELETE "
+                             f"/speakers/NAME) from --from or --to, then copy again") from None
+        raise StoreError(f"{target.option} {target.path} holds speaker(s) {e} otherwise than {source.where} (other "
+                         f"rows or sentences: changed after an earlier copy?): nothing was copied. Give --replace to "
+                         f"overwrite them with the source's, or delete them from the target (DELETE /speakers/NAME) "
+                         f"and copy again") from None
     report.added, report.same, report.replaced = outcome["added"], outcome["same"], outcome["replaced"]
     keys = {(record.model, record.name) for record in records}
     report.others = sum(1 for model in target.models() for speaker in target.speakers(model)

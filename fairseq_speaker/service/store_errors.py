@@ -29,19 +29,24 @@ class StoreDamaged(StoreError):
     """A store whose file, or one speaker's record in it, cannot be read: the message names the file, what is wrong
     and how to recover."""
 
-    def __init__(self, path: str, what: str, speaker: Optional[str] = None, skippable: bool = True):
+    def __init__(self, path: str, what: str, speaker: Optional[str] = None, skippable: bool = True,
+                 option: str = "--store"):
+        """``option``: the option that named the store (``--store`` of the service, whose ways to go on the message
+        gives; ``--from`` or ``--to`` of ``fairseq-speaker-store copy``)."""
         if path.startswith(tuple(f"{scheme}://" for scheme in POSTGRES_SCHEMES)):
             recover = "restore the database from a backup (pg_dump makes one of a live store)"
         else:
             recover = (f"restore {path} from a backup (sqlite3 FILE '.backup COPY' makes one of a live store), check "
                        f"it with sqlite3 {path} 'PRAGMA integrity_check'")
-        if skippable:
+        if option != "--store":
+            recover += f", then run the command again, or give another {option}"
+        elif skippable:
             recover += (", or start fairseq-speaker-serve with --skip-broken-speakers to serve without the speakers "
                         "whose records cannot be read (it logs their names; their sentences are lost unless restored)")
         else:
             recover += (", or start with a new --store file or database (the onboarded speakers are then lost unless "
                         "restored)")
-        super().__init__(f"--store {path}: {what}. To recover: {recover}")
+        super().__init__(f"{option} {path}: {what}. To recover: {recover}")
         self.speaker = speaker
         self.what = what
 

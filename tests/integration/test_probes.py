@@ -592,6 +592,10 @@ COMMAND_PROBES = {
         ("one-line-user-errors",
          [*REPORT, "--references", "{refs}", "--system", "a={short}.fr"], 2,
          "--system a={short}.fr: 2 hypotheses for the 3 references of {refs}; give the output of the same test set"),
+        ("one-line-user-errors",  # the system was blamed: "3 hypotheses for the 4 references"
+         [*REPORT, "--references", "{blanktail}", "--system", "a={refs}"], 2,
+         "--references {blanktail} ends in 1 blank line (line 4), which no system's output has (--system a={refs}: 3 "
+         "hypotheses, as many as its other lines): remove the blank line at its end"),
         ("one-line-user-errors",
          [*REPORT, "--references", "{refs}", "--system", "a={refs}", "--train-text", "{refs}"], 2,
          "the speaker classifier needs --train-text, --train-speakers and --test-speakers"),
@@ -1004,6 +1008,13 @@ COMMAND_PROBES = {
          "64 symbols, {other}/dict.en.txt has 56"),
         ("dictionaries-compared", ["{swapped}", "--path", "{ckpt}", *GENERATE], 2, SWAPPED),
         ("data-folder-has-dictionaries", ["{emptydir}", "--path", "{ckpt}", *GENERATE], 2, NO_DICTIONARIES),
+        ("one-line-user-errors",  # fairseq's own option: os.makedirs's traceback
+         ["{data}", "--path", "{ckpt}", *GENERATE, "--results-path", "{afile}"], 2,
+         "--results-path {afile}: File exists: give a folder that can be made and written, where fairseq-generate "
+         "writes generate-SUBSET.txt"),
+        ("one-line-user-errors",
+         ["{data}", "--path", "{ckpt}", *GENERATE, "--results-path", "{afile}/under"], 2,
+         "--results-path {afile}/under: Not a directory: give a folder"),
         ("data-folder-has-dictionaries",
          ["{srconly}", "--path", "{ckpt}", *GENERATE], 2, "{srconly}: no dict.fr.txt there: give the data folder the "
                                                            "model was trained on"),
@@ -1362,6 +1373,10 @@ class Places:
 
     def make_refs(self):
         return self.write("refs.txt", b"a b .\nc d .\ne f .\n")
+
+    def make_blanktail(self):
+        """The references of :meth:`make_refs` with a blank line at the end (an editor's extra newline)."""
+        return self.write("blanktail.txt", b"a b .\nc d .\ne f .\n\n")
 
     def make_empty(self):
         return self.write("empty.txt", b"")

@@ -1257,7 +1257,15 @@ def copies(postgres, tmp_path):
     damaged = str(tmp_path / "damaged.db")
     shutil.copy(source, damaged)
     _sql("UPDATE speakers SET pairs = '[1' WHERE name = 'dr-kim'")(damaged)
-    places = {"source": source, "damaged": damaged, "empty": postgres.database(), "tmp": str(tmp_path)}
+    no_schema = str(tmp_path / "no-schema.db")
+    shutil.copy(source, no_schema)
+    _sql("UPDATE meta SET value = 'x' WHERE key = 'schema'")(no_schema)
+    twin = str(tmp_path / "twin.db")
+    with contextlib.closing(SpeakerStore(twin)) as store:
+        store.bind(_fingerprint("fact"), "fact.pt")
+        store.put("\uff44\uff52-lee", b"rows of the twin", [("i .", "je .")])
+    places = {"source": source, "damaged": damaged, "empty": postgres.database(), "tmp": str(tmp_path),
+              "no_schema": no_schema, "twin": twin}
     for name, variant, rows in (("changed", "fact", b"other rows"), ("other_model", "full", b"rows of dr-lee")):
         places[name] = postgres.database()
         with contextlib.closing(open_store(places[name])) as store:
@@ -1286,6 +1294,19 @@ COPY_PROBES = [
      ["--from", "{source}", "--to", "{server}/nosuch"], "--to {server_shown}/nosuch: cannot connect to the PostgreSQL "
      "server"),
     ("store-copy-whole", ["--from", "{source}", "--to", "{tmp}"], "--to {tmp} is a directory: give the path of a file"),
+    # named by its own option, with what to do here (not how to start a service), and no --to made
+    ("store-copy-whole",
+     ["--from", "{no_schema}", "--to", "{tmp}/new.db"], "--from {no_schema}: its record of its schema (meta 'schema') "
+     "is 'x', not a schema's number (1, 2, ...). To recover: restore {no_schema} from a backup (sqlite3 FILE '.backup "
+     "COPY' makes one of a live store), check it with sqlite3 {no_schema} 'PRAGMA integrity_check', then run the "
+     "command again, or give another --from"),
+    ("store-copy-whole",
+     ["--from", "{damaged}", "--to", "{tmp}/new.db"], "--from {damaged}: the record of speaker 'dr-kim' is damaged"),
+    ("store-copy-whole",
+     ["--from", "{twin}", "--to", "{changed}"], "--to {changed_shown}: speaker '\uff44\uff52-lee' looks like "
+     "'dr-lee', a speaker the store holds (onboarded by another process meanwhile?): use that name, or one that looks "
+     "different; nothing was copied. Delete one of the two (DELETE /speakers/NAME) from --from or --to, then copy "
+     "again"),
     # reported as copied, and written nowhere
     ("store-copy-whole", ["--from", "{source}", "--to", ":memory:"], "--to :memory: is an SQLite database in memory, "
      "gone when the copy ends, with everything copied: give a file (speakers.db, or sqlite:///speakers.db) or a "
@@ -1305,6 +1326,7 @@ def test_a_copy_that_cannot_be_done_ends_in_one_line_and_changes_nothing(args, m
     assert line.startswith("fairseq-speaker-store: error: ") and message.format(**values) in line, line
     assert PASSWORD not in line
     assert {key: _state(values[key]) for key in before} == before
+    assert not os.path.exists(os.path.join(values["tmp"], "new.db"))
 
 
 def _tables(path):

@@ -111,6 +111,34 @@ COMMAND_LINE = ("import sys\n"
                 "from fairseq_speaker.modules.speaker_bias import parse_variant_name\n")
 
 
+GENERATE_MAIN = """
+import os
+
+def main(path, deeper):
+    if deeper:
+        deeper(path)  # an OSError of something fairseq-generate's main called: not its --results-path
+    os.makedirs(path, exist_ok=True)
+"""
+
+
+def test_an_os_error_of_generates_results_path_is_a_user_error_and_one_below_it_is_not(tmp_path):
+    """fairseq-generate's main makes --results-path itself: its OSError names the option. main calls much else: an
+    OSError raised by what it calls (reading the data) is not the option's."""
+    scope = {"__name__": "fairseq_cli.generate"}
+    exec(compile(GENERATE_MAIN, "generate.py", "exec"), scope)
+    below = {"__name__": "fairseq.data.indexed_dataset"}
+    exec("def read(path):\n    open(path + '/missing.bin')\n", below)
+    afile = tmp_path / "a-file"
+    afile.write_text("")
+    with pytest.raises(FileExistsError) as made:
+        scope["main"](str(afile), None)
+    found = user_error_in(made.value)
+    assert found is not None and str(found).startswith(f"--results-path {afile}: File exists: give a folder")
+    with pytest.raises(FileNotFoundError) as read:
+        scope["main"](str(tmp_path), below["read"])
+    assert user_error_in(read.value) is None
+
+
 def test_a_fairseq_command_line_that_loads_the_package_ends_a_user_error_with_status_2():
     proc = subprocess.run([sys.executable, "-c", COMMAND_LINE + "parse_variant_name('nope')\n"],
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
