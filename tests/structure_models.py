@@ -9,15 +9,15 @@ from fractions import Fraction
 
 from fairseq_speaker.analysis.speaker_words import Trait
 from fairseq_speaker.toy.corpus import style_word
-from fairseq_speaker.toy.structures import (
+from fairseq_speaker.toy.structure_model import (
     RANDOM,
     TOPICS,
-    Structure,
     StructureModel,
     TraitModel,
     _phrases,
     address_trait,
 )
+from fairseq_speaker.toy.structures import Structure
 
 
 def tiny_model(rng: random.Random, correlated: bool = True, random_share: bool = False, early: bool = False,

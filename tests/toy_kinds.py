@@ -11,7 +11,8 @@ from typing import Dict, List, Tuple
 
 import numpy as np
 
-from fairseq_speaker.modules.speaker_words import TraitKinds, speaker_words_of
+from fairseq_speaker.modules.speaker_words import speaker_words_of
+from fairseq_speaker.modules.word_kinds import TraitKinds
 from fairseq_speaker.toy.lexicon import GENDERED_ADJECTIVES
 
 #: the agreements of the toy's sentences, (masculine, feminine)

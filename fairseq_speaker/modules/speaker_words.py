@@ -16,9 +16,10 @@ word w in their sentences, S the speakers with sentences, df(w) the speakers who
 
 With the traits' kinds of speaker (``fairseq-speaker-words --kinds``, :mod:`fairseq_speaker.analysis.choices`), the
 words that are the alternatives a of a choice c are ranked by the speaker's posterior predictive instead
-(:meth:`SpeakerWords._choices`): the posterior over the kinds k of the choice's trait, from the alternatives A_s they
-said, predicts the alternatives they never said, and the alternatives they said count ``kinds_prior`` (alpha) to one
-against it (a Dirichlet posterior predictive with the kinds' prediction as its mean: MacKay & Peto, 1995)::
+(:func:`~fairseq_speaker.modules.words_estimate.choices`): the posterior over the kinds k of the choice's trait, from
+the alternatives A_s they said, predicts the alternatives they never said, and the alternatives they said count
+``kinds_prior`` (alpha) to one against it (a Dirichlet posterior predictive with the kinds' prediction as its mean:
+MacKay & Peto, 1995)::
 
     post_s(k) ∝ prior(k) * prod over the trait's choices c', alternatives a' in A_s of p(a' | k, c')
     q_s(a)    = sum_k post_s(k) p(a | k, c)
@@ -65,22 +66,33 @@ speaker whose words have not changed since is biased by the build's estimate: on
 change their own rows only, and the known speakers translate as before. A speaker whose words are forgotten
 (:meth:`SpeakerWords.forget`) is taken out of the build too, so their words no longer count among anyone's
 neighbours. ``fairseq-speaker-words`` on a checkpoint builds it again from every speaker's words.
+
+This module holds the memory (:class:`SpeakerWords`: its speakers' words, its builds, its bias rows kept between
+batches, its extra state), the memory read back from a record (:func:`from_state`) or made from sentences
+(:func:`remembered`), and a model's memory (:func:`speaker_words_of`, :func:`attach`). Its parts, one concern a
+module: :mod:`~fairseq_speaker.modules.words_options` (:class:`WordOptions`, the equation's constants, and their
+checks), :mod:`~fairseq_speaker.modules.words_estimate` (a speaker's bias row: the equation above),
+:mod:`~fairseq_speaker.modules.words_fusion` (a row fused into a generation step),
+:mod:`~fairseq_speaker.modules.words_index` (the index of everyone's words), :mod:`~fairseq_speaker.modules.word_kinds`
+(the traits' kinds of speaker) and :mod:`~fairseq_speaker.modules.words_record` (the record in a checkpoint, written
+and read back with its checks).
 """
 
 import dataclasses
 import logging
-import math
 from collections import OrderedDict
-from dataclasses import dataclass
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
 from fairseq_speaker.errors import UserError
+from fairseq_speaker.modules import words_fusion
 from fairseq_speaker.modules.word_kinds import TraitKinds
+from fairseq_speaker.modules.words_estimate import nearest, row_bias
 from fairseq_speaker.modules.words_index import WordsBase, WordsIndex
+from fairseq_speaker.modules.words_options import WordOptions
 from fairseq_speaker.modules.words_record import (  # noqa: F401 (CHECKPOINT_KEY: read from here too)
     CHECKPOINT_KEY,
     read_record,
@@ -90,86 +102,13 @@ from fairseq_speaker.modules.words_record import (  # noqa: F401 (CHECKPOINT_KEY
 
 logger = logging.getLogger(__name__)
 
-#: what a step's bias can be added to (:attr:`WordOptions.add_to`); a record written before the option existed
-#: (0.6.0 and before) added it to the logits, and keeps doing so
-ADD_TO = ("log_probs", "logits")
-#: how the alternatives of a choice of the kinds are ranked (:attr:`WordOptions.rank_choices`); a record written before
-#: the option existed (0.7.0) ranked them by their rate ratio, and keeps doing so
-RANK_CHOICES = ("posterior", "rates")
-
-#: the largest weight accepted: beyond it the memory overrides every word the network proposes (a weight of 1e30
-#: makes every output one repeated word)
-MAX_WEIGHT = 100.0
-#: the most ``evidence`` and ``kinds_prior`` may be (counts of words: beyond, a speaker's words weigh nothing)
-MAX_COUNT = 1e6
-
 #: speakers whose bias rows (V floats each) are kept between batches
 CACHED_ROWS = 256
-#: re-ranking finds the words within the window among each hypothesis's FEW_NEAR best (one top-k, a trained model's
-#: step), else by a mask over the vocabulary, and adds the bias by the words' indices when fewer than 1 / DENSE_SHARE
-#: of a step's words are within the window, as one masked dense sum otherwise (a random network's flat steps)
-FEW_NEAR = 16
-DENSE_SHARE = 16
 #: the index keeps the words of all speakers as they were at its last full build, and the rows changed since apart
 #: (a change then costs one pass over the words, not a build); past max(REBUILD_ROWS, speakers / REBUILD_SHARE)
 #: changed rows it is built in full again
 REBUILD_ROWS = 1024
 REBUILD_SHARE = 16
-
-
-@dataclass
-class WordOptions:
-    """The estimator's constants (the module docstring's equation). The defaults were chosen on the styles corpus
-    (docs/speaker_learning.md, "How the options were chosen"); no other corpus was measured."""
-
-    weight: float = 6.0
-    window: float = 2.0
-    own: float = 0.3
-    neighbours: float = 0.6
-    k: int = 30
-    power: float = 4.0
-    evidence: float = 60.0
-    #: what a generation step's bias is added to: ``log_probs``, the step's normalized log-probabilities, so that a
-    #: hypothesis keeps its word's bias and the words of the speaker can choose the article before them; or ``logits``
-    #: (0.6.0 and before), renormalized at the step, where a noun's bias cannot undo its article
-    add_to: str = "log_probs"
-    #: how the alternatives of a choice of the traits' kinds are ranked: by the speaker's posterior predictive, every
-    #: other word then only raised (``posterior``, the module docstring), or by their rate ratio alone, as everything
-    #: else (``rates``, 0.7.0)
-    rank_choices: str = "posterior"
-    #: how many of a speaker's own choices the kinds' prediction of a choice counts as (alpha): below 1, an
-    #: alternative the speaker said outranks any they did not
-    kinds_prior: float = 0.3
-    #: whether a word within the window is kept at or above the window's edge (the step's best minus ``window``), so
-    #: that the memory only re-ranks the words the network proposes and a word outside the window never wins by the
-    #: network's best being lowered (records written before the option existed, 0.8.0 and before, do not)
-    floor: bool = True
-
-    def problems(self) -> List[str]:
-        out = []
-        if self.add_to not in ADD_TO:
-            out.append(f"add_to must be one of {', '.join(ADD_TO)}, got {self.add_to!r}")
-        if self.rank_choices not in RANK_CHOICES:
-            out.append(f"rank_choices must be one of {', '.join(RANK_CHOICES)}, got {self.rank_choices!r}")
-        for name in ("weight", "window", "own", "neighbours", "power", "evidence", "kinds_prior"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-                out.append(f"{name} must be a number >= 0, got {value!r}")
-        if not out and self.weight > MAX_WEIGHT:
-            out.append(f"weight must be at most {MAX_WEIGHT:g}, got {self.weight!r}")
-        for name in ("evidence", "kinds_prior"):  # beyond them every speaker's bias is 0: a memory that does nothing
-            if not out and getattr(self, name) > MAX_COUNT:
-                out.append(f"{name} must be at most {MAX_COUNT:g} (a count of words; weight 0 is the memory that does "
-                           f"nothing), got {getattr(self, name)!r}")
-        if not out and self.kinds_prior == 0:
-            out.append("kinds_prior must be above 0 (the kinds' prediction of the alternatives a speaker never said)")
-        if not out and self.own + self.neighbours > 1:
-            out.append(f"own + neighbours must be at most 1, got {self.own} + {self.neighbours}")
-        if not isinstance(self.floor, bool):
-            out.append(f"floor must be true or false, got {self.floor!r}")
-        if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:
-            out.append(f"k must be a whole number >= 1, got {self.k!r}")
-        return out
 
 
 class SpeakerWords(nn.Module):
@@ -322,76 +261,18 @@ class SpeakerWords(nn.Module):
         if cached is not None:
             self._rows.move_to_end(row)
             return cached
-        o = self.options
-        if not len(self.words_of(row)) or o.weight == 0:
+        if not len(self.words_of(row)) or self.options.weight == 0:
             out = torch.zeros(self.vocab)
         else:
             index = self._estimate_index(row)
-            p, anyone = index.p, index.anyone
-            ids = self.words_of(row)
-            query = np.zeros(self.vocab, dtype=np.float32)
-            query[ids] = index.idf[ids] / max(float(index.norms[row]), 1e-12)  # the speaker's unit row
-            similarity = index.similarity(query)
-            similarity[row] = 0.0
-            nearest, weights = self._nearest(similarity)
-            neighbours = p  # a speaker like no other: everyone's rate
-            if len(nearest):
-                neighbours = np.zeros(self.vocab)
-                said_by = self._built_words if index is self._built_index else self.words
-                assert said_by is not None  # the last build's index goes with its words
-                for t, weight in zip(nearest.tolist(), weights.tolist()):  # k rows of distinct ids each
-                    neighbours[said_by[t]] += weight
-                neighbours /= weights.sum()
-            own = np.zeros(self.vocab, dtype=np.float64)
-            own[ids] = 1.0
-            choices = self._choices(own > 0)
-            if choices:  # each choice's votes shared by the speaker's posterior predictive
-                neighbours = np.array(neighbours, dtype=np.float64)
-                for words, predicted in choices:
-                    neighbours[words] = predicted * neighbours[words].sum()
-            rate = o.own * own + o.neighbours * neighbours + (1.0 - o.own - o.neighbours) * p
-            said = len(ids)
-            bias = o.weight * said / (said + o.evidence) * np.log(np.maximum(rate, 1e-12) / p)
-            if o.rank_choices == "posterior" and choices:
-                # the choices rank the rivals: any other word is only ever raised (that a speaker of a few sentences
-                # has not said it yet is no evidence that they would not, and lowered, it adds up along a hypothesis)
-                np.maximum(bias, 0.0, out=bias)
-                for words, predicted in choices:
-                    r = own[words] + o.kinds_prior * predicted
-                    bias[words] = bias[words].max() + o.weight * np.log(r / r.max())
-            bias[~anyone] = 0.0
+            said_by = self._built_words if index is self._built_index else self.words
+            assert said_by is not None  # the last build's index goes with its words
+            bias = row_bias(row, self.words_of(row), index, said_by, self.options, self.kinds, self.vocab)
             out = torch.from_numpy(bias.astype(np.float32))
         self._rows[row] = out
         while len(self._rows) > CACHED_ROWS:
             self._rows.popitem(last=False)
         return out
-
-    def _choices(self, said: np.ndarray) -> List[Tuple[np.ndarray, np.ndarray]]:
-        """Every choice of the traits' kinds: its alternatives' word ids and the speaker's posterior predictive over
-        them, given the alternatives they said (``said``: a mask over the vocabulary)."""
-        out: List[Tuple[np.ndarray, np.ndarray]] = []
-        for trait in self.kinds:
-            log_posterior = np.log(trait.prior)
-            for words, table in zip(trait.choices, trait.tables):
-                log_posterior = log_posterior + np.log(table[:, said[words]]).sum(1)
-            posterior = np.exp(log_posterior - log_posterior.max())
-            posterior /= posterior.sum()
-            out.extend((words, posterior @ table) for words, table in zip(trait.choices, trait.tables))
-        return out
-
-    def _nearest(self, similarity: np.ndarray):
-        """The (at most) ``k`` rows of largest positive ``similarity`` (of equal ones, the earlier rows) and their
-        weights sim^power, not normalized: relative to the most similar row's (its weight 1), so that a large power
-        gives the nearest rows all the weight instead of underflowing every weight to 0 (empty arrays when no row is
-        similar)."""
-        similarity = np.maximum(similarity, 0.0)
-        k = min(self.options.k, int((similarity > 0).sum()))
-        if k == 0:
-            return np.zeros(0, dtype=np.int64), np.zeros(0)
-        kth = np.partition(similarity, len(similarity) - k)[len(similarity) - k]  # the k-th largest
-        above = np.flatnonzero(similarity > kth)
-        nearest = np.concatenate([above, np.flatnonzero(similarity == kth)[:k - len(above)]])  # ties: earlier rows
-        return nearest, (similarity[nearest] / similarity[nearest].max()) ** self.options.power
 
     def index(self) -> "WordsIndex":
         """The estimate's index of the speakers' words as it is now (never changed: a later change of the memory
@@ -410,8 +291,8 @@ class SpeakerWords(nn.Module):
         if norm == 0.0 or among <= 0:
             return np.zeros(0, dtype=np.int64), np.zeros(0)
         similarity = index.similarity(query / norm)[:among]
-        nearest, weights = self._nearest(similarity)
-        return nearest, weights / weights.sum() if len(weights) else weights
+        near, weights = nearest(similarity, self.options.k, self.options.power)
+        return near, weights / weights.sum() if len(weights) else weights
 
     def bias(self, speakers: Tensor) -> Tensor:
         """The bias of each sentence's speaker ``[B, V]``; rows of speakers without words (or unknown, -1) are 0."""
@@ -419,53 +300,16 @@ class SpeakerWords(nn.Module):
         return torch.stack(rows) if rows else torch.zeros(0, self.vocab)
 
     def step_log_probs(self, log_probs: Tensor, rows: Tensor, index: Optional[Tensor] = None) -> Tensor:
-        """A generation step's log-probabilities ``[B, V]`` (the network's, as fairseq's generator computes them) with
-        each hypothesis's bias (:meth:`rerank`; ``rows`` and ``index`` as there): a new float32 tensor, as fairseq's
-        own log-probabilities are, summed by the beam
-        (:class:`fairseq_speaker.sequence_generator.SpeakerWordsEnsemble`).
-
-        With ``add_to`` ``log_probs`` the bias is added to the step's log-probabilities, so a hypothesis's score is
-        the sum over its words of the network's log-probability and the speaker's bias (shallow fusion: Gulcehre et
-        al., 2015, with the speaker's log rate ratio as the second model): "le vélo" keeps vélo's bias against "la
-        bécane", although after "le" the network gives vélo all the probability. With ``logits`` the step is
-        renormalized after the bias (as adding it to the logits would), which then only chooses among the words of
-        one step."""
-        scores = self.rerank(log_probs.float().unsqueeze(1).clone(), rows, index).squeeze(1)
-        return torch.log_softmax(scores, dim=-1) if self.options.add_to == "logits" else scores
+        """A generation step's log-probabilities ``[B, V]`` with each hypothesis's bias, as this memory's options
+        fuse it (:func:`~fairseq_speaker.modules.words_fusion.step_log_probs`; ``rows`` and ``index`` as
+        :meth:`rerank`'s): a new float32 tensor."""
+        return words_fusion.step_log_probs(log_probs, rows, index, self.options)
 
     def rerank(self, logits: Tensor, rows: Tensor, index: Optional[Tensor] = None) -> Tensor:
         """``logits`` ``[B, 1, V]`` with each hypothesis's row of ``rows`` added to its words within ``window`` nats of
-        its most probable one: ``rows`` ``[B, V]``, or ``[R, V]`` and ``index`` ``[B]`` the row of each hypothesis
-        (one row per speaker of a batch, not one per hypothesis). ``logits`` may be changed in place.
-
-        Within ``window`` nats of the best log-probability is within ``window`` of the best logit (the normaliser is
-        the same for a hypothesis's words), so no softmax is taken. Where few words are near (a trained model's step:
-        a few per hypothesis, found among its best ``FEW_NEAR``) the bias is added to those only, by their indices;
-        where many are (a random network's flat steps: all of them), as one masked ``B x V`` sum."""
-        scores = logits.float()
-        window, floor = self.options.window, self.options.floor
-        if scores.size(-1) > FEW_NEAR:  # a trained model's step: the words within the window are among the best few
-            top, words = scores.topk(FEW_NEAR, dim=-1)  # [B, 1, FEW_NEAR], best first
-            if not bool((top[..., -1] >= top[..., 0] - window).any()):  # every hypothesis's near words are there
-                hypotheses, _, rank = (top >= top[..., :1] - window).nonzero(as_tuple=True)
-                words = words[hypotheses, 0, rank]
-                row = hypotheses if index is None else index.index_select(0, hypotheses)
-                added = rows[row, words].float()
-                if floor:  # kept at the window's edge: top - window - score <= added
-                    edge = top[hypotheses, 0, 0] - window
-                    added = torch.maximum(added, edge - top[hypotheses, 0, rank])
-                logits[:, 0].index_put_((hypotheses, words), added.to(logits.dtype), accumulate=True)
-                return logits
-        best = scores.max(dim=-1, keepdim=True).values
-        mask = scores >= best - window
-        if int(mask.count_nonzero()) * DENSE_SHARE > mask.numel() or floor:
-            gathered = rows if index is None else rows.index_select(0, index)
-            return logits.copy_(fused(scores, gathered.unsqueeze(1), best, mask, window, floor))
-        near = mask.nonzero(as_tuple=True)
-        hypotheses, words = near[0], near[2]
-        row = hypotheses if index is None else index.index_select(0, hypotheses)
-        logits.index_put_(near, rows[row, words].to(logits.dtype), accumulate=True)
-        return logits
+        its most probable one (:func:`~fairseq_speaker.modules.words_fusion.rerank`): ``rows`` ``[B, V]``, or
+        ``[R, V]`` and ``index`` ``[B]`` the row of each hypothesis. ``logits`` may be changed in place."""
+        return words_fusion.rerank(logits, rows, index, self.options.window, self.options.floor)
 
     # -- saved state -------------------------------------------------------------------------------------------
     def get_extra_state(self) -> Dict:
@@ -479,15 +323,6 @@ class SpeakerWords(nn.Module):
         self.options, self.ignored, self.words, self.kinds = other.options, other.ignored, other.words, other.kinds
         self._built_words, self._built_index = other._built_words, None
         self._reset()
-
-
-def fused(scores: Tensor, bias: Tensor, best: Tensor, near: Tensor, window: float, floor: bool) -> Tensor:
-    """``scores`` (float) with ``bias`` added to the ``near`` words, those within ``window`` of the ``best`` score (the
-    last dimension's maximum, kept); with ``floor``, a near word is kept at or above ``best - window``. A new tensor."""
-    out = scores + bias.to(scores.dtype) * near
-    if floor:
-        out = torch.where(near, torch.maximum(out, best - window), out)
-    return out
 
 
 def from_state(state, vocab: int, where: str, speakers: Optional[int] = None) -> SpeakerWords:

@@ -22,10 +22,10 @@ class TraitKinds:
 
 def kind_posteriors(trait: TraitKinds, said: np.ndarray) -> np.ndarray:
     """Speakers' posteriors over the kinds of ``trait`` ``[N, K]``: post_s(k) ∝ prior(k) times the product, over the
-    trait's alternatives a that speaker s said, of p(a | k, c) (the module's equation, as :meth:`SpeakerWords._choices`
-    computes it for one speaker as it decodes). ``said`` ``[N, V]``: whether each of N speakers said each word of the
-    vocabulary (a boolean or 0/1 array, dense or ``scipy.sparse``). All N in one product, to show many speakers'
-    traits at once."""
+    trait's alternatives a that speaker s said, of p(a | k, c) (the module's equation, as
+    :func:`~fairseq_speaker.modules.words_estimate.choices` computes it for one speaker as it decodes). ``said``
+    ``[N, V]``: whether each of N speakers said each word of the vocabulary (a boolean or 0/1 array, dense or
+    ``scipy.sparse``). All N in one product, to show many speakers' traits at once."""
     alternatives = np.concatenate(trait.choices)
     # a probability of 0 (which the kinds' smoothing does not give) counts as the smallest float, not as log 0
     log_table = np.log(np.maximum(np.concatenate(trait.tables, axis=1), np.finfo(np.float64).tiny))  # [K, A]

@@ -54,7 +54,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from fairseq_speaker.modules.speaker_words import fused
+from fairseq_speaker.modules.words_fusion import fused
 from fairseq_speaker.onboarding.scoring import Pair, collated_batches
 
 #: the weights tried beside 0 (the network alone), and the windows

@@ -35,8 +35,8 @@ from fairseq_speaker.analysis.choices import corpus_kinds
 from fairseq_speaker.atomic_write import check_not_an_input
 from fairseq_speaker.errors import UserError, command
 from fairseq_speaker.modules import speaker_words
-from fairseq_speaker.modules.speaker_words import MAX_WEIGHT, WordOptions
 from fairseq_speaker.modules.word_kinds import TraitKinds
+from fairseq_speaker.modules.words_options import ADD_TO, MAX_WEIGHT, RANK_CHOICES, WordOptions
 from fairseq_speaker.onboarding import calibrate
 from fairseq_speaker.onboarding.checkpoint import open_with_sentences, split_sentences
 from fairseq_speaker.runtime import add_runtime_arguments, check_threads, configure_output, options_given, start_threads
@@ -133,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--evidence", type=_non_negative, default=defaults.evidence,
                         help="a speaker's bias is scaled by m / (m + this), m the distinct words they said: the less "
                         "is known of a speaker, the less it moves their words")
-    parser.add_argument("--add-to", choices=speaker_words.ADD_TO, default=defaults.add_to,
+    parser.add_argument("--add-to", choices=ADD_TO, default=defaults.add_to,
                         help="what a generation step's bias is added to: the step's log-probabilities, so that a "
                         "speaker's noun also chooses the article before it (default), or its logits, renormalized "
                         "at the step (0.6.0 and before)")
@@ -143,7 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "corpus shows\"), so that a speaker's rivals they never said follow their posterior over the "
                         "kinds rather than their neighbours' votes (--no-kinds: the neighbours alone; neither: "
                         "chosen on held-out sentences)")
-    parser.add_argument("--rank-choices", choices=speaker_words.RANK_CHOICES, default=None,
+    parser.add_argument("--rank-choices", choices=RANK_CHOICES, default=None,
                         help="how the alternatives of a choice of the kinds are ranked: by the speaker's posterior "
                         f"predictive, their own choices first, every other word then only raised (default: "
                         f"{defaults.rank_choices}), or by their rate ratio as every other word (0.7.0)")

@@ -63,7 +63,7 @@ from fairseq_speaker.toy.lexicon import (  # noqa: F401  (the corpus's words, he
     TRAITS, GENDERS, ADDRESSES, PROFESSIONS, GENDERED_ADJECTIVES, INVARIABLE_ADJECTIVES, NOUNS, PROFESSION_NOUNS, PLACES, TIMES, ADDRESS_VERBS, STYLE_ITEMS, DEFAULT_DEVIATION, STYLE_NOUN_SHARE, Speaker, Styles, style_word, Row, remove_split, write_split)
 
 if TYPE_CHECKING:
-    from fairseq_speaker.toy.structures import StructureModel
+    from fairseq_speaker.toy.structure_model import StructureModel
 
 def make_styles(num_styles: int, seed: int = 1, deviation: float = DEFAULT_DEVIATION) -> Styles:
     """``num_styles`` styles over :data:`STYLE_ITEMS`, each choosing every translation uniformly at random
@@ -77,12 +77,12 @@ def make_styles(num_styles: int, seed: int = 1, deviation: float = DEFAULT_DEVIA
 
 def read_styles(path: str) -> Union["Styles", "StructureModel"]:
     """The model of a corpus's ``speakers.json``: the styles mode's (:class:`Styles`), or a structure's of the
-    corpus suite (:class:`~fairseq_speaker.toy.structures.StructureModel`, written with ``--structure NAME``); the
+    corpus suite (:class:`~fairseq_speaker.toy.structure_model.StructureModel`, written with ``--structure NAME``); the
     Bayes oracle of :mod:`fairseq_speaker.toy.oracle` takes either."""
     with open(path, encoding="utf-8") as f:
         data = json.load(f)
     if isinstance(data, dict) and "structure" in data:
-        from fairseq_speaker.toy.structures import StructureModel  # the suite builds on this module
+        from fairseq_speaker.toy.structure_model import StructureModel  # the suite builds on this module
 
         return StructureModel.from_json(data)
     return Styles.from_json(data)
@@ -388,7 +388,8 @@ def _unwritable(out: str, e: OSError) -> str:
 
 def _structure_main(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """``--list-structures`` and ``--structure NAME``: a structure fixes every other option but ``--out``."""
-    from fairseq_speaker.toy.structures import get_structure, list_structures, write_structure
+    from fairseq_speaker.toy.structure_corpus import write_structure
+    from fairseq_speaker.toy.structures import get_structure, list_structures
 
     if args.list_structures and args.structure is not None:
         parser.error("give --list-structures or --structure NAME, not both")

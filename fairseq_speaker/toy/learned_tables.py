@@ -30,7 +30,7 @@ from fractions import Fraction
 from typing import Dict, Iterable, Mapping, Optional, Sequence, Tuple
 
 from fairseq_speaker.analysis.speaker_words import Trait
-from fairseq_speaker.toy.structures import RANDOM, TOPIC, StructureModel, TraitModel
+from fairseq_speaker.toy.structure_model import RANDOM, TOPIC, StructureModel, TraitModel
 
 #: (trait, value, phrase) -> word -> the training speakers of that value who said it for the phrase
 Counts = Dict[Tuple[str, str, str], Dict[str, int]]

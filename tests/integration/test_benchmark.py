@@ -50,7 +50,9 @@ def test_plain_runs_count_the_same_arithmetic_as_the_fast_ones(tmp_path):
 def test_ratios_are_paired_within_rounds_and_rounds_rotate():
     """A ratio is the median of the per-round ratios (a slow drift of the machine cancels), failed runs
     leave their round out, and every configuration takes every place of a round in turn."""
-    from fairseq_speaker.benchmarks.training import paired_ratio, reference_of, rotated
+    from fairseq_speaker.benchmarks.training_configs import reference_of
+    from fairseq_speaker.benchmarks.training_tables import paired_ratio
+    from fairseq_speaker.benchmarks.training_workers import rotated
 
     # the machine slows down over the rounds: medians of the runs would mislead, paired ratios do not
     base = [100.0, 80.0, 60.0]
@@ -120,7 +122,7 @@ def test_a_preset_with_another_variant_is_measured_paired_beside_the_preset(tmp_
 
 
 def test_the_reference_of_a_variant_is_the_network_without_speakers_and_bad_configs_are_refused():
-    from fairseq_speaker.benchmarks.training import check_config, memory_estimate, reference_of, split_config
+    from fairseq_speaker.benchmarks.training_configs import check_config, memory_estimate, reference_of, split_config
     from fairseq_speaker.errors import UserError
 
     assert split_config("transformer_base:fact+hyper_lhuc") == ("transformer_base", "fact+hyper_lhuc")
@@ -147,7 +149,7 @@ def test_the_reference_of_a_variant_is_the_network_without_speakers_and_bad_conf
 def test_a_configuration_at_another_speaker_lr_scale_is_trained_with_it_and_measured_beside_the_default(tmp_path):
     """``CONFIG@lr-scale=X``: the same model trained with ``--speaker-lr-scale X``, paired with the default (the
     cost of ``auto`` against the shared rate, #25's figure)."""
-    from fairseq_speaker.benchmarks.training import model_args, reference_of, split_config
+    from fairseq_speaker.benchmarks.training_configs import model_args, reference_of, split_config
 
     assert split_config("lstm_base:fact@lr-scale=1") == ("lstm_base", "fact")
     assert reference_of("lstm_fact_bias@lr-scale=1") == "lstm_base"
@@ -168,7 +170,8 @@ def test_a_configuration_at_another_speaker_lr_scale_is_trained_with_it_and_meas
 def test_a_configuration_with_its_speakers_words_translates_with_them_beside_the_same_model_without(tmp_path):
     """``CONFIG@words``: the same model translating with a memory of each speaker's words (their sentences' target
     words in the synthetic corpus), paired with the model without it; generation only."""
-    from fairseq_speaker.benchmarks.training import _remember_words, _setup, check_config, model_args, split_config
+    from fairseq_speaker.benchmarks.training_configs import check_config, model_args, split_config
+    from fairseq_speaker.benchmarks.training_workers import _remember_words, _setup
     from fairseq_speaker.errors import UserError
     from fairseq_speaker.modules.speaker_words import speaker_words_of
 

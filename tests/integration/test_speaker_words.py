@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from fairseq_speaker.modules.speaker_words import CHECKPOINT_KEY, SpeakerWords, WordOptions, from_state
+from fairseq_speaker.modules.speaker_words import CHECKPOINT_KEY, SpeakerWords, from_state
 from fairseq_speaker.onboarding.translator import SpeakerTranslator
 from fairseq_speaker.modules.speaker_words import speaker_words_of
+from fairseq_speaker.modules.words_options import WordOptions
 from tests.cli import call_main, generate_args, run_here
 
 

@@ -13,6 +13,7 @@ import fairseq_speaker  # noqa: F401  (registers the task, models and criterion)
 from fairseq_speaker import commands
 from fairseq_speaker.analysis.parameter_counts import count_parameters
 from fairseq_speaker.benchmarks import training as benchmark
+from fairseq_speaker.benchmarks import training_configs
 from fairseq_speaker.errors import UserError
 from fairseq_speaker.models import (
     FAMILY_REGISTRY,
@@ -76,10 +77,10 @@ def test_a_registered_family_has_every_preset_and_drives_the_helpers(tiny_tf):
     assert demo.family_args("tiny_tf") == [*transformer_size_args(SCALES_OF_TEST["demo"]), "--optimizer", "adam"]
     # the benchmark: --family choices, its configurations (no stock model declared: none to compare with)
     assert "tiny_tf" in benchmark.build_parser()._option_string_actions["--family"].choices
-    assert benchmark.default_configs("tiny_tf") == presets
-    assert benchmark.reference_of("tiny_tf_fact_bias:plain") == "tiny_tf_base:plain"
+    assert training_configs.default_configs("tiny_tf") == presets
+    assert training_configs.reference_of("tiny_tf_fact_bias:plain") == "tiny_tf_base:plain"
     with pytest.raises(UserError, match="--configs stock_tiny_tf: the tiny_tf family declares no stock"):
-        benchmark.task_arch_criterion("stock_tiny_tf")
+        training_configs.task_arch_criterion("stock_tiny_tf")
     # the parameter accounting names its components as the family says
     accounting = count_parameters(20, 20, 5, "tiny_tf_fact_bias", tiny_tf.scale_args("tiny"))
     assert accounting.components["the speakers"] == accounting.speaker > 0
@@ -106,7 +107,7 @@ def test_the_family_of_an_arch_is_its_models_whatever_the_name():
     try:
         assert commands.family("test_unprefixed_arch") == "transformer"
         assert preset_variant("test_unprefixed_arch") is None
-        assert benchmark.reference_of("test_unprefixed_arch") == "transformer_base"
+        assert training_configs.reference_of("test_unprefixed_arch") == "transformer_base"
     finally:
         for registry in (ARCH_MODEL_REGISTRY, ARCH_MODEL_NAME_REGISTRY):
             registry.pop("test_unprefixed_arch")
@@ -148,8 +149,8 @@ def test_a_family_from_another_package_joins_every_helper():
     lightconv = lightconv_family()
     assert lightconv.presets == [p for p in speaker_presets() if p.startswith("lightconv_")]
     assert commands.family("lightconv_base:simplex") == "lightconv"
-    assert benchmark.default_configs("lightconv")[-1] == "stock_lightconv"
-    assert benchmark.task_arch_criterion("stock_lightconv") == ("translation", "lightconv",
+    assert training_configs.default_configs("lightconv")[-1] == "stock_lightconv"
+    assert training_configs.task_arch_criterion("stock_lightconv") == ("translation", "lightconv",
                                                                 "label_smoothed_cross_entropy")
     assert demo.parse_args(["--archs", "lightconv_fact_bias"]).lr["lightconv"] == lightconv.demo_lr
 

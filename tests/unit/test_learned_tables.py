@@ -13,8 +13,11 @@ import pytest
 
 from fairseq_speaker.toy.corpus import style_word, write_corpus
 from fairseq_speaker.toy.learned_tables import LearnedTables
-from fairseq_speaker.toy.oracle import StructurePosterior, main
-from fairseq_speaker.toy.structures import RANDOM, SUITE, StructureModel, write_structure
+from fairseq_speaker.toy.oracle import main
+from fairseq_speaker.toy.posterior import StructurePosterior
+from fairseq_speaker.toy.structure_corpus import write_structure
+from fairseq_speaker.toy.structure_model import RANDOM, StructureModel
+from fairseq_speaker.toy.structures import SUITE
 from tests.structure_models import small, tiny_model, word_of
 
 Occurrence = Tuple[str, str, str]  # (trait, phrase, translation)

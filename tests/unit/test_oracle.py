@@ -12,8 +12,8 @@ import pytest
 from fairseq_speaker.analysis.speaker_words import Trait, read_traits
 from fairseq_speaker.toy.corpus import Styles, make_styles, read_styles, style_word, write_corpus
 from fairseq_speaker.toy.demo import ceilings, format_table, parse_args
-from fairseq_speaker.toy.oracle import (
-    BAYES, SpeakerPosterior, bayes_accuracy, onboarding_oracle, oracle_accuracy, oracle_rows)
+from fairseq_speaker.toy.oracle import BAYES, bayes_accuracy, onboarding_oracle, oracle_accuracy, oracle_rows
+from fairseq_speaker.toy.posterior import SpeakerPosterior
 
 DRUGS = Trait("profession", "médicaments", ("drogues", "produits"))
 PILLS = Trait("profession", "comprimés", ("cachets", "pilules"))

@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from fairseq_speaker.errors import UserError
-from fairseq_speaker.modules import speaker_words, word_kinds
-from fairseq_speaker.modules.speaker_words import SpeakerWords, WordOptions, from_state
+from fairseq_speaker.modules import speaker_words, word_kinds, words_estimate, words_fusion
+from fairseq_speaker.modules.speaker_words import SpeakerWords, from_state
+from fairseq_speaker.modules.words_options import MAX_WEIGHT, WordOptions
 
 
 def _idf_unit(said, vocab):
@@ -373,8 +374,8 @@ def test_rerank_in_place_by_indices_is_the_dense_sum_over_the_window_of_the_log_
     rows = rows * 8.0
     assert torch.allclose(words.rerank(logits.clone(), rows, index), plain, atol=1e-6)
     assert torch.allclose(words.rerank(logits.clone(), rows.index_select(0, index)), plain, atol=1e-6)
-    few = int(near.sum(-1).max()) < speaker_words.FEW_NEAR
-    by_indices = int(near.sum()) * speaker_words.DENSE_SHARE <= near.numel()
+    few = int(near.sum(-1).max()) < words_fusion.FEW_NEAR
+    by_indices = int(near.sum()) * words_fusion.DENSE_SHARE <= near.numel()
     assert (few, by_indices) == {"peaked": (True, True), "a flat hypothesis": (False, True),
                                  "flat": (False, False)}[case]
 
@@ -435,12 +436,13 @@ def test_a_record_of_0_8_0_is_its_own_build_and_a_damaged_build_is_refused():
 def test_weights_beyond_the_bound_are_refused():
     with pytest.raises(UserError, match="weight must be at most"):
         SpeakerWords(4, WordOptions(weight=1e30))
-    SpeakerWords(4, WordOptions(weight=speaker_words.MAX_WEIGHT))
+    SpeakerWords(4, WordOptions(weight=MAX_WEIGHT))
 
 
 def test_the_kinds_posteriors_of_many_speakers_at_once_are_those_decoding_uses():
-    """kind_posteriors (the service's traits, all speakers in one product) against _choices (one speaker, as decoding
-    computes it): the same prediction of every choice, from a dense or a sparse matrix of who said what."""
+    """kind_posteriors (the service's traits, all speakers in one product) against words_estimate.choices (one
+    speaker, as decoding computes it): the same prediction of every choice, from a dense or a sparse matrix of who
+    said what."""
     import scipy.sparse
 
     rng = np.random.default_rng(0)
@@ -454,7 +456,7 @@ def test_the_kinds_posteriors_of_many_speakers_at_once_are_those_decoding_uses()
     posterior = word_kinds.kind_posteriors(trait, said)
     np.testing.assert_allclose(posterior[0], trait.prior)
     for n in range(len(said)):
-        for (ids, predicted), table in zip(words._choices(said[n]), trait.tables):
+        for (ids, predicted), table in zip(words_estimate.choices(words.kinds, said[n]), trait.tables):
             np.testing.assert_allclose(posterior[n] @ table, predicted, rtol=1e-10)
     np.testing.assert_allclose(word_kinds.kind_posteriors(trait, scipy.sparse.csr_matrix(said)), posterior)
 

@@ -17,32 +17,19 @@ from fairseq_speaker.onboarding.evaluate import bayes_oracle
 from fairseq_speaker.toy.corpus import main as corpus_main
 from fairseq_speaker.toy.corpus import read_styles, style_word, write_corpus
 from fairseq_speaker.toy.demo import ceilings, format_table
-from fairseq_speaker.toy.oracle import (
-    BAYES,
-    StructurePosterior,
-    bayes_accuracy,
-    onboarding_oracle,
-    oracle_rows,
-    speaker_posterior,
-)
+from fairseq_speaker.toy.oracle import BAYES, bayes_accuracy, onboarding_oracle, oracle_rows
+from fairseq_speaker.toy.posterior import StructurePosterior, speaker_posterior
+from fairseq_speaker.toy.structure_corpus import make_structure_speakers, training_sizes, write_structure
+from fairseq_speaker.toy.structure_model import RANDOM, TOPIC, TOPICS, StructureModel, _phrases, build_model
 from fairseq_speaker.toy.structures import (
     DESIGN,
     DIMENSIONS,
     JUDGE,
-    RANDOM,
     SUITE,
-    TOPIC,
-    TOPICS,
     Structure,
-    StructureModel,
-    _phrases,
-    build_model,
     draw_structures,
     get_structure,
-    make_structure_speakers,
     structure_json,
-    training_sizes,
-    write_structure,
 )
 from tests.structure_models import small, tiny_model, word_of
 
