@@ -20,7 +20,7 @@ def read_generate_output(text: str, source: str = "<fairseq-generate output>", k
         raise ValueError(f"kind must be 'H' or 'D', got {kind!r}")
     pattern = re.compile(rf"^{kind}-(\d+)\t[^\t]*\t?(.*)$")
     best: Dict[int, str] = {}
-    for line in text.splitlines():
+    for line in re.split(r"\r?\n", text):  # not splitlines: a hypothesis may hold U+2028 or U+0085, no line end
         match = pattern.match(line)
         if match:
             best.setdefault(int(match.group(1)), match.group(2))

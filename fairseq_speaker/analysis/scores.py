@@ -9,6 +9,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.significance import PairedTest, Result
 
+from fairseq_speaker.data.text_files import read_lines
 from fairseq_speaker.generate_output import read_generate_output
 
 GENERATE_LINE = re.compile(r"^[HD]-\d+\t")
@@ -18,13 +19,14 @@ SIGNIFICANCE = 0.05
 
 def read_hypotheses(path: str, kind: str = "H") -> List[str]:
     """A system's output: ``fairseq-generate`` output (its ``H-`` lines, or ``D-`` lines with
-    ``kind="D"``, put back in input order) or a plain file with one hypothesis a line."""
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
+    ``kind="D"``, put back in input order) or a plain file with one hypothesis a line, read as the references are
+    (:func:`~fairseq_speaker.data.text_files.read_lines`: lines end at ``\n`` alone, a byte-order mark is no text;
+    it was part of the first hypothesis' first word, and lowered its BLEU)."""
+    lines = read_lines(path)
     # fairseq-generate's lines are H-<id><TAB>...: a plain hypothesis that starts with "D-" is not one
-    if any(GENERATE_LINE.match(line) for line in text.splitlines()):
-        return read_generate_output(text, source=path, kind=kind)
-    return text.splitlines()
+    if any(GENERATE_LINE.match(line) for line in lines):
+        return read_generate_output("\n".join(lines), source=path, kind=kind)
+    return lines
 
 
 def detokenize(lines: Sequence[str], lang: str) -> List[str]:

@@ -55,13 +55,18 @@ class StoreStatements:
         theirs = self._parsed_fingerprint(row[0], model)
         if theirs != fingerprint:
             differ = [key for key in FINGERPRINT_KEYS if theirs.get(key) != fingerprint.get(key)]
+            if self.option != "--store":  # fairseq-speaker-store copy's --to
+                advice = (f"copy into a new {self.option} (a file or database of its own), or into the store of that "
+                          f"model")
+            else:
+                advice = (f"serve that model with this store, or give {made_for} a store of its own (a new --store "
+                          f"file or database)"
+                          + ("" if model == DEFAULT_MODEL else f" or another model id; a reload of model {model!r} "
+                             f"(POST /models/{model}/reload) refits its speakers on the new checkpoint"))
             raise StoreModelMismatch(
                 f"{self.option} {self.path} holds the speakers{_of_model(model)} of another model ({row[1]}): "
                 f"{_fingerprint_text(theirs)}; {made_for} has {_fingerprint_text(fingerprint)} (differs in: "
-                f"{', '.join(differ)}). Speaker rows only mean something in the model they were fitted on: serve that "
-                f"model with this store, or give {made_for} a store of its own (a new --store file or database)"
-                + ("" if model == DEFAULT_MODEL else f" or another model id; a reload of model {model!r} (POST "
-                   f"/models/{model}/reload) refits its speakers on the new checkpoint"))
+                f"{', '.join(differ)}). Speaker rows only mean something in the model they were fitted on: {advice}")
 
     def _parsed_fingerprint(self, text: str, model: str) -> Dict:
         try:

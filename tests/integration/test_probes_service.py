@@ -1284,6 +1284,9 @@ COPY_PROBES = [
     ("store-copy-whole",
      ["--from", "{source}", "--to", "{other_model}"], "--to {other_model_shown} holds the speakers of another model "
      "(full.pt): a 'full' speaker bias"),
+    ("store-copy-whole",  # the advice was a service's: "serve that model with this store"
+     ["--from", "{source}", "--to", "{other_model}"], "Speaker rows only mean something in the model they were fitted "
+     "on: copy into a new --to (a file or database of its own), or into the store of that model"),
     ("store-copy-whole",
      ["--from", "{empty}", "--to", "{changed}"], "--from {empty_shown}: holds no speaker store (no tables meta and "
      "speakers in the schema fairseq_speaker): give the database a service wrote to"),

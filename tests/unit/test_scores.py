@@ -29,6 +29,17 @@ def degrade(lines, every, seed=1):
     return out
 
 
+def test_a_system_output_is_read_as_the_references_are(tmp_path):
+    """A byte-order mark is no text (it was part of the first hypothesis's first word: BLEU 90.5 for an output equal to
+    its references), lines end at a line feed alone (a U+2028 inside a hypothesis made two), CRLF as LF."""
+    plain = tmp_path / "plain.txt"
+    plain.write_bytes("\ufeffa b c .\r\nd e\u2028f .\n".encode("utf-8"))
+    assert read_hypotheses(str(plain)) == ["a b c .", "d e\u2028f ."]
+    generated = tmp_path / "generate.txt"
+    generated.write_bytes("\ufeffH-1\t-0.5\td e\u2028f .\nH-0\t-0.1\ta b c .\n".encode("utf-8"))
+    assert read_hypotheses(str(generated)) == ["a b c .", "d e\u2028f ."]
+
+
 def test_bleu_and_chrf_agree_with_the_sacrebleu_command_line(tmp_path):
     refs, hyps = corpus(), degrade(corpus(), 2)
     (tmp_path / "ref").write_text("\n".join(refs) + "\n")
