@@ -34,7 +34,7 @@ from fairseq.search import DiverseBeamSearch
 from fairseq.sequence_generator import EnsembleModel, SequenceGenerator
 from torch import Tensor
 
-from fairseq_speaker.data.speaker_dictionary import FILLER
+from fairseq_speaker.data.sentence_checks import FILLER
 from fairseq_speaker.errors import UserError
 from fairseq_speaker.modules.speaker_encoder import encoder_speakers
 from fairseq_speaker.modules.speaker_words import SpeakerWords, speaker_words_of

@@ -13,7 +13,7 @@ import unicodedata
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from fairseq_speaker.data import read_lines, read_speaker_file
-from fairseq_speaker.data.speaker_dictionary import sentence_problem
+from fairseq_speaker.data.sentence_checks import sentence_problem
 from fairseq_speaker.onboarding.checkpoint import OnboardingError
 from fairseq_speaker.onboarding.scoring import Pair
 

@@ -20,7 +20,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from fairseq_speaker.data.speaker_dictionary import new_label_problem
+from fairseq_speaker.data.speaker_labels import new_label_problem
 from fairseq_speaker.modules.speaker_words import SpeakerWords, speaker_words_of
 from fairseq_speaker.modules.words_index import WordsIndex
 from fairseq_speaker.onboarding.adaptation_sentences import SentenceEncoding

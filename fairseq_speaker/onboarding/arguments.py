@@ -16,7 +16,7 @@ import torch
 from fairseq.dataclass.configs import GenerationConfig
 
 import fairseq_speaker  # noqa: F401  (registers the task and the models)
-from fairseq_speaker.data.speaker_dictionary import sentence_problem
+from fairseq_speaker.data.sentence_checks import sentence_problem
 from fairseq_speaker.onboarding.checkpoint import OnboardingError
 from fairseq_speaker.tasks.inference import BEAM_STOPS
 

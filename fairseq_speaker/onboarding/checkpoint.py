@@ -26,7 +26,7 @@ from torch import Tensor
 from fairseq_speaker.atomic_write import atomic_path
 from fairseq_speaker.checkpoints import ONBOARDED_KEY, SPEAKER_NAMES_KEY, not_a_file, on_checkpoint_load
 from fairseq_speaker.data import SpeakerDataError
-from fairseq_speaker.data.speaker_dictionary import new_label_problem, shown, visible_form
+from fairseq_speaker.data.speaker_labels import new_label_problem, shown, visible_form
 from fairseq_speaker.errors import UserError
 from fairseq_speaker.modules.speaker_bias import SpeakerBias
 from fairseq_speaker.modules.speaker_words import speaker_words_of

@@ -7,7 +7,8 @@ of it.
 import re
 from typing import Sequence
 
-from fairseq_speaker.data.speaker_dictionary import new_label_problem, sentence_problem
+from fairseq_speaker.data.sentence_checks import sentence_problem
+from fairseq_speaker.data.speaker_labels import new_label_problem
 from fairseq_speaker.service import schema
 from fairseq_speaker.service.service_errors import ServiceError
 from fairseq_speaker.service.service_state import ServiceState

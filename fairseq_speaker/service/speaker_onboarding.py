@@ -8,7 +8,7 @@ import contextlib
 import sqlite3
 from typing import List, Optional, Sequence, Tuple
 
-from fairseq_speaker.data.speaker_dictionary import shown
+from fairseq_speaker.data.speaker_labels import shown
 from fairseq_speaker.errors import UserError
 from fairseq_speaker.onboarding.fit import FitReport
 from fairseq_speaker.onboarding.vectors import SpeakerVectors, vectors_bytes

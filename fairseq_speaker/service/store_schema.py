@@ -10,7 +10,7 @@ import logging
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
-from fairseq_speaker.data.speaker_dictionary import visible_form
+from fairseq_speaker.data.speaker_labels import visible_form
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ UPGRADE_2_TO_3 = "ALTER TABLE speakers ADD COLUMN looks TEXT NOT NULL DEFAULT ''
 
 def looks(name: str) -> str:
     """What the column ``looks`` holds for the speaker ``name``: its
-    :func:`~fairseq_speaker.data.speaker_dictionary.visible_form`. Two speakers of one model whose names look alike
+    :func:`~fairseq_speaker.data.speaker_labels.visible_form`. Two speakers of one model whose names look alike
     are refused by every write."""
     return visible_form(name)
 

@@ -12,7 +12,7 @@ import sqlite3
 import threading
 from typing import Any, ContextManager, Dict, List, Optional, Sequence, Tuple
 
-from fairseq_speaker.data.speaker_dictionary import new_label_problem
+from fairseq_speaker.data.speaker_labels import new_label_problem
 from fairseq_speaker.service.store_errors import StoreConflict, StoreDamaged, StoreError, StoreModelMismatch
 from fairseq_speaker.service.store_schema import (COLUMNS, DEFAULT_MODEL, FINGERPRINT_KEYS, StoredSpeaker, looks,
                                                   speaker_text)

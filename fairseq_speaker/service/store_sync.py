@@ -12,7 +12,7 @@ from typing import Dict, List, Set, Tuple
 
 import numpy as np
 
-from fairseq_speaker.data.speaker_dictionary import shown, visible_form
+from fairseq_speaker.data.speaker_labels import shown, visible_form
 from fairseq_speaker.errors import UserError
 from fairseq_speaker.onboarding.vectors import SpeakerVectors, read_speaker_vectors, vectors_bytes
 from fairseq_speaker.service.service_errors import ServiceError

@@ -9,7 +9,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import List, NamedTuple, Optional
 
-from fairseq_speaker.data.speaker_dictionary import shown
+from fairseq_speaker.data.speaker_labels import shown
 from fairseq_speaker.errors import UserError
 from fairseq_speaker.service import schema
 from fairseq_speaker.service.batcher import Hypotheses, QueueFull

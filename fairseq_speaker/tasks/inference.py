@@ -19,7 +19,8 @@ from fairseq import utils
 
 from fairseq_speaker.allowed_tokens import check_ended, restricted
 from fairseq_speaker.data import SpeakerDataError, SpeakerDataset
-from fairseq_speaker.data.speaker_dictionary import label_problem, sentence_problem
+from fairseq_speaker.data.sentence_checks import sentence_problem
+from fairseq_speaker.data.speaker_labels import label_problem
 from fairseq_speaker.runtime import fairseq_command
 
 # the task's logger: its messages (the input's lines, the speakers) keep the name a user filters them by

@@ -12,7 +12,8 @@ from fairseq_speaker.data import (
     SpeakerDictionary,
     read_speaker_file,
 )
-from fairseq_speaker.data.speaker_dictionary import UNKNOWN_SPEAKER_POLICIES, new_label_problem
+from fairseq_speaker.data.speaker_dictionary import UNKNOWN_SPEAKER_POLICIES
+from fairseq_speaker.data.speaker_labels import new_label_problem
 
 
 def write(path, text):

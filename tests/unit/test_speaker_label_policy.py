@@ -5,7 +5,7 @@ name with invisible characters added)."""
 import pytest
 
 from fairseq_speaker.data import SpeakerDictionary
-from fairseq_speaker.data.speaker_dictionary import MAX_LABEL_CHARS, label_problem, new_label_problem, visible_form
+from fairseq_speaker.data.speaker_labels import MAX_LABEL_CHARS, label_problem, new_label_problem, visible_form
 
 KNOWN = SpeakerDictionary(["lee", "dr lee", "h\u00e9l\u00e8ne", "spk\u200b000"])  # the last: old data, now refused
 
