@@ -16,7 +16,7 @@ from fairseq_speaker.onboarding.fit import FitReport
 from fairseq_speaker.onboarding.translator_base import TranslatorBase, serialized
 
 if TYPE_CHECKING:
-    from fairseq_speaker.onboarding.vectors import SpeakerVectors
+    from fairseq_speaker.onboarding.vectors_file import SpeakerVectors
 
 
 def fitting_copy(model, keep: Sequence = ()):
@@ -56,7 +56,7 @@ class TranslatorOnboarding(TranslatorBase):
         The fit runs on a copy of the model that shares its weights and has its own speaker table and speaker
         dictionary; the translator is held only while the copy is taken, so translations go on during the fit.
         A name the model knows is fitted again from its sentences alone (``replace``)."""
-        from fairseq_speaker.onboarding.vectors import speaker_vectors
+        from fairseq_speaker.onboarding.vectors_file import speaker_vectors
 
         with self._lock:  # copies of a table no call is changing
             self.adapter  # noqa: B018  (the model's own, made once: it encodes the sentences below)
@@ -85,7 +85,7 @@ class TranslatorOnboarding(TranslatorBase):
     @serialized
     def export_speakers(self, path: str, names: Optional[Sequence[str]] = None):
         """Write the parameters of ``names`` (default: all speakers) to a portable ``.npz`` file."""
-        from fairseq_speaker.onboarding.vectors import save_speaker_vectors
+        from fairseq_speaker.onboarding.vectors_file import save_speaker_vectors
 
         path = checked_path(path, "export_speakers: path")  # None ended in a TypeError deep in numpy
         names = name_list(names, "export_speakers", empty=False) if names is not None else self.speakers
@@ -95,7 +95,7 @@ class TranslatorOnboarding(TranslatorBase):
     @serialized
     def speaker_vectors(self, names: Optional[Sequence[str]] = None) -> "SpeakerVectors":
         """The parameters of ``names`` (default: all speakers) in memory, as :meth:`export_speakers` writes them."""
-        from fairseq_speaker.onboarding.vectors import speaker_vectors
+        from fairseq_speaker.onboarding.vectors_file import speaker_vectors
 
         names = name_list(names, "speaker_vectors", empty=False) if names is not None else self.speakers
         bias = adaptable_bias(self.model, self.task, self.checkpoint)
@@ -106,7 +106,8 @@ class TranslatorOnboarding(TranslatorBase):
     def import_speakers(self, path: Union[str, "SpeakerVectors"], replace: bool = False) -> List[str]:
         """Add (or with ``replace``, overwrite) the speakers of a file written by :meth:`export_speakers` (or of
         :meth:`speaker_vectors` in memory); returns their names. Rows of an incompatible model are refused."""
-        from fairseq_speaker.onboarding.vectors import SpeakerVectors, import_vectors, load_speaker_vectors
+        from fairseq_speaker.onboarding.vectors_compat import import_vectors
+        from fairseq_speaker.onboarding.vectors_file import SpeakerVectors, load_speaker_vectors
 
         if not isinstance(replace, bool):
             raise OnboardingError(f"import_speakers: replace must be True or False, got {replace!r}")

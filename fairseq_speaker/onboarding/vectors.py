@@ -1,4 +1,4 @@
-"""Portable speaker vectors: ``fairseq-speaker-vectors`` and the ``.npz`` files it reads and writes.
+"""``fairseq-speaker-vectors``: a speaker's vector exported from a checkpoint and imported into another.
 
 A speaker's vector is what the speaker bias holds of that speaker alone (its rows of the
 variant's speaker parameters: the V-vector of ``full``, the r weights of ``fact``, ...). It
@@ -8,43 +8,29 @@ where the speaker is added (or, with ``--replace``, overwritten)::
     fairseq-speaker-vectors export DATA_DIR --path checkpoint_best.pt --out speakers.npz [--speakers A B]
     fairseq-speaker-vectors import DATA_DIR --path other.pt --vectors speakers.npz --save merged.pt [--replace]
 
-The file is a plain ``.npz`` (it loads with ``allow_pickle=False``): ``names`` (the speakers),
-``param/<name>`` (``[n, ...]`` float32, one array per speaker parameter) and ``meta``, a JSON
-string: the format and its version, the variant, each parameter's row shape, the target
-dictionary's hash and size, and a SHA-1 of the bias's shared parameters and buffers; from a model that remembers
-its speakers' words (``fairseq-speaker-words``), also ``words/lengths`` (``[n]``) and ``words/ids`` (int32, each
-speaker's target word ids one after the other), which an import into a model that remembers words keeps. A
-speaker's rows only mean something with the same variant, target vocabulary and shared
-parameters (fact's weights mix the model's own shared bias vectors), so an import checks all
-of them (:func:`check_compatible`) and refuses a file written for another model.
+The file's format: :mod:`~fairseq_speaker.onboarding.vectors_file`; the checks against a model and the import:
+:mod:`~fairseq_speaker.onboarding.vectors_compat`.
 """
 
 import argparse
-import hashlib
-import io
-import json
 import logging
 import os
-from collections import Counter
-from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Set, Tuple
+from typing import Optional, Sequence
 
-import numpy as np
-import torch
-from torch import Tensor, nn
-
-from fairseq_speaker.atomic_write import atomic_path, check_not_an_input
+from fairseq_speaker.atomic_write import check_not_an_input
 from fairseq_speaker.command_registry import program_name
-from fairseq_speaker.data import dictionary_hash
 from fairseq_speaker.errors import UserError, command, fail
-from fairseq_speaker.modules.speaker_bias import SpeakerBias
-from fairseq_speaker.modules.speaker_words import SpeakerWords, speaker_words_of
+from fairseq_speaker.modules.speaker_words import speaker_words_of
 from fairseq_speaker.onboarding.checkpoint import (
     OnboardingError,
     SpeakerCheckpoint,
-    adaptable_bias,
-    add_speakers,
-    replace_speakers,
+)
+from fairseq_speaker.onboarding.vectors_compat import import_vectors
+from fairseq_speaker.onboarding.vectors_file import (
+    listing,
+    load_speaker_vectors,
+    save_speaker_vectors,
+    variant_spelling,
 )
 from fairseq_speaker.runtime import add_runtime_arguments, configure_output
 from fairseq_speaker.user_dir import add_user_dir_argument, import_user_dir
@@ -52,311 +38,12 @@ from fairseq_speaker.user_dir import add_user_dir_argument, import_user_dir
 PROG = program_name(__name__)
 logger = logging.getLogger(__name__)
 
-FORMAT = "fairseq-speaker-vectors"
-FORMAT_VERSION = 1
-PARAM_PREFIX = "param/"
-WORD_LENGTHS, WORD_IDS = "words/lengths", "words/ids"
-
-
-@dataclass
-class SpeakerVectors:
-    """The contents of a speaker vectors file.
-
-    Attributes:
-        names: the speakers, in the order of the rows.
-        rows: speaker parameter name -> ``[len(names), ...]`` float32 array.
-        meta: the file's metadata (see the module documentation).
-        path: the file it was read from (for messages).
-        words: each speaker's target word ids, when the model they came from remembers its speakers' words.
-    """
-
-    names: List[str]
-    rows: Dict[str, np.ndarray]
-    meta: Dict
-    path: str = "<memory>"
-    words: Optional[List[np.ndarray]] = None
-
-    def tensors(self, names: Optional[Sequence[str]] = None) -> Dict[str, Tensor]:
-        """The rows of ``names`` (default: every speaker, in file order) as tensors, as
-        :meth:`SpeakerBias.import_speakers` takes them."""
-        position = {name: i for i, name in enumerate(self.names)}
-        index = [position[n] for n in names] if names is not None else list(range(len(self.names)))
-        return {key: torch.from_numpy(value[index].copy()) for key, value in self.rows.items()}
-
-
-@dataclass
-class ExportSummary:
-    """What :func:`save_speaker_vectors` wrote."""
-
-    path: str
-    speakers: int
-    parameters_per_speaker: int
-    bytes_per_speaker: int  # as float32
-    file_bytes: int
 
 
 # -- describing a bias ------------------------------------------------------------------------------
 
 
-def variant_spelling(bias: SpeakerBias) -> str:
-    """The variant as ``--speaker-bias`` spells it: ``fact``, or ``fact+full`` for a sum."""
-    parts = getattr(bias, "parts", None)
-    if isinstance(parts, nn.ModuleDict):  # a combinator (sum) holds the variants it adds, by name
-        return "+".join(parts.keys())
-    return bias.name
-
-
-def shared_state_hash(bias: SpeakerBias) -> str:
-    """SHA-1 of everything of ``bias`` that is not a speaker's own (shared parameters and buffers, as
-    float32, with their names and shapes): equal hashes mean the speakers' rows mean the same thing."""
-    digest = hashlib.sha1()
-    shared: Dict[str, Tensor] = dict(bias.shared_parameters())
-    shared.update({f"buffer:{name}": b for name, b in bias.named_buffers()})
-    for name in sorted(shared):
-        value = shared[name].detach().to("cpu", torch.float32).contiguous()
-        digest.update(f"{name}{tuple(value.shape)}\n".encode("utf-8"))
-        digest.update(value.numpy().tobytes())
-    return digest.hexdigest()
-
-
-def describe(bias: SpeakerBias, target_dictionary) -> Dict:
-    """The metadata that makes a bias's speaker rows portable (compared by :func:`check_compatible`)."""
-    return {
-        "format": FORMAT,
-        "format_version": FORMAT_VERSION,
-        "variant": bias.name,
-        "variant_spelling": variant_spelling(bias),
-        "row_shapes": {name: list(shape) for name, shape in bias.speaker_row_shapes().items()},
-        "target_dictionary_hash": dictionary_hash(target_dictionary),
-        "target_dictionary_size": len(target_dictionary),
-        "shared_sha1": shared_state_hash(bias),
-    }
-
-
 # -- writing and reading ----------------------------------------------------------------------------
-
-
-def _arrays(names: Sequence[str], rows: Dict[str, np.ndarray], meta: Dict,
-            words: Optional[List[np.ndarray]] = None) -> Dict[str, np.ndarray]:
-    """The arrays of a speaker vectors file (see the module documentation)."""
-    arrays = {f"{PARAM_PREFIX}{key}": np.ascontiguousarray(value, dtype=np.float32) for key, value in rows.items()}
-    arrays["names"] = np.array(list(names), dtype=str)
-    arrays["meta"] = np.array(json.dumps(meta, sort_keys=True))
-    if words is not None:
-        arrays[WORD_LENGTHS] = np.array([len(w) for w in words], dtype=np.int64)
-        arrays[WORD_IDS] = (np.concatenate(words) if words else np.zeros(0)).astype(np.int32)
-    return arrays
-
-
-def write_npz(path: str, names: Sequence[str], rows: Dict[str, np.ndarray], meta: Dict,
-              words: Optional[List[np.ndarray]] = None) -> None:
-    """Write the file atomically (temp file, then ``os.replace``): a reader never sees half a file."""
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise OnboardingError(f"cannot write {path}: the folder {folder} does not exist")
-    arrays = _arrays(names, rows, meta, words)
-    with atomic_path(path) as tmp, open(tmp, "wb") as f:
-        # numpy's stubs take a name among **arrays for its allow_pickle flag
-        np.savez(f, **arrays)  # type: ignore[arg-type]
-
-
-def vectors_bytes(vectors: SpeakerVectors) -> bytes:
-    """The bytes of the ``.npz`` file that :func:`write_npz` would write for ``vectors`` (to keep in a database)."""
-    buffer = io.BytesIO()
-    np.savez(buffer, **_arrays(vectors.names, vectors.rows, vectors.meta, vectors.words))  # type: ignore[arg-type]
-    return buffer.getvalue()
-
-
-def speaker_vectors(bias: SpeakerBias, names: Sequence[str], target_dictionary,
-                    model_label: str = "", words: Optional[SpeakerWords] = None) -> SpeakerVectors:
-    """The rows of the speakers ``names`` of ``bias`` (looked up in ``bias.speaker_names``), in memory, with
-    the metadata a file of them carries (see :func:`save_speaker_vectors`), and their words in ``words`` (the
-    model's memory of its speakers' words, if it has one)."""
-    where = model_label or "the model"
-    if bias.speaker_names is None:
-        raise OnboardingError(f"{where}: its speaker rows are not named, so its speakers cannot be exported by name")
-    if not bias.speaker_parameters():
-        raise OnboardingError(f"{where}: the {variant_spelling(bias)!r} speaker bias has no parameters per "
-                              f"speaker: there is nothing to export")
-    names = list(names)
-    ids = {name: i for i, name in enumerate(bias.speaker_names)}
-    unknown = [n for n in names if n not in ids]
-    if unknown:
-        raise OnboardingError(f"{where}: no speaker(s) {_listing(unknown)} (it has {len(ids)} speakers: "
-                              f"{_listing(bias.speaker_names)})")
-    duplicates = _duplicates(names)
-    if duplicates:
-        raise OnboardingError(f"speaker(s) {_listing(duplicates)} named twice")
-    rows = bias.export_speakers([ids[n] for n in names])
-    meta = dict(describe(bias, target_dictionary), model=model_label, speakers=len(names))
-    return SpeakerVectors(names, {key: value.float().cpu().numpy() for key, value in rows.items()}, meta,
-                          model_label or "<memory>",
-                          [words.words_of(ids[n]) for n in names] if words is not None else None)
-
-
-def save_speaker_vectors(path: str, bias: SpeakerBias, names: Sequence[str], target_dictionary,
-                         model_label: str = "", words: Optional[SpeakerWords] = None) -> ExportSummary:
-    """Write the rows of the speakers ``names`` of ``bias`` (looked up in ``bias.speaker_names``) to ``path``.
-
-    ``target_dictionary`` is the model's (its hash goes in the file); ``model_label`` says where the
-    speakers came from (a checkpoint path), for whoever reads the file.
-    """
-    vectors = speaker_vectors(bias, names, target_dictionary, model_label, words)
-    write_npz(path, vectors.names, vectors.rows, vectors.meta, vectors.words)
-    per_speaker = bias.parameters_per_speaker()
-    return ExportSummary(path, len(vectors.names), per_speaker, 4 * per_speaker, os.path.getsize(path))
-
-
-def load_speaker_vectors(path: str) -> SpeakerVectors:
-    """Read a file written by :func:`save_speaker_vectors`, checked to be whole and consistent."""
-    if not os.path.isfile(path):
-        raise OnboardingError(f"speaker vectors not found: {path} (fairseq-speaker-vectors export writes them)")
-    return _read_vectors(path, path)
-
-
-def read_speaker_vectors(data: bytes, where: str) -> SpeakerVectors:
-    """The speaker vectors of the bytes of a file (:func:`vectors_bytes`), checked as :func:`load_speaker_vectors`
-    checks a file; ``where`` names them in messages."""
-    return _read_vectors(io.BytesIO(data), where)
-
-
-def _read_vectors(source, path: str) -> SpeakerVectors:
-    """The checked contents of ``source`` (a path or a binary file object), named ``path`` in messages."""
-    not_ours = f"{path}: not a speaker vectors file (fairseq-speaker-vectors export writes them)"
-    try:
-        loaded = np.load(source, allow_pickle=False)
-        if not isinstance(loaded, np.lib.npyio.NpzFile):  # a single .npy array
-            raise OnboardingError(not_ours)
-        with loaded:
-            arrays = {key: loaded[key] for key in loaded.files}
-    except OnboardingError:
-        raise
-    except Exception:  # a zip, pickle or npy error: whatever the bytes are, they are not ours
-        raise OnboardingError(f"{path}: not a .npz archive, so not a speaker vectors file (damaged or "
-                              f"truncated? fairseq-speaker-vectors export writes them)") from None
-    if "meta" not in arrays or "names" not in arrays:
-        raise OnboardingError(not_ours)
-    try:
-        meta = json.loads(str(arrays["meta"]))
-    except ValueError:
-        meta = None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise OnboardingError(not_ours)
-    version = meta.get("format_version")
-    if not isinstance(version, int) or version < 1:
-        raise OnboardingError(f"{path}: invalid format version {version!r}")
-    if version > FORMAT_VERSION:
-        raise OnboardingError(f"{path}: speaker vectors format {version}, newer than this fairseq-speaker reads "
-                              f"({FORMAT_VERSION}); upgrade fairseq-speaker")
-    if arrays["names"].dtype.kind != "U":  # bytes were read as their repr ("b'lee'"), another kind is no name
-        raise OnboardingError(f"{path}: its names are stored as {arrays['names'].dtype} (bytes or other values), not "
-                              f"as text: write them as a string array (np.array(names, dtype=str)), as "
-                              f"fairseq-speaker-vectors export does")
-    names = [str(n) for n in arrays["names"].reshape(-1).tolist()]
-    duplicates = _duplicates(names)
-    if duplicates:
-        raise OnboardingError(f"{path}: speaker(s) {_listing(duplicates)} appear twice")
-    rows = {key[len(PARAM_PREFIX):]: value for key, value in arrays.items() if key.startswith(PARAM_PREFIX)}
-    shapes = meta.get("row_shapes")
-    if not isinstance(shapes, dict) or set(shapes) != set(rows):
-        raise OnboardingError(f"{path}: holds parameters {sorted(rows)} but its metadata describes "
-                              f"{sorted(shapes) if isinstance(shapes, dict) else shapes!r}: the file is damaged")
-    for key, shape in shapes.items():
-        if not (isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape)):
-            raise OnboardingError(f"{path}: the metadata gives parameter {key!r} the row shape {shape!r}: "
-                                  f"the file is damaged")
-    if not names:  # written by an export of no speakers (refused since)
-        raise OnboardingError(f"{path}: holds no speakers: export the speakers to import again, naming them")
-    for key, value in rows.items():
-        expected = (len(names), *shapes[key])
-        if tuple(value.shape) != expected or not np.issubdtype(value.dtype, np.floating):
-            raise OnboardingError(f"{path}: parameter {key!r} has shape {tuple(value.shape)} ({value.dtype}), "
-                                  f"expected {expected} for {len(names)} speakers: the file is damaged")
-        finite = np.isfinite(value.reshape(len(names), -1)).all(axis=1)
-        if not finite.all():  # one such row would poison the mean speaker, and every unseen speaker with it
-            bad = [name for name, ok in zip(names, np.asarray(finite).tolist()) if not ok]
-            raise OnboardingError(f"{path}: parameter {key!r} of speaker(s) {_listing(bad)} holds NaN or infinite "
-                                  f"values: export them again from a sound model, or leave them out")
-    return SpeakerVectors(names, rows, meta, path, _read_words(arrays, names, meta, path))
-
-
-def _read_words(arrays: Dict[str, np.ndarray], names: List[str], meta: Dict, path: str) -> Optional[List[np.ndarray]]:
-    """The speakers' word ids of a file that has them (None for one that does not), checked."""
-    if WORD_LENGTHS not in arrays and WORD_IDS not in arrays:
-        return None
-    lengths, ids = arrays.get(WORD_LENGTHS), arrays.get(WORD_IDS)
-    vocab = meta.get("target_dictionary_size")
-    if lengths is None or ids is None or lengths.shape != (len(names),) or ids.ndim != 1 \
-            or not np.issubdtype(lengths.dtype, np.integer) or not np.issubdtype(ids.dtype, np.integer) \
-            or (lengths < 0).any() or int(lengths.sum()) != ids.size \
-            or (ids.size and (int(ids.min()) < 0 or not isinstance(vocab, int) or int(ids.max()) >= vocab)):
-        raise OnboardingError(f"{path}: its speakers' words ({WORD_LENGTHS}, {WORD_IDS}) do not add up to "
-                              f"{len(names)} speakers of word ids of the model's vocabulary: the file is damaged")
-    bounds = np.concatenate([[0], np.cumsum(lengths.astype(np.int64))])
-    return [ids[bounds[i]:bounds[i + 1]].astype(np.int64) for i in range(len(names))]
-
-
-#: a row whose largest value is this many times the model's own largest is reported
-FAR_OUTSIDE = 100.0
-
-
-def warn_far_outside(vectors: SpeakerVectors, bias: SpeakerBias) -> List[str]:
-    """The speakers of ``vectors`` whose rows are far outside the range of the model's own rows (logged)."""
-    outside: Set[str] = set()
-    for key, param in bias.speaker_parameters().items():
-        if key not in vectors.rows or param.numel() == 0:
-            continue
-        own = max(float(param.detach().abs().max()), 1.0)
-        largest = np.abs(vectors.rows[key].reshape(len(vectors.names), -1)).max(axis=1)
-        outside.update(name for name, value in zip(vectors.names, largest) if value > FAR_OUTSIDE * own)
-    far = sorted(outside)
-    if far:
-        logger.warning(f"{vectors.path}: speaker(s) {_listing(far)} have values over {FAR_OUTSIDE:g} times the largest "
-                       f"of this model's own speakers: check that the file is the one intended")
-    return far
-
-
-def check_compatible(vectors: SpeakerVectors, bias: SpeakerBias, target_dictionary, where: str = "the model") -> None:
-    """Refuse rows that would mean something else in ``bias``: another variant, another target
-    dictionary, other parameters or row shapes, other shared parameters. ``where`` names the model."""
-    mine, theirs, path = describe(bias, target_dictionary), vectors.meta, vectors.path
-    file_variant = theirs.get("variant_spelling") or theirs.get("variant")
-    if file_variant != mine["variant_spelling"]:
-        raise OnboardingError(
-            f"{path}: speaker vectors of a {file_variant!r} speaker bias, but {where} has a "
-            f"{mine['variant_spelling']!r} one: rows of one variant mean nothing in another; import them into a "
-            f"{file_variant!r} model, or fit these speakers on this model with fairseq-speaker-adapt")
-    if theirs.get("target_dictionary_hash") != mine["target_dictionary_hash"]:
-        raise OnboardingError(
-            f"{path}: written for another target dictionary ({theirs.get('target_dictionary_size')} words, hash "
-            f"{str(theirs.get('target_dictionary_hash'))[:12]}) than {where}'s ({mine['target_dictionary_size']} "
-            f"words, hash {mine['target_dictionary_hash'][:12]}): a speaker's bias is indexed by target word; use "
-            f"a model trained with the same target dictionary")
-    shapes = {k: list(v) for k, v in theirs.get("row_shapes", {}).items()}
-    if shapes != mine["row_shapes"]:
-        raise OnboardingError(
-            f"{path}: speaker parameters {_shapes(shapes)}, but {where} has {_shapes(mine['row_shapes'])} "
-            f"(another --speaker-rank or --speaker-embed-dim?): import them into a model of the same size")
-    if theirs.get("shared_sha1") != mine["shared_sha1"]:
-        raise OnboardingError(
-            f"{path}: the speakers were exported from a model whose shared speaker-bias parameters differ from "
-            f"{where}'s (shared hash {str(theirs.get('shared_sha1'))[:12]}, this model's "
-            f"{mine['shared_sha1'][:12]}): their rows only mean something with the shared parameters they were "
-            f"trained with; import them into the model they came from (or a copy of it), or fit these speakers "
-            f"on this model with fairseq-speaker-adapt")
-
-
-def _duplicates(names: Sequence[str]) -> List[str]:
-    return sorted(name for name, count in Counter(names).items() if count > 1)
-
-
-def _listing(names: Sequence[str], at_most: int = 5) -> str:
-    shown = ", ".join(map(repr, names[:at_most]))
-    return shown + (f" ... ({len(names)} in all)" if len(names) > at_most else "")
-
-
-def _shapes(shapes: Dict[str, List[int]]) -> str:
-    return ", ".join(f"{k} {tuple(v)}" for k, v in sorted(shapes.items())) or "none"
 
 
 def _size(n: float) -> str:
@@ -411,30 +98,6 @@ def export_command(args) -> str:
             f"(float32)\n  file: {_size(summary.file_bytes)}")
 
 
-def import_vectors(vectors: SpeakerVectors, model, task, replace: bool = False,
-                   where: str = "the model") -> Tuple[List[str], List[str]]:
-    """Put the speakers of ``vectors`` in ``model`` (and ``task``'s speaker dictionary): the ones it does not
-    know are added, known ones overwritten if ``replace``; an incompatible file is refused. Returns the
-    names added and the names replaced."""
-    bias = adaptable_bias(model, task, where)
-    check_compatible(vectors, bias, task.target_dictionary, where=where)
-    warn_far_outside(vectors, bias)
-    known = [n for n in vectors.names if n in task.speaker_dictionary]
-    new = [n for n in vectors.names if n not in task.speaker_dictionary]
-    if known and not replace:
-        raise OnboardingError(f"{vectors.path}: speaker(s) {_listing(known)} already in {where}: "
-                              f"pass --replace (replace=True) to overwrite them")
-    if new:
-        add_speakers(model, task, new, vectors.tensors(new))
-    if known:
-        replace_speakers(model, task, known, vectors.tensors(known))
-    words = speaker_words_of(model)
-    if words is not None and vectors.words is not None:  # the speakers' words came with their rows
-        for name, said in zip(vectors.names, vectors.words):
-            words.set_words(task.speaker_dictionary.index(name), [said])
-    return new, known
-
-
 def import_command(args) -> str:
     vectors = load_speaker_vectors(args.vectors)
     checkpoint = _load(args)
@@ -443,9 +106,9 @@ def import_command(args) -> str:
     lines = [f"imported {len(vectors.names)} speaker(s) of {args.vectors} into {args.path}, saved to {args.save} "
              f"({len(checkpoint.speaker_names)} speakers)"]
     if new:
-        lines.append(f"  added {len(new)}: {_listing(new)}")
+        lines.append(f"  added {len(new)}: {listing(new)}")
     if known:
-        lines.append(f"  replaced {len(known)}: {_listing(known)}")
+        lines.append(f"  replaced {len(known)}: {listing(known)}")
     return "\n".join(lines)
 
 

@@ -11,7 +11,7 @@ from typing import List, Optional, Sequence, Tuple
 from fairseq_speaker.data.speaker_labels import shown
 from fairseq_speaker.errors import UserError
 from fairseq_speaker.onboarding.fit import FitReport
-from fairseq_speaker.onboarding.vectors import SpeakerVectors, vectors_bytes
+from fairseq_speaker.onboarding.vectors_file import SpeakerVectors, vectors_bytes
 from fairseq_speaker.service import schema
 from fairseq_speaker.service.request_checks import RequestChecks
 from fairseq_speaker.service.service_errors import Retired, ServiceError, timed_out

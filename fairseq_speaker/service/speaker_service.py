@@ -37,7 +37,7 @@ from typing import Callable, Dict, List, Optional, Set
 from fairseq_speaker.errors import UserError
 from fairseq_speaker.onboarding.checkpoint import adaptable_bias
 from fairseq_speaker.onboarding.translator import SpeakerTranslator
-from fairseq_speaker.onboarding.vectors import describe
+from fairseq_speaker.onboarding.vectors_file import describe
 from fairseq_speaker.service import schema
 from fairseq_speaker.sequence_generator import check_beam_within
 from fairseq_speaker.service.batcher import Batcher, BatchOptions

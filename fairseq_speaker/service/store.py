@@ -9,7 +9,7 @@ acknowledged survives a crash or a power cut.
 A store serves several models, each under an id (``--model ID=CHECKPOINT``; ``default`` for the checkpoint a
 service is started with alone): a speaker is the pair (model id, name), so that one name onboarded for two models is
 two speakers, each with its own rows and sentences. Each model id is tied to one model by a fingerprint: what makes
-speaker rows portable between models (:func:`fairseq_speaker.onboarding.vectors.describe`: the variant, its row
+speaker rows portable between models (:func:`fairseq_speaker.onboarding.vectors_file.describe`: the variant, its row
 shapes, the target dictionary's hash and size, and a SHA-1 of the bias's shared parameters). A model with another
 fingerprint is refused under that id: its rows would mean something else there (a reload of the id refits them on
 the new model from their sentences, and ties the id to it: :meth:`SpeakerStore.rebind`).

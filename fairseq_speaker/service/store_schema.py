@@ -19,7 +19,7 @@ SCHEMA_VERSION = 3
 #: schema 1)
 DEFAULT_MODEL = "default"
 
-#: the keys of :func:`~fairseq_speaker.onboarding.vectors.describe` that tie rows to a model
+#: the keys of :func:`~fairseq_speaker.onboarding.vectors_file.describe` that tie rows to a model
 FINGERPRINT_KEYS = ("variant_spelling", "row_shapes", "target_dictionary_hash", "target_dictionary_size",
                     "shared_sha1")
 
@@ -101,5 +101,5 @@ def speaker_text(model: str, name: str) -> str:
 
 
 def fingerprint_of(description: Dict) -> Dict:
-    """The part of a bias's :func:`~fairseq_speaker.onboarding.vectors.describe` that ties rows to a model."""
+    """The part of a bias's :func:`~fairseq_speaker.onboarding.vectors_file.describe` that ties rows to a model."""
     return {key: description.get(key) for key in FINGERPRINT_KEYS}

@@ -14,7 +14,7 @@ import numpy as np
 
 from fairseq_speaker.data.speaker_labels import shown, visible_form
 from fairseq_speaker.errors import UserError
-from fairseq_speaker.onboarding.vectors import SpeakerVectors, read_speaker_vectors, vectors_bytes
+from fairseq_speaker.onboarding.vectors_file import SpeakerVectors, read_speaker_vectors, vectors_bytes
 from fairseq_speaker.service.service_errors import ServiceError
 from fairseq_speaker.service.service_state import ServiceState
 from fairseq_speaker.service.store import SpeakerStore

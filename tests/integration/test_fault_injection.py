@@ -16,7 +16,7 @@ import sys
 import torch
 
 from fairseq_speaker.atomic_write import KILL_DURING_WRITE_VARIABLE, TMP_MARK, atomic_path, leftovers, write_text
-from fairseq_speaker.onboarding.vectors import load_speaker_vectors
+from fairseq_speaker.onboarding.vectors_file import load_speaker_vectors
 from tests.cli import call_main, run, train_args
 
 

@@ -29,7 +29,7 @@ import torch
 from fastapi.testclient import TestClient
 
 from fairseq_speaker.errors import UserError
-from fairseq_speaker.onboarding.vectors import SpeakerVectors
+from fairseq_speaker.onboarding.vectors_file import SpeakerVectors
 from fairseq_speaker.service import app as serve
 from fairseq_speaker.service import store_cli
 from fairseq_speaker.service.app import create_app

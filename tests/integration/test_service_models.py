@@ -317,7 +317,7 @@ SCHEMA_1_POSTGRES = [
 def _schema_1_contents(translator, tmp_path):
     """What a store of schema 1 of ``translator``'s model held with dr-lee onboarded: its meta rows and dr-lee's
     record (the rows fitted by the translator, as the service of 0.8 stored them)."""
-    from fairseq_speaker.onboarding.vectors import vectors_bytes
+    from fairseq_speaker.onboarding.vectors_file import vectors_bytes
 
     service = create_app(translator, SpeakerStore(str(tmp_path / "for-the-fingerprint.db"))).state.service
     vectors, _ = translator.fit_speaker("dr-lee", PAIRS["sources"], PAIRS["targets"])
@@ -402,7 +402,7 @@ def test_a_store_of_schema_2_holding_lookalike_names_is_upgraded_and_serves_the_
     fingerprint = dict(meta)["fingerprint"]
     twin = "\uff44\uff52-lee"  # "ｄｒ-lee": NFKC reads it as dr-lee
     vectors, _ = translator.fit_speaker(twin, OTHER_PAIRS["sources"], OTHER_PAIRS["targets"])
-    from fairseq_speaker.onboarding.vectors import vectors_bytes
+    from fairseq_speaker.onboarding.vectors_file import vectors_bytes
 
     path = str(tmp_path / "schema-2.db")
     with contextlib.closing(sqlite3.connect(path)) as db:

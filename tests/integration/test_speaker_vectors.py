@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from fairseq_speaker.onboarding.checkpoint import SpeakerCheckpoint
-from fairseq_speaker.onboarding.vectors import load_speaker_vectors, main, write_npz
+from fairseq_speaker.onboarding.vectors import main
+from fairseq_speaker.onboarding.vectors_file import load_speaker_vectors, write_npz
 from tests.cli import SIZES, generate_args, run, run_here, train_args
 
 VECTORS = "fairseq-speaker-vectors"

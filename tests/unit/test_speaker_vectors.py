@@ -10,12 +10,11 @@ import torch
 from fairseq_speaker.data import dictionary_hash
 from fairseq_speaker.modules.speaker_bias import SPEAKER_BIAS_REGISTRY
 from fairseq_speaker.onboarding.checkpoint import OnboardingError
-from fairseq_speaker.onboarding.vectors import (
+from fairseq_speaker.onboarding.vectors_compat import check_compatible, warn_far_outside
+from fairseq_speaker.onboarding.vectors_file import (
     FORMAT,
-    check_compatible,
     load_speaker_vectors,
     save_speaker_vectors,
-    warn_far_outside,
     shared_state_hash,
     write_npz,
 )
