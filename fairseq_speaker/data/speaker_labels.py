@@ -10,12 +10,19 @@ checks of a sentence (:mod:`~fairseq_speaker.data.sentence_checks`).
 import functools
 import re
 import unicodedata
-from typing import TYPE_CHECKING, List, Optional
+from typing import List, Optional, Protocol
 
 import regex
 
-if TYPE_CHECKING:
-    from fairseq_speaker.data.speaker_dictionary import SpeakerDictionary
+
+class KnownNames(Protocol):
+    """What :func:`new_label_problem` asks of the known speakers (a
+    :class:`~fairseq_speaker.data.speaker_dictionary.SpeakerDictionary`): whether a label is one, and which one a
+    label looks like."""
+
+    def __contains__(self, label: object) -> bool: ...
+
+    def lookalike(self, label: str) -> Optional[str]: ...
 
 
 #: Unicode categories refused in a label: control characters (tab, ``\r``, NUL, ...), format characters (invisible:
@@ -137,7 +144,7 @@ def mixed_script_problem(label: str) -> Optional[str]:
     return None
 
 
-def new_label_problem(label, dictionary: Optional["SpeakerDictionary"] = None) -> Optional[str]:
+def new_label_problem(label, dictionary: Optional[KnownNames] = None) -> Optional[str]:
     """Why ``label`` cannot name a new speaker (added by onboarding, a vectors file, the API, the service or its
     store), or None: the rules of a speaker file's labels (:func:`label_problem`, no surrounding whitespace, a
     string), in NFC, no word mixing scripts, and not a known speaker's name in another Unicode normalization or
