@@ -21,27 +21,20 @@ Usage::
 """
 
 import argparse
-import copy
-import dataclasses
 import logging
 import math
 import os
 import time
-from typing import List, Optional, Sequence
+from typing import Optional, Sequence
 
-import numpy as np
-
-from fairseq_speaker.analysis.choices import corpus_kinds
 from fairseq_speaker.atomic_write import check_not_an_input
-from fairseq_speaker.errors import UserError, command
+from fairseq_speaker.errors import command
 from fairseq_speaker.modules import speaker_words
-from fairseq_speaker.modules.word_kinds import TraitKinds
 from fairseq_speaker.modules.words_options import ADD_TO, MAX_WEIGHT, RANK_CHOICES, WordOptions
 from fairseq_speaker.onboarding import calibrate
-from fairseq_speaker.onboarding.checkpoint import open_with_sentences, split_sentences
+from fairseq_speaker.onboarding.checkpoint import open_with_sentences
+from fairseq_speaker.onboarding.words_settings import HELDOUT_SUBSET, calibrated, describe_kinds, memory_of
 from fairseq_speaker.runtime import add_runtime_arguments, check_threads, configure_output, options_given, start_threads
-from fairseq_speaker.sequence_generator import check_beam_within
-from fairseq_speaker.tasks.speaker_translation import EmptySplit, SplitNotFound
 
 
 def _non_negative(value: str) -> float:
@@ -80,8 +73,7 @@ def _share(value: str) -> float:
 
 #: the choices of --calibrate
 CALIBRATE = ("auto", "split", "cross-fit", "off")
-#: the defaults of --heldout-subset and --calibration-beam
-HELDOUT_SUBSET = "valid"
+#: the default of --calibration-beam
 CALIBRATION_BEAM = 5
 
 
@@ -158,123 +150,6 @@ def build_parser() -> argparse.ArgumentParser:
                         help="a package registering more speaker bias variants or model families")
     add_runtime_arguments(parser)
     return parser
-
-
-def learned_kinds(sentences) -> List[TraitKinds]:
-    """The traits' kinds of speaker of the sentence pairs of each speaker (name -> [(source ids, target ids)]), their
-    choices as target word ids (:func:`fairseq_speaker.analysis.choices.corpus_kinds`, on the ids as words)."""
-    sources, targets, labels = [], [], []
-    for name, pairs in sentences.items():
-        for source, target in pairs:
-            sources.append([str(i) for i in source.tolist()])
-            targets.append([str(i) for i in target.tolist()])
-            labels.append(name)
-    return [TraitKinds([np.array([int(w) for w in c.alternatives]) for c in trait], model.prior,
-                                     model.alternatives)
-            for trait, model in corpus_kinds(sources, targets, labels)]
-
-
-def _memory(dictionary, speakers, table_size: int, sentences, options: WordOptions, kinds: bool
-            ) -> speaker_words.SpeakerWords:
-    """A memory of the target sentences of ``sentences`` (name -> pairs), with the traits' kinds learned from them
-    when ``kinds``."""
-    words = speaker_words.remembered(dictionary, table_size, {speakers.index(name): [target for _, target in pairs]
-                                                              for name, pairs in sentences.items()}, options)
-    if kinds:
-        words.kinds = learned_kinds(sentences)
-    return words
-
-
-def _describe_kinds(kinds: List[TraitKinds]) -> str:
-    return "; ".join(f"trait {i}: {len(t.choices)} choices, {len(t.prior)} kinds"
-                     for i, t in enumerate(kinds, 1)) or "no choice found"
-
-
-def _heldout(args, checkpoint, sentences):
-    """The held-out sentences ``(name -> pairs)`` of the remembered speakers and how they were made, and the sentences
-    the memory is built from while choosing (``sentences`` itself, or its cross-fitted part)."""
-    if args.calibrate in ("auto", "split") and args.heldout_subset != args.subset:
-        try:
-            split = split_sentences(checkpoint.task, args.heldout_subset)
-        except (FileNotFoundError, SplitNotFound):  # no such split; a split whose files are wrong says so
-            if args.heldout_named:
-                raise UserError(f"{args.data}: no binarized {args.heldout_subset!r} split; --heldout-subset names a "
-                                f"split of held-out sentences of the same speakers (leave it out to read "
-                                f"{HELDOUT_SUBSET!r} where it is there, or pass --calibrate cross-fit)") from None
-            split = {}
-        except EmptySplit:  # binarized from empty text: no sentences
-            split = {}
-        split = {name: pairs for name, pairs in split.items() if name in sentences}
-        count = sum(map(len, split.values()))
-        if count >= calibrate.MIN_SENTENCES:
-            return split, f"the {args.heldout_subset!r} split", sentences
-        if args.calibrate == "split":
-            raise UserError(f"{args.data}: the {args.heldout_subset!r} split holds {count} sentences of the speakers "
-                            f"of {args.subset!r}, and --calibrate split needs at least {calibrate.MIN_SENTENCES}: "
-                            f"name another with --heldout-subset, or pass --calibrate cross-fit")
-    kept, held = calibrate.cross_fit_split(sentences)
-    if sum(map(len, held.values())) == 0:
-        raise UserError(f"{args.data}: no speaker of the {args.subset!r} split has two sentences, so none can be held "
-                        f"out to choose the memory's settings: give a --heldout-subset of the same speakers, or "
-                        f"fix --weight, --window and --kinds/--no-kinds (or --calibrate off)")
-    return held, f"1 in {calibrate.FOLDS} sentences of each speaker held out (cross-fitted)", kept
-
-
-def _calibrated(args, checkpoint, sentences, options: WordOptions):
-    """The options and the kinds' use chosen on held-out sentences, and the :class:`~calibrate.Calibration`."""
-    task, speakers = checkpoint.task, checkpoint.task.speaker_dictionary
-    held, how, built_from = _heldout(args, checkpoint, sentences)
-    unit = dataclasses.replace(options, weight=1.0)
-    memory = _memory(task.target_dictionary, speakers, checkpoint.speaker_bias.num_speakers, built_from, unit,
-                     kinds=args.kinds is not False)
-    unit_bias = {}
-    if args.kinds is not False and memory.kinds:
-        unit_bias[True] = memory.bias_row
-    if args.kinds is not True or not memory.kinds:
-        plain = copy.deepcopy(memory)
-        plain.kinds = []
-        unit_bias[False] = plain.bias_row
-    weights = calibrate.WEIGHTS if args.weight is None else [args.weight]
-    windows = calibrate.WINDOWS if args.window is None else [args.window]
-    choice_words = [int(w) for t in memory.kinds for c in t.choices for w in c]
-    pairs = [(speakers.index(name), pair) for name, ps in held.items() for pair in ps]
-    result = calibrate.calibrate(checkpoint.model, task, pairs, unit_bias, how, weights=weights, windows=windows,
-                                 choice_words=choice_words, network=args.weight is None, floor=options.floor)
-    if args.calibrate_by == "decoding":
-        memories = {True: memory, False: plain if False in unit_bias else None}
-        result = _decoded(args, checkpoint, result, calibrate.evenly(pairs, calibrate.MAX_DECODED), memories, unit)
-    chosen = result.chosen
-    chosen_options = dataclasses.replace(options, weight=chosen.weight, window=chosen.window if chosen.weight else
-                                         options.window)
-    return chosen_options, chosen.kinds if chosen.weight else (args.kinds is not False and bool(memory.kinds)), result
-
-
-def _decoded(args, checkpoint, result, pairs, memories, unit: WordOptions):
-    """:func:`calibrate.choose_by_decoding` with the checkpoint's model, each candidate's memory attached in turn."""
-    from fairseq import hub_utils
-
-    task, model = checkpoint.task, checkpoint.model
-    check_beam_within(args.calibration_beam, len(task.target_dictionary), "--calibration-beam")
-    names = [task.speaker_dictionary.names[row] for row, _ in pairs]
-    sources = [source for _, (source, _) in pairs]
-    eos = task.target_dictionary.eos()
-    references = [[w for w in target.tolist() if w != eos] for _, (_, target) in pairs]
-    hub = hub_utils.GeneratorHubInterface(checkpoint.state["cfg"], task, [model])
-    hub.eval()
-
-    def decode(candidate: calibrate.Candidate):
-        memory = memories.get(candidate.kinds) if candidate.weight else None
-        if memory is not None:
-            memory.set_options(dataclasses.replace(unit, weight=candidate.weight, window=candidate.window))
-        speaker_words.attach(model, memory)
-        task.set_inference_speakers(names)
-        best = hub.generate(sources, beam=args.calibration_beam)
-        return [[w for w in hypotheses[0]["tokens"].tolist() if w != eos] for hypotheses in best]
-
-    try:
-        return calibrate.choose_by_decoding(result, decode, references, network=args.weight is None)
-    finally:
-        speaker_words.attach(model, None)
 
 
 def _check_calibration(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -367,7 +242,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     use_kinds = args.kinds is not False
     fixed = args.weight is not None and args.window is not None and args.kinds is not None
     if args.calibrate != "off" and not (fixed or args.weight == 0):
-        options, use_kinds, result = _calibrated(args, checkpoint, sentences, options)
+        options, use_kinds, result = calibrated(args, checkpoint, sentences, options)
         print(result.table())
         chosen = result.chosen
         if chosen.weight == 0:
@@ -383,7 +258,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                     100 * ours, 100 * theirs)
         print(f"chosen: {chosen.describe()}")
     speakers = checkpoint.task.speaker_dictionary
-    words = _memory(dictionary, speakers, checkpoint.speaker_bias.num_speakers, sentences, options, kinds=use_kinds)
+    words = memory_of(dictionary, speakers, checkpoint.speaker_bias.num_speakers, sentences, options, kinds=use_kinds)
     kept = []  # a checkpoint that remembers words already: its speakers onboarded since keep theirs
     if before is not None:
         split = {speakers.index(name) for name in sentences}
@@ -392,7 +267,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                 words.set_words(row, [before.words_of(row)])
                 kept.append(row)
     if use_kinds:
-        print("kinds of speaker: " + _describe_kinds(words.kinds))
+        print("kinds of speaker: " + describe_kinds(words.kinds))
         if not words.kinds:
             logging.getLogger("fairseq_speaker.words").warning(
                 "no trait of the %r split has kinds of speaker that predict held-out speakers' choices better than "
