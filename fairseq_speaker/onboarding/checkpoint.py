@@ -187,6 +187,26 @@ def replace_speakers(model, task, names: Sequence[str], rows: Dict[str, Tensor],
         task.state.merge_state_dict({ONBOARDED_KEY: dict(record, sentences=sentences)})
 
 
+def rename_speakers(model, task, renames: Dict[str, str]) -> None:
+    """Give speakers of the model other names (old -> new), their rows, words and sentence counts kept: what the
+    service does to a deleted speaker's rows (a name no speaker can have, so that a new speaker may look like the
+    deleted one, and its name again means nothing until it is onboarded again), and back."""
+    bias = speaker_bias_of(model)
+    names = list(bias.speaker_names or [])
+    missing = [old for old in renames if old not in names]
+    taken = [new for old, new in renames.items() if new in names and new not in renames]
+    if missing or taken:
+        raise OnboardingError(f"cannot rename speakers: {', '.join(map(shown, missing + taken))} "
+                              f"{'not in the model' if missing else 'already in the model'}")
+    dictionary = task.speaker_dictionary
+    counts = {renames[old]: dictionary.counts[i] for old in renames if (i := dictionary.index(old)) is not None}
+    bias.speaker_names = [renames.get(name, name) for name in names]
+    task.adopt_speaker_names(bias.speaker_names, new_counts=counts)
+    record = task.state.state_dict.get(ONBOARDED_KEY)
+    if isinstance(record, dict) and any(name in record["names"] for name in renames):
+        task.state.merge_state_dict({ONBOARDED_KEY: dict(record, names=[renames.get(n, n) for n in record["names"]])})
+
+
 def adaptable_bias(model, task, where: str = "the model") -> SpeakerBias:
     """The model's speaker bias, if speakers can be added to it; else an :class:`OnboardingError` saying why."""
     try:

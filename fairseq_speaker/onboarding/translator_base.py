@@ -57,9 +57,10 @@ class TranslatorBase:
 
     @property
     def speakers(self) -> List[str]:
-        """The speakers the model knows, in the order of their rows."""
+        """The speakers the model knows, in the order of their rows (not the rows of retired speakers:
+        ``retire_speakers``)."""
         with self._lock:
-            return list(self.task.speaker_dictionary.names)
+            return [name for name in self.task.speaker_dictionary.names if name == name.strip()]
 
     @property
     def adapter(self) -> SpeakerAdapter:

@@ -2,7 +2,8 @@
 updates and fits speakers (:class:`TranslatorOnboarding`: ``add_speaker``, ``update_speaker``, ``fit_speaker`` on a
 copy of the model that shares its weights, :func:`fitting_copy`), and that exports and imports their rows as portable
 speaker vectors (``export_speakers``, ``speaker_vectors``, ``import_speakers``;
-:mod:`~fairseq_speaker.onboarding.vectors`).
+:mod:`~fairseq_speaker.onboarding.vectors`), and that releases the names of speakers whose rows stay
+(``retire_speakers``, ``restore_speakers``).
 """
 
 import copy
@@ -11,7 +12,7 @@ from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple, Union
 
 from fairseq_speaker.modules.speaker_words import speaker_words_of
 from fairseq_speaker.onboarding.arguments import Sentences, as_list, checked_path, name_list
-from fairseq_speaker.onboarding.checkpoint import OnboardingError, adaptable_bias, speaker_bias_of
+from fairseq_speaker.onboarding.checkpoint import OnboardingError, adaptable_bias, rename_speakers, speaker_bias_of
 from fairseq_speaker.onboarding.fit import FitReport
 from fairseq_speaker.onboarding.translator_base import TranslatorBase, serialized
 
@@ -119,3 +120,43 @@ class TranslatorOnboarding(TranslatorBase):
         vectors = load_speaker_vectors(path) if isinstance(path, str) else path
         import_vectors(vectors, self.model, self.task, replace, where=self.checkpoint)
         return list(vectors.names)
+
+    @serialized
+    def retire_speakers(self, names: Sequence[str]) -> None:
+        """Release the names of ``names`` (speakers of the model): their rows stay, unused, under a name no speaker can
+        have (:func:`retired_name`), and their words are forgotten. Translating as one of them then gets the
+        unknown-speaker policy, and a new speaker may take a name that looks like theirs (what a service does to a
+        deleted speaker, so that it answers as a service that never had it). :meth:`restore_speakers` gives the
+        names back to the rows."""
+        names = name_list(names, "retire_speakers", empty=False, every=False)
+        unknown = [name for name in names if name not in self.task.speaker_dictionary]
+        if unknown:
+            raise OnboardingError(f"retire_speakers: no speaker(s) {', '.join(map(repr, unknown[:5]))} in the model "
+                                  f"(translator.speakers lists them): nothing was retired")
+        words = speaker_words_of(self.model)
+        if words is not None:
+            words.forget([self.task.speaker_dictionary.index(name) for name in names])
+        rename_speakers(self.model, self.task, {name: retired_name(name) for name in dict.fromkeys(names)})
+
+    @serialized
+    def restore_speakers(self, names: Sequence[str]) -> List[str]:
+        """Give the rows :meth:`retire_speakers` kept of ``names`` their names back (to be overwritten by
+        ``import_speakers(..., replace=True)``: the table does not grow); returns the names restored (a name with no
+        retired rows is left out)."""
+        names = name_list(names, "restore_speakers", empty=True, every=False)
+        dictionary = self.task.speaker_dictionary
+        twins = [(name, twin) for name in names if name not in dictionary and (twin := dictionary.lookalike(name))]
+        if twins:
+            raise OnboardingError(f"restore_speakers: {twins[0][0]!r} looks like {twins[0][1]!r}, a speaker of the "
+                                  f"model since it was retired: nothing was restored")
+        back = {retired_name(name): name for name in dict.fromkeys(names)
+                if retired_name(name) in self.task.speaker_dictionary and name not in self.task.speaker_dictionary}
+        if back:
+            rename_speakers(self.model, self.task, back)
+        return list(back.values())
+
+
+def retired_name(name: str) -> str:
+    """The name :meth:`TranslatorOnboarding.retire_speakers` gives the rows of ``name``: one no speaker can have (its
+    surrounding spaces: the label rules refuse them at every door), and whose look is not ``name``'s."""
+    return f" {name} (deleted) "

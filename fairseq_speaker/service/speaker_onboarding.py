@@ -105,7 +105,7 @@ class SpeakerOnboarding(StoreSync, RequestChecks):
             if name not in self._loaded or not self._store_call(self.store.delete, name, self.model):
                 raise ServiceError(404, "unknown_speaker", f"no onboarded speaker {shown(name)}{self._of_model}")
             del self._loaded[name]  # its rows stay in the table, unused (see speaker_service's documentation)
-            self.translator.forget_words([name])  # but not its words: they would shape the others' neighbours
+            self._retire([name])
         return schema.Deleted(deleted=name)
 
     # -- helpers --------------------------------------------------------------------------------------
@@ -153,7 +153,8 @@ class SpeakerOnboarding(StoreSync, RequestChecks):
             raise ServiceError(422, "invalid_speaker", str(e)) from None
         with self._lock:
             try:
-                self.translator.import_speakers(vectors, replace=True)  # a deleted name's unused rows are overwritten
+                self._restore([name])
+                self.translator.import_speakers(vectors, replace=True)  # a deleted name's retired rows are overwritten
                 self._imported.add(name)
             except BaseException:
                 self._forget(name)  # stored: the next request reads it from the store

@@ -9,7 +9,9 @@ the store refuses (another process got there first) leaves the translator as it 
 
 Speakers the model was trained with ("trained") are the checkpoint's: they are translated, listed and shown,
 never replaced, updated or deleted here. A deleted speaker's rows stay in the translator's table (a table does
-not shrink) but are no longer used: the speaker gets the unknown-speaker policy again, as any unknown name.
+not shrink), retired under a name no speaker can have (``SpeakerTranslator.retire_speakers``): the speaker gets the
+unknown-speaker policy again, as any unknown name, a new speaker may take a name that looks like theirs, as in a
+service that never had it, and the rows are overwritten if the name is onboarded again.
 
 Translations go through the :class:`~fairseq_speaker.service.batcher.Batcher`: concurrent requests share beam
 searches, each sentence with its own speaker. Writes take turns (one fit at a time per process) but hold the
@@ -98,7 +100,7 @@ class SpeakerService(SpeakerOnboarding, Translating):
         #: onboarded speaker -> the store version of its rows in the translator (-1: to be read again)
         self._loaded: Dict[str, int] = {}
         self._seen_generation = -1
-        #: names whose rows this service put in the translator (deleted ones too: their rows stay, unused)
+        #: names whose rows this service put in the translator and did not retire
         self._imported: Set[str] = set()
         #: store speakers not used: trained names (see _bind), or rows this model refuses (name -> version)
         self._skipped: Dict[str, int] = {}

@@ -8,7 +8,7 @@ that cannot be used logged and left unused, and the store's failures as the serv
 
 import logging
 import sqlite3
-from typing import Dict, List, Set, Tuple
+from typing import Dict, List, Tuple
 
 import numpy as np
 
@@ -132,8 +132,7 @@ class StoreSync(ServiceState):
                 deleted = [n for n in self._loaded if n not in versions and n not in broken]
                 for name in deleted:
                     del self._loaded[name]
-                if any(name in self._imported for name in deleted):
-                    self.translator.forget_words([name for name in deleted if name in self._imported])
+                self._retire(deleted)
                 self._seen_generation = generation
             except sqlite3.Error as e:
                 if strict:
@@ -170,7 +169,8 @@ class StoreSync(ServiceState):
                  for w in (v.words if v.words is not None else [self._sentence_words(r)] * len(v.names))]
         together = SpeakerVectors([r.name for r, _ in usable], rows, dict(first.meta, speakers=len(usable)),
                                   f"{self.store.path}", words)
-        self.translator.import_speakers(together, replace=True)  # a deleted name's unused rows are overwritten
+        self._restore([r.name for r, _ in usable])
+        self.translator.import_speakers(together, replace=True)  # a deleted name's retired rows are overwritten
         self._imported.update(r.name for r, _ in usable)
         for record, _ in usable:
             self._loaded[record.name] = record.version
@@ -194,6 +194,21 @@ class StoreSync(ServiceState):
             kept.append(record)
         return kept
 
+    def _retire(self, names: List[str]) -> None:
+        """The rows of deleted speakers stay in the translator's table, unused, under a name no speaker can have
+        (``retire_speakers``): a deleted speaker is translated with the unknown-speaker policy, and a new speaker may
+        look like it, as in a service that never had it (another replica, or this one restarted). Their words are
+        forgotten: they would shape the others' neighbours."""
+        names = [name for name in names if name in self._imported]
+        if names:
+            self.translator.retire_speakers(names)
+            self._imported.difference_update(names)
+
+    def _restore(self, names: List[str]) -> None:
+        """Speakers onboarded again get the rows they had before they were deleted back, to be overwritten (the table
+        does not grow)."""
+        self._imported.update(self.translator.restore_speakers(names))
+
     def _sentence_words(self, record: StoredSpeaker):
         """The words of a stored speaker's translations, for a model that remembers its speakers' words (none: an
         empty set; a record whose sentences this model cannot read keeps none, logged)."""
@@ -209,10 +224,6 @@ class StoreSync(ServiceState):
         (and until then not used: every request syncs first)."""
         self._loaded[name] = -1
         self._seen_generation = -1
-
-    def _in_model(self) -> Set[str]:
-        """The names of the translator's rows (without asking it: it may be translating)."""
-        return self._trained | self._imported
 
     @property
     def onboarded(self) -> List[str]:

@@ -24,7 +24,7 @@ class PreparedTranslation:
 
     sentences: List[str]
     speakers: List[str]  # as asked
-    as_labels: List[str]  # as the translator takes them (a deleted speaker's label is one no speaker has)
+    as_labels: List[str]  # as the translator takes them
     beam: int
     nbest: int
     tokens: Optional[List[int]] = None  # each sentence's source tokens, with a batch token cap
@@ -35,12 +35,6 @@ class Searched(NamedTuple):
 
     best: Hypotheses  # of this one sentence: [(text, score)], best first
     known: bool
-
-
-def _retired(name: str) -> str:
-    """The label a deleted speaker is translated as: one no speaker can have (surrounding whitespace: the label
-    rules refuse it), so that it gets the unknown-speaker policy as any unknown name."""
-    return f" {name} (deleted) "
 
 
 class Translating(StoreSync, RequestChecks):
@@ -84,8 +78,7 @@ class Translating(StoreSync, RequestChecks):
                                    f"unknown speaker(s) {', '.join(map(shown, unknown[:5]))}: the service translates "
                                    f"only speakers it knows (--unknown-speaker fail); GET /speakers{self._query} "
                                    f"lists them")
-            in_model = self._in_model() if unknown else set()
-            as_labels = [label if label in known or label not in in_model else _retired(label) for label in labels]
+            as_labels = labels  # a deleted speaker's rows are retired (StoreSync._retire): its name is no row's
         finally:
             self._lock.release()
         # the tokens as the translator will read the sentences (the model's tokenizer and BPE, its end of sentence);
@@ -134,8 +127,7 @@ class Translating(StoreSync, RequestChecks):
         return self.answer(prepared, results)
 
     def _translate_batch(self, sentences: List[str], labels: List[str], beam: int, nbest: int) -> List[Searched]:
-        """A shared beam search; each sentence's speaker known or not as the search read the rows (a retired label,
-        :func:`_retired`, never is)."""
+        """A shared beam search; each sentence's speaker known or not as the search read the rows."""
         best, known = self.translator.translate_nbest_known(sentences, labels, beam=beam, nbest=nbest,
                                                             **self.generate)
         return [Searched(b, k) for b, k in zip(best, known)]

@@ -23,6 +23,7 @@ from fairseq_speaker.onboarding import adapter
 from fairseq_speaker.service.app import create_app, parse_args, read_token
 from fairseq_speaker.service.batcher import BatchOptions
 from fairseq_speaker.service.speaker_service import Limits
+from fairseq_speaker.onboarding.translator_onboarding import retired_name
 from fairseq_speaker.service.store import SpeakerStore, StoreError
 from fairseq_speaker.serving import SpeakerTranslator
 from fairseq_speaker.modules.speaker_words import speaker_words_of
@@ -390,6 +391,30 @@ def test_a_speaker_is_onboarded_updated_replaced_and_deleted(toy, trained):
         again = client.put("/speakers/dr lee", json=PAIRS, headers=AUTH)  # a deleted name can be onboarded anew
         assert again.status_code == 201 and again.json()["speaker"]["sentences"] == 2
         assert [s["name"] for s in client.get("/speakers").json()["speakers"]][-1] == "dr lee"
+    assert translator.model.decoder.speaker_bias.num_speakers == 9  # its retired rows taken again: no new row
+
+
+def test_a_deleted_speakers_name_is_free_as_in_a_service_that_never_had_it(toy, trained, tmp_path):
+    """A deleted speaker's rows stayed in the translator under its name: that process refused a new name that looks
+    like it ('a known speaker') and a translation as one, where another replica of the same store, which never had
+    it, accepted both. Now both answer alike: the new lookalike is onboarded and served, and the deleted name is then
+    the lookalike."""
+    store = str(tmp_path / "speakers.db")
+    twin = "\uff44r lee"  # "ｄr lee"
+    with _client(_translator(trained("lstm_fact_bias"), toy), store=SpeakerStore(store)) as one:
+        assert one.put("/speakers/dr lee", json=PAIRS, headers=AUTH).status_code == 201
+        assert one.delete("/speakers/dr lee", headers=AUTH).status_code == 200
+        with _client(_translator(trained("lstm_fact_bias"), toy), store=SpeakerStore(store)) as other:
+            put = one.put("/speakers/" + twin, json=MORE, headers=AUTH)
+            assert put.status_code == 201, put.text
+            for client in (one, other):
+                served = client.post("/translate", json={"sentences": SENTENCES[:1], "speaker": twin})
+                assert served.json()["translations"][0]["unknown_speaker_policy_applied"] is False, served.text
+                back = client.put("/speakers/dr lee", json=PAIRS, headers=AUTH)
+                assert back.status_code == 422 and "looks like" in back.json()["error"]["message"], back.text
+                deleted = client.post("/translate", json={"sentences": SENTENCES[:1], "speaker": "dr lee"})
+                assert deleted.status_code == 422 and "looks like" in deleted.json()["error"]["message"]
+            assert [s["name"] for s in one.get("/speakers").json()["speakers"]][8:] == [twin]
 
 
 def test_a_name_with_a_slash_is_addressed_by_its_path(toy, trained):
@@ -919,4 +944,5 @@ def test_speakers_have_their_words_in_every_process_sharing_the_store_until_dele
         # a deleted speaker's words are forgotten, in the process that deleted it and in the others
         assert first.delete("/speakers/dr-lee", headers=AUTH).status_code == 200
         assert second.get("/speakers/dr-lee").status_code == 404
-        assert words_of(one, "dr-lee") == set() and words_of(other, "dr-lee") == set()
+        retired = retired_name("dr-lee")  # its rows stay, under a name no speaker can have
+        assert words_of(one, retired) == set() and words_of(other, retired) == set()

@@ -6,6 +6,7 @@ import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 
@@ -189,3 +190,23 @@ def test_the_dictionarys_fillers_are_never_written(toy, trained, monkeypatch, sa
     out = translator.translate(["i am tired .", "you want the drugs ."], "spk000", **options)
     assert out and all(out)
     assert not any(symbol in sentence.split() for sentence in out for symbol in fillers), out
+
+
+def test_a_retired_speaker_is_unknown_its_name_free_and_its_rows_restored(toy, trained):
+    translator = SpeakerTranslator.from_pretrained(trained("lstm_fact_bias"), data=toy["bin"], max_len_b=6)
+    sources, targets = ["i am tired ."], ["je suis fatiguée ."]
+    translator.add_speaker("dr-lee", sources, targets)
+    rows = translator.speaker_vectors(["dr-lee"]).rows
+    mean = translator.translate_nbest_known(sources, ["nobody"], beam=2)
+    translator.retire_speakers(["dr-lee"])
+    assert "dr-lee" not in translator.speakers and len(translator.speakers) == 8
+    assert translator.translate_nbest_known(sources, ["dr-lee"], beam=2) == mean  # the mean speaker, not known
+    translator.add_speaker("\uff44r-lee", sources, targets)  # "ｄr-lee" looked like the retired speaker
+    with pytest.raises(OnboardingError, match="'dr-lee' looks like '\uff44r-lee', a speaker of the model since it was"):
+        translator.restore_speakers(["dr-lee"])
+    translator.retire_speakers(["\uff44r-lee"])
+    assert translator.restore_speakers(["dr-lee", "nobody"]) == ["dr-lee"]
+    assert translator.task.speaker_dictionary.index("dr-lee") == 8  # its row, not a new one
+    assert translator.model.decoder.speaker_bias.num_speakers == 10
+    for key, value in translator.speaker_vectors(["dr-lee"]).rows.items():
+        np.testing.assert_array_equal(value, rows[key])
