@@ -6,15 +6,16 @@ pairs as the model's inputs (:meth:`TranslatorBase.encode_pairs`).
 
 import functools
 import threading
-from typing import List, Optional, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 from fairseq import hub_utils
 
 from fairseq_speaker.data import preprocessing
+from fairseq_speaker.modules.speaker_words import speaker_words_of
 from fairseq_speaker.onboarding.adaptation_sentences import check_pair_counts
 from fairseq_speaker.onboarding.adapter import SpeakerAdapter
-from fairseq_speaker.onboarding.arguments import Sentences, as_list, not_blank
-from fairseq_speaker.onboarding.checkpoint import adaptable_bias
+from fairseq_speaker.onboarding.arguments import Sentences, as_list, name_list, not_blank
+from fairseq_speaker.onboarding.checkpoint import OnboardingError, adaptable_bias
 from fairseq_speaker.onboarding.fit_options import FitOptions
 from fairseq_speaker.onboarding.prior import prior_of_checkpoint
 
@@ -89,3 +90,18 @@ class TranslatorBase:
         targets = [self.hub.apply_bpe(target_tokenizer.encode(x) if target_tokenizer is not None else x)
                    for x in not_blank(targets, target_name)]
         return self.adapter.encode(sources, targets)
+
+    def _known_names(self, names: Sequence[str], method: str, done: str) -> List[str]:
+        """``names``, a list of speakers of the model; else :class:`OnboardingError` in the words of ``method``."""
+        names = name_list(names, method, empty=False, every=False)
+        unknown = [name for name in names if name not in self.task.speaker_dictionary]
+        if unknown:
+            raise OnboardingError(f"{method}: no speaker(s) {', '.join(map(repr, unknown[:5]))} in the model "
+                                  f"(translator.speakers lists them): nothing was {done}")
+        return names
+
+    def _forget_words_of(self, names: Sequence[str]) -> None:
+        """The memory of the speakers' words (if the model has one) forgets those of ``names``."""
+        words = speaker_words_of(self.model)
+        if words is not None:
+            words.forget([self.task.speaker_dictionary.index(name) for name in names])

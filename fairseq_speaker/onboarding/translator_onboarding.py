@@ -128,14 +128,8 @@ class TranslatorOnboarding(TranslatorBase):
         unknown-speaker policy, and a new speaker may take a name that looks like theirs (what a service does to a
         deleted speaker, so that it answers as a service that never had it). :meth:`restore_speakers` gives the
         names back to the rows."""
-        names = name_list(names, "retire_speakers", empty=False, every=False)
-        unknown = [name for name in names if name not in self.task.speaker_dictionary]
-        if unknown:
-            raise OnboardingError(f"retire_speakers: no speaker(s) {', '.join(map(repr, unknown[:5]))} in the model "
-                                  f"(translator.speakers lists them): nothing was retired")
-        words = speaker_words_of(self.model)
-        if words is not None:
-            words.forget([self.task.speaker_dictionary.index(name) for name in names])
+        names = self._known_names(names, "retire_speakers", "retired")
+        self._forget_words_of(names)
         rename_speakers(self.model, self.task, {name: retired_name(name) for name in dict.fromkeys(names)})
 
     @serialized

@@ -90,11 +90,4 @@ class TranslatorWords(TranslatorBase):
         of ``names`` (a list of speakers the model knows): a speaker deleted from a service must not shape the others'
         neighbours. A string instead of a list, an empty list, or a name the model does not know, is refused: nothing
         would be forgotten."""
-        names = name_list(names, "forget_words", empty=False, every=False)
-        unknown = [name for name in names if name not in self.task.speaker_dictionary]
-        if unknown:
-            raise OnboardingError(f"forget_words: no speaker(s) {', '.join(map(repr, unknown[:5]))} in the model "
-                                  f"(translator.speakers lists them): nothing was forgotten")
-        words = speaker_words_of(self.model)
-        if words is not None:
-            words.forget([self.task.speaker_dictionary.index(name) for name in names])
+        self._forget_words_of(self._known_names(names, "forget_words", "forgotten"))

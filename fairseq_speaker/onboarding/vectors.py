@@ -1,9 +1,6 @@
-"""``fairseq-speaker-vectors``: a speaker's vector exported from a checkpoint and imported into another.
-
-A speaker's vector is what the speaker bias holds of that speaker alone (its rows of the
-variant's speaker parameters: the V-vector of ``full``, the r weights of ``fact``, ...). It
-is exported with the speaker's name, and imported into another checkpoint of the same model,
-where the speaker is added (or, with ``--replace``, overwritten)::
+"""``fairseq-speaker-vectors``: a speaker's vector (its rows of the speaker bias, with its name; what it is:
+:mod:`~fairseq_speaker.onboarding.vectors_file`) exported from a checkpoint and imported into another of the same
+model, where the speaker is added (or, with ``--replace``, overwritten)::
 
     fairseq-speaker-vectors export DATA_DIR --path checkpoint_best.pt --out speakers.npz [--speakers A B]
     fairseq-speaker-vectors import DATA_DIR --path other.pt --vectors speakers.npz --save merged.pt [--replace]
