@@ -149,5 +149,5 @@ class SpeakerTranslator(TranslatorSearch, TranslatorOnboarding, TranslatorWords)
     @serialized
     def save(self, path: str) -> None:
         """Write a checkpoint with every speaker added here, for fairseq-generate / fairseq-interactive."""
-        path = checked_path(path, "save: the file")
+        path = self._output(path, "save: the file")
         SpeakerCheckpoint(self.checkpoint, dict(self._state), self.task, self.model).save(path)

@@ -5,16 +5,18 @@ pairs as the model's inputs (:meth:`TranslatorBase.encode_pairs`).
 """
 
 import functools
+import os
 import threading
 from typing import List, Optional, Sequence, Tuple
 
 from fairseq import hub_utils
 
+from fairseq_speaker.atomic_write import check_not_an_input
 from fairseq_speaker.data import preprocessing
 from fairseq_speaker.modules.speaker_words import speaker_words_of
 from fairseq_speaker.onboarding.adaptation_sentences import check_pair_counts
 from fairseq_speaker.onboarding.adapter import SpeakerAdapter
-from fairseq_speaker.onboarding.arguments import Sentences, as_list, name_list, not_blank
+from fairseq_speaker.onboarding.arguments import Sentences, as_list, checked_path, name_list, not_blank
 from fairseq_speaker.onboarding.checkpoint import OnboardingError, adaptable_bias
 from fairseq_speaker.onboarding.fit_options import FitOptions
 from fairseq_speaker.onboarding.prior import prior_of_checkpoint
@@ -105,3 +107,12 @@ class TranslatorBase:
         words = speaker_words_of(self.model)
         if words is not None:
             words.forget([self.task.speaker_dictionary.index(name) for name in names])
+
+    def _output(self, path, what: str) -> str:
+        """``path``, a file :meth:`save` or :meth:`export_speakers` writes, as text; refused where it is a file this
+        translator reads (its checkpoint, a file of its data folder): the write would replace it whole."""
+        path = checked_path(path, what)
+        data = getattr(self.task.cfg, "data", None)
+        check_not_an_input(path, what, [("the checkpoint this translator was loaded from", self.checkpoint)],
+                           [("the data folder", data.split(os.pathsep)[0] if data else None)])
+        return path

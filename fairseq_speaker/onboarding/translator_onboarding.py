@@ -88,7 +88,7 @@ class TranslatorOnboarding(TranslatorBase):
         """Write the parameters of ``names`` (default: all speakers) to a portable ``.npz`` file."""
         from fairseq_speaker.onboarding.vectors_file import save_speaker_vectors
 
-        path = checked_path(path, "export_speakers: path")  # None ended in a TypeError deep in numpy
+        path = self._output(path, "export_speakers: path")  # None ended in a TypeError deep in numpy
         names = name_list(names, "export_speakers", empty=False) if names is not None else self.speakers
         bias = adaptable_bias(self.model, self.task, self.checkpoint)
         return save_speaker_vectors(path, bias, names, self.task.target_dictionary, words=speaker_words_of(self.model))

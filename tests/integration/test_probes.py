@@ -2400,6 +2400,48 @@ def test_a_bad_api_call_is_refused_with_one_message(translator, places, name, ca
     assert translator.speakers == before  # nothing half-added
 
 
+#: a translator's writes over a file it reads (``{ckpt}``: the checkpoint it was loaded from, ``{bin}``: its data
+#: folder; both copies in the test's folder, which a broken check would destroy): (the promise of docs/reliability.md,
+#: what, the call, text of the refusal). They were written whole, an .npz archive in place of the checkpoint.
+OWN_FILES_PROBES = [
+    ("refused-before-writing", "export_speakers over its checkpoint",
+     lambda t, ckpt, data: t.export_speakers(ckpt, ["spk000"]),
+     "export_speakers: path {ckpt} is the checkpoint this translator was loaded from, which the command reads"),
+    ("refused-before-writing", "export_speakers over its target dictionary",
+     lambda t, ckpt, data: t.export_speakers(os.path.join(data, "dict.fr.txt"), ["spk000"]),
+     "export_speakers: path {bin}/dict.fr.txt is a file of the data folder ({bin}), which the command reads"),
+    ("refused-before-writing", "export_speakers over its speaker dictionary by another spelling",
+     lambda t, ckpt, data: t.export_speakers(os.path.join(data, ".", "dict.spk.txt"), ["spk000"]),
+     "is a file of the data folder ({bin})"),
+    ("refused-before-writing", "save over its checkpoint", lambda t, ckpt, data: t.save(ckpt),
+     "save: the file {ckpt} is the checkpoint this translator was loaded from"),
+    ("refused-before-writing", "save over its source dictionary",
+     lambda t, ckpt, data: t.save(os.path.join(data, "dict.en.txt")),
+     "save: the file {bin}/dict.en.txt is a file of the data folder ({bin})"),
+]
+
+
+@pytest.mark.parametrize("name,call,message", [row[1:] for row in OWN_FILES_PROBES],
+                         ids=[row[1] for row in OWN_FILES_PROBES])
+def test_a_translator_refuses_to_write_over_a_file_it_reads(toy, trained, tmp_path, name, call, message):
+    import filecmp
+    import shutil
+
+    from fairseq_speaker.errors import UserError
+    from fairseq_speaker.serving import SpeakerTranslator
+
+    ckpt, data = str(tmp_path / "ck.pt"), str(tmp_path / "bin")
+    shutil.copyfile(trained("lstm_fact_bias"), ckpt)
+    shutil.copytree(toy["bin"], data)
+    translator = SpeakerTranslator.from_pretrained(ckpt, data=data, max_len_b=4)
+    with pytest.raises(UserError) as refused:
+        call(translator, ckpt, data)
+    assert message.format(ckpt=ckpt, bin=data) in str(refused.value)
+    assert filecmp.cmp(ckpt, trained("lstm_fact_bias"), shallow=False)
+    assert not filecmp.dircmp(data, toy["bin"]).diff_files
+    assert translator.translate("i am tired .", "spk000")  # the translator reads its files as before
+
+
 #: the n-best of a search restricted by prefix_allowed_tokens_fn: (the promise of docs/reliability.md, what, the words
 #: allowed, beam and --beam-stop)
 ALLOWED_NBEST_PROBES = [
