@@ -1,5 +1,6 @@
 """Where a speaker store is, as ``--store`` (or another option) names it, checked without opening it
-(:func:`store_location`, a :class:`StoreLocation`): an SQLite file (or ``sqlite:///FILE``) or a PostgreSQL URL. A
+(:func:`store_location`, a :class:`StoreLocation`): an SQLite file (or ``sqlite:///FILE``, or SQLite's URI filename
+``file:FILE``) or a PostgreSQL URL. A
 store SQLite keeps in memory is refused where what is written must last (:func:`durable_location`); a URL's
 password is hidden in messages (:func:`hide_password`); :func:`postgres_driver` is the PostgreSQL driver, or says
 how to install it.
@@ -41,6 +42,8 @@ def store_location(text: str, option: str = "--store") -> StoreLocation:
     the driver (the ``postgres`` extra). Raises :class:`StoreError` naming ``option`` and the forms it takes."""
     if not isinstance(text, str) or not text.strip():
         raise StoreError(f"{option} is empty: give {STORE_FORMS}")
+    if text.startswith("file:"):
+        return _sqlite_uri(text, option)
     scheme = re.match(r"^([A-Za-z][A-Za-z0-9+.-]*)://", text)
     if scheme is None:
         slashless = re.match(r"^(sqlite|postgresql|postgres):(?!//)", text, re.IGNORECASE)
@@ -81,19 +84,35 @@ def store_location(text: str, option: str = "--store") -> StoreLocation:
     return StoreLocation("postgresql", text, shown)
 
 
+def _sqlite_uri(text: str, option: str) -> StoreLocation:
+    """The store of an SQLite URI filename (``file:speakers.db``, ``file:///abs/speakers.db``), as the file it
+    names: SQLite reads such a name as a URI where it was built to (Python's is, on most systems) and as a file
+    literally named ``file:...`` elsewhere, and one store spelt two ways was copied into itself. In memory
+    (``file::memory:``, ``?mode=memory``) it is ``:memory:``; other parameters (``?mode=ro``, ``?immutable=1``) are
+    refused: the store is the file, opened as the service opens it."""
+    uri = text[len("file:"):].partition("#")[0]
+    path, _, query = uri.partition("?")
+    if path.startswith("//"):
+        authority, _, rest = path[2:].partition("/")
+        if authority not in ("", "localhost"):
+            raise StoreError(f"{option} {text}: an SQLite store is a file on this machine (the URI names the host "
+                             f"{authority!r}): give the file's path")
+        path = "/" + rest
+    path = urllib.parse.unquote(path)
+    params = urllib.parse.parse_qsl(query, keep_blank_values=True)
+    if path in ("", ":memory:") or ("mode", "memory") in params:
+        return StoreLocation("sqlite", ":memory:", text)
+    if params:
+        raise StoreError(f"{option} {text}: an SQLite URI's parameters ({', '.join(k for k, _ in params)}) are not "
+                         f"taken here: the store is the file, opened as the service opens it; give the file's path "
+                         f"({path})")
+    return StoreLocation("sqlite", path, path)
+
+
 def in_memory(location: StoreLocation) -> bool:
-    """Whether SQLite keeps the store of ``location`` nowhere once it is closed: ``:memory:`` (``sqlite:///:memory:``),
-    or an SQLite URI filename (``file:...``, which SQLite reads as a URI) naming ``:memory:``, no file, or
-    ``mode=memory``."""
-    if location.kind != "sqlite":
-        return False
-    if location.target == ":memory:":
-        return True
-    if not location.target.startswith("file:"):
-        return False
-    path, _, query = location.target[len("file:"):].partition("#")[0].partition("?")
-    modes = [value for key, value in urllib.parse.parse_qsl(query, keep_blank_values=True) if key == "mode"]
-    return path in ("", ":memory:") or "memory" in modes
+    """Whether SQLite keeps the store of ``location`` nowhere once it is closed: ``:memory:`` (``sqlite:///:memory:``,
+    or an SQLite URI filename in memory: :func:`_sqlite_uri`)."""
+    return location.kind == "sqlite" and location.target == ":memory:"
 
 
 def durable_location(text: str, option: str = "--store", lost: str = "when the process ends") -> StoreLocation:

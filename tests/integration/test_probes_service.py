@@ -1006,6 +1006,8 @@ SERVE_OPTION_PROBES = [
      "--store file::memory:?cache=shared is an SQLite database in memory"),
     ("store-url-checked", ["--model", "a=m.pt:d", "--store", "file:speakers.db?mode=memory"],
      "--store file:speakers.db?mode=memory is an SQLite database in memory"),
+    ("store-url-checked", ["--model", "a=m.pt:d", "--store", "file:speakers.db?immutable=1"],  # writes failed
+     "--store file:speakers.db?immutable=1: an SQLite URI's parameters (immutable) are not taken here"),
 ]
 
 
@@ -1322,6 +1324,16 @@ COPY_PROBES = [
      "'dr-lee', a speaker the store holds (onboarded by another process meanwhile?): use that name, or one that looks "
      "different; nothing was copied. Delete one of the two (DELETE /speakers/NAME) from --from or --to, then copy "
      "again"),
+    # SQLite reads file:FILE as FILE: a store copied into itself by its URI was reported as "0 copied"
+    ("store-copy-whole", ["--from", "{source}", "--to", "file:{source}"],
+     "--from {source} and --to {source} are the same store: give another --to"),
+    ("store-copy-whole", ["--from", "{source}", "--to", "file://localhost{source}"],
+     "--from {source} and --to {source} are the same store"),
+    ("store-copy-whole", ["--from", "{source}", "--to", "file:{source}?mode=rw"],
+     "--to file:{source}?mode=rw: an SQLite URI's parameters (mode) are not taken here: the store is the file, opened "
+     "as the service opens it; give the file's path ({source})"),
+    ("store-copy-whole", ["--from", "{source}", "--to", "file://elsewhere/new.db"],
+     "--to file://elsewhere/new.db: an SQLite store is a file on this machine (the URI names the host 'elsewhere')"),
     # reported as copied, and written nowhere
     ("store-copy-whole", ["--from", "{source}", "--to", ":memory:"], "--to :memory: is an SQLite database in memory, "
      "gone when the copy ends, with everything copied: give a file (speakers.db, or sqlite:///speakers.db) or a "
@@ -1375,6 +1387,11 @@ def test_another_applications_database_and_the_same_store_are_refused_and_left_a
     line = refused(store_cli.main, ["copy", "--from", store, "--to", again], capsys)
     assert line.endswith(f"--from {store} and --to {again} are the same store: give another --to"), line
     with contextlib.closing(SpeakerStore(store, create=False)) as opened:
+        assert opened.get("dr-lee").sentences == 1
+    # SQLite's URI filename of the store names the store (--from had called it "no such file")
+    store_cli.main(["copy", "--from", f"file:{store}", "--to", f"file:{tmp_path}/new%20copy.db"])
+    assert capsys.readouterr().out.startswith(f"copied 1 speaker(s) from {store} to {tmp_path}/new copy.db")
+    with contextlib.closing(SpeakerStore(str(tmp_path / "new copy.db"), create=False)) as opened:
         assert opened.get("dr-lee").sentences == 1
 
 
