@@ -6,9 +6,11 @@ whole first (:func:`read_source`), then written (:func:`write_copy`).
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
+from fairseq_speaker.errors import UserError
+from fairseq_speaker.onboarding.vectors_file import read_speaker_vectors
 from fairseq_speaker.service.store import SpeakerStore
 from fairseq_speaker.service.store_errors import StoreConflict, StoreDamaged, StoreError
-from fairseq_speaker.service.store_schema import StoredSpeaker
+from fairseq_speaker.service.store_schema import StoredSpeaker, fingerprint_of
 
 
 @dataclass
@@ -43,11 +45,29 @@ def read_source(source: SpeakerStore) -> SourceSpeakers:
     made_for = {model: source.made_for(model) for model in models}
     try:
         records = source.records()
+        damaged = next(filter(None, (_damaged_rows(r, fingerprints.get(r.model)) for r in records)), None)
     except StoreDamaged as e:
-        raise StoreError(f"{source.option} {source.path}: {e.what}: nothing was copied. Restore the store from a "
+        damaged = e.what
+    if damaged is not None:  # rows a service cannot read stopped the target's next start
+        raise StoreError(f"{source.option} {source.path}: {damaged}: nothing was copied. Restore the store from a "
                          f"backup, or serve it with --skip-broken-speakers and onboard that speaker again (PUT with "
-                         f"\"replace\": true), then copy") from None
+                         f"\"replace\": true), then copy")
     return SourceSpeakers(fingerprints, made_for, records, f"{source.option} {source.path}")
+
+
+def _damaged_rows(record: StoredSpeaker, fingerprint: Optional[Dict]) -> Optional[str]:
+    """What is wrong with the rows of ``record`` where a service would refuse them (not the speaker vectors of that
+    speaker alone, or not of the model ``fingerprint`` the store ties its model id to), else None."""
+    damaged = f"the record of speaker {record.name!r} is damaged"
+    try:
+        vectors = read_speaker_vectors(record.rows, where="its rows")
+    except UserError as e:
+        return f"{damaged}: {e}"
+    if vectors.names != [record.name]:
+        return f"{damaged}: its rows are named {vectors.names}"
+    if fingerprint is not None and fingerprint_of(vectors.meta) != fingerprint:
+        return f"{damaged}: its rows are not those of the model the store holds for model id {record.model!r}"
+    return None
 
 
 def copy_speakers(source: SpeakerStore, target: SpeakerStore, replace: bool = False) -> CopyReport:

@@ -29,7 +29,7 @@ import torch
 from fastapi.testclient import TestClient
 
 from fairseq_speaker.errors import UserError
-from fairseq_speaker.onboarding.vectors_file import SpeakerVectors
+from fairseq_speaker.onboarding.vectors_file import FORMAT, SpeakerVectors, vectors_bytes
 from fairseq_speaker.service import app as serve
 from fairseq_speaker.service import store_cli
 from fairseq_speaker.service.app import create_app
@@ -840,10 +840,10 @@ def _damaged(stored, name, damage):
     return path
 
 
-def _sql(statement):
+def _sql(statement, *parameters):
     def damage(path):
         with sqlite3.connect(path) as db:
-            db.execute(statement)
+            db.execute(statement, parameters)
         db.close()
     return damage
 
@@ -1244,8 +1244,15 @@ def test_a_postgresql_url_without_the_driver_names_the_extra_to_install(monkeypa
 
 
 def _fingerprint(variant):
-    return {"variant_spelling": variant, "row_shapes": [[1, 4]], "target_dictionary_hash": "0" * 40,
+    return {"variant_spelling": variant, "row_shapes": {"bias": [4]}, "target_dictionary_hash": "0" * 40,
             "target_dictionary_size": 4, "shared_sha1": "1" * 40}
+
+
+def _rows(name, variant="fact", value=0.0):
+    """Speaker vectors of ``name`` alone, of the model :func:`_fingerprint` ``(variant)`` describes (rows a copy
+    carries are read as a service reads them)."""
+    meta = {"format": FORMAT, "format_version": 1, **_fingerprint(variant)}
+    return vectors_bytes(SpeakerVectors([name], {"bias": np.full((1, 4), value, np.float32)}, meta))
 
 
 def _state(url):
@@ -1266,8 +1273,8 @@ def copies(postgres, tmp_path):
     source = str(tmp_path / "speakers.db")
     with contextlib.closing(SpeakerStore(source)) as store:
         store.bind(_fingerprint("fact"), "fact.pt")
-        store.put("dr-lee", b"rows of dr-lee", [("i .", "je .")])
-        store.put("dr-kim", b"rows of dr-kim", [("you .", "vous .")])
+        store.put("dr-lee", _rows("dr-lee"), [("i .", "je .")])
+        store.put("dr-kim", _rows("dr-kim"), [("you .", "vous .")])
     damaged = str(tmp_path / "damaged.db")
     shutil.copy(source, damaged)
     _sql("UPDATE speakers SET pairs = '[1' WHERE name = 'dr-kim'")(damaged)
@@ -1277,10 +1284,16 @@ def copies(postgres, tmp_path):
     twin = str(tmp_path / "twin.db")
     with contextlib.closing(SpeakerStore(twin)) as store:
         store.bind(_fingerprint("fact"), "fact.pt")
-        store.put("\uff44\uff52-lee", b"rows of the twin", [("i .", "je .")])
+        store.put("\uff44\uff52-lee", _rows("\uff44\uff52-lee"), [("i .", "je .")])
     places = {"source": source, "damaged": damaged, "empty": postgres.database(), "tmp": str(tmp_path),
               "no_schema": no_schema, "twin": twin}
-    for name, variant, rows in (("changed", "fact", b"other rows"), ("other_model", "full", b"rows of dr-lee")):
+    for name, rows in (("garbled", b"\x00\x01\x02\x03"), ("misnamed", _rows("dr-lee")),
+                       ("foreign", _rows("dr-kim", "full"))):  # rows a service refuses: its restart stopped
+        places[name] = str(tmp_path / f"{name}.db")
+        shutil.copy(source, places[name])
+        _sql("UPDATE speakers SET rows = ? WHERE name = 'dr-kim'", rows)(places[name])
+    for name, variant, rows in (("changed", "fact", _rows("dr-lee", value=1.0)),
+                                ("other_model", "full", _rows("dr-lee", "full"))):
         places[name] = postgres.database()
         with contextlib.closing(open_store(places[name])) as store:
             store.bind(_fingerprint(variant), f"{variant}.pt")
@@ -1324,6 +1337,17 @@ COPY_PROBES = [
      "'dr-lee', a speaker the store holds (onboarded by another process meanwhile?): use that name, or one that looks "
      "different; nothing was copied. Delete one of the two (DELETE /speakers/NAME) from --from or --to, then copy "
      "again"),
+    # rows no service can read were copied, and stopped the target's next start
+    ("store-copy-whole",
+     ["--from", "{garbled}", "--to", "{tmp}/new.db"], "--from {garbled}: the record of speaker 'dr-kim' is damaged: its "
+     "rows: not a .npz archive, so not a speaker vectors file (damaged or truncated? fairseq-speaker-vectors export "
+     "writes them): nothing was copied. Restore the store from a backup, or serve it with --skip-broken-speakers and "
+     "onboard that speaker again"),
+    ("store-copy-whole", ["--from", "{misnamed}", "--to", "{changed}"],
+     "--from {misnamed}: the record of speaker 'dr-kim' is damaged: its rows are named ['dr-lee']: nothing was copied"),
+    ("store-copy-whole", ["--from", "{foreign}", "--to", "{tmp}/new.db"],
+     "--from {foreign}: the record of speaker 'dr-kim' is damaged: its rows are not those of the model the store holds "
+     "for model id 'default'"),
     # SQLite reads file:FILE as FILE: a store copied into itself by its URI was reported as "0 copied"
     ("store-copy-whole", ["--from", "{source}", "--to", "file:{source}"],
      "--from {source} and --to {source} are the same store: give another --to"),
@@ -1368,7 +1392,7 @@ def test_another_applications_database_and_the_same_store_are_refused_and_left_a
     store = str(tmp_path / "speakers.db")
     with contextlib.closing(SpeakerStore(store)) as opened:
         opened.bind(_fingerprint("fact"), "fact.pt")
-        opened.put("dr-lee", b"rows of dr-lee", [("i .", "je .")])
+        opened.put("dr-lee", _rows("dr-lee"), [("i .", "je .")])
     foreign = str(tmp_path / "notes.db")
     with contextlib.closing(sqlite3.connect(foreign)) as db:
         db.execute("CREATE TABLE notes (text TEXT)")
