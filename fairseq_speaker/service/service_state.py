@@ -69,3 +69,4 @@ class ServiceState:
     _seen_generation: int
     _imported: Set[str]
     _skipped: Dict[str, int]
+    _twin_of: Dict[str, str]

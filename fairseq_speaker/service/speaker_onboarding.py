@@ -102,10 +102,17 @@ class SpeakerOnboarding(StoreSync, RequestChecks):
                 raise ServiceError(409, "trained_speaker",
                                    f"speaker {shown(name)} was trained with the model: only onboarded speakers can be "
                                    f"deleted")
-            if name not in self._loaded or not self._store_call(self.store.delete, name, self.model):
+            # a speaker skipped at the sync (a lookalike of another, rows this model refuses) is deleted too: it
+            # was a 404, and the one the log told to delete could not be
+            stored = name in self._loaded or name in self._skipped
+            if not stored or not self._store_call(self.store.delete, name, self.model):
                 raise ServiceError(404, "unknown_speaker", f"no onboarded speaker {shown(name)}{self._of_model}")
-            del self._loaded[name]  # its rows stay in the table, unused (see speaker_service's documentation)
-            self._retire([name])
+            self._skipped.pop(name, None)
+            self._twin_of.pop(name, None)
+            if name in self._loaded:
+                del self._loaded[name]  # its rows stay in the table, unused (see speaker_service's documentation)
+                self._retire([name])
+                self._release_twins_of([name])
         return schema.Deleted(deleted=name)
 
     # -- helpers --------------------------------------------------------------------------------------

@@ -104,6 +104,8 @@ class SpeakerService(SpeakerOnboarding, Translating):
         self._imported: Set[str] = set()
         #: store speakers not used: trained names (see _bind), or rows this model refuses (name -> version)
         self._skipped: Dict[str, int] = {}
+        #: skipped store speakers whose names look like another's, served instead (name -> that other's name)
+        self._twin_of: Dict[str, str] = {}
         try:
             bias = adaptable_bias(translator.model, translator.task, translator.checkpoint)
         except UserError as e:

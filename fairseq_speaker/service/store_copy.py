@@ -6,11 +6,12 @@ whole first (:func:`read_source`), then written (:func:`write_copy`).
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
+from fairseq_speaker.data.speaker_labels import visible_form
 from fairseq_speaker.errors import UserError
 from fairseq_speaker.onboarding.vectors_file import read_speaker_vectors
 from fairseq_speaker.service.store import SpeakerStore
 from fairseq_speaker.service.store_errors import StoreConflict, StoreDamaged, StoreError
-from fairseq_speaker.service.store_schema import StoredSpeaker, fingerprint_of
+from fairseq_speaker.service.store_schema import StoredSpeaker, fingerprint_of, speaker_text
 
 
 @dataclass
@@ -52,7 +53,22 @@ def read_source(source: SpeakerStore) -> SourceSpeakers:
         raise StoreError(f"{source.option} {source.path}: {damaged}: nothing was copied. Restore the store from a "
                          f"backup, or serve it with --skip-broken-speakers and onboard that speaker again (PUT with "
                          f"\"replace\": true), then copy")
-    return SourceSpeakers(fingerprints, made_for, records, f"{source.option} {source.path}")
+    where = f"{source.option} {source.path}"
+    _refuse_lookalikes(records, where)
+    return SourceSpeakers(fingerprints, made_for, records, where)
+
+
+def _refuse_lookalikes(records: List[StoredSpeaker], where: str) -> None:
+    """Refuse a source holding two speakers of one model whose names look alike (a store written before schema 3 could:
+    a service serves the earlier and skips the other): the target, which refuses such names, was blamed for them."""
+    seen: Dict[tuple, StoredSpeaker] = {}
+    for record in sorted(records, key=lambda r: (r.created, r.name)):
+        first = seen.setdefault((record.model, visible_form(record.name)), record)
+        if first is not record:
+            raise StoreError(f"{where} holds the speakers {first.name!r} and {speaker_text(record.model, record.name)}, "
+                             f"whose names look alike (a service of it serves {first.name!r}, onboarded first, and "
+                             f"skips the other): delete the one that is wrong (DELETE /speakers/NAME on a service of "
+                             f"that store, either of the two), then copy; nothing was copied")
 
 
 def _damaged_rows(record: StoredSpeaker, fingerprint: Optional[Dict]) -> Optional[str]:

@@ -133,6 +133,10 @@ class StoreSync(ServiceState):
                 for name in deleted:
                     del self._loaded[name]
                 self._retire(deleted)
+                self._release_twins_of(deleted)
+                for name in [n for n in self._skipped if n not in versions]:  # deleted as it was skipped
+                    self._skipped.pop(name)
+                    self._twin_of.pop(name, None)
                 self._seen_generation = generation
             except sqlite3.Error as e:
                 if strict:
@@ -188,11 +192,19 @@ class StoreSync(ServiceState):
             if twin != record.name:
                 logger.error(f"--store {self.store.path}: skipped speaker {self._shown(record.name)}: it looks like "
                              f"{twin!r}, a speaker of this model; it is left unused: delete the one that is wrong "
-                             f"(DELETE /speakers/NAME)")
+                             f"(DELETE /speakers/NAME, either of the two)")
                 self._skipped[record.name] = record.version
+                self._twin_of[record.name] = twin
                 continue
             kept.append(record)
         return kept
+
+    def _release_twins_of(self, names: List[str]) -> None:
+        """Store speakers skipped as lookalikes of ``names`` (deleted) are read again at the next sync: with the
+        speaker they looked like gone, they are served, as a restarted service would serve them."""
+        for twin in [t for t, of in self._twin_of.items() if of in names]:
+            self._skipped.pop(twin, None)
+            del self._twin_of[twin]
 
     def _retire(self, names: List[str]) -> None:
         """The rows of deleted speakers stay in the translator's table, unused, under a name no speaker can have

@@ -23,7 +23,7 @@ from fairseq_speaker.service.store import SpeakerStore
 from fairseq_speaker.service.stores import open_store
 from fairseq_speaker.serving import SpeakerTranslator
 from tests.cli import doctored_checkpoint
-from tests.helpers import held_translations, http_call, real_server, wait_until
+from tests.helpers import held_translations, http_call, real_server, refused, wait_until
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOKEN = "test-token-0123456789abcdef"
@@ -391,16 +391,14 @@ CREATE TABLE speakers (model TEXT NOT NULL, name TEXT NOT NULL, rows BLOB NOT NU
 """
 
 
-def test_a_store_of_schema_2_holding_lookalike_names_is_upgraded_and_serves_the_earlier_one(toy, trained, tmp_path,
-                                                                                            caplog):
-    """Two replicas of schema 2 could store 'dr-lee' and its full-width twin at one moment (each checked only the names
-    it had seen): every request of both then ended in a 500. Upgraded, the store serves the one onboarded first and
-    logs the other (test_store.py: a new lookalike is refused by the store itself)."""
-    checkpoint = trained("lstm_fact_bias")
-    translator = _translator(checkpoint, toy)
+TWIN = "\uff44\uff52-lee"  # "ｄｒ-lee": NFKC reads it as dr-lee
+
+
+def _schema_2_with_twins(translator, tmp_path) -> str:
+    """A store of schema 2 holding 'dr-lee' (PAIRS) and, onboarded a day later, :data:`TWIN` (OTHER_PAIRS)."""
     meta, record = _schema_1_contents(translator, tmp_path)
     fingerprint = dict(meta)["fingerprint"]
-    twin = "\uff44\uff52-lee"  # "ｄｒ-lee": NFKC reads it as dr-lee
+    twin = TWIN
     vectors, _ = translator.fit_speaker(twin, OTHER_PAIRS["sources"], OTHER_PAIRS["targets"])
     from fairseq_speaker.onboarding.vectors_file import vectors_bytes
 
@@ -414,6 +412,16 @@ def test_a_store_of_schema_2_holding_lookalike_names_is_upgraded_and_serves_the_
                    "'2026-01-02T00:00:00.000Z', 2)",
                    (twin, vectors_bytes(vectors), json.dumps([list(p) for p in zip(*OTHER_PAIRS.values())])))
         db.commit()
+    return path
+
+
+def test_a_store_of_schema_2_holding_lookalike_names_is_upgraded_and_serves_the_earlier_one(toy, trained, tmp_path,
+                                                                                            caplog):
+    """Two replicas of schema 2 could store 'dr-lee' and its full-width twin at one moment (each checked only the names
+    it had seen): every request of both then ended in a 500. Upgraded, the store serves the one onboarded first and
+    logs the other (test_store.py: a new lookalike is refused by the store itself)."""
+    checkpoint, twin = trained("lstm_fact_bias"), TWIN
+    path = _schema_2_with_twins(_translator(checkpoint, toy), tmp_path)
     expected = _translator(checkpoint, toy)
     expected.add_speaker("dr-lee", PAIRS["sources"], PAIRS["targets"])
     with caplog.at_level("WARNING"), _client(_translator(checkpoint, toy), open_store(path)) as client:
@@ -426,6 +434,34 @@ def test_a_store_of_schema_2_holding_lookalike_names_is_upgraded_and_serves_the_
         assert db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone() == ("3",)
         assert db.execute("SELECT looks FROM speakers WHERE name = ?", (twin,)).fetchone() == ("dr-lee",)
         assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+
+
+@pytest.mark.parametrize("deleted", ["twin", "served"])
+def test_either_of_two_lookalikes_of_an_upgraded_store_can_be_deleted_and_the_other_is_then_served(
+        toy, trained, tmp_path, capsys, deleted):
+    """The log of an upgraded store holding lookalikes said to delete the wrong one; the skipped one was a 404, and
+    with the served one deleted the twin was served only after a restart. A copy of such a store blamed --to."""
+    checkpoint = trained("lstm_fact_bias")
+    path = _schema_2_with_twins(_translator(checkpoint, toy), tmp_path)
+    line = refused(store_cli.main, ["copy", "--from", path, "--to", str(tmp_path / "copy.db")], capsys)
+    assert line.endswith(f"--from {path} holds the speakers 'dr-lee' and {TWIN!r}, whose names look alike (a service "
+                         f"of it serves 'dr-lee', onboarded first, and skips the other): delete the one that is wrong "
+                         f"(DELETE /speakers/NAME on a service of that store, either of the two), then copy; nothing "
+                         f"was copied"), line
+    assert not os.path.exists(tmp_path / "copy.db")
+    gone, kept = ("dr-lee", TWIN) if deleted == "served" else (TWIN, "dr-lee")
+    expected = _translator(checkpoint, toy)
+    expected.add_speaker(kept, *(PAIRS if kept == "dr-lee" else OTHER_PAIRS).values())
+    with _client(_translator(checkpoint, toy), open_store(path)) as client:
+        assert client.delete(f"/speakers/{gone}", headers=AUTH).json() == {"deleted": gone}
+        assert client.get(f"/speakers/{gone}").status_code == 404
+        assert client.get(f"/speakers/{kept}").json()["name"] == kept
+        translated = client.post("/translate", json={"sentences": SENTENCES, "speaker": kept}).json()
+    assert [t["text"] for t in translated["translations"]] == expected.translate(SENTENCES, kept)
+    with contextlib.closing(SpeakerStore(path, create=False)) as store:
+        assert [s.name for s in store.speakers()] == [kept]
+    store_cli.main(["copy", "--from", path, "--to", str(tmp_path / "copy.db")])
+    assert capsys.readouterr().out.startswith("copied 1 speaker(s)")
 
 
 def test_a_copy_carries_each_speakers_model(toy, trained, tmp_path, capsys):
