@@ -165,8 +165,8 @@ def model_specs(args: argparse.Namespace) -> Dict[str, Tuple[str, str]]:
         specs[DEFAULT_MODEL] = (args.checkpoint, args.data)
     for spec in args.models:
         model, equals, rest = spec.partition("=")
-        checkpoint, data = _checkpoint_and_data(rest)
         form = "write --model ID=CHECKPOINT or --model ID=CHECKPOINT:DATA_DIR"
+        checkpoint, data = _checkpoint_and_data(rest, f"--model {spec}")
         if not equals:
             raise UserError(f"--model {spec}: no '=': {form}")
         if not model:
@@ -197,16 +197,26 @@ def model_specs(args: argparse.Namespace) -> Dict[str, Tuple[str, str]]:
     return specs
 
 
-def _checkpoint_and_data(rest: str) -> Tuple[str, str]:
-    """``CHECKPOINT[:DATA_DIR]`` split where a path may hold ':' itself (``runs/12:30/model.pt``): the whole is the
-    checkpoint where it is a file; else the split whose checkpoint is a file (and whose data, if any, a folder), the
-    last ':' first; else at the first ':' (a checkpoint that does not exist is then named by the model's loading)."""
-    if os.path.isfile(rest):
-        return rest, ""
-    places = [i for i, c in enumerate(rest) if c == ":"]
-    for i in reversed(places):
-        if os.path.isfile(rest[:i]) and (not rest[i + 1:] or os.path.isdir(rest[i + 1:])):
-            return rest[:i], rest[i + 1:]
+def _checkpoint_and_data(rest: str, option: str) -> Tuple[str, str]:
+    """``CHECKPOINT[:DATA_DIR]`` split where a path may hold ':' itself (``runs/12:30/model.pt``): at the one place
+    where the checkpoint is a file and the data a folder (or the whole, where it is a file). Two such readings
+    (a file ``ck.pt:bin`` beside ``ck.pt`` and ``bin/``) are refused naming both (:class:`UserError`, ``option``
+    names the value); a checkpoint that is a file before data that is no folder names that data; where no part is
+    a file, the split at the first ':' (the model's loading then names the missing checkpoint)."""
+    splits = [(rest[:i], rest[i + 1:]) for i, c in enumerate(rest) if c == ":"]
+    readings = [(rest, "")] if os.path.isfile(rest) else []
+    readings += [(checkpoint, data) for checkpoint, data in splits if os.path.isfile(checkpoint) and os.path.isdir(data)]
+    if len(readings) > 1:
+        shown = " or ".join(f"the checkpoint {c}" + (f" with the data directory {d}" if d else "") for c, d in readings)
+        raise UserError(f"{option} reads two ways: {shown}: rename one, or write --model ID=CHECKPOINT and give the data "
+                        f"directory with --data")
+    if readings:
+        return readings[0]
+    for checkpoint, data in reversed(splits):
+        if os.path.isfile(checkpoint) and data:
+            raise UserError(f"{option}: the data directory {data} is {'a file' if os.path.exists(data) else 'missing'} "
+                            f"(the checkpoint {checkpoint} is a file): give the folder the model was trained on, with "
+                            f"its dict.*.txt")
     checkpoint, _, data = rest.partition(":")
     return checkpoint, data
 

@@ -1016,6 +1016,33 @@ def test_the_commands_new_options_are_checked(argv, message, capsys):
     assert message in refused(serve.main, argv, capsys)
 
 
+#: --model ID=CHECKPOINT:DATA where a path holds ':' itself, in a folder holding the files ck.pt, ck.pt:bin and
+#: a:b/c:k.pt, and the folder bin/: (the promise of docs/reliability.md, the arguments, text of the one line)
+MODEL_PATH_PROBES = [
+    # the data was named "b/c:k.pt:/nonexist" (the split at the first ':')
+    ("one-line-user-errors", ["--model", "en=a:b/c:k.pt:/nonexist"],
+     "--model en=a:b/c:k.pt:/nonexist: the data directory /nonexist is missing (the checkpoint a:b/c:k.pt is a "
+     "file): give the folder the model was trained on, with its dict.*.txt"),
+    ("one-line-user-errors", ["--model", "en=ck.pt:ck.pt"],
+     "--model en=ck.pt:ck.pt: the data directory ck.pt is a file (the checkpoint ck.pt is a file)"),
+    # "no data directory", and with --data the file ck.pt:bin was served, bin dropped without a word
+    ("one-line-user-errors", ["--model", "en=ck.pt:bin"],
+     "--model en=ck.pt:bin reads two ways: the checkpoint ck.pt:bin or the checkpoint ck.pt with the data directory "
+     "bin: rename one, or write --model ID=CHECKPOINT and give the data directory with --data"),
+    ("one-line-user-errors", ["--model", "en=ck.pt:bin", "--data", "bin"], "--model en=ck.pt:bin reads two ways"),
+]
+
+
+@pytest.mark.parametrize("argv,message", [row[1:] for row in MODEL_PATH_PROBES])
+def test_a_model_path_holding_a_colon_is_read_one_way_or_refused(argv, message, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a:b").mkdir()
+    (tmp_path / "bin").mkdir()
+    for name in ("ck.pt", "ck.pt:bin", "a:b/c:k.pt"):
+        (tmp_path / name).write_bytes(b"not loaded: the options are refused first")
+    assert message in refused(serve.main, argv, capsys)
+
+
 #: loading and removing models without the token: (the promise of docs/reliability.md, method, path, body, headers,
 #: status, error code)
 TOKEN_PROBES = [
