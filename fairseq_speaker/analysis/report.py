@@ -19,6 +19,7 @@ import argparse
 import logging
 import os
 import sys
+import unicodedata
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from fairseq_speaker.analysis.classifier import train_classifier
@@ -50,6 +51,9 @@ def _pairs(values: Sequence[str], flag: str) -> List[Tuple[str, str]]:
         name, sep, path = value.partition("=")
         if not sep or not name or not path:
             raise UserError(f"{flag} takes NAME=PATH, got {value!r}")
+        if "|" in name or not name.isprintable():  # a '|' shifted the columns of report.md's row, a line end split it
+            raise UserError(f"{flag} {name!r}: a NAME is a column of the report's tables: give one without '|', line "
+                            f"ends or other control characters")
         if not os.path.exists(path):
             raise UserError(f"{flag} {name}: file not found: {path}")
         if name in (seen for seen, _ in pairs):
@@ -215,15 +219,22 @@ def read_systems(references_path: str, systems: List[Tuple[str, str]],
                  lines: str) -> Tuple[List[str], Dict[str, List[str]]]:
     """The references and every system's hypotheses, checked before any work: none empty, as many
     hypotheses as references."""
+    option = f"--references {references_path}"
     try:
         references = read_lines(references_path)
-        for _, path in systems:
+        for name, path in systems:
+            option = f"--system {name}={path}"
             check_utf8(path)
-        outputs = {name: read_hypotheses(path, lines) for name, path in systems}
-    except UserError:
-        raise
-    except ValueError as e:  # a fairseq-generate output with missing sentences
-        raise UserError(str(e)) from None
+        outputs = {}
+        for name, path in systems:
+            option = f"--system {name}={path}"
+            outputs[name] = read_hypotheses(path, lines)
+    except UserError as e:
+        raise UserError(f"{option}: {e}") from None
+    except ValueError as e:  # a fairseq-generate output with missing sentences, or an id twice
+        raise UserError(f"{option}: {e}") from None
+    references = _nfc(references, f"--references {references_path}")
+    outputs = {name: _nfc(outputs[name], f"--system {name}={path}") for name, path in systems}
     if not references:
         raise UserError(f"--references {references_path} is empty: there is nothing to score against")
     filled = len(references)
@@ -240,6 +251,17 @@ def read_systems(references_path: str, systems: List[Tuple[str, str]],
             raise UserError(f"--system {name}={path}: {len(hyps)} hypotheses for the {len(references)} references "
                              f"of {references_path}; give the output of the same test set")
     return references, outputs
+
+
+def _nfc(texts: List[str], where: str) -> List[str]:
+    """``texts`` in Unicode's normal form NFC, said in a warning where one was not: BLEU and chrF compare code points,
+    and an output in NFD ('é' as 'e' and an accent) scored 54 against references it equalled (89)."""
+    changed = [i for i, text in enumerate(texts) if unicodedata.normalize("NFC", text) != text]
+    if not changed:
+        return texts
+    logger.warning(f"{where}: {len(changed)} sentence(s) (the first: sentence {changed[0] + 1}) not in Unicode's "
+                   f"normal form NFC (decomposed accents?): scored as NFC, as a reader sees them")
+    return [unicodedata.normalize("NFC", text) for text in texts]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -2,6 +2,7 @@
 a file in another encoding is refused with its name, the line and how to convert it."""
 
 import os
+import stat
 from typing import Iterator, List, Tuple
 
 from fairseq_speaker.errors import UserError
@@ -25,10 +26,25 @@ def _opened(path: str):
         raise SpeakerDataError(f"file not found: expected {path}")
     if os.path.isdir(path):
         raise SpeakerDataError(f"{path} is a directory, not a text file")
+    if _waits_for_a_writer(path):  # a reader of a named pipe no program writes waited for ever
+        raise SpeakerDataError(f"{path} is a named pipe (or a socket): reading it waits for a program to write it, for "
+                               f"ever if none does: give a file")
     try:
         return open(path, "rb")
     except OSError as e:
         raise SpeakerDataError(f"{path}: cannot be read ({e.strerror})") from None
+
+
+def _waits_for_a_writer(path: str) -> bool:
+    """Whether ``path`` is a named pipe or a socket of the file system; a shell's ``<(command)`` (``/dev/fd/N``), whose
+    writer is running, is not one."""
+    if os.path.realpath(path).startswith(("/dev/fd/", "/proc/")) or path.startswith(("/dev/fd/", "/proc/")):
+        return False
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
 
 
 def utf8_lines(path: str) -> Iterator[Tuple[int, str]]:

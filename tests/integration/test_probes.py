@@ -596,6 +596,20 @@ COMMAND_PROBES = {
          [*REPORT, "--references", "{blanktail}", "--system", "a={refs}"], 2,
          "--references {blanktail} ends in 1 blank line (line 4), which no system's output has (--system a={refs}: 3 "
          "hypotheses, as many as its other lines): remove the blank line at its end"),
+        ("one-line-user-errors",  # the first run's hypotheses were scored without a word
+         [*REPORT, "--references", "{refs}", "--system", "a={appended}"], 2,
+         "--system a={appended}: {appended}: line 10: sentence id 1 again (first at line 7): two outputs appended "
+         "(>>)? give the output of one run"),
+        ("one-line-user-errors",  # report.md's row had a cell too many: BLEU under chrF
+         [*REPORT, "--references", "{refs}", "--system", "a b|c={refs}"], 2,
+         "--system 'a b|c': a NAME is a column of the report's tables: give one without '|', line ends or other control "
+         "characters"),
+        ("one-line-user-errors",  # the row was split across two lines
+         [*REPORT, "--references", "{refs}", "--system", "a\nb={refs}"], 2, "--system 'a\\nb': a NAME is a column"),
+        ("one-line-user-errors",  # waited for a writer for ever
+         [*REPORT, "--references", "{fifo}", "--system", "a={refs}"], 2,
+         "--references {fifo}: {fifo} is a named pipe (or a socket): reading it waits for a program to write it, for "
+         "ever if none does: give a file"),
         ("one-line-user-errors",
          [*REPORT, "--references", "{refs}", "--system", "a={refs}", "--train-text", "{refs}"], 2,
          "the speaker classifier needs --train-text, --train-speakers and --test-speakers"),
@@ -1373,6 +1387,13 @@ class Places:
 
     def make_refs(self):
         return self.write("refs.txt", b"a b .\nc d .\ne f .\n")
+
+    def make_appended(self):
+        """Two fairseq-generate outputs of :meth:`make_refs` appended (``>>``), the second run's sentence 1 another."""
+        run = "S-{i}\tx .\nH-{i}\t-0.5\t{h}\nD-{i}\t-0.5\t{h}\n"
+        first = "".join(run.format(i=i, h=h) for i, h in ((2, "e f ."), (0, "a b ."), (1, "c d .")))
+        second = "".join(run.format(i=i, h=h) for i, h in ((1, "x y ."), (0, "a b ."), (2, "e f .")))
+        return self.write("appended.txt", first + second)
 
     def make_blanktail(self):
         """The references of :meth:`make_refs` with a blank line at the end (an editor's extra newline)."""

@@ -136,3 +136,22 @@ def test_the_console_shows_the_scores_with_what_the_dagger_means(toy, tmp_path):
 
     proc = run("fairseq-speaker-report", ["--out", str(tmp_path / "one"), *options, "--system", f"exact={raw}/test.fr"])
     assert "| exact | 100.00 | 100.00 | baseline |" in proc.stdout and "†" not in proc.stdout
+
+
+def test_an_output_in_nfd_is_scored_as_the_text_it_is_and_said(toy, tmp_path):
+    """BLEU compares code points: an output equal to its references but for its accents decomposed (NFD) scored about
+    half without a word. It is scored as NFC, with a warning naming the file and its first such sentence."""
+    import unicodedata
+
+    references = f"{toy['raw']}/test.fr"
+    with open(references, encoding="utf-8") as f:
+        text = f.read()
+    first = next(i for i, line in enumerate(text.split("\n")) if unicodedata.normalize("NFD", line) != line)
+    decomposed = tmp_path / "nfd.txt"
+    decomposed.write_text(unicodedata.normalize("NFD", text), encoding="utf-8")
+    proc = run("fairseq-speaker-report", ["--out", str(tmp_path / "r"), "--references", references, "--tokenize",
+                                          "none", "--bootstrap", "10", "--system", f"nfd={decomposed}", "--threads",
+                                          "1"])
+    assert "| nfd | 100.00 | 100.00 | baseline |" in proc.stdout, proc.stdout
+    assert f"--system nfd={decomposed}: " in proc.stderr and f"(the first: sentence {first + 1}) not in Unicode's " \
+        "normal form NFC" in proc.stderr, proc.stderr

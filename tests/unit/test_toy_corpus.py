@@ -76,6 +76,18 @@ def test_read_generate_output_orders_by_id_and_keeps_the_best():
         read_generate_output("H-0\t-1\ta\nH-2\t-1\tc\n")
 
 
+def test_read_generate_output_refuses_two_runs_appended_and_keeps_nbest():
+    """Two outputs appended (>>) gave the first run's hypotheses without a word; fairseq-generate's --nbest prints an
+    id's hypotheses one after the other (H-, D-, P- lines each), below its one S- line."""
+    nbest = "S-1\tb\nH-1\t-0.5\tone\nD-1\t-0.5\tone\nP-1\t-0.5\nH-1\t-0.7\ttwo\nS-0\ta\nH-0\t-0.1\tzero\n"
+    assert read_generate_output(nbest) == ["zero", "one"]
+    with pytest.raises(ValueError, match=r"^x: line 8: sentence id 1 again \(first at line 1\): two outputs appended"):
+        read_generate_output(nbest + nbest, source="x")
+    hypotheses = "H-1\t-0.5\tone\nH-0\t-0.1\tzero\n"  # grep ^H of two runs: no S- lines
+    with pytest.raises(ValueError, match=r"line 3: sentence id 1 again \(first at line 1\)"):
+        read_generate_output(hypotheses + hypotheses)
+
+
 def test_heldout_speakers_are_in_no_other_split_and_change_nothing_else(tmp_path):
     sizes = {"train": 48, "valid": 24, "test": 24}
     plain, extra = str(tmp_path / "plain"), str(tmp_path / "extra")
