@@ -3,7 +3,6 @@
 import re
 from typing import Dict, List
 
-
 #: a source sentence's line: S-<id><TAB>the sentence
 _SOURCE = re.compile(r"^S-(\d+)\t")
 

@@ -7,5 +7,6 @@ It lives with the rest of a speaker table's life in :mod:`fairseq_speaker.onboar
 """
 
 from fairseq_speaker.onboarding.translator import SpeakerTranslator
+from fairseq_speaker.onboarding.translator_search import UnknownWordsWarning
 
-__all__ = ["SpeakerTranslator"]
+__all__ = ["SpeakerTranslator", "UnknownWordsWarning"]

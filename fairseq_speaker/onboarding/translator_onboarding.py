@@ -11,7 +11,7 @@ import os
 from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple, Union
 
 from fairseq_speaker.modules.speaker_words import speaker_words_of
-from fairseq_speaker.onboarding.arguments import Sentences, as_list, checked_path, name_list
+from fairseq_speaker.onboarding.arguments import Sentences, as_list, name_list
 from fairseq_speaker.onboarding.checkpoint import OnboardingError, adaptable_bias, rename_speakers, speaker_bias_of
 from fairseq_speaker.onboarding.fit import FitReport
 from fairseq_speaker.onboarding.translator_base import TranslatorBase, serialized

@@ -1,10 +1,12 @@
 """Translating as each speaker: the part of :class:`~fairseq_speaker.onboarding.translator.SpeakerTranslator` that
 runs fairseq's beam search (:class:`TranslatorSearch`: ``translate``, ``translate_nbest``, ``translate_nbest_known``,
-``source_lengths``), every argument checked first (:mod:`~fairseq_speaker.onboarding.arguments`), a speaker label
-that looks like one of the model's without being it refused, a sentence longer than the model takes refused by its
-place.
+``source_lengths``, ``unknown_words``), every argument checked first (:mod:`~fairseq_speaker.onboarding.arguments`),
+a speaker label that looks like one of the model's without being it refused, a sentence longer than the model takes
+refused by its place, a sentence most of whose words the model does not know translated with an
+:class:`UnknownWordsWarning` (the model invents a fluent sentence that has nothing to do with it).
 """
 
+import warnings
 from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
@@ -22,6 +24,15 @@ from fairseq_speaker.onboarding.arguments import (
 )
 from fairseq_speaker.onboarding.checkpoint import OnboardingError
 from fairseq_speaker.onboarding.translator_base import TranslatorBase, serialized
+
+#: the share of a sentence's words outside the source dictionary above which its translation is warned about
+MOSTLY_UNKNOWN = 0.5
+
+
+class UnknownWordsWarning(UserWarning):
+    """A sentence translated though most of its words are not in the model's source dictionary (``<unk>``): text in
+    another form than the training data's (not tokenized or BPE-encoded, full-width forms, NFD accents), or another
+    language. The translation has nothing to go by."""
 
 
 class TranslatorSearch(TranslatorBase):
@@ -49,15 +60,16 @@ class TranslatorSearch(TranslatorBase):
         """Translate each sentence as its speaker (one name for all, or one per sentence). Speakers the
         model does not know get what the task's ``unknown_speaker`` says (the mean speaker by default).
         A single sentence gives a single translation."""
-        hypotheses = self._search(sentences, speakers, beam, None, kwargs)
+        hypotheses = self._search(sentences, speakers, beam, None, kwargs, warn=True)
         out = [self.hub.decode(best[0]["tokens"]) for best in hypotheses]
         return out[0] if isinstance(sentences, str) else out
 
     def _search(self, sentences: Sentences, speakers: Sentences, beam: Optional[int], nbest: Optional[int],
-                options: dict) -> List[List[dict]]:
+                options: dict, warn: bool) -> List[List[dict]]:
         """The beam search of :meth:`translate` and :meth:`translate_nbest`, every argument checked first (``beam``:
         the translator's own where None; ``nbest``: checked against the beam where given): each sentence's
-        hypotheses, best first."""
+        hypotheses, best first. ``warn``: an :class:`UnknownWordsWarning` for each sentence mostly of unknown words
+        (a service says it in its answer instead)."""
         batch = some(not_blank(as_list(sentences)))
         if beam is None and options.get("sampling"):  # a sample is one draw: as many as the translations asked for
             beam = nbest or 1
@@ -70,6 +82,13 @@ class TranslatorSearch(TranslatorBase):
                                   f"{nbest or 1} of them is asked for (the likeliest of the draws, no longer a "
                                   f"sample): give beam=1 for one sample, or translate_nbest with nbest equal to beam")
         tokens = self._encoded(batch)
+        if warn:
+            for i, (unknown, words) in enumerate(map(self._unknown, tokens)):
+                if unknown > MOSTLY_UNKNOWN * words:
+                    warnings.warn(f"sentences[{i}]: {unknown} of its {words} words are not in the model's source "
+                                  f"dictionary (<unk>), so its translation has little to do with it: give text in the "
+                                  f"form of the training data (tokenized, BPE-encoded; not full-width forms or NFD "
+                                  f"accents)", UnknownWordsWarning, stacklevel=4)
         checked_step_args(options, len(batch), len(self.task.target_dictionary))
         self.task.set_inference_speakers(self._not_lookalikes(per_sentence(speakers, len(batch))))
         return self.hub.generate(tokens, beam, **options)
@@ -78,6 +97,15 @@ class TranslatorSearch(TranslatorBase):
         """How many tokens the model reads of each sentence (its tokenizer and BPE, the end of sentence); a sentence
         longer than the model takes is refused, naming its place in ``sentences``."""
         return [len(tokens) for tokens in self._encoded(some(not_blank(as_list(sentences))))]
+
+    def unknown_words(self, sentences: Sequence[str]) -> List[int]:
+        """How many of each sentence's words (tokens, as the model reads them) are not in its source dictionary."""
+        return [self._unknown(tokens)[0] for tokens in self._encoded(some(not_blank(as_list(sentences))))]
+
+    def _unknown(self, tokens: torch.Tensor) -> Tuple[int, int]:
+        """(the tokens that are ``<unk>``, the tokens) of one encoded sentence, its end of sentence left out."""
+        words = tokens[tokens != self.task.source_dictionary.eos()]
+        return int((words == self.task.source_dictionary.unk()).sum()), len(words)
 
     def _encoded(self, batch: List[str]) -> List[torch.Tensor]:
         """Each sentence as the model's token ids (the hub's ``encode``); one longer than the model takes is refused,
@@ -100,7 +128,11 @@ class TranslatorSearch(TranslatorBase):
         """The ``nbest`` best translations of each sentence as its speaker, best first, each with fairseq's score
         (the mean log-probability of its tokens, with their speaker's words' bias in a model that remembers them);
         the first is what :meth:`translate` gives."""
-        hypotheses = self._search(sentences, speakers, beam, nbest, kwargs)
+        return self._nbest(sentences, speakers, beam, nbest, kwargs, warn=True)
+
+    def _nbest(self, sentences: Sequence[str], speakers: Sentences, beam: Optional[int], nbest: int, options: dict,
+               warn: bool) -> List[List[Tuple[str, float]]]:
+        hypotheses = self._search(sentences, speakers, beam, nbest, options, warn)
         return [[(self.hub.decode(h["tokens"]), float(h["score"])) for h in best[:nbest]] for best in hypotheses]
 
     @serialized
@@ -112,4 +144,5 @@ class TranslatorSearch(TranslatorBase):
         were read."""
         labels = per_sentence(speakers, len(as_list(sentences)))
         known = [label in self.task.speaker_dictionary for label in labels]
-        return self.translate_nbest(sentences, labels, beam=beam, nbest=nbest, **kwargs), known
+        # a service answers how many words it did not know (unknown_words): no warning
+        return self._nbest(sentences, labels, beam, nbest, kwargs, warn=False), known

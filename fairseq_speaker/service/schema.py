@@ -53,6 +53,11 @@ class Translation(BaseModel):
     unknown_speaker_policy_applied: bool = Field(
         description="true if the model does not know the speaker, so that the unknown-speaker policy was applied "
         "(the mean speaker, or none: see unknown_speaker_policy)")
+    unknown_words: int = Field(
+        0, description="how many of the sentence's words (tokens, as the model reads them) are not in the model's "
+        "source dictionary: a sentence mostly of unknown words (text not in the form of the training data: not "
+        "tokenized or BPE-encoded, full-width forms, NFD accents; another language) is translated into one that has "
+        "little to do with it")
     hypotheses: Optional[List[Hypothesis]] = Field(
         None, description="with nbest above 1: the nbest best translations, best first (the first is 'text')")
 

@@ -28,6 +28,7 @@ class PreparedTranslation:
     beam: int
     nbest: int
     tokens: Optional[List[int]] = None  # each sentence's source tokens, with a batch token cap
+    unknown_words: Optional[List[int]] = None  # each sentence's source tokens outside the model's dictionary
 
 
 class Searched(NamedTuple):
@@ -88,7 +89,8 @@ class Translating(StoreSync, RequestChecks):
         except UserError as e:
             raise ServiceError(413, "sentence_too_long", str(e)) from None
         return PreparedTranslation(sentences, labels, as_labels, beam, request.nbest,
-                                   tokens if self.batching.max_batch_tokens else None)
+                                   tokens if self.batching.max_batch_tokens else None,
+                                   self.translator.unknown_words(sentences))
 
     def submit(self, prepared: PreparedTranslation) -> "Future[List[Searched]]":
         """Queue a prepared request for a shared beam search (503 when the queue is full)."""
@@ -107,9 +109,11 @@ class Translating(StoreSync, RequestChecks):
         return schema.TranslateResponse(
             translations=[schema.Translation(
                 text=found.best[0][0], speaker=label, unknown_speaker_policy_applied=not found.known,
+                unknown_words=unknown,
                 hypotheses=[schema.Hypothesis(text=text, score=score) for text, score in found.best]
                 if prepared.nbest > 1 else None)
-                for found, label in zip(results, prepared.speakers)],
+                for found, label, unknown in zip(results, prepared.speakers,
+                                                 prepared.unknown_words or [0] * len(results))],
             unknown_speaker_policy=self.policy, model=self.model)
 
     def translate(self, request: schema.TranslateRequest) -> schema.TranslateResponse:

@@ -63,6 +63,36 @@ def test_translate_matches_fairseq_interactive_and_speakers_change_output(toy, t
     assert mixed[1] == translator.translate(sentences[1], speakers=translator.speakers[1], max_len_b=6)
 
 
+def test_a_sentence_mostly_of_unknown_words_is_translated_with_a_warning_and_counted_by_the_service(toy, trained):
+    """Full-width text (an input method's), or text in another preprocessing, is all <unk>: the model answered a
+    fluent invented sentence without a word. translate warns where more than half of a sentence's words are unknown;
+    the service counts them in each answer."""
+    import warnings
+
+    from fastapi.testclient import TestClient
+
+    from fairseq_speaker.service.app import create_app
+    from fairseq_speaker.serving import UnknownWordsWarning
+
+    translator = SpeakerTranslator.from_pretrained(trained("lstm_fact_bias"), data=toy["bin"], max_len_b=6)
+    sentences = ["\uff49 \uff41\uff4d \uff54\uff49\uff52\uff45\uff44 .", "i am qwerty uiop .", "i am tired ."]
+    assert translator.unknown_words(sentences) == [3, 2, 0]  # the full stop is a known word
+    with pytest.warns(UnknownWordsWarning) as caught:
+        translated = translator.translate(sentences, "spk000")
+    caught = [w for w in caught if w.category is UnknownWordsWarning]
+    assert [str(w.message).split(":")[0] for w in caught] == ["sentences[0]"]
+    assert str(caught[0].message).startswith("sentences[0]: 3 of its 4 words are not in the model's source dictionary")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnknownWordsWarning)
+        assert translator.translate(sentences[1:], "spk000") == translated[1:]  # half unknown: no warning
+        nbest, _ = translator.translate_nbest_known(sentences, "spk000")  # the service's search says it otherwise
+    assert [best[0][0] for best in nbest] == translated
+    with TestClient(create_app(translator)) as client:
+        answer = client.post("/translate", json={"sentences": sentences, "speaker": "spk000"}).json()
+    assert [t["unknown_words"] for t in answer["translations"]] == [3, 2, 0]
+    assert [t["text"] for t in answer["translations"]] == translated
+
+
 def test_beam_stop_reaches_the_translators_search_as_it_reaches_fairseq_interactives(toy, trained):
     """beam_stop="unbeaten" (from_pretrained's default for every call, or one call's) decodes as fairseq-interactive
     --beam-stop unbeaten does (a call's None: the translator's default, as from_pretrained's None), also for a checkpoint whose saved options predate it; a value that is no rule is

@@ -30,6 +30,9 @@ PROMISE = re.compile(r"\*\*\[([a-z0-9]+(?:-[a-z0-9]+)*)\]\*\*")
 
 #: the promises no probe row can check -> the tests that check them (``path::test_name``)
 CHECKED_BY_TESTS: Dict[str, List[str]] = {
+    "unknown-words-said": [
+        "tests/integration/test_serving.py::"
+        "test_a_sentence_mostly_of_unknown_words_is_translated_with_a_warning_and_counted_by_the_service"],
     "translator-threads": [
         "tests/integration/test_serving.py::test_many_threads_translate_each_sentence_as_its_own_speaker"],
     "fit-beside-translations": [
