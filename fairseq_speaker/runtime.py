@@ -29,7 +29,7 @@ import os
 import sys
 import warnings
 from dataclasses import dataclass
-from typing import Iterable, List, Mapping, Optional
+from typing import Iterable, List, Mapping, Optional, Sequence
 
 #: the environment variable that chooses the threads of torch (and of every OpenMP library)
 THREADS_VARIABLE = "OMP_NUM_THREADS"
@@ -278,9 +278,16 @@ def options_given(parser: argparse.ArgumentParser, args, names: Iterable[str], v
 
 def check_threads(parser: argparse.ArgumentParser, args) -> None:
     """Refuse ``--threads`` below 1 with the parser's message (exit status 2)."""
-    threads = getattr(args, "threads", None)
-    if threads is not None and threads < 1:
-        parser.error(f"--threads must be at least 1, got {threads}")
+    check_at_least(parser, args, ["threads"])
+
+
+def check_at_least(parser: argparse.ArgumentParser, args, names: Sequence[str], least: int = 1) -> None:
+    """Refuse each option of ``names`` (their ``args`` attributes; None: not given) below ``least`` with the parser's
+    message, naming it alone with its value (one message had named three options for one)."""
+    for name in names:
+        value = getattr(args, name, None)
+        if value is not None and value < least:
+            parser.error(f"--{name.replace('_', '-')} must be at least {least}, got {value}")
 
 
 # -- what a command says -----------------------------------------------------------------------------------

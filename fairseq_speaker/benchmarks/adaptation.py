@@ -38,7 +38,14 @@ from fairseq_speaker.atomic_write import atomic_path, check_writable
 from fairseq_speaker.benchmarks.synthetic import make_task
 from fairseq_speaker.onboarding.adapter import SpeakerAdapter
 from fairseq_speaker.onboarding.fit_options import FitOptions
-from fairseq_speaker.runtime import add_runtime_arguments, check_threads, configure_output, parse_seed, start_threads
+from fairseq_speaker.runtime import (
+    add_runtime_arguments,
+    check_at_least,
+    check_threads,
+    configure_output,
+    parse_seed,
+    start_threads,
+)
 
 
 def make_model(task, arch: str, model_args: List[str]):
@@ -144,8 +151,7 @@ def main(argv=None) -> None:
         if getattr(args, name) < 0:
             parser.error(f"--{name.replace('_', '-')} must be 0 (the fit's own stopping rule) or more, "
                          f"got {getattr(args, name)}")
-    if args.many_repeats < 1 or args.repeats < 1:
-        parser.error("--repeats and --many-repeats must be at least 1")
+    check_at_least(parser, args, ["repeats", "many_repeats"])
     args.threads = start_threads(args.threads).threads
     results = {}
     fits = f"{args.iterations} L-BFGS iterations per fit" if args.iterations else "fits stopped by their own rule"

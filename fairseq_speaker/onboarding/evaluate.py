@@ -51,7 +51,14 @@ from fairseq_speaker.onboarding.adaptation_sentences import read_adaptation_file
 from fairseq_speaker.onboarding.checkpoint import OnboardingError, SpeakerCheckpoint
 from fairseq_speaker.onboarding.fit_options import MAX_L2, FitOptions
 from fairseq_speaker.onboarding.translator import SpeakerTranslator
-from fairseq_speaker.runtime import add_runtime_arguments, check_threads, configure_output, parse_seed, start_threads
+from fairseq_speaker.runtime import (
+    add_runtime_arguments,
+    check_at_least,
+    check_threads,
+    configure_output,
+    parse_seed,
+    start_threads,
+)
 from fairseq_speaker.user_dir import add_user_dir_argument, import_user_dir
 
 PROG = program_name(__name__)
@@ -339,10 +346,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     check_threads(parser, args)
     if min(args.shots) < 0:
         parser.error("--shots: numbers of sentences must be 0 or more")
-    for option, value in (("--beam", args.beam), ("--batch-size", args.batch_size),
-                          ("--adapt-max-iter", args.adapt_max_iter)):
-        if value < 1:  # each option named alone (one message had named four)
-            parser.error(f"{option} must be at least 1, got {value}")
+    check_at_least(parser, args, ["beam", "batch_size", "adapt_max_iter"])
     if not 0 <= args.adapt_l2 <= MAX_L2:
         parser.error(f"--adapt-l2 must be a number from 0 to {MAX_L2:g}, got {args.adapt_l2}")
     if args.max_len_b < 1:  # the search's check named --min-len and --max-len-a, which this command does not take

@@ -49,7 +49,14 @@ from fairseq_speaker.onboarding.fit_options import MAX_L2, FitOptions
 from fairseq_speaker.onboarding.prior import CHECKPOINT_KEY, SpeakerPrior, best_start, describe, fit_mixture
 from fairseq_speaker.onboarding.scoring import Pair, TokenScores
 from fairseq_speaker.onboarding.styles import candidate_counts, choose_styles, fit_styles
-from fairseq_speaker.runtime import add_runtime_arguments, check_threads, configure_output, parse_seed, start_threads
+from fairseq_speaker.runtime import (
+    add_runtime_arguments,
+    check_at_least,
+    check_threads,
+    configure_output,
+    parse_seed,
+    start_threads,
+)
 from fairseq_speaker.tasks.speaker_translation import SplitNotFound
 
 PROG = program_name(__name__)
@@ -272,10 +279,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     for name, default in SHARED_DEFAULTS.items():
         if getattr(args, name) is None:
             setattr(args, name, default)
-    if args.iterations < 1:
-        parser.error(f"--iterations must be at least 1, got {args.iterations}")
-    if args.max_iter < 1 or args.batch_sentences < 1 or args.shared_max_iter < 1:
-        parser.error("--max-iter, --shared-max-iter and --batch-sentences must be at least 1")
+    check_at_least(parser, args, ["iterations", "max_iter", "shared_max_iter", "batch_sentences"])
     if not (math.isfinite(args.l2) and 0 <= args.l2 <= MAX_L2):
         parser.error(f"--l2 must be a number from 0 to {MAX_L2:g}, got {args.l2}")
     if not args.max_cache_gb > 0:

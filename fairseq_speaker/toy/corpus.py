@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple, Union
 
 from fairseq_speaker.analysis.speaker_words import Trait, read_traits, trait_accuracy  # noqa: F401  (also here before 0.5.0)
 from fairseq_speaker.errors import command
-from fairseq_speaker.runtime import options_given, parse_seed
+from fairseq_speaker.runtime import check_at_least, options_given, parse_seed
 from fairseq_speaker.toy.lexicon import (  # noqa: F401  (the corpus's words, here since before the suite)
     TRAITS, GENDERS, ADDRESSES, PROFESSIONS, GENDERED_ADJECTIVES, INVARIABLE_ADJECTIVES, NOUNS, PROFESSION_NOUNS, PLACES, TIMES, ADDRESS_VERBS, STYLE_ITEMS, DEFAULT_DEVIATION, STYLE_NOUN_SHARE, Speaker, Styles, style_word, Row, remove_split, write_split)
 
@@ -330,13 +330,12 @@ def main(argv=None) -> None:
         parser.error(f"{' and '.join(idle)} describe the held-out speakers: give --heldout too")
     args.heldout_speakers = 6 if args.heldout_speakers is None else args.heldout_speakers
     args.heldout_sentences = 40 if args.heldout_sentences is None else args.heldout_sentences
-    if args.heldout and (args.heldout_speakers < 1 or args.heldout_sentences < 1):
-        parser.error("--heldout-speakers and --heldout-sentences must be at least 1")
+    if args.heldout:
+        check_at_least(parser, args, ["heldout_speakers", "heldout_sentences"])
     if args.sentences_per_speaker is not None:
         if args.train is not None:
             parser.error("give --train or --sentences-per-speaker, not both")
-        if args.sentences_per_speaker < 1:
-            parser.error("--sentences-per-speaker must be at least 1")
+        check_at_least(parser, args, ["sentences_per_speaker"])
         args.train = args.sentences_per_speaker * args.speakers
     elif args.train is None:
         args.train = 6000
