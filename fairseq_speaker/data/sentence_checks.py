@@ -35,6 +35,10 @@ def sentence_problem(sentence: str) -> Optional[str]:
     if filler is not None:  # a speaker onboarded on them learns fairseq's placeholders
         return (f"holding {filler!r} (word {words.index(filler) + 1}), a placeholder of fairseq's dictionaries (the "
                 f"unknown word, or a filler that pads the dictionary), not a word")
+    surrogate = next((c for c in sentence if unicodedata.category(c) == "Cs"), None)
+    if surrogate is not None:  # translated as if it were a word; a service refused it (422)
+        return (f"holding a lone surrogate U+{ord(surrogate):04X} at character {sentence.index(surrogate) + 1}, which "
+                f"is not text (UTF-8 cannot hold it): remove it, or decode the text that held it")
     hidden = next((c for c in sentence if unicodedata.category(c) == "Cc" and not c.isspace()), None)
     if hidden is not None:  # the word it touches would be read as unknown, without a word
         return (f"holding the control character U+{ord(hidden):04X} at character {sentence.index(hidden) + 1}, "

@@ -2305,6 +2305,9 @@ API_PROBES = [
     ("refused-call-changes-nothing",
      "update_speaker no sentences", lambda t, p: t.update_speaker("spk000", [], []),
      "no sentences to update speaker 'spk000' with"),
+    ("empty-sentences-refused",  # translated as if it were a word (the service refused it)
+     "translate a lone surrogate", lambda t, p: t.translate("i am \ud800 tired .", "spk000"),
+     "sentences[0] is holding a lone surrogate U+D800 at character 6, which is not text (UTF-8 cannot hold it)"),
     ("refused-before-writing",
      "export_speakers to a folder", lambda t, p: t.export_speakers(p.tmp, ["spk000"]),
      "{tmp} is a directory: give the path of a file to write"),
