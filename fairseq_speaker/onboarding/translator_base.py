@@ -49,6 +49,8 @@ class TranslatorBase:
     _target_tokenizer: Optional[tuple]
     #: the checkpoint as it was read, without the weights
     _state: dict
+    #: True while a caller that counts the unknown words itself searches (no warning: translator_search)
+    _answers_unknown_words: bool = False
 
     @property
     def task(self):

@@ -128,11 +128,7 @@ class TranslatorSearch(TranslatorBase):
         """The ``nbest`` best translations of each sentence as its speaker, best first, each with fairseq's score
         (the mean log-probability of its tokens, with their speaker's words' bias in a model that remembers them);
         the first is what :meth:`translate` gives."""
-        return self._nbest(sentences, speakers, beam, nbest, kwargs, warn=True)
-
-    def _nbest(self, sentences: Sequence[str], speakers: Sentences, beam: Optional[int], nbest: int, options: dict,
-               warn: bool) -> List[List[Tuple[str, float]]]:
-        hypotheses = self._search(sentences, speakers, beam, nbest, options, warn)
+        hypotheses = self._search(sentences, speakers, beam, nbest, kwargs, warn=not self._answers_unknown_words)
         return [[(self.hub.decode(h["tokens"]), float(h["score"])) for h in best[:nbest]] for best in hypotheses]
 
     @serialized
@@ -144,5 +140,8 @@ class TranslatorSearch(TranslatorBase):
         were read."""
         labels = per_sentence(speakers, len(as_list(sentences)))
         known = [label in self.task.speaker_dictionary for label in labels]
-        # a service answers how many words it did not know (unknown_words): no warning
-        return self._nbest(sentences, labels, beam, nbest, kwargs, warn=False), known
+        self._answers_unknown_words = True  # a service counts them in its answer: no warning (the lock is held)
+        try:
+            return self.translate_nbest(sentences, labels, beam=beam, nbest=nbest, **kwargs), known
+        finally:
+            self._answers_unknown_words = False
