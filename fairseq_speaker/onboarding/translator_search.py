@@ -25,7 +25,8 @@ from fairseq_speaker.onboarding.arguments import (
 from fairseq_speaker.onboarding.checkpoint import OnboardingError
 from fairseq_speaker.onboarding.translator_base import TranslatorBase, serialized
 
-#: the share of a sentence's words outside the source dictionary above which its translation is warned about
+#: the share of a sentence's words outside the source dictionary from which its translation is warned about ("zzz ."
+#: is half unknown: its translation has nothing of it)
 MOSTLY_UNKNOWN = 0.5
 
 
@@ -84,7 +85,7 @@ class TranslatorSearch(TranslatorBase):
         tokens = self._encoded(batch)
         if warn:
             for i, (unknown, words) in enumerate(map(self._unknown, tokens)):
-                if unknown > MOSTLY_UNKNOWN * words:
+                if unknown and unknown >= MOSTLY_UNKNOWN * words:
                     warnings.warn(f"sentences[{i}]: {unknown} of its {words} words are not in the model's source "
                                   f"dictionary (<unk>), so its translation has little to do with it: give text in the "
                                   f"form of the training data (tokenized, BPE-encoded; not full-width forms or NFD "

@@ -75,21 +75,22 @@ def test_a_sentence_mostly_of_unknown_words_is_translated_with_a_warning_and_cou
     from fairseq_speaker.serving import UnknownWordsWarning
 
     translator = SpeakerTranslator.from_pretrained(trained("lstm_fact_bias"), data=toy["bin"], max_len_b=6)
-    sentences = ["\uff49 \uff41\uff4d \uff54\uff49\uff52\uff45\uff44 .", "i am qwerty uiop .", "i am tired ."]
-    assert translator.unknown_words(sentences) == [3, 2, 0]  # the full stop is a known word
+    sentences = ["\uff49 \uff41\uff4d \uff54\uff49\uff52\uff45\uff44 .", "i am qwerty uiop .", "i am tired .",
+                 "zzz ."]
+    assert translator.unknown_words(sentences) == [3, 2, 0, 1]  # the full stop is a known word
     with pytest.warns(UnknownWordsWarning) as caught:
         translated = translator.translate(sentences, "spk000")
     caught = [w for w in caught if w.category is UnknownWordsWarning]
-    assert [str(w.message).split(":")[0] for w in caught] == ["sentences[0]"]
+    assert [str(w.message).split(":")[0] for w in caught] == ["sentences[0]", "sentences[3]"]
     assert str(caught[0].message).startswith("sentences[0]: 3 of its 4 words are not in the model's source dictionary")
     with warnings.catch_warnings():
         warnings.simplefilter("error", UnknownWordsWarning)
-        assert translator.translate(sentences[1:], "spk000") == translated[1:]  # half unknown: no warning
+        assert translator.translate(sentences[1:3], "spk000") == translated[1:3]  # 2 of 5 unknown: no warning
         nbest, _ = translator.translate_nbest_known(sentences, "spk000")  # the service's search says it otherwise
     assert [best[0][0] for best in nbest] == translated
     with TestClient(create_app(translator)) as client:
         answer = client.post("/translate", json={"sentences": sentences, "speaker": "spk000"}).json()
-    assert [t["unknown_words"] for t in answer["translations"]] == [3, 2, 0]
+    assert [t["unknown_words"] for t in answer["translations"]] == [3, 2, 0, 1]
     assert [t["text"] for t in answer["translations"]] == translated
 
 
