@@ -20,8 +20,7 @@ from fairseq_speaker.atomic_write import same_file
 from fairseq_speaker.command_registry import program_name
 from fairseq_speaker.errors import UserError, command
 from fairseq_speaker.service.store_copy import read_source, write_copy
-from fairseq_speaker.service.store_location import (STORE_FORMS, StoreLocation, durable_location, hide_password,
-                                                    store_location)
+from fairseq_speaker.service.store_location import (STORE_FORMS, StoreLocation, durable_location, hide_password)
 from fairseq_speaker.service.stores import open_store
 
 PROG = program_name(__name__)
@@ -63,7 +62,8 @@ def same_store(one: StoreLocation, other: StoreLocation) -> bool:
 @command(PROG)
 def main(argv: Optional[Sequence[str]] = None) -> None:
     args = build_parser().parse_args(argv)
-    source_at = store_location(args.source, "--from")  # both checked before either is opened
+    # both checked before either is opened; a --from in memory was "--from :memory:: no such file"
+    source_at = durable_location(args.source, "--from", "as soon as it is opened, so that it holds nothing to copy")
     target_at = durable_location(args.target, "--to", "when the copy ends, with everything copied")
     if same_store(source_at, target_at):
         raise UserError(f"--from {source_at.shown} and --to {target_at.shown} are the same store: give another --to")

@@ -1385,6 +1385,8 @@ COPY_PROBES = [
      "as the service opens it; give the file's path ({source})"),
     ("store-copy-whole", ["--from", "{source}", "--to", "file://elsewhere/new.db"],
      "--to file://elsewhere/new.db: an SQLite store is a file on this machine (the URI names the host 'elsewhere')"),
+    ("store-copy-whole", ["--from", "file:", "--to", "{tmp}/new.db"],
+     "--from file: is an SQLite database in memory, gone as soon as it is opened, so that it holds nothing to copy"),
     # reported as copied, and written nowhere
     ("store-copy-whole", ["--from", "{source}", "--to", ":memory:"], "--to :memory: is an SQLite database in memory, "
      "gone when the copy ends, with everything copied: give a file (speakers.db, or sqlite:///speakers.db) or a "
