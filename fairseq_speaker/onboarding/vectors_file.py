@@ -199,6 +199,9 @@ def save_speaker_vectors(path: str, bias: SpeakerBias, names: Sequence[str], tar
 
 def load_speaker_vectors(path: str) -> SpeakerVectors:
     """Read a file written by :func:`save_speaker_vectors`, checked to be whole and consistent."""
+    if os.path.isdir(path):  # it was "not found"
+        raise OnboardingError(f"{path} is a directory: give a speaker vectors file (.npz, written by "
+                              f"fairseq-speaker-vectors export)")
     if not os.path.isfile(path):
         raise OnboardingError(f"speaker vectors not found: {path} (fairseq-speaker-vectors export writes them)")
     return _read_vectors(path, path)

@@ -2314,6 +2314,9 @@ API_PROBES = [
     ("refused-before-writing",
      "export_speakers missing folder", lambda t, p: t.export_speakers(p.path("no/v.npz"), ["spk000"]),
      "cannot write {tmp}/no/v.npz: the folder {tmp}/no does not exist"),
+    ("vectors-of-another-model",  # "speaker vectors not found: ."
+     "import_speakers a folder", lambda t, p: t.import_speakers(p.tmp),
+     "{tmp} is a directory: give a speaker vectors file (.npz, written by fairseq-speaker-vectors export)"),
     ("vectors-of-another-model",
      "import_speakers missing file", lambda t, p: t.import_speakers(p.path("none.npz")),
      "speaker vectors not found: {tmp}/none.npz (fairseq-speaker-vectors export writes them)"),
