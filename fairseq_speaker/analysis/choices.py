@@ -21,7 +21,8 @@ parallel corpus with speaker labels, without being told what they are:
    by prediction (Smyth, "Model selection for probabilistic clustering using cross-validated likelihood", Statistics and
    Computing, 2000): 5-fold cross-validation over the speakers, each held-out speaker's every choice scored given their
    other choices (the leave-one-choice-out posterior predictive, which is how the memory uses the kinds), and of the
-   numbers of kinds (every one of :data:`KINDS` tried: the score is not unimodal in K) the fewest within one standard
+   numbers of kinds (every one of :data:`KINDS` tried: the score is not unimodal in K; and where the largest predicts
+   best, half as many again, and so on while it does: 12 is no ceiling) the fewest within one standard
    error of the best (Hastie, Tibshirani & Friedman, *The Elements of Statistical Learning*, 2009, 7.10); K = 1 too
    where no single choice is predicted better than by everyone's rates by twice its standard error, or the whole trait
    is not (the links were chosen on the same speakers, so that their chance agreement holds in the held-out folds too).

@@ -300,3 +300,36 @@ def test_a_style_that_falls_apart_into_pieces_is_regrouped():
     assert len(style[0] & set(range(100))) >= 90 and style[1] == 4
     assert not style[0] & set(range(100, 113))  # no gender or address choice in it
     assert (set(range(100, 109)), 2) in found and (set(range(109, 113)), 2) in found
+
+
+def test_more_kinds_than_the_grid_are_tried_while_the_largest_predicts_best():
+    """12, the largest number of :data:`KINDS`, was a ceiling: a trait of 20 styles was fitted with 12 kinds. Where
+    the largest number tried predicts held-out speakers best, larger ones are tried (and a fifth of the speakers
+    bounds them); without ``grow``, the grid alone."""
+    rng = np.random.default_rng(7)
+    styles, choices, speakers = 20, 24, 600
+    table = rng.integers(4, size=(styles, choices))
+    style = rng.integers(styles, size=speakers)
+    said = np.where(rng.random((speakers, choices)) < 0.05, rng.integers(4, size=(speakers, choices)), table[style])
+    chosen = np.where(rng.random((speakers, choices)) < 0.6, said, -1)
+    grown = kinds(chosen, [4] * choices, restarts=2, iters=60)
+    assert max(grown.heldout) > max(KINDS) and grown.k > max(KINDS), grown.heldout
+    assert grown.heldout[grown.k] > grown.heldout[max(KINDS)]
+    assert max(kinds(chosen, [4] * choices, restarts=2, iters=60, grow=False).heldout) == max(KINDS)
+    few = kinds(chosen[:60], [4] * choices, restarts=2, iters=60)  # a kind for every 5 speakers at most
+    assert max(few.heldout) <= 60 // 5, few.heldout
+
+
+@pytest.mark.parametrize("speakers,best,tried", [
+    (10_000, "largest", [1, 2, 12, 18, 27, 41, 62, 93]),  # MAX_GROWN_KINDS: each EM step costs in proportion
+    (100, "largest", [1, 2, 12, 18]),  # a kind for every 5 speakers at most
+    (10_000, "two", [1, 2, 12]),  # the grid's largest does not predict best: nothing more
+])
+def test_the_numbers_of_kinds_grow_by_half_within_their_bounds(speakers, best, tried):
+    from fairseq_speaker.analysis.latent_classes import _numbers_of_kinds
+
+    heldout, seen = {}, []
+    for k in _numbers_of_kinds((1, 2, 12), heldout, True, speakers):
+        seen.append(k)
+        heldout[k] = float(k) if best == "largest" else -abs(k - 2)
+    assert seen == tried
