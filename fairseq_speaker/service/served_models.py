@@ -24,7 +24,6 @@ import gc
 import hashlib
 import logging
 import os
-import re
 import sqlite3
 import threading
 import time
@@ -37,25 +36,14 @@ from fairseq_speaker.service import schema
 from fairseq_speaker.service.service_errors import ServiceError
 from fairseq_speaker.service.speaker_service import SpeakerService
 from fairseq_speaker.service.store_errors import StoreError
-from fairseq_speaker.service.store_schema import DEFAULT_MODEL
+from fairseq_speaker.service.store_schema import DEFAULT_MODEL, MODEL_ID_RULE, model_id_problem
 
 logger = logging.getLogger("fairseq_speaker.service")
-
-#: what a model id may be: it is part of URLs, metric labels and the store's keys
-MODEL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-MODEL_ID_RULE = "letters, digits, '.', '_' and '-', at most 64, beginning with a letter or digit"
 
 #: ``load(checkpoint, data)``: a translator of the checkpoint with the dictionaries of the data directory
 Loader = Callable[[str, str], SpeakerTranslator]
 #: ``make(translator, model_id, refit)``: the service of a loaded model (see :class:`SpeakerService`'s ``refit``)
 ServiceMaker = Callable[[SpeakerTranslator, str, bool], SpeakerService]
-
-
-def model_id_problem(text: object) -> Optional[str]:
-    """Why ``text`` cannot be a model id, or None."""
-    if not isinstance(text, str) or not MODEL_ID.fullmatch(text):
-        return f"{text!r} is not a model id: use {MODEL_ID_RULE}"
-    return None
 
 
 def case_twin(model: str, ids: Iterable[str]) -> Optional[str]:

@@ -105,6 +105,9 @@ class SpeakerStore(StoreStatements):
             raise StoreError(f"{where}: the folder {folder} does not exist")
         if os.path.isdir(path):
             raise StoreError(f"{where} is a directory: give the path of a file (it is created if missing)")
+        if os.path.exists(path) and not os.path.isfile(path):  # /dev/null was "not a speaker store (disk I/O error)"
+            raise StoreError(f"{where} is not a regular file (a device, a pipe or a socket), which no store is: give "
+                             f"the path of a file (it is created if missing)")
         if not create and (path == ":memory:" or not os.path.exists(path)):
             raise StoreError(f"{where}: no such file (the SQLite store to read)")
         self._lock = threading.Lock()

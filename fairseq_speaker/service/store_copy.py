@@ -11,7 +11,7 @@ from fairseq_speaker.errors import UserError
 from fairseq_speaker.onboarding.vectors_file import read_speaker_vectors
 from fairseq_speaker.service.store import SpeakerStore
 from fairseq_speaker.service.store_errors import StoreConflict, StoreDamaged, StoreError
-from fairseq_speaker.service.store_schema import StoredSpeaker, fingerprint_of, speaker_text
+from fairseq_speaker.service.store_schema import StoredSpeaker, fingerprint_of, model_id_problem, speaker_text
 
 
 @dataclass
@@ -42,6 +42,12 @@ def read_source(source: SpeakerStore) -> SourceSpeakers:
     """Every speaker of ``source`` and its model ids, read before anything is written (a copy whose source cannot be
     read makes no target). Raises :class:`StoreError` saying what to do."""
     models = source.models()
+    for model in models:  # copied, its speakers were served by no service: --model takes no such id
+        problem = model_id_problem(model)
+        if problem:
+            raise StoreError(f"{source.option} {source.path}: holds the speakers of a model id no service can serve "
+                             f"({problem}): nothing was copied. The store was written by another program, or "
+                             f"damaged: restore it from a backup")
     fingerprints = {model: source.fingerprint(model) for model in models}
     made_for = {model: source.made_for(model) for model in models}
     try:

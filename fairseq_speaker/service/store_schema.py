@@ -7,6 +7,7 @@ makes its tables and upgrades them itself (:mod:`~fairseq_speaker.service.store`
 """
 
 import logging
+import re
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
@@ -92,6 +93,18 @@ class StoredSpeaker:
     rows: Optional[bytes] = None
     pairs: Optional[List[Tuple[str, str]]] = None
     model: str = DEFAULT_MODEL
+
+
+#: what a model id may be: it is part of URLs, metric labels and the store's keys
+MODEL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+MODEL_ID_RULE = "letters, digits, '.', '_' and '-', at most 64, beginning with a letter or digit"
+
+
+def model_id_problem(text: object) -> Optional[str]:
+    """Why ``text`` cannot be a model id, or None."""
+    if not isinstance(text, str) or not MODEL_ID.fullmatch(text):
+        return f"{text!r} is not a model id: use {MODEL_ID_RULE}"
+    return None
 
 
 def speaker_text(model: str, name: str) -> str:

@@ -1314,6 +1314,10 @@ def copies(postgres, tmp_path):
         store.put("\uff44\uff52-lee", _rows("\uff44\uff52-lee"), [("i .", "je .")])
     places = {"source": source, "damaged": damaged, "empty": postgres.database(), "tmp": str(tmp_path),
               "no_schema": no_schema, "twin": twin}
+    places["odd_model"] = str(tmp_path / "odd-model.db")  # a model id --model refuses, written by another program
+    shutil.copy(source, places["odd_model"])
+    _sql("UPDATE models SET id = 'EN FR'")(places["odd_model"])
+    _sql("UPDATE speakers SET model = 'EN FR'")(places["odd_model"])
     for name, rows in (("garbled", b"\x00\x01\x02\x03"), ("misnamed", _rows("dr-lee")),
                        ("foreign", _rows("dr-kim", "full"))):  # rows a service refuses: its restart stopped
         places[name] = str(tmp_path / f"{name}.db")
@@ -1375,6 +1379,12 @@ COPY_PROBES = [
     ("store-copy-whole", ["--from", "{foreign}", "--to", "{tmp}/new.db"],
      "--from {foreign}: the record of speaker 'dr-kim' is damaged: its rows are not those of the model the store holds "
      "for model id 'default'"),
+    # copied without a word, its speakers were served by no service
+    ("store-copy-whole", ["--from", "{odd_model}", "--to", "{tmp}/new.db"],
+     "--from {odd_model}: holds the speakers of a model id no service can serve ('EN FR' is not a model id: use "
+     "letters, digits, '.', '_' and '-', at most 64, beginning with a letter or digit): nothing was copied"),
+    ("store-copy-whole", ["--from", "/dev/null", "--to", "{tmp}/new.db"],  # "not a speaker store (disk I/O error)"
+     "--from /dev/null is not a regular file (a device, a pipe or a socket), which no store is"),
     # SQLite reads file:FILE as FILE: a store copied into itself by its URI was reported as "0 copied"
     ("store-copy-whole", ["--from", "{source}", "--to", "file:{source}"],
      "--from {source} and --to {source} are the same store: give another --to"),
