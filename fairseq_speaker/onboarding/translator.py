@@ -69,6 +69,8 @@ class SpeakerTranslator(TranslatorSearch, TranslatorOnboarding, TranslatorWords)
                  state: Optional[dict] = None):
         self.hub = hub
         self.checkpoint = checkpoint
+        # the file itself, wherever the process goes later (a relative path named another file after a chdir)
+        self._checkpoint_file = os.path.abspath(checkpoint) if isinstance(checkpoint, str) and checkpoint else None
         self._fit = fit
         self._adapter: Optional[SpeakerAdapter] = None
         self._lock = threading.RLock()

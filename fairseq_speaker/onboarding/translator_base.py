@@ -42,6 +42,8 @@ class TranslatorBase:
     hub: hub_utils.GeneratorHubInterface
     #: the checkpoint's path, as given
     checkpoint: str
+    #: the checkpoint's absolute path, taken when it was loaded
+    _checkpoint_file: Optional[str]
     _fit: Optional[FitOptions]
     _adapter: Optional[SpeakerAdapter]
     _lock: threading.RLock
@@ -115,6 +117,6 @@ class TranslatorBase:
         translator reads (its checkpoint, a file of its data folder): the write would replace it whole."""
         path = checked_path(path, what)
         data = getattr(self.task.cfg, "data", None)
-        check_not_an_input(path, what, [("the checkpoint this translator was loaded from", self.checkpoint)],
+        check_not_an_input(path, what, [("the checkpoint this translator was loaded from", self._checkpoint_file)],
                            [("the data folder", data.split(os.pathsep)[0] if data else None)])
         return path

@@ -2472,6 +2472,30 @@ def test_a_translator_refuses_to_write_over_a_file_it_reads(toy, trained, tmp_pa
     assert translator.translate("i am tired .", "spk000")  # the translator reads its files as before
 
 
+def test_a_translator_loaded_by_a_relative_path_knows_its_checkpoint_after_a_change_of_folder(toy, trained, tmp_path,
+                                                                                               monkeypatch):
+    """The path as given was compared where the process then was: after a chdir, export_speakers('../ck.pt') replaced
+    the checkpoint with the vectors."""
+    import filecmp
+    import shutil
+
+    from fairseq_speaker.errors import UserError
+    from fairseq_speaker.serving import SpeakerTranslator
+
+    shutil.copyfile(trained("lstm_fact_bias"), tmp_path / "ck.pt")
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path)
+    translator = SpeakerTranslator.from_pretrained("ck.pt", data=toy["bin"], max_len_b=4)
+    monkeypatch.chdir(tmp_path / "sub")
+    for call in (lambda: translator.export_speakers("../ck.pt", ["spk000"]), lambda: translator.save("../ck.pt"),
+                 lambda: translator.export_speakers(str(tmp_path / "ck.pt"), ["spk000"])):
+        with pytest.raises(UserError, match="is the checkpoint this translator was loaded from"):
+            call()
+    assert filecmp.cmp(tmp_path / "ck.pt", trained("lstm_fact_bias"), shallow=False)
+    translator.export_speakers("ck.pt", ["spk000"])  # sub/ck.pt: another file
+    assert os.path.getsize(tmp_path / "sub" / "ck.pt") < os.path.getsize(tmp_path / "ck.pt")
+
+
 #: the n-best of a search restricted by prefix_allowed_tokens_fn: (the promise of docs/reliability.md, what, the words
 #: allowed, beam and --beam-stop)
 ALLOWED_NBEST_PROBES = [
