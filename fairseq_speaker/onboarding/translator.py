@@ -49,6 +49,7 @@ from fairseq_speaker.onboarding.translator_base import serialized
 from fairseq_speaker.onboarding.translator_onboarding import TranslatorOnboarding
 from fairseq_speaker.onboarding.translator_search import TranslatorSearch
 from fairseq_speaker.onboarding.translator_words import TranslatorWords
+from fairseq_speaker.tasks.data_files import one_folder_problem
 from fairseq_speaker.tasks.inference import BEAM_STOPS, SpeakerInferenceMixin
 from fairseq_speaker.user_dir import check_registered
 
@@ -100,6 +101,9 @@ class SpeakerTranslator(TranslatorSearch, TranslatorOnboarding, TranslatorWords)
             raise OnboardingError(f"checkpoint {checkpoint}: fairseq reads a file name holding {os.pathsep!r} as "
                                   f"several checkpoints (an ensemble): rename the file, or link it under a name "
                                   f"without {os.pathsep!r} (ln -s)")
+        shards = one_folder_problem(data)
+        if shards:
+            raise OnboardingError(f"from_pretrained: data {shards}")
         before = _file_identity(checkpoint)
         # the search's stop: a generation default of the translator (a checkpoint saved before the option existed
         # has no such key for fairseq to override, which would drop it without a word)

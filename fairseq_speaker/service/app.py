@@ -35,6 +35,7 @@ from starlette.concurrency import run_in_threadpool
 from fairseq_speaker import __version__
 from fairseq_speaker.errors import UserError, command, fail
 from fairseq_speaker.onboarding.translator import SpeakerTranslator
+from fairseq_speaker.tasks.data_files import one_folder_problem
 from fairseq_speaker.service import model_routes, service_routes, speaker_routes, translate_routes
 from fairseq_speaker.service.batcher import BatchOptions
 from fairseq_speaker.service.bodies import body_problem
@@ -175,8 +176,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         check_listening(args.host, args.port)  # before the models load: uvicorn said so after, and exited 3
         import_user_dir(args.user_dir)
         for model, (_, data) in args.specs.items():
+            where = "" if model == DEFAULT_MODEL and args.checkpoint is not None else f" (of --model {model})"
+            if one_folder_problem(data):
+                raise UserError(f"data directory {one_folder_problem(data)}{where}")
             if not os.path.isdir(data):
-                where = "" if model == DEFAULT_MODEL and args.checkpoint is not None else f" (of --model {model})"
                 raise UserError(f"data directory not found: {data}{where} (the one the model was trained on, with its "
                                 f"dict.*.txt)")
         configure_logging(args.log_format)  # every logger, uvicorn's too (log_config=None below), in one format

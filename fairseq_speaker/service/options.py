@@ -166,7 +166,6 @@ def model_specs(args: argparse.Namespace) -> Dict[str, Tuple[str, str]]:
     for spec in args.models:
         model, equals, rest = spec.partition("=")
         form = "write --model ID=CHECKPOINT or --model ID=CHECKPOINT:DATA_DIR"
-        checkpoint, data = _checkpoint_and_data(rest, f"--model {spec}")
         if not equals:
             raise UserError(f"--model {spec}: no '=': {form}")
         if not model:
@@ -174,6 +173,7 @@ def model_specs(args: argparse.Namespace) -> Dict[str, Tuple[str, str]]:
         problem = model_id_problem(model)
         if problem:
             raise UserError(f"--model {spec}: {problem}")
+        checkpoint, data = _checkpoint_and_data(rest, f"--model {spec}")  # the id first: it was "reads two ways"
         if not checkpoint:
             raise UserError(f"--model {spec}: no checkpoint: {form}")
         if not data and args.data is None:

@@ -32,6 +32,7 @@ from typing import Callable, Dict, Iterable, List, Optional
 
 from fairseq_speaker.errors import UserError
 from fairseq_speaker.onboarding.translator import SpeakerTranslator
+from fairseq_speaker.tasks.data_files import one_folder_problem
 from fairseq_speaker.service import schema
 from fairseq_speaker.service.service_errors import ServiceError
 from fairseq_speaker.service.speaker_service import SpeakerService
@@ -248,6 +249,8 @@ class ServedModels:
         keeps = (f"; model {model!r} goes on serving {old.service.translator.checkpoint}" if old is not None else
                  "; nothing was loaded")
         start = time.perf_counter()
+        if one_folder_problem(data):
+            raise ServiceError(422, "load_failed", f"data directory {one_folder_problem(data)}{keeps}")
         if not os.path.isdir(data):
             raise ServiceError(422, "load_failed", f"data directory not found: {data} (the one the model was trained "
                                f"on, with its dict.*.txt){keeps}")

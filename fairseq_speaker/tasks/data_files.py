@@ -12,6 +12,17 @@ from fairseq_speaker.data import SpeakerDataError
 SPEAKER_DICT_FILE = "dict.spk.txt"
 
 
+def one_folder_problem(data: str) -> Optional[str]:
+    """Why ``data``, given as one data folder (the Python API's, a service's), cannot be read as one by fairseq, or
+    None: fairseq reads a path holding ``os.pathsep`` as several folders (shards), so that ``runs/d:2024/bin`` was
+    "not found: runs/d" and ``bin:bin2`` a ``TypeError``."""
+    if os.pathsep not in data:
+        return None
+    return (f"{data}: fairseq reads a path holding {os.pathsep!r} as several data folders (shards), and the model is "
+            f"read with one: give a folder whose path holds no {os.pathsep!r} (rename it, or link it: ln -s "
+            f"'{data}' bin)")
+
+
 def check_dictionary_files(cfg) -> None:
     """The folder of the dictionaries (the first path of ``cfg.data``) holds ``dict.SRC.txt`` and ``dict.TGT.txt``, and
     the languages are given or can be read from its file names; one message if not, where fairseq's setup ends in an
@@ -20,6 +31,8 @@ def check_dictionary_files(cfg) -> None:
     if not paths:
         return  # fairseq's own check
     folder = paths[0]
+    if not os.path.isdir(folder) and os.path.isdir(cfg.data):  # "not found: d" for the folder d:2024/bin
+        raise SpeakerDataError(f"data directory {one_folder_problem(cfg.data)}")
     if not os.path.isdir(folder):
         raise SpeakerDataError(f"data directory not found: {folder} (give the folder fairseq-preprocess wrote, with "
                                f"its dict.SRC.txt and dict.TGT.txt)")

@@ -1019,6 +1019,9 @@ COMMAND_PROBES = {
                                              "or --speaker-file): leave it out"),
     ],
     "fairseq-generate": [
+        ("data-folder-has-dictionaries",  # "data directory not found: .../d": fairseq splits the path at ':'
+         ["{colondata}", "--path", "{ckpt}", *GENERATE], 2,
+         "data directory {colondata}: fairseq reads a path holding ':' as several data folders (shards)"),
         ("dictionaries-compared",
          ["{other}", "--path", "{ckpt}", *GENERATE], 2,
          "{ckpt} was trained with the dictionaries of another data folder than {other}: its source dictionary has "
@@ -1695,6 +1698,9 @@ class Places:
 
     def make_colonckpt(self):
         return shutil.copy(self["ckpt"], self.path("model:v2.pt"))
+
+    def make_colondata(self):  # the toy's data folder under a folder whose name holds ':'
+        return shutil.copytree(self["data"], self.path("d:2024/bin"))
 
     def make_lmbadformat(self):
         return self._lm_data("lmbadformat", ["je\n", "suis 3\n"])
@@ -2536,6 +2542,13 @@ FROM_PRETRAINED_PROBES = [
     ("not-a-checkpoint", "a file name holding ':'", "{colonckpt}", "{data}",
      "checkpoint {colonckpt}: fairseq reads a file name holding ':' as several checkpoints (an ensemble): rename the "
      "file"),
+    # fairseq read it as the folders 'd' and '2024/bin', and said that 'd' was not found
+    ("data-folder-has-dictionaries", "a data folder under a name holding ':'", "{ckpt}", "{colondata}",
+     "from_pretrained: data {colondata}: fairseq reads a path holding ':' as several data folders (shards), and the "
+     "model is read with one: give a folder whose path holds no ':'"),
+    # a TypeError of fairseq's split_paths
+    ("data-folder-has-dictionaries", "two data folders", "{ckpt}", "{data}:{data}",
+     "from_pretrained: data {data}:{data}: fairseq reads a path holding ':' as several data folders"),
     # fairseq's hub loaded it with its own task, and translate ended in an AttributeError
     ("not-a-checkpoint", "a checkpoint of fairseq's own translation task", "{stock}", "{data}",
      "{stock}: not a fairseq-speaker checkpoint (trained with fairseq's TranslationTask, without speakers): give a "

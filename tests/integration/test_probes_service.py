@@ -1030,6 +1030,13 @@ MODEL_PATH_PROBES = [
      "--model en=ck.pt:bin reads two ways: the checkpoint ck.pt:bin or the checkpoint ck.pt with the data directory "
      "bin: rename one, or write --model ID=CHECKPOINT and give the data directory with --data"),
     ("one-line-user-errors", ["--model", "en=ck.pt:bin", "--data", "bin"], "--model en=ck.pt:bin reads two ways"),
+    ("one-line-user-errors", ["--model", "a/b=ck.pt:bin"], "--model a/b=ck.pt:bin: 'a/b' is not a model id"),  # the id
+    # first: it was "reads two ways"
+    # read well, then "data directory not found: d" (fairseq reads d:2024/bin as the folders d and 2024/bin)
+    ("one-line-user-errors", ["--model", "en=ck.pt:d:2024/bin", "--port", "18177"],
+     "data directory d:2024/bin: fairseq reads a path holding ':' as several data folders (shards), and the model is "
+     "read with one: give a folder whose path holds no ':' (rename it, or link it: ln -s 'd:2024/bin' bin) (of --model "
+     "en)"),
 ]
 
 
@@ -1038,6 +1045,7 @@ def test_a_model_path_holding_a_colon_is_read_one_way_or_refused(argv, message, 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "a:b").mkdir()
     (tmp_path / "bin").mkdir()
+    (tmp_path / "d:2024" / "bin").mkdir(parents=True)
     for name in ("ck.pt", "ck.pt:bin", "a:b/c:k.pt"):
         (tmp_path / name).write_bytes(b"not loaded: the options are refused first")
     assert message in refused(serve.main, argv, capsys)
