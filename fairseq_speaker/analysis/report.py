@@ -25,9 +25,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from fairseq_speaker.analysis.classifier import train_classifier
 from fairseq_speaker.analysis.inspect_bias import BiasInspection
 from fairseq_speaker.analysis.scores import SIGNIFICANCE, SystemScore, detokenize, read_hypotheses, score_systems
-from fairseq_speaker.atomic_write import atomic_path, make_folder, write_json, write_text
+from fairseq_speaker.atomic_write import atomic_path, check_not_an_input, make_folder, write_json, write_text
 from fairseq_speaker.command_registry import program_name
-from fairseq_speaker.data import check_utf8, read_lines, read_speaker_file
+from fairseq_speaker.data import read_lines, read_speaker_file
 from fairseq_speaker.errors import UserError, command
 from fairseq_speaker.runtime import (
     add_runtime_arguments,
@@ -222,10 +222,7 @@ def read_systems(references_path: str, systems: List[Tuple[str, str]],
     option = f"--references {references_path}"
     try:
         references = read_lines(references_path)
-        for name, path in systems:
-            option = f"--system {name}={path}"
-            check_utf8(path)
-        outputs = {}
+        outputs = {}  # each read once: a pipe (<(command)) is empty the second time
         for name, path in systems:
             option = f"--system {name}={path}"
             outputs[name] = read_hypotheses(path, lines)
@@ -264,6 +261,31 @@ def _nfc(texts: List[str], where: str) -> List[str]:
     return [unicodedata.normalize("NFC", text) for text in texts]
 
 
+def _sacrebleu_tokenizers() -> List[str]:
+    """The names of sacrebleu's BLEU tokenizers (its table of them; 13a and none where it is not found)."""
+    try:
+        from sacrebleu.metrics.bleu import _TOKENIZERS
+        return list(_TOKENIZERS)
+    except ImportError:
+        return ["13a", "none"]
+
+
+def _outputs(args, checkpoints: List[Tuple[str, str]]) -> None:
+    """Refuse (:class:`UserError`) a file of ``--out`` the report writes that is one it reads (``--references`` as
+    OUT/report.md, a system's output as OUT/scores.json, by their names or a link's): it was replaced by the report."""
+    inputs = [("the --references", args.references), *((f"the output of --system {n}", p) for n, p in _systems(args)),
+              ("the --train-text", args.train_text), ("the --train-speakers", args.train_speakers),
+              ("the --test-speakers", args.test_speakers), *((f"the --checkpoint {n}", p) for n, p in checkpoints)]
+    names = ["report.md", "scores.json", "classifier.pt", "classifier.png",
+             *(f"speakers_{name}.png" for name, _ in checkpoints)]
+    for name in names:
+        check_not_an_input(os.path.join(args.out, name), "--out", inputs)
+
+
+def _systems(args) -> List[Tuple[str, str]]:
+    return [(v.partition("=")[0], v.partition("=")[2]) for v in args.system]
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="folder for report.md, its plots, scores.json, classifier.pt")
@@ -274,7 +296,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--lines", choices=["H", "D"], default="H",
                         help="which lines of fairseq-generate output to read: H (tokenized) or D (detokenized)")
     parser.add_argument("--detok", metavar="LANG", help="Moses-detokenize hypotheses and references before BLEU/chrF")
-    parser.add_argument("--tokenize", default="13a", help="sacrebleu's tokenizer ('none' for pre-tokenized text)")
+    parser.add_argument("--tokenize", default="13a", choices=_sacrebleu_tokenizers(),  # 'bogus' was a KeyError
+                        help="sacrebleu's tokenizer ('none' for pre-tokenized text)")
     parser.add_argument("--bootstrap", type=int, default=1000, help="paired bootstrap samples")
     parser.add_argument("--seed", type=parse_seed, default=12345, help="seed of the bootstrap resampling")
     group = parser.add_argument_group("speaker classifier (all three files, or none)")
@@ -315,6 +338,7 @@ def main(argv=None) -> None:
         raise UserError(f"--baseline {args.baseline}: not the NAME of a --system")
     systems = _pairs(args.system, "--system")
     checkpoints = _pairs(args.checkpoint, "--checkpoint")
+    _outputs(args, checkpoints)
     classifier_files = [args.train_text, args.train_speakers, args.test_speakers]
     if any(classifier_files) and not all(classifier_files):
         raise UserError("the speaker classifier needs --train-text, --train-speakers and --test-speakers")

@@ -599,6 +599,12 @@ COMMAND_PROBES = {
          [*REPORT, "--references", "{blanktail}", "--system", "a={refs}"], 2,
          "--references {blanktail} ends in 1 blank line (line 4), which no system's output has (--system a={refs}: 3 "
          "hypotheses, as many as its other lines): remove the blank line at its end"),
+        ("refused-before-writing",  # the references were replaced by the report, and lost
+         ["--out", "{tmp}", "--tokenize", "none", "--references", "{reportmd}", "--system", "a={refs}"], 2,
+         "--out {reportmd} is the --references, which the command reads: writing it would replace it"),
+        ("one-line-user-errors",  # a KeyError of sacrebleu's, after the files were read
+         [*REPORT[:2], "--tokenize", "bogus", "--references", "{refs}", "--system", "a={refs}"], 2,
+         "argument --tokenize: invalid choice: 'bogus' (choose from 'none', 'zh', '13a'"),
         ("one-line-user-errors",  # the first run's hypotheses were scored without a word
          [*REPORT, "--references", "{refs}", "--system", "a={appended}"], 2,
          "--system a={appended}: {appended}: line 10: sentence id 1 again (first at line 7): two outputs appended "
@@ -1393,6 +1399,10 @@ class Places:
 
     def make_refs(self):
         return self.write("refs.txt", b"a b .\nc d .\ne f .\n")
+
+    def make_reportmd(self):
+        """The references of :meth:`make_refs` under the name of the report's own file, in the test's folder."""
+        return self.write("report.md", b"a b .\nc d .\ne f .\n")
 
     def make_appended(self):
         """Two fairseq-generate outputs of :meth:`make_refs` appended (``>>``), the second run's sentence 1 another."""

@@ -155,3 +155,23 @@ def test_an_output_in_nfd_is_scored_as_the_text_it_is_and_said(toy, tmp_path):
     assert "| nfd | 100.00 | 100.00 | baseline |" in proc.stdout, proc.stdout
     assert f"--system nfd={decomposed}: " in proc.stderr and f"(the first: sentence {first + 1}) not in Unicode's " \
         "normal form NFC" in proc.stderr, proc.stderr
+
+
+def test_a_system_output_from_a_pipe_is_read_once(toy, tmp_path, capsys):
+    """``--system a=<(command)``: the file was read twice (its encoding checked first), and the pipe was empty the
+    second time ("0 hypotheses for the 800 references")."""
+    import threading
+
+    references = f"{toy['raw']}/test.fr"
+    with open(references, "rb") as f:
+        text = f.read()
+    read, write = os.pipe()
+    writer = threading.Thread(target=lambda: (os.write(write, text), os.close(write)))
+    writer.start()
+    try:
+        report_main(["--out", str(tmp_path / "r"), "--references", references, "--tokenize", "none", "--bootstrap",
+                     "10", "--system", f"piped=/dev/fd/{read}", "--threads", "1"])
+    finally:
+        writer.join()
+        os.close(read)
+    assert "| piped | 100.00 | 100.00 | baseline |" in capsys.readouterr().out
