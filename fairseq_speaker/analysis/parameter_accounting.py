@@ -190,7 +190,7 @@ def main(argv=None) -> None:
         src, tgt, speakers = dictionaries_from_data(args.data, args.source_lang, args.target_lang,
                                                     args.speaker_suffix)
         more = args.speakers or []
-    elif args.tgt_vocab and args.speakers:
+    elif args.tgt_vocab is not None and args.speakers:  # 0 is given, and checked below (it read as not given)
         src, tgt, speakers = args.src_vocab or args.tgt_vocab, args.tgt_vocab, args.speakers[0]
         more = args.speakers[1:]
     else:

@@ -339,6 +339,7 @@ def main(argv=None) -> None:
         args.train = args.sentences_per_speaker * args.speakers
     elif args.train is None:
         args.train = 6000
+    check_at_least(parser, args, ["train", "valid", "test"])  # "-5 sentences, fewer than the 24 speakers"
     if args.styles < 0:
         parser.error("--styles must be 0 (no styles) or more")
     if args.deviation is not None and not args.styles:

@@ -53,7 +53,7 @@ from fairseq_speaker.modules.speaker_bias import parse_variant_name
 from fairseq_speaker.analysis.speaker_words import read_traits, trait_accuracy
 from fairseq_speaker.toy.corpus import DEFAULT_DEVIATION, TRAITS, check_out_folder, read_styles, write_corpus
 from fairseq_speaker.toy.oracle import BAYES, bayes_accuracy, oracle_accuracy, oracle_rows
-from fairseq_speaker.runtime import add_runtime_arguments, check_threads, configure_output, parse_seed, start_threads
+from fairseq_speaker.runtime import add_runtime_arguments, check_at_least, check_threads, configure_output, parse_seed, start_threads
 
 DEFAULT_SYSTEMS = ["lstm_base", "lstm_fact_bias", "transformer_fact_bias"]
 #: the beam of the paper's decoding, the demo's unless --beams says otherwise
@@ -292,6 +292,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.no_report and args.classifier_epochs is not None:
         parser.error(f"--classifier-epochs {args.classifier_epochs} trains the report's speaker classifier, and "
                      f"--no-report writes no report: drop one of them")
+    check_at_least(parser, args, ["classifier_epochs"])  # refused by the report only after every system trained
     args.classifier_epochs = 20 if args.classifier_epochs is None else args.classifier_epochs
     args.lr = {name: args.lr or f.demo_lr for name, f in FAMILY_REGISTRY.items()}
     return args

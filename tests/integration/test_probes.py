@@ -227,6 +227,8 @@ COMMAND_PROBES = {
         ("numbers-checked", ["--lr", "-1"], 2, "--lr must be a number above 0, got -1.0"),
         ("numbers-checked", ["--train", "10"], 2, "--train 10: fewer sentences than the 24 speakers (--speakers)"),
         ("numbers-checked", ["--test", "0"], 2, "--test 0: fewer sentences than the 24 speakers (--speakers)"),
+        ("numbers-checked",  # refused by the report, after every system had trained
+         ["--classifier-epochs", "0"], 2, "--classifier-epochs must be at least 1, got 0"),
         ("one-line-user-errors", ["--beams", "greedy"], 2, "argument --beams: invalid int value: 'greedy'"),
         ("numbers-checked", ["--threads", "0"], 2, "--threads must be at least 1, got 0"),
     ],
@@ -235,6 +237,8 @@ COMMAND_PROBES = {
         ("numbers-checked",  # refused before any speaker is made (a trillion speakers were made first, for minutes)
          ["--out", "{tmp}/c", "--train", "10", "--valid", "2", "--test", "2", "--speakers", "1000000000000"], 2,
          "split train has 10 sentences, fewer than the 1000000000000 speakers"),
+        ("numbers-checked",  # "split train has -5 sentences, fewer than the 24 speakers: give larger --train/--valid/..."
+         ["--out", "{tmp}/c", "--train", "-5", "--valid", "-1"], 2, "--train must be at least 1, got -5"),
         ("numbers-checked",
          ["--out", "{tmp}/c", "--train", "5"], 2, "split train has 5 sentences, fewer than the 24 speakers: give "
                                                    "larger --train/--valid/--test or fewer --speakers"),
@@ -281,6 +285,9 @@ COMMAND_PROBES = {
          ["--out", "{afile}/c", "--train", "48"], 2, "--out {afile}/c: {afile} is a file, so no folder can be made"),
     ],
     "fairseq-speaker-params": [
+        ("numbers-checked",  # read as not given: "give --path, --data, or --tgt-vocab and --speakers"
+         ["--arch", "lstm_fact_bias", "--tgt-vocab", "0", "--speakers", "5"], 2,
+         "--tgt-vocab must be at least 5 (fairseq's 4 special symbols and a word), got 0"),
         ("numbers-checked",  # torch's "Overflow when unpacking long long"
          ["--arch", "lstm_fact_bias", "--src-vocab", "10", "--tgt-vocab", "10", "--speakers", "99999999999999999999"],
          2, "--speakers must be at most 9223372036854775807 (a 64-bit count), got 99999999999999999999"),
