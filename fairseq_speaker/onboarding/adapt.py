@@ -30,7 +30,7 @@ from typing import Dict, List, Optional, Sequence
 
 import torch
 
-from fairseq_speaker.atomic_write import check_not_an_input
+from fairseq_speaker.atomic_write import check_not_an_input, same_file
 from fairseq_speaker.command_registry import program_name
 from fairseq_speaker.data import preprocessing
 from fairseq_speaker.errors import UserError, command, fail
@@ -155,7 +155,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     check_not_an_input(args.save, "--save", [("the checkpoint given by --path", args.path), *read],
                        [("the data folder", args.data.split(os.pathsep)[0])])
     check_threads(parser, args)
-    if args.heldout_prefix is not None and os.path.abspath(args.heldout_prefix) == os.path.abspath(args.adapt_prefix):
+    if args.heldout_prefix is not None and _same_sentences(args.heldout_prefix, args.adapt_prefix):
         parser.error(f"--heldout-prefix {args.heldout_prefix} is the adaptation sentences (--adapt-prefix): the fit "
                      f"would stop on the loss it minimizes; give other sentences of the same speakers, or leave it out")
     unread = options_not_read(args, argv)
@@ -224,6 +224,16 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     except (UserError, FloatingPointError) as e:
         fail(str(e), PROG)
     print(format_reports(reports, sentences, seconds, checkpoint.speaker_bias.name, args.save))
+
+
+def _same_sentences(heldout: str, adapt: str) -> bool:
+    """Whether the files of the prefix ``heldout`` are those of ``adapt``: the same prefix, or each file of one the
+    other's under another name (a link, a hard link: the fit early-stopped on the sentences it was fitted on)."""
+    if os.path.abspath(heldout) == os.path.abspath(adapt):
+        return True
+    pairs = [(path, adapt + path[len(heldout):]) for path in glob.glob(glob.escape(heldout) + ".*")]
+    pairs = [(one, other) for one, other in pairs if os.path.exists(other)]
+    return bool(pairs) and all(same_file(one, other) for one, other in pairs)
 
 
 def format_reports(reports: Dict[str, FitReport], sentences: Dict[str, List[Pair]], seconds: float, variant: str,

@@ -202,6 +202,9 @@ def load_speaker_vectors(path: str) -> SpeakerVectors:
     if os.path.isdir(path):  # it was "not found"
         raise OnboardingError(f"{path} is a directory: give a speaker vectors file (.npz, written by "
                               f"fairseq-speaker-vectors export)")
+    if os.path.exists(path) and not os.path.isfile(path):  # a named pipe was "not found"
+        raise OnboardingError(f"{path} is not a regular file (a device, a pipe or a socket), which no speaker vectors "
+                              f"file is: give the .npz that fairseq-speaker-vectors export wrote")
     if not os.path.isfile(path):
         raise OnboardingError(f"speaker vectors not found: {path} (fairseq-speaker-vectors export writes them)")
     return _read_vectors(path, path)

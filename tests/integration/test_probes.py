@@ -695,6 +695,9 @@ COMMAND_PROBES = {
         ("ignored-options-refused",
          [*ADAPT, "--heldout-prefix", "new/adapt"], 2, "--heldout-prefix new/adapt is the adaptation sentences "
                                                         "(--adapt-prefix): the fit would stop on the loss it minimizes"),
+        ("ignored-options-refused",  # the fit early-stopped on its own training sentences
+         [*ADAPT_ON, "--adapt-prefix", "{adapt}", "--heldout-prefix", "{adaptlinks}", "--save", "{tmp}/o.pt"], 2,
+         "--heldout-prefix {adaptlinks} is the adaptation sentences (--adapt-prefix)"),
         ("ignored-options-refused",
          [*ADAPT, "--log-file", "adapt.log"], 2, "--log-file: fairseq-speaker-adapt does not read it"),
         ("numbers-checked", [*ADAPT, "--seed", "-1"], 2, "--seed must be from 0 to 4294967295 (numpy's seeds), got -1"),
@@ -800,6 +803,9 @@ COMMAND_PROBES = {
         ("one-line-user-errors",
          ["export", "{data}", "--path", "{ckpt}", "--out", "{tmp}/v.npz", "--speakers", "nobody"], 2,
          "{ckpt}: no speaker(s) 'nobody' (it has 8 speakers: 'spk000', 'spk001'"),
+        ("vectors-of-another-model",
+         ["import", "{data}", "--path", "{ckpt}", "--vectors", "{fifo}", "--save", "{tmp}/o.pt"], 2,
+         "{fifo} is not a regular file (a device, a pipe or a socket), which no speaker vectors file is"),
         ("vectors-of-another-model",
          ["import", "{data}", "--path", "{ckpt}", "--vectors", "{tmp}/none.npz", "--save", "{tmp}/o.pt"], 2,
          "speaker vectors not found: {tmp}/none.npz (fairseq-speaker-vectors export writes them)"),
@@ -1359,6 +1365,12 @@ class Places:
 
     def make_adapt(self):
         return self.prefix("adapt", self._toy_lines("en", 3), self._toy_lines("fr", 3), ["newbie"] * 3)
+
+    def make_adaptlinks(self):
+        """The files of :meth:`make_adapt` under another prefix, each a symbolic link to its own."""
+        for ext in ("en", "fr", "spk"):
+            os.symlink(f"{self['adapt']}.{ext}", self.path(f"adaptlinks.{ext}"))
+        return self.path("adaptlinks")
 
     def make_traited(self):
         """Three toy sentence pairs with their traits (the speaker words scored)."""
