@@ -52,7 +52,7 @@ from fairseq_speaker.service.store_errors import StoreConflict, StoreDamaged, St
 from fairseq_speaker.service.store_location import hide_password
 from fairseq_speaker.service.store_schema import (COLUMNS_2, DEFAULT_MODEL, LOOKS_INDEX, SCHEMA_VERSION,
                                                   UPGRADE_MODELS, log_lookalikes, upgrade_looks)
-from fairseq_speaker.service.store_statements import StoreStatements
+from fairseq_speaker.service.store_statements import StoreStatements, UnreadableGeneration
 
 #: what this module gives, its own and the names it gave before its parts moved out (the tests')
 __all__ = ["SpeakerStore", "StoreConflict", "StoreError", "hide_password"]
@@ -103,8 +103,9 @@ class SpeakerStore(StoreStatements):
         folder = os.path.dirname(os.path.abspath(path))
         if path != ":memory:" and not os.path.isdir(folder):
             raise StoreError(f"{where}: the folder {folder} does not exist")
-        if os.path.isdir(path):
-            raise StoreError(f"{where} is a directory: give the path of a file (it is created if missing)")
+        if os.path.isdir(path):  # "it is created if missing" was no advice to a store only read (copy --from)
+            raise StoreError(f"{where} is a directory: give the path of a file"
+                             + (" (it is created if missing)" if create else " (a speaker store's file)"))
         if os.path.exists(path) and not os.path.isfile(path):  # /dev/null was "not a speaker store (disk I/O error)"
             raise StoreError(f"{where} is not a regular file (a device, a pipe or a socket), which no store is: give "
                              f"the path of a file (it is created if missing)")
@@ -171,7 +172,7 @@ class SpeakerStore(StoreStatements):
         else:
             try:
                 self.generation()
-            except (ValueError, TypeError, IndexError):
+            except UnreadableGeneration:
                 problem = "its count of writes (meta 'generation') is missing or not a whole number"
         if problem is not None:
             self.close()

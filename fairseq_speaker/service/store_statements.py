@@ -125,12 +125,12 @@ class StoreStatements:
         read in a transaction of its own: every translation request asks, and a BEGIN and a COMMIT around it would
         treble the cost.)"""
         with self._lock:
-            return int(self._db.execute("SELECT value FROM meta WHERE key = 'generation'").fetchall()[0][0])
+            return _generation(self._db.execute("SELECT value FROM meta WHERE key = 'generation'").fetchall())
 
     def versions(self, model: str = DEFAULT_MODEL) -> Tuple[int, Dict[str, int]]:
         """The generation and each speaker's version, of the model ``model``, of one snapshot."""
         with self._transaction(write=False) as db:
-            generation = int(db.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()[0])
+            generation = _generation(db.execute("SELECT value FROM meta WHERE key = 'generation'").fetchall())
             return generation, dict(db.execute("SELECT name, version FROM speakers WHERE model = ?", (model,)))
 
     def readable_versions(self, model: str = DEFAULT_MODEL) -> Tuple[int, Dict[str, int], Dict[str, str]]:
@@ -383,3 +383,19 @@ def _speaker(row, path: str, model: str) -> StoredSpeaker:
             raise StoreDamaged(path, f"the record of speaker {speaker_text(model, speaker.name)} is damaged: its "
                                f"sentence pairs are not a JSON list of [source, target] strings ({e})", speaker.name) from None
     return speaker
+
+
+def _generation(rows) -> int:
+    """The store's count of writes from its ``meta`` rows; a store where it is missing or not a whole number is one
+    that cannot be read (``sqlite3.DatabaseError``: a service answers 503 and logs it), where the ``ValueError`` of a
+    running service's every request was a 500."""
+    value = rows[0][0] if rows else None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise UnreadableGeneration(f"its count of writes (meta 'generation') is {value!r}, not a whole number: the "
+                                   f"store is damaged") from None
+
+
+class UnreadableGeneration(sqlite3.DatabaseError):
+    """The store's count of writes is missing or not a whole number (:func:`_generation`)."""

@@ -1206,6 +1206,19 @@ def test_a_record_damaged_while_the_service_runs_gets_503_and_the_others_are_ser
     assert kim == stored["dr-kim"]
 
 
+def test_a_count_of_writes_damaged_while_the_service_runs_is_a_503_and_logged(toy, trained, stored, caplog):
+    """meta 'generation' made unreadable by another program: every request was a 500 internal_error (a ValueError
+    of int()), /health included."""
+    path = _damaged(stored, "generation.db", lambda path: None)
+    translator = SpeakerTranslator.from_pretrained(trained("lstm_fact_bias"), data=toy["bin"], max_len_b=6)
+    with TestClient(create_app(translator, SpeakerStore(path), token=TOKEN)) as client:
+        _sql("UPDATE meta SET value = 'garbage' WHERE key = 'generation'")(path)  # another program, meanwhile
+        with caplog.at_level(logging.ERROR):
+            answer = client.post("/translate", json={"sentences": MORE["sources"], "speaker": "dr-kim"})
+    assert answer.status_code == 503 and answer.json()["error"]["code"] == "store_unavailable", answer.text
+    assert "its count of writes (meta 'generation') is 'garbage', not a whole number" in caplog.text
+
+
 # -- where the store is: --store URLs, a server that refuses, fairseq-speaker-store copy ------------------------------
 
 #: (the promise of docs/reliability.md, the --store value, text of the command's one line): refused before the model
@@ -1391,6 +1404,8 @@ COPY_PROBES = [
     ("store-copy-whole", ["--from", "{odd_model}", "--to", "{tmp}/new.db"],
      "--from {odd_model}: holds the speakers of a model id no service can serve ('EN FR' is not a model id: use "
      "letters, digits, '.', '_' and '-', at most 64, beginning with a letter or digit): nothing was copied"),
+    ("store-copy-whole", ["--from", "{tmp}", "--to", "{tmp}/new.db"],
+     "--from {tmp} is a directory: give the path of a file (a speaker store's file)"),
     ("store-copy-whole", ["--from", "/dev/null", "--to", "{tmp}/new.db"],  # "not a speaker store (disk I/O error)"
      "--from /dev/null is not a regular file (a device, a pipe or a socket), which no store is"),
     # SQLite reads file:FILE as FILE: a store copied into itself by its URI was reported as "0 copied"
