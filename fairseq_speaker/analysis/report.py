@@ -226,9 +226,7 @@ def read_systems(references_path: str, systems: List[Tuple[str, str]],
         for name, path in systems:
             option = f"--system {name}={path}"
             outputs[name] = read_hypotheses(path, lines)
-    except UserError as e:
-        raise UserError(f"{option}: {e}") from None
-    except ValueError as e:  # a fairseq-generate output with missing sentences, or an id twice
+    except ValueError as e:  # a UserError, or a fairseq-generate output with missing sentences or an id twice
         raise UserError(f"{option}: {e}") from None
     references = _nfc(references, f"--references {references_path}")
     outputs = {name: _nfc(outputs[name], f"--system {name}={path}") for name, path in systems}
@@ -253,12 +251,12 @@ def read_systems(references_path: str, systems: List[Tuple[str, str]],
 def _nfc(texts: List[str], where: str) -> List[str]:
     """``texts`` in Unicode's normal form NFC, said in a warning where one was not: BLEU and chrF compare code points,
     and an output in NFD ('é' as 'e' and an accent) scored 54 against references it equalled (89)."""
-    changed = [i for i, text in enumerate(texts) if unicodedata.normalize("NFC", text) != text]
-    if not changed:
-        return texts
-    logger.warning(f"{where}: {len(changed)} sentence(s) (the first: sentence {changed[0] + 1}) not in Unicode's "
-                   f"normal form NFC (decomposed accents?): scored as NFC, as a reader sees them")
-    return [unicodedata.normalize("NFC", text) for text in texts]
+    normalized = [unicodedata.normalize("NFC", text) for text in texts]
+    changed = [i for i, (text, nfc) in enumerate(zip(texts, normalized)) if nfc != text]
+    if changed:
+        logger.warning(f"{where}: {len(changed)} sentence(s) (the first: sentence {changed[0] + 1}) not in Unicode's "
+                       f"normal form NFC (decomposed accents?): scored as NFC, as a reader sees them")
+    return normalized
 
 
 def _sacrebleu_tokenizers() -> List[str]:
@@ -270,20 +268,16 @@ def _sacrebleu_tokenizers() -> List[str]:
         return ["13a", "none"]
 
 
-def _outputs(args, checkpoints: List[Tuple[str, str]]) -> None:
+def _outputs(args, systems: List[Tuple[str, str]], checkpoints: List[Tuple[str, str]]) -> None:
     """Refuse (:class:`UserError`) a file of ``--out`` the report writes that is one it reads (``--references`` as
     OUT/report.md, a system's output as OUT/scores.json, by their names or a link's): it was replaced by the report."""
-    inputs = [("the --references", args.references), *((f"the output of --system {n}", p) for n, p in _systems(args)),
+    inputs = [("the --references", args.references), *((f"the output of --system {n}", p) for n, p in systems),
               ("the --train-text", args.train_text), ("the --train-speakers", args.train_speakers),
               ("the --test-speakers", args.test_speakers), *((f"the --checkpoint {n}", p) for n, p in checkpoints)]
     names = ["report.md", "scores.json", "classifier.pt", "classifier.png",
              *(f"speakers_{name}.png" for name, _ in checkpoints)]
     for name in names:
         check_not_an_input(os.path.join(args.out, name), "--out", inputs)
-
-
-def _systems(args) -> List[Tuple[str, str]]:
-    return [(v.partition("=")[0], v.partition("=")[2]) for v in args.system]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -338,7 +332,7 @@ def main(argv=None) -> None:
         raise UserError(f"--baseline {args.baseline}: not the NAME of a --system")
     systems = _pairs(args.system, "--system")
     checkpoints = _pairs(args.checkpoint, "--checkpoint")
-    _outputs(args, checkpoints)
+    _outputs(args, systems, checkpoints)
     classifier_files = [args.train_text, args.train_speakers, args.test_speakers]
     if any(classifier_files) and not all(classifier_files):
         raise UserError("the speaker classifier needs --train-text, --train-speakers and --test-speakers")

@@ -1,9 +1,10 @@
 """Translating as each speaker: the part of :class:`~fairseq_speaker.onboarding.translator.SpeakerTranslator` that
 runs fairseq's beam search (:class:`TranslatorSearch`: ``translate``, ``translate_nbest``, ``translate_nbest_known``,
-``source_lengths``, ``unknown_words``), every argument checked first (:mod:`~fairseq_speaker.onboarding.arguments`),
-a speaker label that looks like one of the model's without being it refused, a sentence longer than the model takes
-refused by its place, a sentence most of whose words the model does not know translated with an
-:class:`UnknownWordsWarning` (the model invents a fluent sentence that has nothing to do with it).
+``source_lengths``, ``unknown_words``, ``source_counts``), every argument checked first
+(:mod:`~fairseq_speaker.onboarding.arguments`), a speaker label that looks like one of the model's without being it
+refused, a sentence longer than the model takes refused by its place, a sentence most of whose words the model does
+not know translated with an :class:`UnknownWordsWarning` (the model invents a fluent sentence that has nothing to do
+with it).
 """
 
 import warnings
@@ -97,11 +98,17 @@ class TranslatorSearch(TranslatorBase):
     def source_lengths(self, sentences: Sequence[str]) -> List[int]:
         """How many tokens the model reads of each sentence (its tokenizer and BPE, the end of sentence); a sentence
         longer than the model takes is refused, naming its place in ``sentences``."""
-        return [len(tokens) for tokens in self._encoded(some(not_blank(as_list(sentences))))]
+        return [length for length, _ in self.source_counts(sentences)]
 
     def unknown_words(self, sentences: Sequence[str]) -> List[int]:
         """How many of each sentence's words (tokens, as the model reads them) are not in its source dictionary."""
-        return [self._unknown(tokens)[0] for tokens in self._encoded(some(not_blank(as_list(sentences))))]
+        return [unknown for _, unknown in self.source_counts(sentences)]
+
+    def source_counts(self, sentences: Sequence[str]) -> List[Tuple[int, int]]:
+        """:meth:`source_lengths` and :meth:`unknown_words` of each sentence, from one encoding of them (a service
+        asks both of every request)."""
+        return [(len(tokens), self._unknown(tokens)[0])
+                for tokens in self._encoded(some(not_blank(as_list(sentences))))]
 
     def _unknown(self, tokens: torch.Tensor) -> Tuple[int, int]:
         """(the tokens that are ``<unk>``, the tokens) of one encoded sentence, its end of sentence left out."""

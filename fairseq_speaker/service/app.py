@@ -177,8 +177,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         import_user_dir(args.user_dir)
         for model, (_, data) in args.specs.items():
             where = "" if model == DEFAULT_MODEL and args.checkpoint is not None else f" (of --model {model})"
-            if one_folder_problem(data):
-                raise UserError(f"data directory {one_folder_problem(data)}{where}")
+            shards = one_folder_problem(data)
+            if shards:
+                raise UserError(f"data directory {shards}{where}")
             if not os.path.isdir(data):
                 raise UserError(f"data directory not found: {data}{where} (the one the model was trained on, with its "
                                 f"dict.*.txt)")

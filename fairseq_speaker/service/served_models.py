@@ -249,8 +249,9 @@ class ServedModels:
         keeps = (f"; model {model!r} goes on serving {old.service.translator.checkpoint}" if old is not None else
                  "; nothing was loaded")
         start = time.perf_counter()
-        if one_folder_problem(data):
-            raise ServiceError(422, "load_failed", f"data directory {one_folder_problem(data)}{keeps}")
+        shards = one_folder_problem(data)
+        if shards:
+            raise ServiceError(422, "load_failed", f"data directory {shards}{keeps}")
         if not os.path.isdir(data):
             raise ServiceError(422, "load_failed", f"data directory not found: {data} (the one the model was trained "
                                f"on, with its dict.*.txt){keeps}")

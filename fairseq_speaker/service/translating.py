@@ -85,12 +85,12 @@ class Translating(StoreSync, RequestChecks):
         # the tokens as the translator will read the sentences (the model's tokenizer and BPE, its end of sentence);
         # one longer than the model takes is refused here, by its place in this request (not in a shared batch)
         try:
-            tokens = self.translator.source_lengths(sentences)
+            counts = self.translator.source_counts(sentences)
         except UserError as e:
             raise ServiceError(413, "sentence_too_long", str(e)) from None
         return PreparedTranslation(sentences, labels, as_labels, beam, request.nbest,
-                                   tokens if self.batching.max_batch_tokens else None,
-                                   self.translator.unknown_words(sentences))
+                                   [length for length, _ in counts] if self.batching.max_batch_tokens else None,
+                                   [unknown for _, unknown in counts])
 
     def submit(self, prepared: PreparedTranslation) -> "Future[List[Searched]]":
         """Queue a prepared request for a shared beam search (503 when the queue is full)."""
