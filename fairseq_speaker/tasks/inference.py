@@ -31,6 +31,10 @@ logger = logging.getLogger("fairseq_speaker.tasks.speaker_translation")
 #: (:class:`fairseq_speaker.sequence_generator.UnbeatenStopGenerator`)
 BEAM_STOPS = ["fairseq", "unbeaten"]
 
+#: the byte-order mark some editors write at the start of a UTF-8 file: fairseq-interactive reads it as part of the
+#: first line's first word (or of its speaker's label with --speaker-per-line)
+BOM = "\ufeff"
+
 
 class SpeakerInferenceMixin:
     """Decoding with speakers; mixed into the speaker task before fairseq's translation task (see the module's text)."""
@@ -64,6 +68,8 @@ class SpeakerInferenceMixin:
                 f"fairseq-interactive's input lines take --speaker NAME or --speaker-per-line: leave it out")
         first = self._input_lines + 1
         self._input_lines += len(lines)
+        if first == 1 and lines and lines[0].startswith(BOM):  # an editor's mark of the input's encoding, no word
+            lines = [lines[0][len(BOM):], *lines[1:]]
         numbers = list(range(first, first + len(lines)))
         if self.cfg.speaker_per_line:
             labels, sentences, kept = [], [], []

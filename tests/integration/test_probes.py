@@ -2187,8 +2187,8 @@ UNTRANSLATABLE_LINE_PROBES = [
     ("untranslatable-line-empty", "i am tired .\n</s>\n", ["--speaker", "spk000"], [1],
      "<input>:2: translated as an empty sentence: holding '</s>' (word 1), a symbol of fairseq's dictionaries that the "
      "model reads as a control code, not a word: give a sentence"),
-    ("untranslatable-line-empty", "\u200b\ufeff\ni am tired .\n", ["--speaker", "spk000"], [0],
-     "<input>:1: translated as an empty sentence: only characters that show nothing (U+200B, U+FEFF): give a sentence"),
+    ("untranslatable-line-empty", "i am tired .\n\u200b\ufeff\n", ["--speaker", "spk000"], [1],
+     "<input>:2: translated as an empty sentence: only characters that show nothing (U+200B, U+FEFF): give a sentence"),
     ("untranslatable-line-empty",
      f"spk001\ti am tired .\nspk002\t{LONG_LINE}\nspk003\ti am sorry .\n",
      ["--speaker-per-line", "--buffer-size", "4", "--batch-size", "4"], [1], "<input>:2: translated as an empty sentence"),
@@ -2208,6 +2208,26 @@ def test_fairseq_interactive_answers_a_line_it_cannot_translate_with_an_empty_on
     assert warning in out.log, out.log
     assert out.log.count("translated as an empty sentence") == len(emptied) + sum(not line.strip() for line in lines)
     _the_others_as_alone(args, stdin, emptied, hypotheses)
+
+
+#: a byte-order mark at the start of fairseq-interactive's input: (the promise of docs/reliability.md, standard input,
+#: options); it was read as part of the first word (translated as <unk>), or of the first line's speaker (line skipped)
+BOM_INPUT_PROBES = [
+    ("empty-sentences-refused", "\ufeffi am tired .\nyou are nice .\n", ["--speaker", "spk001"]),
+    ("empty-sentences-refused", "\ufeffspk001\ti am tired .\nspk002\tyou are nice .\n", ["--speaker-per-line"]),
+]
+
+
+@pytest.mark.parametrize("stdin,extra", [row[1:] for row in BOM_INPUT_PROBES])
+def test_fairseq_interactive_reads_no_byte_order_mark_as_a_word(toy, trained, stdin, extra):
+    """The input with a byte-order mark is translated as the same input without it: the same sources, the same
+    hypotheses and scores, no line skipped."""
+    args = _interactive_args(toy, trained, extra)
+    marked = run_here("interactive", args, stdin=stdin)
+    plain = run_here("interactive", args, stdin=stdin.replace("\ufeff", ""))
+    answers = [line for line in marked.stdout.splitlines() if line[:2] in ("S-", "H-")]
+    assert len(answers) == 4 and "<unk>" not in marked.stdout and "skipped" not in marked.log, marked.stdout
+    assert answers == [line for line in plain.stdout.splitlines() if line[:2] in ("S-", "H-")]
 
 
 #: fairseq-interactive given a data folder and a checkpoint: (the promise of docs/reliability.md, the data folder, the
