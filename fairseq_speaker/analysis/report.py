@@ -28,6 +28,7 @@ from fairseq_speaker.analysis.scores import SIGNIFICANCE, SystemScore, detokeniz
 from fairseq_speaker.atomic_write import atomic_path, check_not_an_input, make_folder, write_json, write_text
 from fairseq_speaker.command_registry import program_name
 from fairseq_speaker.data import read_lines, read_speaker_file
+from fairseq_speaker.data.speaker_labels import visible_form
 from fairseq_speaker.errors import UserError, command
 from fairseq_speaker.runtime import (
     add_runtime_arguments,
@@ -54,11 +55,18 @@ def _pairs(values: Sequence[str], flag: str) -> List[Tuple[str, str]]:
         if "|" in name or not name.isprintable():  # a '|' shifted the columns of report.md's row, a line end split it
             raise UserError(f"{flag} {name!r}: a NAME is a column of the report's tables: give one without '|', line "
                             f"ends or other control characters")
+        if not visible_form(name):  # a row whose name column is blank
+            raise UserError(f"{flag} {name!r}: a NAME that shows nothing: give each a name a reader sees")
         if not os.path.exists(path):
             raise UserError(f"{flag} {name}: file not found: {path}")
         if name in (seen for seen, _ in pairs):
             raise UserError(f"{flag} {name} is given twice (the report would show one under the name): give each "
                             f"a name of its own")
+        twin = next((seen for seen, _ in pairs if visible_form(seen) == visible_form(name)), None)
+        if twin is not None:  # two rows a reader cannot tell apart
+            raise UserError(f"{flag} {name!r} looks like {twin!r}, given before (another space, invisible characters "
+                            f"or another Unicode normalization): the report's rows could not be told apart; give "
+                            f"each a name of its own")
         pairs.append((name, path))
     return pairs
 

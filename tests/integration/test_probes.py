@@ -589,6 +589,16 @@ COMMAND_PROBES = {
         ("one-line-user-errors",
          [*REPORT, "--references", "{refs}", "--system", "a={refs}", "--system", "a={refs}"], 2,
          "--system a is given twice (the report would show one under the name): give each a name of its own"),
+        ("one-line-user-errors",
+         [*REPORT, "--references", "{refs}", "--system", "caf\u00e9={refs}", "--system", "cafe\u0301={refs}"], 2,
+         "--system 'cafe\u0301' looks like 'caf\u00e9', given before (another space, invisible characters or another "
+         "Unicode normalization): the report's rows could not be told apart; give each a name of its own"),
+        ("one-line-user-errors",
+         [*REPORT, "--references", "{refs}", "--system", "a={refs}", "--system", "a ={refs}"], 2,
+         "--system 'a ' looks like 'a', given before"),
+        ("one-line-user-errors",
+         [*REPORT, "--references", "{refs}", "--system", "  ={refs}"], 2,
+         "--system '  ': a NAME that shows nothing: give each a name a reader sees"),
         ("not-utf8",
          [*REPORT, "--references", "{latin1}.fr", "--system", "a={refs}"], 2,
          "{latin1}.fr:2: not valid UTF-8 (byte 0xe9 at column 4): text files must be UTF-8; convert this one, e.g. "
