@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
+from fairseq_speaker.data.speaker_labels import label_problem
 from fairseq_speaker.service.service_errors import ServiceError
 
 logger = logging.getLogger("fairseq_speaker.service")
@@ -88,10 +89,30 @@ async def on_invalid_request(request: Request, exc: RequestValidationError) -> J
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}
 
 
+def check_path_line_ends(request: Request) -> None:
+    """Raise :class:`ServiceError` for a path holding a line feed. Starlette's route patterns end in ``$``, which also
+    matches before a last line feed, and ``{name:path}`` stops at one: ``DELETE /speakers/dr-lee%0A`` deleted
+    ``dr-lee``, and ``PUT /speakers/a%0Ab`` was told there is no such endpoint. A speaker's path gets the label
+    policy's 422 naming the name as written; any other, 404."""
+    path = request.scope["path"]
+    if "\n" not in path:
+        return
+    _, found, name = path.partition("/speakers/")
+    if found and request.method == "POST":
+        name = name.removesuffix("/sentences")
+    if found:
+        raise ServiceError(422, "invalid_speaker", f"speaker name: {label_problem(name)}")
+    raise ServiceError(404, "not_found", f"no endpoint {path!r}: see /docs")
+
+
 async def on_http_error(request: Request, exc: HTTPException) -> JSONResponse:
     code = getattr(exc, "code", None) or _HTTP_CODES.get(exc.status_code, "http_error")
     message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
     if exc.status_code == 404:
+        try:
+            check_path_line_ends(request)
+        except ServiceError as e:
+            return await on_service_error(request, e)
         message = f"no endpoint {request.url.path}: see /docs"
     return _error(request, exc.status_code, code, message, exc.headers)
 

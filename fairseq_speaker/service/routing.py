@@ -11,6 +11,7 @@ from fastapi.routing import APIRoute
 from fastapi.security import HTTPBearer
 
 from fairseq_speaker.service import schema
+from fairseq_speaker.service.http_errors import check_path_line_ends
 from fairseq_speaker.service.served_models import ServedModels
 from fairseq_speaker.service.service_errors import ServiceError
 
@@ -83,6 +84,7 @@ class CheckedRoute(APIRoute):
         handler = super().get_route_handler()
 
         async def checked(request: Request) -> Response:
+            check_path_line_ends(request)  # the route may have matched the path without its last line feed
             self.check_query(request)
             return await handler(request)
 

@@ -370,6 +370,14 @@ HTTP_PROBES = [
      "targets[0] holds a lone surrogate"),
     # names
     ("label-policy", "put", "/speakers/lee%E2%80%8B", PAIRS, 422, "invalid_speaker", "U+200B ZERO WIDTH SPACE"),
+    # a line feed: Starlette's route pattern served /speakers/a%0A as speaker 'a', and /speakers/a%0Ab as no endpoint
+    ("label-policy", "put", "/speakers/a%0Ab", PAIRS, 422, "invalid_speaker", "'a\\nb' contains '\\n'"),
+    ("label-policy", "put", "/speakers/spk000%0A", PAIRS, 422, "invalid_speaker", "'spk000\\n' contains '\\n'"),
+    ("label-policy", "put", "/speakers/%0A", PAIRS, 422, "invalid_speaker", "'\\n' contains '\\n'"),
+    ("label-policy", "get", "/speakers/spk000%0A", None, 422, "invalid_speaker", "'spk000\\n' contains '\\n'"),
+    ("label-policy", "delete", "/speakers/dr-lee%0A", None, 422, "invalid_speaker", "'dr-lee\\n' contains '\\n'"),
+    ("label-policy", "post", "/speakers/dr-lee%0A/sentences", PAIRS, 422, "invalid_speaker", "'dr-lee\\n' contains"),
+    ("one-json-error", "get", "/health%0A", None, 404, "not_found", "no endpoint '/health\\n': see /docs"),
     ("new-name-not-lookalike",
      "put", "/speakers/%E2%80%AEdr-lee", PAIRS, 422, "invalid_speaker", "it looks like 'dr-lee', a known speaker"),
     ("new-name-not-lookalike",
