@@ -290,7 +290,10 @@ class SpeakerTranslationTask(SpeakerInferenceMixin, TranslationTask):
         if dev and os.path.basename(path) == f"{dev}.{suffix}" and path != self.cfg.speaker_file:
             logger.info(f"{split}: no {split}.{suffix}, speaker labels read from {path} (SATED's name for the split)")
         hint = f"; put one speaker label per sentence of the {split} split there"
-        if dev:
+        if path == self.cfg.speaker_file:  # the user's own file: no advice on the data folder, nor to pass the option
+            if not os.path.exists(path):
+                raise SpeakerDataError(f"--speaker-file {path}: no such file{hint}")
+        elif dev:
             hint += f" or in {data_path}/{dev}.{suffix} (SATED's name for that split)"
         hint += f" (e.g. cp raw/{split}.{suffix} {data_path}/)"
         if split != self.cfg.train_subset:

@@ -1192,7 +1192,7 @@ COMMAND_PROBES = {
          "{latin1}.spk:1: not valid UTF-8"),
         ("speaker-file-fits-split",
          ["{data}", "--path", "{ckpt}", *GENERATE, "--speaker-file", "{tmp}/none.spk"], 2,
-         "speaker file not found: expected {tmp}/none.spk; put one speaker label per sentence of the test split"),
+         "--speaker-file {tmp}/none.spk: no such file; put one speaker label per sentence of the test split there"),
         ("speaker-file-fits-split",
          ["{data}", "--path", "{ckpt}", *GENERATE, "--speaker-file", "{adapt}.spk"], 2,
          "{adapt}.spk: 3 speaker labels but the test split's text has 37 sentences; the speaker file needs exactly "
