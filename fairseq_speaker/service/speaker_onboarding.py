@@ -15,9 +15,9 @@ from fairseq_speaker.onboarding.vectors_file import SpeakerVectors, vectors_byte
 from fairseq_speaker.service import schema
 from fairseq_speaker.service.request_checks import RequestChecks
 from fairseq_speaker.service.service_errors import Retired, ServiceError, timed_out
-from fairseq_speaker.service.store_errors import StoreConflict, StoreError
+from fairseq_speaker.service.store_errors import StoreConflict, StoreDamaged, StoreError
 from fairseq_speaker.service.store_schema import StoredSpeaker
-from fairseq_speaker.service.store_sync import StoreSync, unavailable
+from fairseq_speaker.service.store_sync import StoreSync, damaged, unavailable
 
 
 class SpeakerOnboarding(StoreSync, RequestChecks):
@@ -156,6 +156,8 @@ class SpeakerOnboarding(StoreSync, RequestChecks):
             raise ServiceError(409, "conflict", f"{e}: nothing was changed; read the speaker again and retry") from None
         except sqlite3.Error as e:
             raise unavailable(self.store, e) from None
+        except StoreDamaged as e:  # e.g. the record of the model the store was made for
+            raise damaged(e, "what it needs to store this speaker") from None
         except StoreError as e:
             raise ServiceError(422, "invalid_speaker", str(e)) from None
         with self._lock:

@@ -141,7 +141,7 @@ class SpeakerService(SpeakerOnboarding, Translating):
     def health(self, writes: bool, models: List[str]) -> schema.Health:
         """Ready: the model is loaded (it is, once this object exists) and the store answers; ``models``: the ids of
         the process's models."""
-        self._store_call(self.store.generation)
+        self._store_call(self.store.ready)
         return schema.Health(status="ok", speakers=self.counts(), models=models, writes=writes,
                              model={"checkpoint": self.translator.checkpoint, **self.fingerprint,
                                     "unknown_speaker_policy": self.policy})

@@ -73,6 +73,9 @@ class StoreStatements:
             theirs = json.loads(text)
             if not isinstance(theirs, dict):
                 raise ValueError(f"a {type(theirs).__name__}, not an object")
+            missing = [key for key in FINGERPRINT_KEYS if key not in theirs]
+            if missing:  # every store has written them all: another program changed it
+                raise ValueError(f"without {', '.join(map(repr, missing))}")
         except ValueError as e:
             raise StoreDamaged(self.path, f"the record of the model it was made for{_of_model(model)} (its "
                                f"fingerprint) is not readable ({e})", skippable=False, option=self.option) from None
@@ -126,6 +129,14 @@ class StoreStatements:
         treble the cost.)"""
         with self._lock:
             return _generation(self._db.execute("SELECT value FROM meta WHERE key = 'generation'").fetchall())
+
+    def ready(self) -> None:
+        """Raise what reading the store raises where a table that requests read cannot be read (dropped or damaged by
+        another program): a row of each, whatever the store's size (``GET /health`` asks)."""
+        with self._transaction(write=False) as db:
+            _generation(db.execute("SELECT value FROM meta WHERE key = 'generation'").fetchall())
+            db.execute("SELECT name, version FROM speakers LIMIT 1").fetchall()
+            db.execute("SELECT id, fingerprint FROM models LIMIT 1").fetchall()
 
     def versions(self, model: str = DEFAULT_MODEL) -> Tuple[int, Dict[str, int]]:
         """The generation and each speaker's version, of the model ``model``, of one snapshot."""

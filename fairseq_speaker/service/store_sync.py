@@ -248,9 +248,7 @@ class StoreSync(ServiceState):
         except sqlite3.Error as e:
             raise unavailable(self.store, e) from None
         except StoreDamaged as e:
-            logger.error(str(e))
-            raise ServiceError(503, "store_damaged", f"the speaker store cannot read this speaker's record "
-                               f"({e.what}): the service's log says how to recover") from None
+            raise damaged(e, "this speaker's record") from None
 
 
 def _unreadable(store: SpeakerStore, error: sqlite3.Error) -> StoreError:
@@ -267,3 +265,10 @@ def unavailable(store: SpeakerStore, error: Exception) -> ServiceError:
     logger.error(f"speaker store {store.path}: {error}")
     return ServiceError(503, "store_unavailable", "the speaker store cannot be read or written now (busy or failing); "
                         "retry later")
+
+
+def damaged(error: StoreDamaged, what: str) -> ServiceError:
+    """The answer to a request that needs ``what`` of a store that cannot read it: 503, the way to recover logged."""
+    logger.error(str(error))
+    return ServiceError(503, "store_damaged", f"the speaker store cannot read {what} ({error.what}): the service's "
+                        f"log says how to recover")

@@ -1214,6 +1214,35 @@ def test_a_record_damaged_while_the_service_runs_gets_503_and_the_others_are_ser
     assert kim == stored["dr-kim"]
 
 
+@pytest.mark.parametrize("fingerprint", ["{}", '{"row_shapes": null}'])
+def test_a_model_record_damaged_while_the_service_runs_is_a_503_not_a_reload(toy, trained, stored, caplog,
+                                                                            fingerprint):
+    """The record of the model the store was made for emptied by another program: a write was told 409
+    model_changed, 'reloaded meanwhile with another checkpoint', which no one had done."""
+    path = _damaged(stored, "fingerprint.db", lambda path: None)
+    translator = SpeakerTranslator.from_pretrained(trained("lstm_fact_bias"), data=toy["bin"], max_len_b=6)
+    with TestClient(create_app(translator, SpeakerStore(path), token=TOKEN)) as client:
+        _sql(f"UPDATE models SET fingerprint = '{fingerprint}'")(path)  # another program, meanwhile
+        with caplog.at_level(logging.ERROR):
+            put = client.put("/speakers/dr-new", json=PAIRS, headers=AUTH)
+    assert put.status_code == 503 and put.json()["error"]["code"] == "store_damaged", put.text
+    assert "(its fingerprint) is not readable (without 'variant_spelling'" in put.json()["error"]["message"]
+    assert "To recover: restore" in caplog.text
+
+
+@pytest.mark.parametrize("table", ["speakers", "models"])
+def test_health_is_a_503_once_a_table_of_the_store_is_dropped(toy, trained, stored, table):
+    """/health read the count of writes alone: it answered 200 'ok' while every request that read the speakers
+    failed."""
+    path = _damaged(stored, f"dropped-{table}.db", lambda path: None)
+    translator = SpeakerTranslator.from_pretrained(trained("lstm_fact_bias"), data=toy["bin"], max_len_b=6)
+    with TestClient(create_app(translator, SpeakerStore(path), token=TOKEN)) as client:
+        assert client.get("/health").status_code == 200
+        _sql(f"DROP TABLE {table}")(path)  # another program, meanwhile
+        health = client.get("/health")
+    assert health.status_code == 503 and health.json()["error"]["code"] == "store_unavailable", health.text
+
+
 def test_a_count_of_writes_damaged_while_the_service_runs_is_a_503_and_logged(toy, trained, stored, caplog):
     """meta 'generation' made unreadable by another program: every request was a 500 internal_error (a ValueError
     of int()), /health included."""
