@@ -160,8 +160,9 @@ def add_speaker_sentences(state: dict) -> dict:
     """Give the speaker rows' names as read (:data:`SPEAKER_NAMES_KEY`) the sentences each speaker was learned from
     (``sentences``, 0: not known): its task state's speaker dictionary counts them, and the onboarding record
     (:data:`ONBOARDED_KEY`) the pairs an onboarded speaker was fitted on. fairseq-train ``--restore-file`` and
-    ``--finetune-from-model`` load the model's state but not the task's: the model hands these to the task with the
-    names (``SpeakerTranslationTask.adopt_speaker_names``), so that a speaker the new data lacks keeps its count.
+    ``--finetune-from-model`` load the model's state but not the task's: the model keeps these with the names it
+    restored, which the task takes (``SpeakerTranslationTask.take_restored_speakers``), so that a speaker the new data
+    lacks keeps its count.
     Never saved: the model writes its names afresh."""
     model = state.get("model") if isinstance(state, dict) else None
     task_state = state.get("task_state") if isinstance(state, dict) else None

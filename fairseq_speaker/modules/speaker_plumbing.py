@@ -48,8 +48,7 @@ on a decoder that does not. :func:`register_speaker_model` gives the model every
 import argparse
 import dataclasses
 import logging
-import weakref
-from typing import Dict, Optional, Tuple, Type
+from typing import Dict, List, Optional, Tuple, Type
 
 from fairseq.dataclass import FairseqDataclass
 from fairseq.dataclass.utils import gen_parser_from_dataclass
@@ -106,6 +105,24 @@ def register_speaker_model(name: str, dataclass: Optional[Type[FairseqDataclass]
     return wrap
 
 
+@dataclasses.dataclass
+class RestoredSpeakers:
+    """What a speaker model's ``load_state_dict`` restored that its task must take before it reads or decodes data
+    (``SpeakerTranslationTask.take_restored_speakers``): the checkpoint's dictionaries, and its speaker table where
+    it is not the one the model was built with."""
+
+    #: what the checkpoint reader noted of the checkpoint (its path and dictionaries), or None
+    as_read: Optional[dict]
+    #: the checkpoint's speakers, where they are not the model's (else None)
+    saved: Optional[List[str]] = None
+    #: the speakers the model was built with (the task's then)
+    built: Optional[List[str]] = None
+    #: the table's speakers now: the checkpoint's, then the built ones it lacked
+    names: Optional[List[str]] = None
+    #: the sentences of the checkpoint's speakers, as its reader noted them
+    counts: Optional[Dict[str, int]] = None
+
+
 class SpeakerModelMixin:
     """Put before a fairseq encoder-decoder model class whose encoder and decoder use the mixins of
     :mod:`~fairseq_speaker.modules.speaker_encoder` and :mod:`~fairseq_speaker.modules.speaker_decoder`."""
@@ -136,9 +153,7 @@ class SpeakerModelMixin:
             raise UserError(f"--speaker-bias {name} needs speakers: use --task speaker_translation")
         if speaker_dictionary is not None:
             bias.speaker_names = list(speaker_dictionary.names)
-            # told when a checkpoint brings another speaker table (see load_state_dict); weak, so that
-            # copies of the model (EMA) neither keep the task alive nor fail to copy
-            model.speaker_task = weakref.ref(task) if hasattr(task, "adopt_speaker_names") else None
+        model.restored_speakers = None  # what load_state_dict restores, for the task to take
         sites = model.decoder.speaker_state_sites()
         if bias.acts_on_state and sites is None:
             raise UserError(
@@ -158,8 +173,11 @@ class SpeakerModelMixin:
         not the speakers this model was built with (``fairseq-train --restore-file`` or
         ``--finetune-from-model`` on data whose speaker list was reordered, shrunk or extended),
         the checkpoint's table is kept as it is, row for row, and the speakers it lacks are added
-        after it as the mean speaker; the task is told, so that the data's labels map to those rows.
-        Checkpoints older than 0.3.0 carry no names: their rows are taken by position, as written.
+        after it as the mean speaker. What was restored is kept in ``restored_speakers``
+        (:class:`RestoredSpeakers`), which the task takes before it reads a split or decodes
+        (``SpeakerTranslationTask.take_restored_speakers``), so that the data's labels map to those rows: a model
+        never calls its task. Checkpoints older than 0.3.0 carry no names: their rows are taken by position, as
+        written.
         """
         bias = self.speaker_bias
         state_dict = dict(state_dict)
@@ -187,17 +205,14 @@ class SpeakerModelMixin:
             state_dict.setdefault("decoder.speaker_bias." + key, {})
         extra = state_dict.get(SPEAKER_NAMES_KEY) or {}
         saved = extra.get("speakers")
-        task = self.speaker_task() if getattr(self, "speaker_task", None) is not None else None
-        if task is not None and hasattr(task, "check_restored_dictionaries"):  # the checkpoint's words are the data's
-            task.check_restored_dictionaries(extra.get("as_read"), self)
         current = bias.speaker_names
+        # the checkpoint's dictionaries, which the task compares with its data folder's
+        self.restored_speakers = RestoredSpeakers(as_read=extra.get("as_read"))
         if saved is None or current is None or list(saved) == current:
             return self._load_fitting(state_dict, strict=strict, model_cfg=model_cfg, args=args)
         saved = list(saved)
         known = set(saved)
         new = [name for name in current if name not in known]
-        if task is not None:
-            task.check_speaker_table_change(saved, current)
         bias.resize_table(len(saved))
         result = self._load_fitting(state_dict, strict=strict, model_cfg=model_cfg, args=args)
         bias.grow(len(new), "mean", names=new)
@@ -209,10 +224,10 @@ class SpeakerModelMixin:
             + (f", {dropped} not in the data kept" if dropped else "")
             + ("; the data lists them in another order: rows follow the checkpoint" if not new and not dropped else "")
         )
-        if task is not None:  # with the sentences of the checkpoint's speakers, as its reader noted them
-            sentences = extra.get("sentences")
-            counts = dict(zip(saved, sentences)) if sentences is not None and len(sentences) == len(saved) else None
-            task.adopt_speaker_names(bias.speaker_names, new_counts=counts)
+        sentences = extra.get("sentences")  # of the checkpoint's speakers, as its reader noted them
+        counts = dict(zip(saved, sentences)) if sentences is not None and len(sentences) == len(saved) else None
+        self.restored_speakers = RestoredSpeakers(extra.get("as_read"), saved, list(current),
+                                                  list(bias.speaker_names or ()), counts)
         return result
 
     def _load_fitting(self, state_dict, **kwargs):

@@ -41,7 +41,8 @@ class SpeakerInferenceMixin:
 
     # what it reads of the task: fairseq's TranslationTask (cfg, src_dict, tgt_dict, source_dictionary,
     # target_dictionary, max_positions) and the speaker task (speaker_dictionary, uses_speaker_token,
-    # speaker_token_ids, _speaker_prefix); and super() is fairseq's TranslationTask (pyproject.toml's mypy section)
+    # speaker_token_ids, _speaker_prefix, take_restored_speakers); and super() is fairseq's TranslationTask
+    # (pyproject.toml's mypy section)
 
     def init_inference(self) -> None:
         """The state of decoding: called by the task's ``__init__``."""
@@ -133,6 +134,7 @@ class SpeakerInferenceMixin:
         return None
 
     def build_dataset_for_inference(self, src_tokens, src_lengths, constraints=None):
+        self.take_restored_speakers()  # a model loaded since: its speakers are the ones the labels name
         dataset = super().build_dataset_for_inference(src_tokens, src_lengths, constraints=constraints)
         labels, numbers = self._interactive_labels, self._interactive_numbers
         self._interactive_labels = self._interactive_numbers = None
@@ -202,6 +204,7 @@ class SpeakerInferenceMixin:
         return check_ended(generator, sample, hypos)
 
     def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None, **kwargs):
+        self.take_restored_speakers()  # the models were loaded: the loaded split's labels name their speakers
         if self.cfg.speaker_per_line and self.cfg.speaker is not None:
             raise SpeakerDataError(
                 f"--speaker {self.cfg.speaker} and --speaker-per-line both give the input's speakers (every line's, "

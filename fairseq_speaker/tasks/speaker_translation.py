@@ -3,6 +3,7 @@
 import copy
 import logging
 import os
+import weakref
 from typing import Dict, List, Optional, Tuple
 
 import torch
@@ -92,9 +93,13 @@ class SpeakerTranslationTask(SpeakerInferenceMixin, TranslationTask):
         #: the checkpoint whose task state was loaded (None: a task being trained), for messages
         self._checkpoint: Optional[str] = None
         self._from_checkpoint = False
+        #: the speaker models this task built, whose restored checkpoints it takes (take_restored_speakers); weak:
+        #: the task does not keep a model alive
+        self._built_models: List[weakref.ref] = []
 
     # -- whether the speakers are learned -------------------------------------------------
     def begin_epoch(self, epoch, model):
+        self.take_restored_speakers()
         super().begin_epoch(epoch, model)
         bias = getattr(model, "speaker_bias", None)
         if bias is not None:
@@ -137,9 +142,28 @@ class SpeakerTranslationTask(SpeakerInferenceMixin, TranslationTask):
             logger.warning(f"could not save the speaker dictionary to {dict_path}: {e}")
         return dictionary.state_dict()
 
-    def check_speaker_table_change(self, saved: List[str], current: List[str]) -> None:
-        """Called by a model about to restore a checkpoint whose speakers are ``saved`` while this task's
-        are ``current``: refuse what cannot be mapped by name."""
+    def take_restored_speakers(self) -> None:
+        """Take what the models this task built restored from a checkpoint since it last looked (their
+        :class:`~fairseq_speaker.modules.speaker_plumbing.RestoredSpeakers`): the checkpoint's dictionaries are
+        compared with the data folder's, and a speaker table other than the task's is adopted, every loaded split
+        mapped to it. The task asks before it reads or batches a split, starts an epoch or decodes: fairseq-train's
+        ``--restore-file`` and ``--finetune-from-model`` load the parameters after the model is built and before the
+        training split is read (a model never calls its task)."""
+        for ref in self._built_models:
+            model = ref()
+            restored = None if model is None else getattr(model, "restored_speakers", None)
+            if model is None or restored is None:
+                continue
+            model.restored_speakers = None
+            check_vocabulary(restored.as_read, model, self)  # the checkpoint's words are the data's
+            if restored.saved is None or list(self.speaker_dictionary.names) != restored.built:
+                continue  # the same table, or the task's has moved on since (onboarding adopted its own)
+            self._check_speaker_table_change(restored.saved, restored.built)
+            self.adopt_speaker_names(restored.names, new_counts=restored.counts)
+
+    def _check_speaker_table_change(self, saved: List[str], current: List[str]) -> None:
+        """A model restored a checkpoint whose speakers are ``saved`` while this task's are ``current``: refuse
+        what cannot be mapped by name."""
         if self.uses_speaker_token:
             raise SpeakerDataError(
                 f"the checkpoint's {len(saved)} speakers are not the data's {len(current)} (or not in the same "
@@ -205,16 +229,11 @@ class SpeakerTranslationTask(SpeakerInferenceMixin, TranslationTask):
                 f"task cannot feed: train a speaker model (--arch lstm_fact_bias, lstm_speaker, transformer_speaker, "
                 f"...), or decode a checkpoint trained with fairseq's translation task with --task translation")
         self.note_model_positions(model)  # fairseq-interactive's longest source
+        self._built_models = [ref for ref in self._built_models if ref() is not None] + [weakref.ref(model)]
         # a checkpoint whose task state was just loaded: its dictionaries must be this data folder's
         as_read, self._checkpoint_as_read = getattr(self, "_checkpoint_as_read", None), None
         check_vocabulary(as_read, model, self)
         return model
-
-    def check_restored_dictionaries(self, as_read: Optional[dict], model) -> None:
-        """Called by ``model`` restoring a checkpoint's parameters (``as_read``: what the checkpoint reader noted of
-        it): fairseq-train ``--restore-file`` and ``--finetune-from-model`` load no task state, so that the
-        checkpoint's dictionaries are compared with this data folder's here (see :meth:`build_model`)."""
-        check_vocabulary(as_read, model, self)
 
     def load_state_dict(self, state_dict):
         """fairseq's, keeping aside what the checkpoint reader noted for :meth:`build_model` (never saved again)."""
@@ -303,6 +322,7 @@ class SpeakerTranslationTask(SpeakerInferenceMixin, TranslationTask):
         return read_speaker_file(path, num_sentences, hint=hint, split=split if path == self.cfg.speaker_file else None)
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
+        self.take_restored_speakers()  # the split's labels are mapped to a restored checkpoint's speakers
         self._check_no_input_speaker(split)
         check_language_model(self.cfg, self.data_dictionaries["target"], self.uses_speaker_token)  # loaded next
         self._check_not_empty(split, epoch)
@@ -366,6 +386,7 @@ class SpeakerTranslationTask(SpeakerInferenceMixin, TranslationTask):
         too (fairseq then sets the iterator to the checkpoint's epoch and position), so that it trains
         on the batches, in the order, of a run that went through. Iterators made anew each epoch
         (sharded data, ``--update-epoch-batch-itr``) are left as fairseq makes them."""
+        self.take_restored_speakers()
         epoch = kwargs.get("epoch", 1)
         if epoch > 1 and not kwargs.get("disable_iterator_cache") and not kwargs.get("update_epoch_batch_itr") \
                 and self.can_reuse_epoch_itr(dataset) and not epoch_iterator_is_cached(self, dataset):

@@ -8,12 +8,13 @@ speaker's row in the new checkpoint with that speaker's row in the old one. The 
 """
 
 import os
+import re
 
 import pytest
 import torch
 
 from fairseq_speaker.data import SpeakerDictionary, read_speaker_file
-from tests.cli import call_main, copy_data, generate_args, run_here, train_args
+from tests.cli import call_main, copy_data, generate_args, run, run_here, train_args
 
 WEIGHT = "decoder.speaker_bias.weight"
 
@@ -122,3 +123,24 @@ def test_an_onboarded_speaker_keeps_its_sentence_count(toy, tmp_path, before, fl
     trained_in_data = SpeakerDictionary.load(os.path.join(toy["bin"], "dict.spk.txt"))
     first = before[1][0]
     assert listed[first].sentences == trained_in_data.counts[trained_in_data.index(first)] > 0  # the data's count
+
+
+def _valid_losses(log: str):
+    return [float(m) for m in re.findall(r"valid on 'valid' subset \| loss ([0-9.]+)", log)]
+
+
+def test_the_data_follows_the_restored_rows_from_the_first_batch_with_worker_processes(toy, tmp_path, before):
+    """The table a checkpoint brings is taken by the task before the training split is read and before worker
+    processes copy the splits (--num-workers 2): the valid loss after one more epoch at a learning rate too small to
+    move anything is the same with the speaker list reversed as without (a split mapped to the data's order would
+    score each sentence with another speaker's row)."""
+    checkpoint, names, _ = before
+    losses = []
+    for order in (names, list(reversed(names))):
+        data = copy_data(toy, tmp_path, f"data-{len(losses)}")
+        SpeakerDictionary(order).save(os.path.join(data, "dict.spk.txt"))
+        proc = run("train", train_args(data, str(tmp_path / f"continued-{len(losses)}"), "lstm_full_bias",
+                                       "--restore-file", checkpoint, "--lr", "1e-9", "--max-epoch", "3",
+                                       "--num-workers", "2"))
+        losses.append(_valid_losses(proc.stderr + proc.stdout))
+    assert losses[0] and losses[0] == losses[1], losses
