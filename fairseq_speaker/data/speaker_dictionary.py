@@ -34,7 +34,7 @@ import torch
 from fairseq_speaker.atomic_write import atomic_path
 from fairseq_speaker.data.speaker_labels import label_problem, shown, surrounding_whitespace, visible_form
 
-from .text_files import SpeakerDataError, not_utf8  # noqa: F401  (SpeakerDataError: also this module's name)
+from .text_files import SpeakerDataError, check_not_a_pipe, not_utf8  # noqa: F401  (SpeakerDataError: also its name)
 
 #: id given to a speaker outside the dictionary who gets the mean of all speakers' biases
 MEAN_SPEAKER = -1
@@ -67,6 +67,7 @@ def _decode_lines(path: str):
     reported), a byte-order mark at the start dropped."""
     if os.path.isdir(path):
         raise SpeakerDataError(f"{path} is a directory, not a file")
+    check_not_a_pipe(path)
     try:
         f = open(path, "rb")
     except OSError as e:

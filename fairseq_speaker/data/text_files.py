@@ -26,13 +26,18 @@ def _opened(path: str):
         raise SpeakerDataError(f"file not found: expected {path}")
     if os.path.isdir(path):
         raise SpeakerDataError(f"{path} is a directory, not a text file")
-    if _waits_for_a_writer(path):  # a reader of a named pipe no program writes waited for ever
-        raise SpeakerDataError(f"{path} is a named pipe (or a socket): reading it waits for a program to write it, for "
-                               f"ever if none does: give a file")
+    check_not_a_pipe(path)
     try:
         return open(path, "rb")
     except OSError as e:
         raise SpeakerDataError(f"{path}: cannot be read ({e.strerror})") from None
+
+
+def check_not_a_pipe(path: str) -> None:
+    """Refuse a named pipe or a socket (a reader of a named pipe no program writes waited for ever in ``open``)."""
+    if _waits_for_a_writer(path):
+        raise SpeakerDataError(f"{path} is a named pipe (or a socket): reading it waits for a program to write it, for "
+                               f"ever if none does: give a file")
 
 
 def _waits_for_a_writer(path: str) -> bool:

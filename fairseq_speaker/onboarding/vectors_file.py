@@ -268,11 +268,15 @@ def _read_vectors(source, path: str) -> SpeakerVectors:
         if tuple(value.shape) != expected or not np.issubdtype(value.dtype, np.floating):
             raise OnboardingError(f"{path}: parameter {key!r} has shape {tuple(value.shape)} ({value.dtype}), "
                                   f"expected {expected} for {len(names)} speakers: the file is damaged")
-        finite = np.isfinite(value.reshape(len(names), -1)).all(axis=1)
+        # beyond float32's range, a float64 file's values become infinite in the model (every translation as such a
+        # speaker ended in an AssertionError of fairseq's search)
+        flat = value.reshape(len(names), -1)
+        finite = (np.isfinite(flat) & (np.abs(flat) <= np.finfo(np.float32).max)).all(axis=1)
         if not finite.all():  # one such row would poison the mean speaker, and every unseen speaker with it
             bad = [name for name, ok in zip(names, np.asarray(finite).tolist()) if not ok]
             raise OnboardingError(f"{path}: parameter {key!r} of speaker(s) {listing(bad)} holds NaN or infinite "
-                                  f"values: export them again from a sound model, or leave them out")
+                                  f"values, or values beyond float32's range ({np.finfo(np.float32).max:.3g}): export "
+                                  f"them again from a sound model, or leave them out")
     return SpeakerVectors(names, rows, meta, path, _read_words(arrays, names, meta, path))
 
 

@@ -282,7 +282,7 @@ class SpeakerTranslationTask(SpeakerInferenceMixin, TranslationTask):
     def _speaker_path(self, data_path: str, split: str) -> str:
         """``{split}.{suffix}``; for fairseq's validation split (``valid``, ``valid1``, ...) without one,
         the same file under SATED's name for it (``dev.{suffix}``, ``dev1.{suffix}``) if there is one."""
-        if self.cfg.speaker_file and split != self.cfg.train_subset:
+        if self.cfg.speaker_file is not None and split != self.cfg.train_subset:
             return self.cfg.speaker_file
         path = os.path.join(data_path, f"{split}.{self.cfg.speaker_suffix}")
         dev = dev_name(split)
@@ -310,6 +310,9 @@ class SpeakerTranslationTask(SpeakerInferenceMixin, TranslationTask):
             logger.info(f"{split}: no {split}.{suffix}, speaker labels read from {path} (SATED's name for the split)")
         hint = f"; put one speaker label per sentence of the {split} split there"
         if path == self.cfg.speaker_file:  # the user's own file: no advice on the data folder, nor to pass the option
+            if not path:
+                raise SpeakerDataError(f"--speaker-file is empty: give the speaker file of the {split} split, or leave "
+                                       f"the option out")
             if not os.path.exists(path):
                 raise SpeakerDataError(f"--speaker-file {path}: no such file{hint}")
         elif dev:

@@ -657,6 +657,9 @@ COMMAND_PROBES = {
         ("not-utf8",
          [*REPORT, "--references", "{refs}", "--system", "a={refs}", "--train-text", "{refs}", "--train-speakers",
           "{latin1}.spk", "--test-speakers", "{refs}"], 2, "{latin1}.spk:1: not valid UTF-8"),
+        ("one-line-user-errors",  # open() waited for a writer for ever
+         [*REPORT, "--references", "{refs}", "--system", "a={refs}", "--train-text", "{refs}", "--train-speakers",
+          "{fifo}", "--test-speakers", "{refs}"], 2, "{fifo} is a named pipe (or a socket)"),
         ("numbers-checked",
          [*REPORT, "--references", "{refs}", "--system", "a={refs}", "--threads", "0"], 2,
          "--threads must be at least 1, got 0"),
@@ -771,6 +774,9 @@ COMMAND_PROBES = {
         ("one-line-user-errors",
          [*ADAPT_ON, "--adapt-prefix", "{adapt}", "--heldout-prefix", "{stranger}", "--save", "{tmp}/o.pt"], 2,
          "{stranger}.spk: speaker(s) 'stranger' have held-out lines but no adaptation lines in {adapt}.spk"),
+        ("one-line-user-errors",  # open() of its speaker file waited for a writer for ever
+         [*ADAPT_ON, "--adapt-prefix", "{fifoadapt}", "--save", "{tmp}/o.pt"], 2,
+         "{fifoadapt}.spk is a named pipe (or a socket)"),
         ("text-not-in-the-models-words",
          [*ADAPT_ON, "--adapt-prefix", "{untokenized}", "--save", "{tmp}/o.pt"], 2,
          "100% of the words (24 of 24) are not in the model's dictionaries (more than 10%): the text is probably not in "
@@ -1199,6 +1205,12 @@ COMMAND_PROBES = {
          "one label per sentence, in the same order"),
         ("one-line-user-errors",
          ["{data}", "--path", "{ckpt}", *GENERATE, "--speaker-file", "{tmp}"], 2, "{tmp} is a directory, not a file"),
+        ("one-line-user-errors",  # open() waited for a writer for ever
+         ["{data}", "--path", "{ckpt}", *GENERATE, "--speaker-file", "{fifo}"], 2,
+         "{fifo} is a named pipe (or a socket): reading it waits for a program to write it, for ever if none does"),
+        ("one-line-user-errors",  # the split's own speaker file was read without a word
+         ["{data}", "--path", "{ckpt}", *GENERATE, "--speaker-file", ""], 2,
+         "--speaker-file is empty: give the speaker file of the test split, or leave the option out"),
         ("speaker-file-fits-split",
          ["{data}", "--path", "{ckpt}", *GENERATE, "--gen-subset", "nosuch"], 2,
          "Dataset not found: nosuch ({data}): no binarized split 'nosuch' there (fairseq-preprocess writes train, "
@@ -1466,6 +1478,11 @@ class Places:
     def make_twinadapt(self):  # two new speakers whose names differ by a space only
         return self.prefix("twinadapt", self._toy_lines("en", 4), self._toy_lines("fr", 4),
                            ["dr lee", "dr lee", "dr  lee", "dr  lee"])
+
+    def make_fifoadapt(self):  # adaptation files whose speaker file is a named pipe
+        prefix = self.prefix("fifoadapt", [b"i am tired ."], [b"je suis fatigu\xc3\xa9e ."], None)
+        os.mkfifo(prefix + ".spk")
+        return prefix
 
     def make_blankadapt(self):  # adaptation files whose second source line is empty
         return self.prefix("blankadapt", [b"i am tired .", b""], [b"je suis fatigu\xc3\xa9e .", b"je suis pr\xc3\xaat ."],

@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import gc
 import gzip
+import io
 import json
 import logging
 import os
@@ -29,7 +30,7 @@ import torch
 from fastapi.testclient import TestClient
 
 from fairseq_speaker.errors import UserError
-from fairseq_speaker.onboarding.vectors_file import FORMAT, SpeakerVectors, vectors_bytes
+from fairseq_speaker.onboarding.vectors_file import FORMAT, PARAM_PREFIX, SpeakerVectors, vectors_bytes
 from fairseq_speaker.service import app as serve
 from fairseq_speaker.service import store_cli
 from fairseq_speaker.service.app import create_app
@@ -856,6 +857,23 @@ def _sql(statement, *parameters):
     return damage
 
 
+def _beyond_float32(name):
+    """The speaker's rows written again in float64, at 1e300: finite as stored, infinite in the model (every request
+    naming the speaker was a 500, the other sentences of the request too; a copy carried them)."""
+    def damage(path):
+        with sqlite3.connect(path) as db:
+            (blob,) = db.execute("SELECT rows FROM speakers WHERE name = ?", (name,)).fetchone()
+            arrays = dict(np.load(io.BytesIO(blob), allow_pickle=False))
+            for key in arrays:
+                if key.startswith(PARAM_PREFIX):
+                    arrays[key] = np.full(arrays[key].shape, 1e300)
+            out = io.BytesIO()
+            np.savez(out, **arrays)
+            db.execute("UPDATE speakers SET rows = ? WHERE name = ?", (out.getvalue(), name))
+        db.close()
+    return damage
+
+
 def _broken_page(path):
     """A page in the middle of dr-lee's sentences (an overflow page of its record: 4,096 bytes, the first 4 the number
     of the next) gets an impossible next page."""
@@ -880,6 +898,9 @@ DAMAGE_PROBES = {
     "rows that are no speaker vectors": ("unreadable-store-refused",
                                          _sql("UPDATE speakers SET rows = x'00ff' WHERE name = 'dr-lee'"),
                                          "speaker 'dr-lee'", True),
+    "rows beyond float32's range": ("unreadable-store-refused", _beyond_float32("dr-lee"),
+                                    "speaker(s) 'dr-lee' holds NaN or infinite values, or values beyond float32's "
+                                    "range", True),
     "a damaged page": ("unreadable-store-refused", _broken_page, "database disk image is malformed", True),
     # columns served as stored: a text count failed the listing of every speaker (500), a negative one and an
     # impossible date were answered as they were
@@ -1381,6 +1402,9 @@ def copies(postgres, tmp_path):
         places[name] = str(tmp_path / f"{name}.db")
         shutil.copy(source, places[name])
         _sql("UPDATE speakers SET rows = ? WHERE name = 'dr-kim'", rows)(places[name])
+    places["huge"] = str(tmp_path / "huge.db")
+    shutil.copy(source, places["huge"])
+    _beyond_float32("dr-kim")(places["huge"])
     for name, variant, rows in (("changed", "fact", _rows("dr-lee", value=1.0)),
                                 ("other_model", "full", _rows("dr-lee", "full"))):
         places[name] = postgres.database()
@@ -1434,6 +1458,8 @@ COPY_PROBES = [
      "onboard that speaker again"),
     ("store-copy-whole", ["--from", "{misnamed}", "--to", "{changed}"],
      "--from {misnamed}: the record of speaker 'dr-kim' is damaged: its rows are named ['dr-lee']: nothing was copied"),
+    ("store-copy-whole", ["--from", "{huge}", "--to", "{tmp}/new.db"],
+     "--from {huge}: the record of speaker 'dr-kim' is damaged: its rows: "),
     ("store-copy-whole", ["--from", "{foreign}", "--to", "{tmp}/new.db"],
      "--from {foreign}: the record of speaker 'dr-kim' is damaged: its rows are not those of the model the store holds "
      "for model id 'default'"),

@@ -207,6 +207,21 @@ def test_non_finite_rows_are_refused_naming_the_file_and_speaker(exported, tmp_p
         load_speaker_vectors(path)
 
 
+@pytest.mark.parametrize("big", [1e300, 3.5e38])
+def test_float64_rows_beyond_float32s_range_are_refused(exported, tmp_path, big):
+    """Finite in the file's float64, infinite in the model's float32: imported, every translation as the speaker
+    ended in an AssertionError of fairseq's search."""
+    with np.load(exported, allow_pickle=False) as f:  # written by another program: float64, not cast to float32
+        arrays = {key: f[key] for key in f.files}
+    arrays["param/speaker_weights"] = arrays["param/speaker_weights"].astype(np.float64)
+    arrays["param/speaker_weights"][1, 2] = big
+    path = str(tmp_path / "big.npz")
+    np.savez(path, **arrays)
+    with pytest.raises(OnboardingError, match=r"big.npz: parameter 'speaker_weights' of speaker\(s\) 'spk0' holds "
+                                              r"NaN or infinite values, or values beyond float32's range"):
+        load_speaker_vectors(path)
+
+
 def test_rows_far_outside_the_models_range_are_reported(fact, exported, tmp_path, caplog):
     vectors = load_speaker_vectors(exported)
     assert warn_far_outside(vectors, fact) == []
