@@ -19,14 +19,16 @@ Where that is not enough, the change is made here, and nowhere else:
   instead of quietly skipping a fix.
 """
 
+import contextlib
 import functools
 import importlib.util
 import inspect
 import logging
 import os
 import re
+import sys
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Set
+from typing import Any, Callable, Dict, Iterator, List, Optional, Set
 
 import fairseq
 import torch
@@ -116,6 +118,13 @@ CHANGES: List[Change] = [
            "a sentence whose live hypotheses all score -inf is left at the maximum length, where fairseq's loop "
            "asserts that every sentence has ended (its own rule has ended them all by then)",
            "fairseq_speaker.sequence_generator.UnbeatenStopGenerator._generate"),
+    Change("fairseq_cli.interactive.buffered_read", "replaced",
+           "reads fairseq-interactive's input as bytes: lines end at a line feed only, and bytes that are not UTF-8 "
+           "reach the task, which answers their line with an empty translation and a warning",
+           "fairseq reads --input FILE with Python's universal newlines and a strict decoder: a lone carriage "
+           "return split a line in two (every later translation's id shifted), and a Latin-1 or UTF-16 file ended "
+           "the session in a UnicodeDecodeError (standard input too, under a strict locale)",
+           "fairseq_speaker.fairseq_patches.buffered_read"),
     Change("fairseq.trainer.Trainer.__init__", "wrapped",
            "refuses --fp16, --bf16 and their memory-efficient forms without a CUDA GPU, with what to do; and a "
            "--restore-file other than the default that is not there",
@@ -275,6 +284,40 @@ def apply() -> None:
 
     _replace(Trainer, "__init__", "fairseq.trainer.Trainer.__init__", trainer_init)
     checkpoints.allow_fairseq_checkpoints()
+
+
+def buffered_read(input: str, buffer_size: int) -> Iterator[List[str]]:
+    """fairseq-interactive's input lines (``input``: a file, or ``-`` for standard input), ``buffer_size`` at a time,
+    as fairseq's ``buffered_read`` gives them (each stripped), but split at ``\n`` only and decoded with
+    ``surrogateescape``: a byte that is not UTF-8 becomes a lone surrogate, which the speaker task reports
+    (:func:`fairseq_speaker.tasks.inference.untranslatable_line`)."""
+    if input == "-":
+        stream = getattr(sys.stdin, "buffer", None)
+        lines = (raw.decode("utf-8", "surrogateescape") for raw in stream) if stream is not None else iter(sys.stdin)
+        closing: Any = contextlib.nullcontext()
+    else:
+        try:
+            closing = open(input, "rb")
+        except OSError as e:
+            raise UserError(f"--input {input}: cannot be read ({e.strerror})") from None
+        lines = (raw.decode("utf-8", "surrogateescape") for raw in closing)
+    buffer: List[str] = []
+    with closing:
+        for line in lines:
+            buffer.append(line.strip())
+            if len(buffer) >= buffer_size:
+                yield buffer
+                buffer = []
+    if buffer:
+        yield buffer
+
+
+def read_interactive_input() -> None:
+    """Replace fairseq-interactive's ``buffered_read`` by :func:`buffered_read` where fairseq-interactive runs (its
+    module imported: its ``main`` reads its input after the task is set up)."""
+    module = sys.modules.get("fairseq_cli.interactive")
+    if module is not None and hasattr(module, "buffered_read"):
+        _replace(module, "buffered_read", "fairseq_cli.interactive.buffered_read", lambda original: buffered_read)
 
 
 def set_model_options(name: str, model_cls: type, options: type) -> None:

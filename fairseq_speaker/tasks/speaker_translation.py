@@ -23,7 +23,7 @@ from fairseq_speaker.data import (
     read_speaker_file,
 )
 from fairseq_speaker.errors import UserError
-from fairseq_speaker.fairseq_patches import epoch_iterator_is_cached
+from fairseq_speaker.fairseq_patches import epoch_iterator_is_cached, read_interactive_input
 from fairseq_speaker.modules.speaker_plumbing import SpeakerModelMixin
 from fairseq_speaker.optim.speaker_progress import SpeakerProgress
 from fairseq_speaker.runtime import threads_for_fairseq_command
@@ -75,6 +75,7 @@ class SpeakerTranslationTask(SpeakerInferenceMixin, TranslationTask):
     def __init__(self, cfg: SpeakerTranslationConfig, src_dict, tgt_dict):
         super().__init__(cfg, src_dict, tgt_dict)
         threads_for_fairseq_command()  # fairseq-train/-generate/-interactive: threads that do not oversubscribe
+        read_interactive_input()  # fairseq-interactive: its input's lines as written, bytes that are not UTF-8 reported
         self.state.add_factory("speaker_dictionary", self._build_speaker_dictionary)
         #: the dictionaries as the data folder's files hold them (before any speaker token is added): kept in every
         #: checkpoint, and compared with a loaded checkpoint's record of its own

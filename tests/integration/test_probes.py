@@ -2237,6 +2237,41 @@ def test_fairseq_interactive_answers_a_line_it_cannot_translate_with_an_empty_on
     _the_others_as_alone(args, stdin, emptied, hypotheses)
 
 
+#: fairseq-interactive's --input FILE read as written: (the promise of docs/reliability.md, the file's bytes, options,
+#: the lines (from 0) answered by an empty translation, text of the warning). A Latin-1 or UTF-16 file ended the
+#: session in a UnicodeDecodeError, and a lone carriage return split a line in two (later ids shifted)
+INPUT_FILE_PROBES = [
+    ("untranslatable-line-empty", b"caf\xe9 i am tired .\nyou are nice .\n", ["--speaker", "spk001"], [0],
+     "<input>:1: translated as an empty sentence: not valid UTF-8 (byte 0xe9 at character 4)"),
+    ("untranslatable-line-empty", "i am tired .\n".encode("utf-16"), ["--speaker", "spk001"], [0, 1],
+     "<input>:1: translated as an empty sentence: not valid UTF-8 (byte 0xff at character 1)"),
+    ("empty-line-empty-translation", b"i am tired .\ryou are nice .\ni went to the beach .\n", ["--speaker", "spk001"],
+     [], ""),
+    ("empty-line-empty-translation", b"spk001\ti am tired .\r\nspk002\tyou are nice .\r\n", ["--speaker-per-line"],
+     [], ""),
+]
+
+
+@pytest.mark.parametrize("data,extra,emptied,warning", [row[1:] for row in INPUT_FILE_PROBES])
+def test_fairseq_interactive_reads_its_input_file_line_by_line_as_standard_input(toy, trained, tmp_path, data, extra,
+                                                                                 emptied, warning):
+    """One translation for each line of the file (a line ends at a line feed), those that are not UTF-8 answered by
+    an empty one and a warning; the others as the same lines on standard input."""
+    path = tmp_path / "input.txt"
+    path.write_bytes(data)
+    args = _interactive_args(toy, trained, extra)
+    out = run_here("interactive", [*args, "--input", str(path)])
+    lines = data.split(b"\n")[:-1] if data.endswith(b"\n") else data.split(b"\n")
+    hypotheses = [line.split("\t") for line in out.stdout.splitlines() if line.startswith("H-")]
+    assert [int(h[0][2:]) for h in hypotheses] == list(range(len(lines))), out.stdout
+    assert [int(h[0][2:]) for h in hypotheses if h[2] == ""] == emptied, out.stdout
+    assert warning in out.log and "Traceback" not in out.log
+    readable = [line for number, line in enumerate(lines) if number not in emptied]
+    alone = run_here("interactive", args, stdin="".join(line.decode("utf-8") + "\n" for line in readable))
+    assert [line.split("\t")[2] for line in alone.stdout.splitlines() if line.startswith("H-")] == [
+        h[2] for h in hypotheses if int(h[0][2:]) not in emptied]
+
+
 #: a byte-order mark at the start of fairseq-interactive's input: (the promise of docs/reliability.md, standard input,
 #: options); it was read as part of the first word (translated as <unk>), or of the first line's speaker (line skipped)
 BOM_INPUT_PROBES = [
