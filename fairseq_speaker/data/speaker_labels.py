@@ -84,6 +84,16 @@ def _described(c: str) -> str:
     return repr(c) if unicodedata.category(c) == "Cc" else f"{c!r} (U+{ord(c):04X}{' ' + name if name else ''})"
 
 
+def invisible_in(text: str) -> Optional[str]:
+    """The first character of ``text`` that shows nothing inside a word (a format character such as U+200B or
+    U+00AD, or one of :data:`INVISIBLE`), described with its place (``'\\u200b' (U+200B ZERO WIDTH SPACE) at character
+    9``), or None."""
+    for i, c in enumerate(text):
+        if unicodedata.category(c) == "Cf" or ord(c) in INVISIBLE:
+            return f"{_described(c)} at character {i + 1}"
+    return None
+
+
 @functools.lru_cache(maxsize=65536)  # a speaker file repeats each label on every line of its speaker
 def label_problem(label: str) -> Optional[str]:
     """Why ``label`` (already stripped) cannot be a speaker label, or None if it can: the rules every door follows

@@ -12,6 +12,7 @@ from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
 
+from fairseq_speaker.data.speaker_labels import invisible_in
 from fairseq_speaker.onboarding.arguments import (
     Sentences,
     as_list,
@@ -91,6 +92,11 @@ class TranslatorSearch(TranslatorBase):
                                   f"dictionary (<unk>), so its translation has little to do with it: give text in the "
                                   f"form of the training data (tokenized, BPE-encoded; not full-width forms or NFD "
                                   f"accents)", UnknownWordsWarning, stacklevel=4)
+                invisible = invisible_in(batch[i]) if unknown else None
+                if invisible:  # "ti\u200bred" is no word of the model: the sentence was translated without it
+                    warnings.warn(f"sentences[{i}] holds {invisible}, which shows nothing, and {unknown} of its words "
+                                  f"are not in the model's source dictionary (<unk>): the word holding it is read as "
+                                  f"an unknown word; remove the character", UnknownWordsWarning, stacklevel=4)
         checked_step_args(options, len(batch), len(self.task.target_dictionary))
         self.task.set_inference_speakers(self._not_lookalikes(per_sentence(speakers, len(batch))))
         return self.hub.generate(tokens, beam, **options)

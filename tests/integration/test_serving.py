@@ -94,6 +94,32 @@ def test_a_sentence_mostly_of_unknown_words_is_translated_with_a_warning_and_cou
     assert [t["text"] for t in answer["translations"]] == translated
 
 
+@pytest.mark.parametrize("sentence,described", [
+    ("i am ti\u200bred .", "'\\u200b' (U+200B ZERO WIDTH SPACE) at character 8"),
+    ("i am tired\xad .", "'\\xad' (U+00AD SOFT HYPHEN) at character 11"),
+    ("i\u2060 am tired .", "'\\u2060' (U+2060 WORD JOINER) at character 2"),
+])
+def test_a_word_made_unknown_by_an_invisible_character_is_warned_about(toy, trained, sentence, described):
+    """"i am ti\u200bred ." was translated as "je suis contente ." without a word: the word holding the character is
+    <unk>, one of four words (no warning of a sentence mostly unknown). translate names the character and its place;
+    the sentence without it is translated without a warning."""
+    import warnings
+
+    from fairseq_speaker.serving import UnknownWordsWarning
+
+    translator = SpeakerTranslator.from_pretrained(trained("lstm_fact_bias"), data=toy["bin"], max_len_b=6)
+    assert translator.unknown_words([sentence]) == [1]
+    with pytest.warns(UnknownWordsWarning) as caught:
+        translator.translate([sentence], "spk000")
+    messages = [str(w.message) for w in caught if w.category is UnknownWordsWarning]
+    assert messages == [f"sentences[0] holds {described}, which shows nothing, and 1 of its words are not in the "
+                        f"model's source dictionary (<unk>): the word holding it is read as an unknown word; remove "
+                        f"the character"], messages
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnknownWordsWarning)
+        translator.translate(["i am tired ."], "spk000")
+
+
 def test_beam_stop_reaches_the_translators_search_as_it_reaches_fairseq_interactives(toy, trained):
     """beam_stop="unbeaten" (from_pretrained's default for every call, or one call's) decodes as fairseq-interactive
     --beam-stop unbeaten does (a call's None: the translator's default, as from_pretrained's None), also for a checkpoint whose saved options predate it; a value that is no rule is
