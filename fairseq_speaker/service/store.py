@@ -46,9 +46,9 @@ import contextlib
 import os
 import sqlite3
 import threading
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Tuple
 
-from fairseq_speaker.service.store_errors import StoreConflict, StoreDamaged, StoreError
+from fairseq_speaker.service.store_errors import StoreConflict, StoreDamaged, StoreError, StoreUnavailable
 from fairseq_speaker.service.store_location import hide_password
 from fairseq_speaker.service.store_schema import (COLUMNS_2, DEFAULT_MODEL, LOOKS_INDEX, SCHEMA_VERSION,
                                                   UPGRADE_MODELS, log_lookalikes, upgrade_looks)
@@ -89,6 +89,15 @@ _UPGRADE_1_TO_2 = [
 ]
 
 
+def _identity(path: str) -> Optional[Tuple[int, int]]:
+    """The device and inode of the file at ``path`` (None: no such file, or a path that names none, ``:memory:``)."""
+    try:
+        info = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return info.st_dev, info.st_ino
+
+
 class SpeakerStore(StoreStatements):
     """The speakers of one SQLite file (see the module documentation). Safe to use from several threads.
 
@@ -113,6 +122,7 @@ class SpeakerStore(StoreStatements):
             raise StoreError(f"{where}: no such file (the SQLite store to read)")
         self._lock = threading.Lock()
         self._closed = False
+        self._identity: Optional[Tuple[int, int]] = None  # the file opened (below): another at the path is not it
         try:
             self._db = sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False)
         except sqlite3.Error as e:
@@ -143,6 +153,7 @@ class SpeakerStore(StoreStatements):
                 raise StoreDamaged(path, f"the file is damaged ({e})", skippable=False, option=option) from None
             advice = "give a new file name, or the store of this model" if create else "give a speaker store's file"
             raise StoreError(f"{where}: not a speaker store ({e}): {advice}") from None
+        self._identity = _identity(path)
         self._check_schema(schema)
 
     def _upgrade(self) -> str:
@@ -188,6 +199,8 @@ class SpeakerStore(StoreStatements):
         """One transaction: a write takes the file's write lock at once (``BEGIN IMMEDIATE``), so that what it
         reads is still true when it commits; a read sees one snapshot."""
         with self._lock:
+            if write:
+                self._check_same_file()
             self._db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             try:
                 yield self._db
@@ -195,6 +208,20 @@ class SpeakerStore(StoreStatements):
                 self._db.execute("ROLLBACK")
                 raise
             self._db.execute("COMMIT")
+
+    def _check_same_file(self) -> None:
+        """Raise :class:`StoreUnavailable` where the store's path no longer names the file opened (removed, or
+        replaced by another: writes went on into the unlinked file, acknowledged, and were lost at the restart)."""
+        if self._identity is not None and _identity(self.path) != self._identity:
+            raise StoreUnavailable(f"the store file {self.path} was removed or replaced while the service ran: "
+                                   f"nothing more is written to the file opened; stop the service, restore the file "
+                                   f"(from a backup, without its -wal and -shm files), and start again")
+
+    def ready(self) -> None:
+        """:meth:`StoreStatements.ready`, and the store's path still the file opened."""
+        with self._lock:
+            self._check_same_file()
+        super().ready()
 
     def close(self) -> None:
         """Close the file (safe to call twice)."""

@@ -1264,6 +1264,28 @@ def test_health_is_a_503_once_a_table_of_the_store_is_dropped(toy, trained, stor
     assert health.status_code == 503 and health.json()["error"]["code"] == "store_unavailable", health.text
 
 
+@pytest.mark.parametrize("how", ["removed", "replaced"])
+def test_a_store_file_removed_or_replaced_while_serving_takes_no_write(toy, trained, stored, how):
+    """The file removed (or another put in its place) while the service ran: writes were acknowledged (201) into the
+    unlinked file and /health said ok; at the restart every onboarded speaker was lost. Writes and /health are 503
+    store_unavailable, saying what happened; translation goes on from memory."""
+    path = _damaged(stored, f"{how}.db", lambda path: None)
+    translator = SpeakerTranslator.from_pretrained(trained("lstm_fact_bias"), data=toy["bin"], max_len_b=6)
+    with TestClient(create_app(translator, SpeakerStore(path), token=TOKEN)) as client:
+        os.remove(path)
+        if how == "replaced":
+            shutil.copy(stored["path"], path)
+        put = client.put("/speakers/anna", json=PAIRS, headers=AUTH)
+        health = client.get("/health")
+        kim = client.post("/translate", json={"sentences": MORE["sources"], "speaker": "dr-kim"})
+    for answer in (put, health):
+        assert answer.status_code == 503 and answer.json()["error"]["code"] == "store_unavailable", answer.text
+    assert kim.status_code == 200 and kim.json() == stored["dr-kim"]
+    if how == "replaced":  # the file in its place was not written to
+        with contextlib.closing(SpeakerStore(path)) as store:
+            assert "anna" not in [s.name for s in store.speakers()]
+
+
 def test_a_count_of_writes_damaged_while_the_service_runs_is_a_503_and_logged(toy, trained, stored, caplog):
     """meta 'generation' made unreadable by another program: every request was a 500 internal_error (a ValueError
     of int()), /health included."""
