@@ -84,6 +84,12 @@ def _described(c: str) -> str:
     return repr(c) if unicodedata.category(c) == "Cc" else f"{c!r} (U+{ord(c):04X}{' ' + name if name else ''})"
 
 
+def is_retired_name(name: str) -> bool:
+    """Whether ``name`` is one the rows of a retired speaker keep (``SpeakerTranslator.retire_speakers``): surrounding
+    spaces, which no label can have, so that no speaker is listed, exported or translated as under it."""
+    return bool(name) and name != name.strip()
+
+
 def invisible_in(text: str) -> Optional[str]:
     """The first character of ``text`` that shows nothing inside a word (a format character such as U+200B or
     U+00AD, or one of :data:`INVISIBLE`), described with its place (``'\\u200b' (U+200B ZERO WIDTH SPACE) at character

@@ -30,6 +30,7 @@ from fairseq_speaker.checkpoint_dictionaries import check_data_folder
 from fairseq_speaker.checkpoints import read_checkpoint
 from fairseq_speaker.command_registry import program_name
 from fairseq_speaker.data import SpeakerDictionary
+from fairseq_speaker.data.speaker_labels import is_retired_name
 from fairseq_speaker.errors import command
 from fairseq_speaker.modules.speaker_words import CHECKPOINT_KEY as WORDS_KEY
 from fairseq_speaker.onboarding.checkpoint import OnboardingError, onboarded_speakers, onboarding_complete
@@ -151,6 +152,8 @@ def list_speakers(path: str, data: Optional[str] = None) -> SpeakerListing:
         onboarded, complete = {}, True
     speakers = []
     for name, count in zip(names, counts):
+        if is_retired_name(name):  # rows of a retired speaker, saved with the model: no speaker's
+            continue
         if onboarded is not None and name in onboarded:
             kind, sentences = ONBOARDED, onboarded[name]
         elif onboarded is not None and complete:

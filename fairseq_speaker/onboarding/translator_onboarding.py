@@ -130,7 +130,12 @@ class TranslatorOnboarding(TranslatorBase):
         names back to the rows."""
         names = self._known_names(names, "retire_speakers", "retired")
         self._forget_words_of(names)
-        rename_speakers(self.model, self.task, {name: retired_name(name) for name in dict.fromkeys(names)})
+        renames = {}
+        for name in dict.fromkeys(names):
+            if retired_name(name) in self.task.speaker_dictionary:  # rows of an earlier retire of the name, kept apart
+                renames[retired_name(name)] = _earlier_retired_name(name, self.task.speaker_dictionary)
+            renames[name] = retired_name(name)
+        rename_speakers(self.model, self.task, renames)
 
     @serialized
     def restore_speakers(self, names: Sequence[str]) -> List[str]:
@@ -148,6 +153,15 @@ class TranslatorOnboarding(TranslatorBase):
         if back:
             rename_speakers(self.model, self.task, back)
         return list(back.values())
+
+
+def _earlier_retired_name(name: str, dictionary) -> str:
+    """A name for the rows of an earlier retire of ``name`` (retired, added again, and retired again: the second
+    retire was refused, "' y (deleted) ' already in the model"), one no speaker can have and none of the model has."""
+    k = 2
+    while f" {name} (deleted {k}) " in dictionary:
+        k += 1
+    return f" {name} (deleted {k}) "
 
 
 def retired_name(name: str) -> str:

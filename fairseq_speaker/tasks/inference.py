@@ -20,7 +20,7 @@ from fairseq import utils
 from fairseq_speaker.allowed_tokens import check_ended, restricted
 from fairseq_speaker.data import SpeakerDataError, SpeakerDataset
 from fairseq_speaker.data.sentence_checks import sentence_problem
-from fairseq_speaker.data.speaker_labels import label_problem
+from fairseq_speaker.data.speaker_labels import is_retired_name, label_problem
 from fairseq_speaker.runtime import fairseq_command
 
 # the task's logger: its messages (the input's lines, the speakers) keep the name a user filters them by
@@ -124,6 +124,9 @@ class SpeakerInferenceMixin:
         """Why ``label``, not a speaker of the model, must not get the unknown-speaker policy: it looks like one of
         them (docs/reliability.md, "Speaker labels"), or it is empty; None otherwise."""
         if label in self.speaker_dictionary:
+            if is_retired_name(label):  # saved with a model by SpeakerTranslator.save after retire_speakers
+                return (f"{label!r} names the rows of a retired speaker, not a speaker (SpeakerTranslator."
+                        f"retire_speakers): restore it (restore_speakers) to translate as it")
             return None
         if not label.strip():
             return "an empty speaker name: give a speaker's name"

@@ -267,3 +267,52 @@ def test_a_retired_speaker_is_unknown_its_name_free_and_its_rows_restored(toy, t
     assert translator.model.decoder.speaker_bias.num_speakers == 10
     for key, value in translator.speaker_vectors(["dr-lee"]).rows.items():
         np.testing.assert_array_equal(value, rows[key])
+
+
+def test_a_speaker_added_again_after_a_retire_can_be_retired_again(toy, trained):
+    """add, retire, add again: a second retire was refused ("cannot rename speakers: ' y (deleted) ' already in the
+    model"), and the speaker could never be retired again. The earlier retired rows are kept apart; a restore gives
+    the name the rows of the latest retire."""
+    translator = SpeakerTranslator.from_pretrained(trained("lstm_fact_bias"), data=toy["bin"], max_len_b=6)
+    translator.add_speaker("y", ["i am tired ."], ["je suis fatiguée ."])
+    translator.retire_speakers(["y"])
+    translator.add_speaker("y", ["i am tired ."], ["je suis fatigué ."])
+    latest = translator.speaker_vectors(["y"]).rows
+    translator.retire_speakers(["y"])
+    assert "y" not in translator.speakers
+    translator.add_speaker("y", ["you are nice ."], ["tu es sympathique ."])
+    translator.retire_speakers(["y"])  # a third time
+    assert translator.restore_speakers(["y"]) == ["y"]
+    restored = translator.speaker_vectors(["y"]).rows
+    for key in ("speaker_weights",) if "speaker_weights" in restored else restored:
+        assert not np.array_equal(restored[key], latest[key])  # the third's rows, not the second's
+    assert translator.translate_nbest_known(["you are nice ."], ["y"], beam=2)[1] == [True]
+
+
+def test_a_retired_speakers_rows_saved_with_the_model_are_no_speakers_of_it(toy, trained, tmp_path):
+    """save() after retire_speakers wrote the retired rows under their names (' spk001 (deleted) '):
+    fairseq-speaker-speakers listed them, vectors export exported them (and its import then refused the file), and
+    fairseq-interactive --speaker ' spk001 (deleted) ' translated as the retired speaker."""
+    from fairseq_speaker.data import SpeakerDataError
+    from fairseq_speaker.onboarding.speakers import list_speakers
+    from fairseq_speaker.onboarding.vectors_file import load_speaker_vectors
+    from tests.cli import call_main, run_here
+
+    translator = SpeakerTranslator.from_pretrained(trained("lstm_fact_bias"), data=toy["bin"], max_len_b=6)
+    retired = translator.speakers[1]
+    translator.add_speaker("y", ["i am tired ."], ["je suis fatiguée ."])
+    translator.retire_speakers(["y", retired])
+    saved = str(tmp_path / "retired.pt")
+    translator.save(saved)
+    listed = [s.name for s in list_speakers(saved).speakers]
+    assert listed == translator.speakers and retired not in listed, listed
+    call_main("fairseq-speaker-vectors", ["export", toy["bin"], "--path", saved, "--out", str(tmp_path / "all.npz")])
+    assert load_speaker_vectors(str(tmp_path / "all.npz")).names == translator.speakers
+    call_main("fairseq-speaker-vectors", ["import", toy["bin"], "--path", trained("lstm_fact_bias"), "--vectors",
+                                          str(tmp_path / "all.npz"), "--save", str(tmp_path / "back.pt"),
+                                          "--replace"])
+    args = [toy["bin"], "--user-dir", os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))), "fairseq_speaker"), "--task", "speaker_translation", "--path", saved, "--speaker",
+        f" {retired} (deleted) "]
+    with pytest.raises(SpeakerDataError, match="names the rows of a retired speaker, not a speaker"):
+        run_here("interactive", args, stdin="i am tired .\n")
