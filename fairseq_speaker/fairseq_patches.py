@@ -299,7 +299,7 @@ def buffered_read(input: str, buffer_size: int) -> Iterator[List[str]]:
         try:
             closing = open(input, "rb")
         except OSError as e:
-            raise UserError(f"--input {input}: cannot be read ({e.strerror})") from None
+            raise UserError(f"--input {input}: {e.strerror}: give a readable text file, or leave out --input") from None
         lines = (raw.decode("utf-8", "surrogateescape") for raw in closing)
     buffer: List[str] = []
     with closing:

@@ -50,7 +50,8 @@ def model_of(scope) -> str:
 def _error(request: Request, status: int, code: str, message: str,
            headers: Optional[Dict[str, str]] = None) -> JSONResponse:
     log = logger.warning if status >= 500 else logger.info
-    path = request.url.path.encode("unicode_escape").decode("ascii")  # a name's newline cannot forge a log line
+    # the path as received (request.url drops a line feed from it), escaped: a name's newline cannot forge a log line
+    path = request.scope.get("path", request.url.path).encode("unicode_escape").decode("ascii")
     model = model_of(request.scope)
     fields = {"method": request.method, "path": path, "status": status, "code": code}  # --log-format json's fields
     log(f"{request.method} {path}{f' (model {model})' if model else ''}: {status} {code}: {message}",

@@ -104,6 +104,9 @@ class SpeakerStore(StoreStatements):
     Its statements are those of PostgreSQL's store too (:class:`StoreStatements`): this class opens the file, makes
     and upgrades its tables, and begins its transactions."""
 
+    #: the device and inode of the file opened (None: no file, as PostgreSQL's store, which derives from this one)
+    _opened_file: Optional[Tuple[int, int]] = None
+
     def __init__(self, path: str, timeout: float = 10.0, create: bool = True, option: str = "--store"):
         """Open (or, with ``create``, make) the store at ``path``; ``timeout``: seconds a write waits for another
         process's; ``option`` names it in messages."""
@@ -122,7 +125,6 @@ class SpeakerStore(StoreStatements):
             raise StoreError(f"{where}: no such file (the SQLite store to read)")
         self._lock = threading.Lock()
         self._closed = False
-        self._identity: Optional[Tuple[int, int]] = None  # the file opened (below): another at the path is not it
         try:
             self._db = sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False)
         except sqlite3.Error as e:
@@ -153,7 +155,7 @@ class SpeakerStore(StoreStatements):
                 raise StoreDamaged(path, f"the file is damaged ({e})", skippable=False, option=option) from None
             advice = "give a new file name, or the store of this model" if create else "give a speaker store's file"
             raise StoreError(f"{where}: not a speaker store ({e}): {advice}") from None
-        self._identity = _identity(path)
+        self._opened_file = _identity(path)
         self._check_schema(schema)
 
     def _upgrade(self) -> str:
@@ -212,7 +214,7 @@ class SpeakerStore(StoreStatements):
     def _check_same_file(self) -> None:
         """Raise :class:`StoreUnavailable` where the store's path no longer names the file opened (removed, or
         replaced by another: writes went on into the unlinked file, acknowledged, and were lost at the restart)."""
-        if self._identity is not None and _identity(self.path) != self._identity:
+        if self._opened_file is not None and _identity(self.path) != self._opened_file:
             raise StoreUnavailable(f"the store file {self.path} was removed or replaced while the service ran: "
                                    f"nothing more is written to the file opened; stop the service, restore the file "
                                    f"(from a backup, without its -wal and -shm files), and start again")
