@@ -52,6 +52,8 @@ FORMAT_VERSION = 1
 
 
 PARAM_PREFIX = "param/"
+#: the magnitude from which a value of a speaker's rows is refused: its square is beyond float32's range
+LARGEST_VALUE = float(np.sqrt(np.finfo(np.float32).max))
 
 
 @dataclass
@@ -268,15 +270,16 @@ def _read_vectors(source, path: str) -> SpeakerVectors:
         if tuple(value.shape) != expected or not np.issubdtype(value.dtype, np.floating):
             raise OnboardingError(f"{path}: parameter {key!r} has shape {tuple(value.shape)} ({value.dtype}), "
                                   f"expected {expected} for {len(names)} speakers: the file is damaged")
-        # beyond float32's range, a float64 file's values become infinite in the model (every translation as such a
-        # speaker ended in an AssertionError of fairseq's search)
+        # a value whose square is beyond float32's range becomes infinite in the model's sums (a float64 file's 1e300,
+        # and float32's own largest value too: every translation as such a speaker ended in an AssertionError)
         flat = value.reshape(len(names), -1)
-        finite = (np.isfinite(flat) & (np.abs(flat) <= np.finfo(np.float32).max)).all(axis=1)
+        finite = (np.isfinite(flat) & (np.abs(flat) < LARGEST_VALUE)).all(axis=1)
         if not finite.all():  # one such row would poison the mean speaker, and every unseen speaker with it
             bad = [name for name, ok in zip(names, np.asarray(finite).tolist()) if not ok]
             raise OnboardingError(f"{path}: parameter {key!r} of speaker(s) {listing(bad)} holds NaN or infinite "
-                                  f"values, or values beyond float32's range ({np.finfo(np.float32).max:.3g}): export "
-                                  f"them again from a sound model, or leave them out")
+                                  f"values, or values beyond float32's range (at least {LARGEST_VALUE:.3g}, whose "
+                                  f"square float32 cannot hold): export them again from a sound model, or leave them "
+                                  f"out")
     return SpeakerVectors(names, rows, meta, path, _read_words(arrays, names, meta, path))
 
 

@@ -156,6 +156,7 @@ class SpeakerStore(StoreStatements):
             advice = "give a new file name, or the store of this model" if create else "give a speaker store's file"
             raise StoreError(f"{where}: not a speaker store ({e}): {advice}") from None
         self._opened_file = _identity(path)
+        self._opened_path = os.path.abspath(path)  # what the path named when opened, whatever the working folder is later
         self._check_schema(schema)
 
     def _upgrade(self) -> str:
@@ -214,7 +215,7 @@ class SpeakerStore(StoreStatements):
     def _check_same_file(self) -> None:
         """Raise :class:`StoreUnavailable` where the store's path no longer names the file opened (removed, or
         replaced by another: writes went on into the unlinked file, acknowledged, and were lost at the restart)."""
-        if self._opened_file is not None and _identity(self.path) != self._opened_file:
+        if self._opened_file is not None and _identity(self._opened_path) != self._opened_file:
             raise StoreUnavailable(f"the store file {self.path} was removed or replaced while the service ran: "
                                    f"nothing more is written to the file opened; stop the service, restore the file "
                                    f"(from a backup, without its -wal and -shm files), and start again")

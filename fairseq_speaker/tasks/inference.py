@@ -332,6 +332,10 @@ def untranslatable_line(line: str, length: int, limit: Optional[int]) -> Optiona
     if bad:
         return (f"not valid UTF-8 (byte 0x{ord(bad.group()) - 0xDC00:02x} at character {bad.start() + 1}): give "
                 f"UTF-8 text (iconv -f latin1 -t utf-8, for example)")
+    carriage = line.find("\r")
+    if carriage >= 0:  # two lines of a file whose lines end in a lone CR (old Mac): two sentences read as one
+        return (f"a carriage return at character {carriage + 1}, which ends a line in some files: the line holds two "
+                f"sentences or more; give one a line (tr '\\r' '\\n' turns such line ends into line feeds)")
     blank = sentence_problem(line) if line.strip() else None  # an empty or blank line is answered empty already
     if blank:
         return f"{blank}: give a sentence"

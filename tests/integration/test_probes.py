@@ -2245,8 +2245,12 @@ INPUT_FILE_PROBES = [
      "<input>:1: translated as an empty sentence: not valid UTF-8 (byte 0xe9 at character 4)"),
     ("untranslatable-line-empty", "i am tired .\n".encode("utf-16"), ["--speaker", "spk001"], [0, 1],
      "<input>:1: translated as an empty sentence: not valid UTF-8 (byte 0xff at character 1)"),
-    ("empty-line-empty-translation", b"i am tired .\ryou are nice .\ni went to the beach .\n", ["--speaker", "spk001"],
-     [], ""),
+    # a lone carriage return: two sentences in one line, split (ids shifted), or read as one (a speaker read as a word)
+    ("untranslatable-line-empty", b"i am tired .\ryou are nice .\ni went to the beach .\n", ["--speaker", "spk001"],
+     [0], "<input>:1: translated as an empty sentence: a carriage return at character 13, which ends a line in some "
+     "files: the line holds two sentences or more; give one a line"),
+    ("untranslatable-line-empty", b"spk001\ti am tired .\rspk002\tyou are nice .\nspk003\ti am sorry .\n",
+     ["--speaker-per-line"], [0], "<input>:1: translated as an empty sentence: a carriage return at character 13"),
     ("empty-line-empty-translation", b"spk001\ti am tired .\r\nspk002\tyou are nice .\r\n", ["--speaker-per-line"],
      [], ""),
 ]

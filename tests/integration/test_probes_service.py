@@ -1264,6 +1264,19 @@ def test_health_is_a_503_once_a_table_of_the_store_is_dropped(toy, trained, stor
     assert health.status_code == 503 and health.json()["error"]["code"] == "store_unavailable", health.text
 
 
+def test_a_store_given_by_a_relative_path_is_the_same_file_after_a_change_of_folder(toy, trained, stored, tmp_path,
+                                                                                   monkeypatch):
+    """A store opened by a relative path, then the process's working folder changed: /health and every write were 503
+    "removed or replaced" while the file was intact."""
+    path = _damaged(stored, "relative.db", lambda path: None)
+    translator = SpeakerTranslator.from_pretrained(trained("lstm_fact_bias"), data=toy["bin"], max_len_b=6)
+    monkeypatch.chdir(os.path.dirname(path))
+    with TestClient(create_app(translator, SpeakerStore(os.path.basename(path)), token=TOKEN)) as client:
+        monkeypatch.chdir(tmp_path)
+        assert client.get("/health").status_code == 200
+        assert client.put("/speakers/anna", json=PAIRS, headers=AUTH).status_code == 201
+
+
 @pytest.mark.parametrize("how", ["removed", "replaced"])
 def test_a_store_file_removed_or_replaced_while_serving_takes_no_write(toy, trained, stored, how):
     """The file removed (or another put in its place) while the service ran: writes were acknowledged (201) into the
