@@ -291,20 +291,17 @@ def buffered_read(input: str, buffer_size: int) -> Iterator[List[str]]:
     as fairseq's ``buffered_read`` gives them (each stripped), but split at ``\n`` only and decoded with
     ``surrogateescape``: a byte that is not UTF-8 becomes a lone surrogate, which the speaker task reports
     (:func:`fairseq_speaker.tasks.inference.untranslatable_line`)."""
-    if input == "-":
-        stream = getattr(sys.stdin, "buffer", None)
-        lines = (raw.decode("utf-8", "surrogateescape") for raw in stream) if stream is not None else iter(sys.stdin)
-        closing: Any = contextlib.nullcontext()
+    if input == "-":  # its bytes (a test's stand-in for standard input may have text only)
+        opened: Any = contextlib.nullcontext(getattr(sys.stdin, "buffer", sys.stdin))
     else:
         try:
-            closing = open(input, "rb")
+            opened = open(input, "rb")
         except OSError as e:
             raise UserError(f"--input {input}: {e.strerror}: give a readable text file, or leave out --input") from None
-        lines = (raw.decode("utf-8", "surrogateescape") for raw in closing)
     buffer: List[str] = []
-    with closing:
-        for line in lines:
-            buffer.append(line.strip())
+    with opened as stream:
+        for line in stream:
+            buffer.append((line.decode("utf-8", "surrogateescape") if isinstance(line, bytes) else line).strip())
             if len(buffer) >= buffer_size:
                 yield buffer
                 buffer = []

@@ -268,12 +268,9 @@ def _nfc(texts: List[str], where: str) -> List[str]:
 
 
 def _sacrebleu_tokenizers() -> List[str]:
-    """The names of sacrebleu's BLEU tokenizers (its table of them; 13a and none where it is not found)."""
-    try:
-        from sacrebleu.metrics.bleu import _TOKENIZERS
-        return list(_TOKENIZERS)
-    except ImportError:
-        return ["13a", "none"]
+    """The names of sacrebleu's BLEU tokenizers (``BLEU.TOKENIZERS``; 13a and none where it has no such table)."""
+    from sacrebleu.metrics.bleu import BLEU
+    return list(getattr(BLEU, "TOKENIZERS", None) or ["13a", "none"])
 
 
 def _outputs(args, systems: List[Tuple[str, str]], checkpoints: List[Tuple[str, str]]) -> None:

@@ -222,8 +222,7 @@ class SpeakerStore(StoreStatements):
 
     def ready(self) -> None:
         """:meth:`StoreStatements.ready`, and the store's path still the file opened."""
-        with self._lock:
-            self._check_same_file()
+        self._check_same_file()
         super().ready()
 
     def close(self) -> None:
