@@ -8,7 +8,7 @@ import re
 from typing import Sequence
 
 from fairseq_speaker.data.sentence_checks import sentence_problem
-from fairseq_speaker.data.speaker_labels import new_label_problem
+from fairseq_speaker.data.speaker_labels import label_problem, new_label_problem, surrounding_whitespace
 from fairseq_speaker.service import schema
 from fairseq_speaker.service.service_errors import ServiceError
 from fairseq_speaker.service.service_state import ServiceState
@@ -42,6 +42,14 @@ class RequestChecks(ServiceState):
         problem = new_label_problem(label, self.translator.task.speaker_dictionary)
         if problem:
             raise ServiceError(422, "invalid_speaker", f"{what}: {problem}")
+
+    def _unknown(self, name: str, message: str) -> ServiceError:
+        """The 404 ``unknown_speaker`` of ``name`` (``message``), or, for a name no speaker can have (a control or
+        invisible character: the label policy), the 422 that a PUT of it would get: a 404 would tell to onboard it."""
+        problem = label_problem(name) or surrounding_whitespace(name)
+        if problem:
+            return ServiceError(422, "invalid_speaker", f"speaker name: {problem}")
+        return ServiceError(404, "unknown_speaker", message)
 
     def _check_lengths(self, sentences: Sequence[str], field: str) -> None:
         for i, sentence in enumerate(sentences):

@@ -38,8 +38,8 @@ class SpeakerOnboarding(StoreSync, RequestChecks):
                 return self._with_traits([self._trained_speaker(name)])[0]
             record = self._store_call(self.store.get, name, False, self.model) if name in self._loaded else None
         if record is None:
-            raise ServiceError(404, "unknown_speaker", f"no speaker {shown(name)}{self._of_model}: GET "
-                               f"/speakers{self._query} lists them")
+            raise self._unknown(name, f"no speaker {shown(name)}{self._of_model}: GET /speakers{self._query} lists "
+                                f"them")
         return self._with_traits([_onboarded(record)])[0]
 
     def _with_traits(self, speakers: List[schema.Speaker]) -> List[schema.Speaker]:
@@ -83,8 +83,8 @@ class SpeakerOnboarding(StoreSync, RequestChecks):
                 self._check_not_trained(name)
                 record = self._store_call(self.store.get, name, True, self.model) if name in self._loaded else None
             if record is None:
-                raise ServiceError(404, "unknown_speaker", f"no onboarded speaker {shown(name)}{self._of_model}: PUT "
-                                   f"/speakers/{{name}}{self._query} onboards it")
+                raise self._unknown(name, f"no onboarded speaker {shown(name)}{self._of_model}: PUT "
+                                          f"/speakers/{{name}}{self._query} onboards it")
             pairs = list(record.pairs) + list(zip(request.sources, request.targets))
             if len(pairs) > self.limits.max_speaker_pairs:
                 raise ServiceError(413, "too_many_pairs",
@@ -106,7 +106,7 @@ class SpeakerOnboarding(StoreSync, RequestChecks):
             # was a 404, and the one the log told to delete could not be
             stored = name in self._loaded or name in self._skipped
             if not stored or not self._store_call(self.store.delete, name, self.model):
-                raise ServiceError(404, "unknown_speaker", f"no onboarded speaker {shown(name)}{self._of_model}")
+                raise self._unknown(name, f"no onboarded speaker {shown(name)}{self._of_model}")
             self._skipped.pop(name, None)
             self._twin_of.pop(name, None)
             if name in self._loaded:

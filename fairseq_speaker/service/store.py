@@ -48,7 +48,7 @@ import sqlite3
 import threading
 from typing import Iterator, Optional, Tuple
 
-from fairseq_speaker.service.store_errors import StoreConflict, StoreDamaged, StoreError, StoreUnavailable
+from fairseq_speaker.service.store_errors import StoreConflict, StoreDamaged, StoreError, StoreFileGone
 from fairseq_speaker.service.store_location import hide_password
 from fairseq_speaker.service.store_schema import (COLUMNS_2, DEFAULT_MODEL, LOOKS_INDEX, SCHEMA_VERSION,
                                                   UPGRADE_MODELS, log_lookalikes, upgrade_looks)
@@ -213,10 +213,10 @@ class SpeakerStore(StoreStatements):
             self._db.execute("COMMIT")
 
     def _check_same_file(self) -> None:
-        """Raise :class:`StoreUnavailable` where the store's path no longer names the file opened (removed, or
+        """Raise :class:`StoreFileGone` where the store's path no longer names the file opened (removed, or
         replaced by another: writes went on into the unlinked file, acknowledged, and were lost at the restart)."""
         if self._opened_file is not None and _identity(self._opened_path) != self._opened_file:
-            raise StoreUnavailable(f"the store file {self.path} was removed or replaced while the service ran: "
+            raise StoreFileGone(f"the store file {self.path} was removed or replaced while the service ran: "
                                    f"nothing more is written to the file opened; stop the service, restore the file "
                                    f"(from a backup, without its -wal and -shm files), and start again")
 

@@ -58,6 +58,11 @@ class StoreUnavailable(sqlite3.OperationalError):
     answers 503 ``store_unavailable``), never as damage."""
 
 
+class StoreFileGone(StoreUnavailable):
+    """A store file removed or replaced while the service ran: retrying does not help, a restart from the restored
+    file does (the message says so; the service answers 503 ``store_unavailable`` saying its log tells how)."""
+
+
 class StoreConflict(Exception):
     """A write that the store's current contents contradict: the speaker ``exists``, was ``deleted``, or ``changed``
     meanwhile (its ``reason``)."""

@@ -18,8 +18,8 @@ from fairseq_speaker.onboarding.vectors_file import SpeakerVectors, read_speaker
 from fairseq_speaker.service.service_errors import ServiceError
 from fairseq_speaker.service.service_state import ServiceState
 from fairseq_speaker.service.store import SpeakerStore
-from fairseq_speaker.service.store_errors import (StoreConflict, StoreDamaged, StoreError, StoreModelMismatch,
-                                                  StoreUnavailable)
+from fairseq_speaker.service.store_errors import (StoreConflict, StoreDamaged, StoreError, StoreFileGone,
+                                                  StoreModelMismatch, StoreUnavailable)
 from fairseq_speaker.service.store_schema import StoredSpeaker, fingerprint_of, speaker_text
 
 #: the logger of :mod:`~fairseq_speaker.service.speaker_service`, whose part this is (a logging configuration names it)
@@ -263,6 +263,9 @@ def _unreadable(store: SpeakerStore, error: sqlite3.Error) -> StoreError:
 
 def unavailable(store: SpeakerStore, error: Exception) -> ServiceError:
     logger.error(f"speaker store {store.path}: {error}")
+    if isinstance(error, StoreFileGone):  # retrying cannot help: the operator must restore the file and restart
+        return ServiceError(503, "store_unavailable", "the speaker store's file was removed or replaced while the "
+                            "service ran: nothing more is written to it; the service's log says how to recover")
     return ServiceError(503, "store_unavailable", "the speaker store cannot be read or written now (busy or failing); "
                         "retry later")
 

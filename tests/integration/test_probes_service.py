@@ -379,6 +379,12 @@ HTTP_PROBES = [
     ("label-policy", "delete", "/speakers/dr-lee%0A", None, 422, "invalid_speaker", "'dr-lee\\n' contains '\\n'"),
     ("label-policy", "post", "/speakers/dr-lee%0A/sentences", PAIRS, 422, "invalid_speaker", "'dr-lee\\n' contains"),
     ("one-json-error", "get", "/health%0A", None, 404, "not_found", "no endpoint '/health\\n': see /docs"),
+    # a name no speaker can have, on the endpoints that look a speaker up: a 404 told to PUT it, which is refused
+    ("label-policy", "delete", "/v1/speakers/b%0D", None, 422, "invalid_speaker", "'b\\r' contains '\\r'"),
+    ("label-policy", "post", "/v1/speakers/dr-lee%00/sentences", PAIRS, 422, "invalid_speaker",
+     "'dr-lee\\x00' contains '\\x00'"),
+    ("label-policy", "get", "/speakers/dr-lee%00", None, 422, "invalid_speaker", "'dr-lee\\x00' contains"),
+    ("label-policy", "delete", "/speakers/%20dr-lee", None, 422, "invalid_speaker", "with surrounding whitespace"),
     ("new-name-not-lookalike",
      "put", "/speakers/%E2%80%AEdr-lee", PAIRS, 422, "invalid_speaker", "it looks like 'dr-lee', a known speaker"),
     ("new-name-not-lookalike",
@@ -1293,6 +1299,8 @@ def test_a_store_file_removed_or_replaced_while_serving_takes_no_write(toy, trai
         kim = client.post("/translate", json={"sentences": MORE["sources"], "speaker": "dr-kim"})
     for answer in (put, health):
         assert answer.status_code == 503 and answer.json()["error"]["code"] == "store_unavailable", answer.text
+        # not "busy or failing; retry later": retrying never helps, restoring the file and restarting does
+        assert "was removed or replaced while the service ran" in answer.json()["error"]["message"], answer.text
     assert kim.status_code == 200 and kim.json() == stored["dr-kim"]
     if how == "replaced":  # the file in its place was not written to
         with contextlib.closing(SpeakerStore(path)) as store:
