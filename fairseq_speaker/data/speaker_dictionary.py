@@ -32,7 +32,8 @@ from typing import Dict, Iterable, List, Optional, Sequence
 import torch
 
 from fairseq_speaker.atomic_write import atomic_path
-from fairseq_speaker.data.speaker_labels import label_problem, shown, surrounding_whitespace, visible_form
+from fairseq_speaker.data.speaker_labels import (is_retired_name, label_problem, shown, surrounding_whitespace,
+                                                visible_form)
 
 from .text_files import SpeakerDataError, check_not_a_pipe, not_utf8  # noqa: F401  (SpeakerDataError: also its name)
 
@@ -145,8 +146,9 @@ class SpeakerDictionary:
         self._nfc: Dict[str, str] = {}
         #: visible form (:func:`visible_form`) -> the label, to catch a new label that looks like a known one
         self._visible: Dict[str, str] = {}
-        for name in self.names:
-            self._visible.setdefault(visible_form(name), name)
+        for name in self.names:  # a retired speaker's rows are no one's: a label may look like their name
+            if not is_retired_name(name):
+                self._visible.setdefault(visible_form(name), name)
         for name in self.names:
             twin = self._nfc.setdefault(unicodedata.normalize("NFC", name), name)
             if twin != name:

@@ -84,6 +84,12 @@ def _described(c: str) -> str:
     return repr(c) if unicodedata.category(c) == "Cc" else f"{c!r} (U+{ord(c):04X}{' ' + name if name else ''})"
 
 
+def retired_name(name: str) -> str:
+    """The name ``SpeakerTranslator.retire_speakers`` gives the rows of ``name``: one no speaker can have (its
+    surrounding spaces: the label rules refuse them at every door), and whose look is not ``name``'s."""
+    return f" {name} (deleted) "
+
+
 def is_retired_name(name: str) -> bool:
     """Whether ``name`` is one the rows of a retired speaker keep (``SpeakerTranslator.retire_speakers``): surrounding
     spaces, which no label can have, so that no speaker is listed, exported or translated as under it."""
@@ -167,7 +173,7 @@ def new_label_problem(label, dictionary: Optional[KnownNames] = None) -> Optiona
     with invisible characters added. A speaker of ``dictionary`` is always a valid name (old data keeps its names)."""
     if not isinstance(label, str):
         return f"a speaker label must be a string, got {type(label).__name__} {label!r}"
-    if dictionary is not None and label in dictionary:
+    if dictionary is not None and label in dictionary and not is_retired_name(label):
         return None
     problem = label_problem(label) or surrounding_whitespace(label)
     twin = dictionary.lookalike(label) if dictionary is not None else None

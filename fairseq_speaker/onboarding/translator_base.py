@@ -13,6 +13,7 @@ from fairseq import hub_utils
 
 from fairseq_speaker.atomic_write import check_not_an_input
 from fairseq_speaker.data import preprocessing
+from fairseq_speaker.data.speaker_labels import is_retired_name
 from fairseq_speaker.modules.speaker_words import speaker_words_of
 from fairseq_speaker.onboarding.adaptation_sentences import check_pair_counts
 from fairseq_speaker.onboarding.adapter import SpeakerAdapter
@@ -100,7 +101,8 @@ class TranslatorBase:
     def _known_names(self, names: Sequence[str], method: str, done: str) -> List[str]:
         """``names``, a list of speakers of the model; else :class:`OnboardingError` in the words of ``method``."""
         names = name_list(names, method, empty=False, every=False)
-        unknown = [name for name in names if name not in self.task.speaker_dictionary]
+        unknown = [name for name in names  # a retired speaker's rows (retire_speakers) are no speaker's
+                   if name not in self.task.speaker_dictionary or is_retired_name(name)]
         if unknown:
             raise OnboardingError(f"{method}: no speaker(s) {', '.join(map(repr, unknown[:5]))} in the model "
                                   f"(translator.speakers lists them): nothing was {done}")

@@ -10,6 +10,7 @@ import copy
 import os
 from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple, Union
 
+from fairseq_speaker.data.speaker_labels import retired_name
 from fairseq_speaker.modules.speaker_words import speaker_words_of
 from fairseq_speaker.onboarding.arguments import Sentences, as_list, name_list
 from fairseq_speaker.onboarding.checkpoint import OnboardingError, adaptable_bias, rename_speakers, speaker_bias_of
@@ -162,9 +163,3 @@ def _earlier_retired_name(name: str, dictionary) -> str:
     while f" {name} (deleted {k}) " in dictionary:
         k += 1
     return f" {name} (deleted {k}) "
-
-
-def retired_name(name: str) -> str:
-    """The name :meth:`TranslatorOnboarding.retire_speakers` gives the rows of ``name``: one no speaker can have (its
-    surrounding spaces: the label rules refuse them at every door), and whose look is not ``name``'s."""
-    return f" {name} (deleted) "

@@ -23,7 +23,7 @@ from fairseq_speaker.onboarding import adapter
 from fairseq_speaker.service.app import create_app, parse_args, read_token
 from fairseq_speaker.service.batcher import BatchOptions
 from fairseq_speaker.service.speaker_service import Limits
-from fairseq_speaker.onboarding.translator_onboarding import retired_name
+from fairseq_speaker.data.speaker_labels import retired_name
 from fairseq_speaker.service.store import SpeakerStore, StoreError
 from fairseq_speaker.serving import SpeakerTranslator
 from fairseq_speaker.modules.speaker_words import speaker_words_of

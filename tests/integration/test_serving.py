@@ -289,6 +289,38 @@ def test_a_speaker_added_again_after_a_retire_can_be_retired_again(toy, trained)
     assert translator.translate_nbest_known(["you are nice ."], ["y"], beam=2)[1] == [True]
 
 
+def test_a_label_shaped_like_a_retired_speakers_rows_is_a_label_and_those_rows_no_speaker(toy, trained, tmp_path):
+    """After two retires of 'y', the label 'y (deleted 2)' was refused as looking like ' y (deleted 2) ' (a message
+    that showed the internal name), while the internal name itself could be retired, restored and was "already in
+    the model" to add_speaker; fairseq-generate called a retired speaker of a saved model "unseen in training"."""
+    translator = SpeakerTranslator.from_pretrained(trained("lstm_fact_bias"), data=toy["bin"], max_len_b=6)
+    for target in ("je suis fatiguée .", "je suis fatigué ."):
+        translator.add_speaker("y", ["i am tired ."], [target])
+        translator.retire_speakers(["y"])
+    assert " y (deleted 2) " in translator.task.speaker_dictionary  # the earlier retire's rows
+    for label in ("y (deleted 2)", "y (deleted)"):
+        translator.add_speaker(label, ["i am tired ."], ["je suis fatiguée ."])
+        assert label in translator.speakers
+    for internal in (" y (deleted 2) ", " y (deleted) "):
+        with pytest.raises(OnboardingError, match="retire_speakers: no speaker"):
+            translator.retire_speakers([internal])
+        with pytest.raises(OnboardingError, match="with surrounding whitespace"):
+            translator.add_speaker(internal, ["i am tired ."], ["je suis fatiguée ."])
+        assert translator.restore_speakers([internal]) == []
+    assert " y (deleted 2) " in translator.task.speaker_dictionary and "y" not in translator.speakers
+
+    from tests.cli import SIZES, run_here
+    retired = translator.speakers[1]
+    translator.retire_speakers([retired])
+    saved = str(tmp_path / "retired.pt")
+    translator.save(saved)
+    speaker_file = tmp_path / "retired.spk"
+    speaker_file.write_text(f"{retired}\n" * SIZES["test"])
+    proc = run_here("generate", generate_args(toy["bin"], saved, "--speaker-file", str(speaker_file)))
+    assert (f"37 of 37 sentences have speakers unseen in training (--unknown-speaker mean); '{retired}' was a "
+            f"speaker of this model, since retired (SpeakerTranslator.retire_speakers" in proc.log), proc.log
+
+
 def test_a_retired_speakers_rows_saved_with_the_model_are_no_speakers_of_it(toy, trained, tmp_path):
     """save() after retire_speakers wrote the retired rows under their names (' spk001 (deleted) '):
     fairseq-speaker-speakers listed them, vectors export exported them (and its import then refused the file), and
