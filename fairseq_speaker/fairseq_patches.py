@@ -300,13 +300,29 @@ def buffered_read(input: str, buffer_size: int) -> Iterator[List[str]]:
             raise UserError(f"--input {input}: {e.strerror}: give a readable text file, or leave out --input") from None
     buffer: List[str] = []
     with opened as stream:
-        for line in stream:
+        for number, line in enumerate(stream, 1):
+            if number == 1 and isinstance(line, bytes):
+                _check_not_utf16(line, input)
             buffer.append((line.decode("utf-8", "surrogateescape") if isinstance(line, bytes) else line).strip())
             if len(buffer) >= buffer_size:
                 yield buffer
                 buffer = []
     if buffer:
         yield buffer
+
+
+def _check_not_utf16(line: bytes, input: str) -> None:
+    """Refuse input in UTF-16 or UTF-32 (its first line starts with their byte-order mark, or a third of its bytes or
+    more are NUL, as in ASCII text in UTF-16): split at each ``\n`` byte, every line of it read as words holding NUL
+    characters, and one more line than the file has."""
+    nuls = line.count(b"\0")
+    if line.startswith((b"\xff\xfe", b"\xfe\xff", b"\0\0\xfe\xff")) or (nuls and 3 * nuls >= len(line)):
+        utf32 = line.startswith((b"\xff\xfe\0\0", b"\0\0\xfe\xff")) or 3 * nuls >= 2 * len(line)
+        name = "UTF-32" if utf32 else "UTF-16"
+        where = "standard input" if input == "-" else f"--input {input}"
+        convert = f"iconv -f {name.lower()} -t utf-8" + ("" if input == "-" else f" {input} > {input}.utf8")
+        raise UserError(f"{where}: the text looks like {name} (a byte-order mark or NUL bytes in its first line), not "
+                        f"UTF-8: convert it ({convert})")
 
 
 def read_interactive_input() -> None:

@@ -28,6 +28,7 @@ from fairseq_speaker.analysis.scores import SIGNIFICANCE, SystemScore, detokeniz
 from fairseq_speaker.atomic_write import atomic_path, check_not_an_input, make_folder, write_json, write_text
 from fairseq_speaker.command_registry import program_name
 from fairseq_speaker.data import read_lines, read_speaker_file
+from fairseq_speaker.data.text_files import check_not_a_pipe
 from fairseq_speaker.data.speaker_labels import visible_form
 from fairseq_speaker.errors import UserError, command
 from fairseq_speaker.runtime import (
@@ -357,6 +358,8 @@ def main(argv=None) -> None:
     inspections = [(name, load_inspection(name, path, args.data, args.speaker)) for name, path in checkpoints]
     references, outputs = read_systems(args.references, systems, args.lines)
     if all(classifier_files):
+        for option in ("--train-text", "--train-speakers", "--test-speakers"):
+            check_not_a_pipe(getattr(args, option[2:].replace("-", "_")), option)
         train_text = read_lines(args.train_text)
         train_speakers = read_speaker_file(args.train_speakers, len(train_text))
         test_speakers = read_speaker_file(args.test_speakers, len(references))

@@ -3,7 +3,7 @@ a file in another encoding is refused with its name, the line and how to convert
 
 import os
 import stat
-from typing import Iterator, List, Tuple
+from typing import Iterator, List, Optional, Tuple
 
 from fairseq_speaker.errors import UserError
 
@@ -33,10 +33,11 @@ def _opened(path: str):
         raise SpeakerDataError(f"{path}: cannot be read ({e.strerror})") from None
 
 
-def check_not_a_pipe(path: str) -> None:
-    """Refuse a named pipe or a socket (a reader of a named pipe no program writes waited for ever in ``open``)."""
+def check_not_a_pipe(path: str, option: Optional[str] = None) -> None:
+    """Refuse a named pipe or a socket (a reader of a named pipe no program writes waited for ever in ``open``);
+    ``option``: the option that gave ``path``, named first."""
     if _waits_for_a_writer(path):
-        raise SpeakerDataError(f"{path} is a named pipe (or a socket): reading it waits for a program to write it, for "
+        raise SpeakerDataError(f"{option + ' ' if option else ''}{path} is a named pipe (or a socket): reading it waits for a program to write it, for "
                                f"ever if none does: give a file")
 
 

@@ -202,13 +202,14 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                                  max_unknown_rate=args.max_unknown_rate,
                                  prior=prior_of_checkpoint(checkpoint.state, checkpoint.speaker_bias)
                                  if args.adapt_prior == "checkpoint" else None)
-        sources, targets, labels = read_adaptation_files(args.adapt_prefix, src, tgt, suffix)
+        sources, targets, labels = read_adaptation_files(args.adapt_prefix, src, tgt, suffix, "--adapt-prefix")
         sentences = group_by_speaker(labels, adapter.encode(sources, targets, encode_fn,
                                                             where=f"{args.adapt_prefix}.{{{src},{tgt}}}",
                                                             encode_target_fn=encode_target_fn))
         heldout = None
         if args.heldout_prefix:
-            h_src, h_tgt, h_labels = read_adaptation_files(args.heldout_prefix, src, tgt, suffix)
+            h_src, h_tgt, h_labels = read_adaptation_files(args.heldout_prefix, src, tgt, suffix,
+                                                           "--heldout-prefix")
             heldout = group_by_speaker(h_labels, adapter.encode(h_src, h_tgt, encode_fn,
                                                                 where=f"{args.heldout_prefix}.{{{src},{tgt}}}",
                                                                 encode_target_fn=encode_target_fn))

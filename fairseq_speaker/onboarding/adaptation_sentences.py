@@ -13,6 +13,7 @@ import unicodedata
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from fairseq_speaker.data import read_lines, read_speaker_file
+from fairseq_speaker.data.text_files import check_not_a_pipe
 from fairseq_speaker.data.sentence_checks import sentence_problem
 from fairseq_speaker.onboarding.checkpoint import OnboardingError
 from fairseq_speaker.onboarding.scoring import Pair
@@ -97,10 +98,13 @@ class SentenceEncoding:
         return rate
 
 
-def read_adaptation_files(prefix: str, source_lang: str, target_lang: str,
-                          speaker_suffix: str) -> Tuple[List[str], List[str], List[str]]:
-    """The sentences and labels of ``PREFIX.{src}``, ``PREFIX.{tgt}``, ``PREFIX.{suffix}``, checked to align."""
+def read_adaptation_files(prefix: str, source_lang: str, target_lang: str, speaker_suffix: str,
+                          option: Optional[str] = None) -> Tuple[List[str], List[str], List[str]]:
+    """The sentences and labels of ``PREFIX.{src}``, ``PREFIX.{tgt}``, ``PREFIX.{suffix}``, checked to align;
+    ``option``: the option that gave ``prefix``, for messages."""
     paths = [f"{prefix}.{source_lang}", f"{prefix}.{target_lang}"]
+    for path in (*paths, f"{prefix}.{speaker_suffix}"):
+        check_not_a_pipe(path, option)
     sources, targets = (read_lines(p) for p in paths)
     if len(sources) != len(targets):
         raise OnboardingError(f"{paths[0]} has {len(sources)} lines but {paths[1]} has {len(targets)}: "

@@ -23,6 +23,7 @@ from fairseq_speaker.data import (
     read_speaker_file,
 )
 from fairseq_speaker.data.speaker_labels import retired_name, shown
+from fairseq_speaker.data.text_files import check_not_a_pipe
 from fairseq_speaker.errors import UserError
 from fairseq_speaker.fairseq_patches import epoch_iterator_is_cached, read_interactive_input
 from fairseq_speaker.modules.speaker_plumbing import SpeakerModelMixin
@@ -317,6 +318,7 @@ class SpeakerTranslationTask(SpeakerInferenceMixin, TranslationTask):
                                        f"the option out")
             if not os.path.exists(path):
                 raise SpeakerDataError(f"--speaker-file {path}: no such file{hint}")
+            check_not_a_pipe(path, "--speaker-file")
         elif dev:
             hint += f" or in {data_path}/{dev}.{suffix} (SATED's name for that split)"
         hint += f" (e.g. cp raw/{split}.{suffix} {data_path}/)"

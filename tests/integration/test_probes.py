@@ -659,7 +659,10 @@ COMMAND_PROBES = {
           "{latin1}.spk", "--test-speakers", "{refs}"], 2, "{latin1}.spk:1: not valid UTF-8"),
         ("one-line-user-errors",  # open() waited for a writer for ever
          [*REPORT, "--references", "{refs}", "--system", "a={refs}", "--train-text", "{refs}", "--train-speakers",
-          "{fifo}", "--test-speakers", "{refs}"], 2, "{fifo} is a named pipe (or a socket)"),
+          "{fifo}", "--test-speakers", "{refs}"], 2, "--train-speakers {fifo} is a named pipe (or a socket)"),
+        ("one-line-user-errors",
+         [*REPORT, "--references", "{refs}", "--system", "a={refs}", "--train-text", "{refs}", "--train-speakers",
+          "{refs}", "--test-speakers", "{fifo}"], 2, "--test-speakers {fifo} is a named pipe (or a socket)"),
         ("numbers-checked",
          [*REPORT, "--references", "{refs}", "--system", "a={refs}", "--threads", "0"], 2,
          "--threads must be at least 1, got 0"),
@@ -776,7 +779,7 @@ COMMAND_PROBES = {
          "{stranger}.spk: speaker(s) 'stranger' have held-out lines but no adaptation lines in {adapt}.spk"),
         ("one-line-user-errors",  # open() of its speaker file waited for a writer for ever
          [*ADAPT_ON, "--adapt-prefix", "{fifoadapt}", "--save", "{tmp}/o.pt"], 2,
-         "{fifoadapt}.spk is a named pipe (or a socket)"),
+         "--adapt-prefix {fifoadapt}.spk is a named pipe (or a socket)"),
         ("text-not-in-the-models-words",
          [*ADAPT_ON, "--adapt-prefix", "{untokenized}", "--save", "{tmp}/o.pt"], 2,
          "100% of the words (24 of 24) are not in the model's dictionaries (more than 10%): the text is probably not in "
@@ -1207,7 +1210,8 @@ COMMAND_PROBES = {
          ["{data}", "--path", "{ckpt}", *GENERATE, "--speaker-file", "{tmp}"], 2, "{tmp} is a directory, not a file"),
         ("one-line-user-errors",  # open() waited for a writer for ever
          ["{data}", "--path", "{ckpt}", *GENERATE, "--speaker-file", "{fifo}"], 2,
-         "{fifo} is a named pipe (or a socket): reading it waits for a program to write it, for ever if none does"),
+         "--speaker-file {fifo} is a named pipe (or a socket): reading it waits for a program to write it, for ever if "
+         "none does"),
         ("one-line-user-errors",  # the split's own speaker file was read without a word
          ["{data}", "--path", "{ckpt}", *GENERATE, "--speaker-file", ""], 2,
          "--speaker-file is empty: give the speaker file of the test split, or leave the option out"),
@@ -2089,6 +2093,12 @@ INTERACTIVE_PROBES = [
      "--batch-size cannot be larger than --buffer-size: give a --buffer-size of at least --batch-size"),
     ("one-line-user-errors", "i am tired .\n", ["--speaker", "spk000", "--seed", "-1"],
      "Seed must be between 0 and 2**32 - 1: give --seed a whole number from 0 to 4294967295"),
+    # UTF-16 (NUL bytes in every other place): every line read as words holding NULs, one line more than written
+    ("not-utf8", "i am tired .\nyou are nice .\n".encode("utf-16-le").decode("ascii"), ["--speaker", "spk000"],
+     "standard input: the text looks like UTF-16 (a byte-order mark or NUL bytes in its first line), not UTF-8: "
+     "convert it (iconv -f utf-16 -t utf-8)"),
+    ("not-utf8", "spk000\ti am tired .\n".encode("utf-16-be").decode("ascii"), ["--speaker-per-line"],
+     "standard input: the text looks like UTF-16"),
     ("one-line-user-errors", "", ["--speaker", "spk000", "--input", "no/such/input.txt"],
      "--input no/such/input.txt: No such file or directory: give a readable text file, or leave out --input"),
     ("one-line-user-errors", "i am tired .\n", ["--speaker", "spk000", "--replace-unk"],
@@ -2243,8 +2253,8 @@ def test_fairseq_interactive_answers_a_line_it_cannot_translate_with_an_empty_on
 INPUT_FILE_PROBES = [
     ("untranslatable-line-empty", b"caf\xe9 i am tired .\nyou are nice .\n", ["--speaker", "spk001"], [0],
      "<input>:1: translated as an empty sentence: not valid UTF-8 (byte 0xe9 at character 4)"),
-    ("untranslatable-line-empty", "i am tired .\n".encode("utf-16"), ["--speaker", "spk001"], [0, 1],
-     "<input>:1: translated as an empty sentence: not valid UTF-8 (byte 0xff at character 1)"),
+    ("untranslatable-line-empty", b"i am tired .\n\xff\xfe\n", ["--speaker", "spk001"], [1],
+     "<input>:2: translated as an empty sentence: not valid UTF-8 (byte 0xff at character 1)"),
     # a lone carriage return: two sentences in one line, split (ids shifted), or read as one (a speaker read as a word)
     ("untranslatable-line-empty", b"i am tired .\ryou are nice .\ni went to the beach .\n", ["--speaker", "spk001"],
      [0], "<input>:1: translated as an empty sentence: a carriage return at character 13, which ends a line in some "
@@ -2274,6 +2284,22 @@ def test_fairseq_interactive_reads_its_input_file_line_by_line_as_standard_input
     alone = run_here("interactive", args, stdin="".join(line.decode("utf-8") + "\n" for line in readable))
     assert [line.split("\t")[2] for line in alone.stdout.splitlines() if line.startswith("H-")] == [
         h[2] for h in hypotheses if int(h[0][2:]) not in emptied]
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be", "utf-32"])
+def test_fairseq_interactive_refuses_an_input_file_in_utf16_naming_it(toy, trained, tmp_path, encoding):
+    """A UTF-16 file (with or without its byte-order mark) got one empty translation more than it has lines, each
+    warned of as holding U+0000, and with --speaker-per-line every line was skipped and the command said it went
+    well: one line naming the file and how to convert it."""
+    path = tmp_path / "u16.txt"
+    path.write_bytes("i am tired .\nyou are nice .\n".encode(encoding))
+    proc = run("interactive", [*_interactive_args(toy, trained, ["--speaker", "spk000"]), "--input", str(path)],
+               check=False)
+    assert proc.returncode == 2 and not re.search(r"^H-", proc.stdout, re.M), proc.stdout
+    assert_user_error(proc)
+    name = "UTF-32" if encoding == "utf-32" else "UTF-16"
+    assert (f"--input {path}: the text looks like {name} (a byte-order mark or NUL bytes in its first line), not "
+            f"UTF-8: convert it (iconv -f {name.lower()} -t utf-8 {path} > {path}.utf8)") in proc.stderr
 
 
 #: a byte-order mark at the start of fairseq-interactive's input: (the promise of docs/reliability.md, standard input,
