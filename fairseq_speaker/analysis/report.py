@@ -28,8 +28,8 @@ from fairseq_speaker.analysis.scores import SIGNIFICANCE, SystemScore, detokeniz
 from fairseq_speaker.atomic_write import atomic_path, check_not_an_input, make_folder, write_json, write_text
 from fairseq_speaker.command_registry import program_name
 from fairseq_speaker.data import read_lines, read_speaker_file
-from fairseq_speaker.data.text_files import check_not_a_pipe
 from fairseq_speaker.data.speaker_labels import visible_form
+from fairseq_speaker.data.text_files import check_not_a_pipe
 from fairseq_speaker.errors import UserError, command
 from fairseq_speaker.runtime import (
     add_runtime_arguments,

@@ -32,8 +32,13 @@ from typing import Dict, Iterable, List, Optional, Sequence
 import torch
 
 from fairseq_speaker.atomic_write import atomic_path
-from fairseq_speaker.data.speaker_labels import (is_retired_name, label_problem, shown, surrounding_whitespace,
-                                                visible_form)
+from fairseq_speaker.data.speaker_labels import (
+    is_retired_name,
+    label_problem,
+    shown,
+    surrounding_whitespace,
+    visible_form,
+)
 
 from .text_files import SpeakerDataError, check_not_a_pipe, not_utf8  # noqa: F401  (SpeakerDataError: also its name)
 

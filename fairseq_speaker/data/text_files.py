@@ -37,7 +37,8 @@ def check_not_a_pipe(path: str, option: Optional[str] = None) -> None:
     """Refuse a named pipe or a socket (a reader of a named pipe no program writes waited for ever in ``open``);
     ``option``: the option that gave ``path``, named first."""
     if _waits_for_a_writer(path):
-        raise SpeakerDataError(f"{option + ' ' if option else ''}{path} is a named pipe (or a socket): reading it waits for a program to write it, for "
+        named = f"{option} {path}" if option else path
+        raise SpeakerDataError(f"{named} is a named pipe (or a socket): reading it waits for a program to write it, for "
                                f"ever if none does: give a file")
 
 

@@ -13,8 +13,8 @@ import unicodedata
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from fairseq_speaker.data import read_lines, read_speaker_file
-from fairseq_speaker.data.text_files import check_not_a_pipe
 from fairseq_speaker.data.sentence_checks import sentence_problem
+from fairseq_speaker.data.text_files import check_not_a_pipe
 from fairseq_speaker.onboarding.checkpoint import OnboardingError
 from fairseq_speaker.onboarding.scoring import Pair
 
