@@ -38,8 +38,8 @@ def check_not_a_pipe(path: str, option: Optional[str] = None) -> None:
     ``option``: the option that gave ``path``, named first."""
     if _waits_for_a_writer(path):
         named = f"{option} {path}" if option else path
-        raise SpeakerDataError(f"{named} is a named pipe (or a socket): reading it waits for a program to write it, for "
-                               f"ever if none does: give a file")
+        raise SpeakerDataError(f"{named} is a named pipe (or a socket): reading it waits for a program to write it, "
+                               f"for ever if none does: give a file")
 
 
 def _waits_for_a_writer(path: str) -> bool:
