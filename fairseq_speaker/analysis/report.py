@@ -53,9 +53,14 @@ def _pairs(values: Sequence[str], flag: str) -> List[Tuple[str, str]]:
         name, sep, path = value.partition("=")
         if not sep or not name or not path:
             raise UserError(f"{flag} takes NAME=PATH, got {value!r}")
-        if "|" in name or not name.isprintable():  # a '|' shifted the columns of report.md's row, a line end split it
-            raise UserError(f"{flag} {name!r}: a NAME is a column of the report's tables: give one without '|', line "
-                            f"ends or other control characters")
+        bad = next((i for i, c in enumerate(name) if c == "|" or not c.isprintable()), None)
+        if bad is not None:  # a '|' shifted the columns of report.md's row, a line end split it
+            c = name[bad]
+            described = f"{c!r} (U+{ord(c):04X}{' ' + unicodedata.name(c, '')})".replace(" )", ")")
+            raise UserError(f"{flag} {name!r}: a NAME is a column of the report's tables, and this one holds "
+                            f"{described} at character {bad + 1}: give one without '|' or characters that do not "
+                            f"print (line ends, tabs and other control characters, invisible ones, spaces other than "
+                            f"U+0020)")
         if not visible_form(name):  # a row whose name column is blank
             raise UserError(f"{flag} {name!r}: a NAME that shows nothing: give each a name a reader sees")
         if not os.path.exists(path):

@@ -183,7 +183,8 @@ def _speaker_dictionary(state: dict, path: str, data: Optional[str]) -> SpeakerD
     from_data = None
     if data is not None:
         if not os.path.isdir(data):
-            raise OnboardingError(f"--data {data}: no such folder (give the data directory the model was trained on)")
+            what = "is a file, not a folder" if os.path.exists(data) else "no such folder"
+            raise OnboardingError(f"--data {data}: {what} (give the data directory the model was trained on)")
         spk_dict = os.path.join(data, "dict.spk.txt")
         if os.path.exists(spk_dict):
             from_data = SpeakerDictionary.load(spk_dict)

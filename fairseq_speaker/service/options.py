@@ -322,8 +322,15 @@ def read_token(args: argparse.Namespace) -> Optional[str]:
         return None
     if not token:
         raise UserError(f"{where}: the token is empty" + (" (is the variable set?)" if args.token_env else ""))
-    if not all(33 <= ord(c) < 127 for c in token):
-        raise UserError(f"{where}: the token must be printable ASCII without spaces (it travels in an HTTP header)")
+    bad = next((i for i, c in enumerate(token) if not 33 <= ord(c) < 127), None)
+    if bad is not None:
+        c = token[bad]
+        what = ("a byte-order mark (U+FEFF) at its start, which some editors write: save the file without it"
+                if c == "\ufeff" and bad == 0 else
+                "more than one line: give the token alone" if c in "\r\n" else
+                f"{c!r} (U+{ord(c):04X}) at character {bad + 1}")
+        raise UserError(f"{where}: the token must be printable ASCII without spaces (it travels in an HTTP header), "
+                        f"and this one holds {what}")
     if len(token) < MIN_TOKEN_CHARS:
         raise UserError(f"{where}: the token has {len(token)} characters; use at least {MIN_TOKEN_CHARS}, e.g. from "
                         f"python -c 'import secrets; print(secrets.token_urlsafe(32))'")

@@ -402,10 +402,13 @@ def _generation(rows) -> int:
     running service's every request was a 500."""
     value = rows[0][0] if rows else None
     try:
-        return int(value)
+        number = int(value)
+        if number < 0 or isinstance(value, bool) or (isinstance(value, float) and value != number):
+            raise ValueError(value)  # a count of writes below 0, or 1.5 read as 1 (a write could be missed)
+        return number
     except (TypeError, ValueError):
-        raise UnreadableGeneration(f"its count of writes (meta 'generation') is {value!r}, not a whole number: the "
-                                   f"store is damaged") from None
+        raise UnreadableGeneration(f"its count of writes (meta 'generation') is {value!r}, not a whole number from "
+                                   f"0: the store is damaged") from None
 
 
 class UnreadableGeneration(sqlite3.DatabaseError):

@@ -555,6 +555,8 @@ COMMAND_PROBES = {
         ("one-line-user-errors",
          ["{ckpt}", "--trained", "--onboarded"], 2, "argument --onboarded: not allowed with argument --trained"),
         ("one-line-user-errors", ["{ckpt}", "--data", "{tmp}/nowhere"], 2, "--data {tmp}/nowhere: no such folder"),
+        ("one-line-user-errors",  # the file was called "no such folder"
+         ["{ckpt}", "--data", "{refs}"], 2, "--data {refs}: is a file, not a folder"),
         ("one-line-user-errors",
          ["{ckpt}", "--user-dir", "{tmp}/nowhere"], 2, "--user-dir {tmp}/nowhere: no such folder"),
         ("one-line-user-errors", ["{ckpt}", "--no-such-option"], 2, "unrecognized arguments: --no-such-option"),
@@ -628,10 +630,13 @@ COMMAND_PROBES = {
          "(>>)? give the output of one run"),
         ("one-line-user-errors",  # report.md's row had a cell too many: BLEU under chrF
          [*REPORT, "--references", "{refs}", "--system", "a b|c={refs}"], 2,
-         "--system 'a b|c': a NAME is a column of the report's tables: give one without '|', line ends or other control "
-         "characters"),
+         "--system 'a b|c': a NAME is a column of the report's tables, and this one holds '|' (U+007C VERTICAL LINE) "
+         "at character 4: give one without '|' or characters that do not print"),
         ("one-line-user-errors",  # the row was split across two lines
          [*REPORT, "--references", "{refs}", "--system", "a\nb={refs}"], 2, "--system 'a\\nb': a NAME is a column"),
+        ("one-line-user-errors",  # a no-break space was called a control character
+         [*REPORT, "--references", "{refs}", "--system", "a\xa0b={refs}"], 2,
+         "holds '\\xa0' (U+00A0 NO-BREAK SPACE) at character 2"),
         ("one-line-user-errors",  # waited for a writer for ever
          [*REPORT, "--references", "{fifo}", "--system", "a={refs}"], 2,
          "--references {fifo}: {fifo} is a named pipe (or a socket): reading it waits for a program to write it, for "

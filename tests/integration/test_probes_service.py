@@ -931,6 +931,9 @@ DAMAGE_PROBES = {
                                             _sql("UPDATE meta SET value = 'x' WHERE key = 'generation'"),
                                             "its count of writes (meta 'generation') is missing or not a whole number",
                                             False),
+    "a count of writes below 0": ("unreadable-store-refused",
+                                  _sql("UPDATE meta SET value = '-3' WHERE key = 'generation'"),
+                                  "its count of writes (meta 'generation') is missing or not a whole number", False),
 }
 
 
@@ -1307,17 +1310,19 @@ def test_a_store_file_removed_or_replaced_while_serving_takes_no_write(toy, trai
             assert "anna" not in [s.name for s in store.speakers()]
 
 
-def test_a_count_of_writes_damaged_while_the_service_runs_is_a_503_and_logged(toy, trained, stored, caplog):
+@pytest.mark.parametrize("value", ["'garbage'", "'-3'", "1.5"])
+def test_a_count_of_writes_damaged_while_the_service_runs_is_a_503_and_logged(toy, trained, stored, caplog, value):
     """meta 'generation' made unreadable by another program: every request was a 500 internal_error (a ValueError
-    of int()), /health included."""
-    path = _damaged(stored, "generation.db", lambda path: None)
+    of int()), /health included; below 0, or 1.5 (read as 1), it was taken."""
+    path = _damaged(stored, f"generation{len(value)}.db", lambda path: None)
     translator = SpeakerTranslator.from_pretrained(trained("lstm_fact_bias"), data=toy["bin"], max_len_b=6)
     with TestClient(create_app(translator, SpeakerStore(path), token=TOKEN)) as client:
-        _sql("UPDATE meta SET value = 'garbage' WHERE key = 'generation'")(path)  # another program, meanwhile
+        _sql(f"UPDATE meta SET value = {value} WHERE key = 'generation'")(path)  # another program, meanwhile
         with caplog.at_level(logging.ERROR):
             answer = client.post("/translate", json={"sentences": MORE["sources"], "speaker": "dr-kim"})
     assert answer.status_code == 503 and answer.json()["error"]["code"] == "store_unavailable", answer.text
-    assert "its count of writes (meta 'generation') is 'garbage', not a whole number" in caplog.text
+    assert "its count of writes (meta 'generation') is " in caplog.text, caplog.text
+    assert "not a whole number from 0: the store is damaged" in caplog.text, caplog.text
 
 
 # -- where the store is: --store URLs, a server that refuses, fairseq-speaker-store copy ------------------------------

@@ -695,6 +695,8 @@ def test_health_says_503_when_the_store_does_not_answer(toy, trained):
 
 @pytest.mark.parametrize("content,message", [("short-token\n", "the token has 11 characters; use at least 16"),
                                              ("a token with spaces\n", "printable ASCII without spaces"),
+                                             ("\ufeffa-token-of-enough-chars\n", "a byte-order mark (U+FEFF)"),
+                                             ("a-token-of-enough-chars\nanother-line-of-it\n", "more than one line"),
                                              (" \n", "the token is empty")])
 def test_an_unusable_token_is_refused(tmp_path, content, message):
     (tmp_path / "token").write_text(content)
