@@ -582,6 +582,23 @@ def test_a_sentence_longer_than_the_model_takes_gets_413_by_its_place_in_the_req
         assert fine.status_code == 200 and 'status="500"' not in client.get("/metrics").text
 
 
+def test_a_speaker_name_holding_a_slash_is_one_name_on_every_endpoint(service):
+    """docs/serving.md: the rest of the path is the name, but a POST ending in /sentences is the sentences of the name
+    before it. A speaker 'a/sentences' is onboarded, shown, given sentences and deleted under that name."""
+    try:
+        assert service.put("/speakers/a%2Fsentences", json=PAIRS, headers=AUTH).status_code == 201
+        shown = service.get("/speakers/a/sentences")
+        assert shown.status_code == 200 and shown.json()["name"] == "a/sentences", shown.text
+        posted = service.post("/speakers/a/sentences/sentences", json=MORE, headers=AUTH)
+        assert posted.status_code == 200 and posted.json()["speaker"]["name"] == "a/sentences", posted.text
+        assert posted.json()["speaker"]["sentences"] == 3
+        wrong = service.post("/speakers/a/sentences", json=MORE, headers=AUTH)  # the sentences of 'a', unknown
+        assert wrong.status_code == 404 and "no onboarded speaker 'a'" in wrong.json()["error"]["message"]
+    finally:
+        deleted = service.delete("/speakers/a/sentences", headers=AUTH)
+    assert deleted.status_code == 200 and deleted.json()["deleted"] == "a/sentences", deleted.text
+
+
 #: POST /models and its reload with a data folder the speaker task cannot read: (the promise of docs/reliability.md,
 #: path, the body's data folder ("{empty}": an empty folder, "{ckptdir}": the checkpoint's folder), text of the 422)
 MODEL_DATA_PROBES = [
