@@ -42,6 +42,20 @@ def import_user_dir(user_dir: Optional[str]) -> None:
         utils.import_user_module(argparse.Namespace(user_dir=user_dir))
     except ImportError as e:  # fairseq refuses a folder named like another imported module
         raise UserError(f"--user-dir {user_dir}: {e}") from None
+    except Exception as e:  # the package's own code fails as it is imported (a traceback that named no option)
+        raise UserError(f"--user-dir {user_dir}: importing the package failed at {_where(e)}: "
+                        f"{type(e).__name__}: {e}: fix the package (python -c 'import NAME' in its parent folder "
+                        f"shows the whole traceback)") from None
+
+
+def _where(error: Exception) -> str:
+    """The file and line where ``error`` was raised (for a syntax error, where the code is wrong)."""
+    if isinstance(error, SyntaxError) and error.filename:
+        return f"{error.filename}:{error.lineno}"
+    tb = error.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return f"{tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}" if tb is not None else "its import"
 
 
 def import_user_dir_early(argv: Optional[Sequence[str]]) -> Optional[str]:

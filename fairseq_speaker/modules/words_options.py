@@ -24,6 +24,9 @@ RANK_CHOICES = ("posterior", "rates")
 #: the largest weight accepted: beyond it the memory overrides every word the network proposes (a weight of 1e30
 #: makes every output one repeated word)
 MAX_WEIGHT = 100.0
+#: the widest window accepted (nats below a step's best), the widest the settings' calibration tries: a window of 8
+#: put a speaker's bias on nearly every word, and every translation became one word repeated to the length limit
+MAX_WINDOW = 4.0
 #: the most ``evidence`` and ``kinds_prior`` may be (counts of words: beyond, a speaker's words weigh nothing)
 MAX_COUNT = 1e6
 
@@ -69,6 +72,8 @@ class WordOptions:
                 out.append(f"{name} must be a number >= 0, got {value!r}")
         if not out and self.weight > MAX_WEIGHT:
             out.append(f"weight must be at most {MAX_WEIGHT:g}, got {self.weight!r}")
+        if not out and self.window > MAX_WINDOW:
+            out.append(f"window must be at most {MAX_WINDOW:g}, got {self.window!r}")
         for name in ("evidence", "kinds_prior"):  # beyond them every speaker's bias is 0: a memory that does nothing
             if not out and getattr(self, name) > MAX_COUNT:
                 out.append(f"{name} must be at most {MAX_COUNT:g} (a count of words; weight 0 is the memory that does "

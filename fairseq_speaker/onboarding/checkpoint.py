@@ -31,7 +31,7 @@ from fairseq_speaker.errors import UserError
 from fairseq_speaker.modules.speaker_bias import SpeakerBias
 from fairseq_speaker.modules.speaker_words import speaker_words_of
 from fairseq_speaker.tasks.speaker_translation import SplitNotFound
-from fairseq_speaker.user_dir import check_registered
+from fairseq_speaker.user_dir import check_registered, import_user_dir
 
 if TYPE_CHECKING:
     from fairseq.models import BaseFairseqModel
@@ -321,10 +321,7 @@ def open_with_sentences(args) -> Tuple["SpeakerCheckpoint", Dict[str, List["Pair
     """The checkpoint ``args.path`` opened on ``args.data`` (after ``args.user_dir``'s registrations), and the
     sentence pairs of its speakers in the split ``args.subset``, for the commands that fit a checkpoint's trained
     speakers again (``fairseq-speaker-refit``, ``-words``); a message when either cannot be."""
-    if args.user_dir:
-        from fairseq import utils
-
-        utils.import_user_module(argparse.Namespace(user_dir=args.user_dir))
+    import_user_dir(args.user_dir)  # a folder that is not there, or no package: one line (it was a traceback)
     import fairseq_speaker  # noqa: F401  (registers the task and models)
 
     checkpoint = SpeakerCheckpoint.load(args.path, data=args.data)

@@ -30,7 +30,7 @@ from typing import Optional, Sequence
 from fairseq_speaker.atomic_write import check_not_an_input
 from fairseq_speaker.errors import command
 from fairseq_speaker.modules import speaker_words
-from fairseq_speaker.modules.words_options import ADD_TO, MAX_WEIGHT, RANK_CHOICES, WordOptions
+from fairseq_speaker.modules.words_options import ADD_TO, MAX_COUNT, MAX_WEIGHT, MAX_WINDOW, RANK_CHOICES, WordOptions
 from fairseq_speaker.onboarding import calibrate
 from fairseq_speaker.onboarding.checkpoint import open_with_sentences
 from fairseq_speaker.onboarding.words_settings import HELDOUT_SUBSET, calibrated, describe_kinds, memory_of
@@ -54,12 +54,19 @@ def _positive(value: str) -> float:
     return number
 
 
-def _bounded(most: float):
+def _kinds_prior(value: str) -> float:
+    number = _positive(value)
+    if number > MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"expected a number above 0 and at most {MAX_COUNT:g}, got {value!r} (a count "
+                                         f"of a speaker's choices: beyond it a speaker's own choices weigh nothing)")
+    return number
+
+
+def _bounded(most: float, why: str = "beyond it the memory overrides every word the network proposes"):
     def parse(value: str) -> float:
         number = _non_negative(value)
         if number > most:
-            raise argparse.ArgumentTypeError(f"expected a number between 0 and {most:g}, got {value!r} (beyond it the "
-                                             f"memory overrides every word the network proposes)")
+            raise argparse.ArgumentTypeError(f"expected a number between 0 and {most:g}, got {value!r} ({why})")
         return number
     return parse
 
@@ -111,7 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--weight", type=_bounded(MAX_WEIGHT), default=None,
                         help="nats per unit of log ratio of a speaker's rate of a word to everyone's (0: no effect); "
                         "given, it is not chosen on held-out sentences")
-    parser.add_argument("--window", type=_non_negative, default=None,
+    parser.add_argument("--window", type=_bounded(MAX_WINDOW, "a wider window puts a speaker's bias on nearly every "
+                                                  "word: every translation one word repeated"), default=None,
                         help="a generation step re-ranks the words within this many nats of its most probable word; "
                         "given, it is not chosen on held-out sentences")
     parser.add_argument("--own", type=_share, default=defaults.own,
@@ -122,7 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="how many speakers most like a speaker are read")
     parser.add_argument("--power", type=_non_negative, default=defaults.power,
                         help="the neighbours' weights are their similarity to the speaker to this power")
-    parser.add_argument("--evidence", type=_non_negative, default=defaults.evidence,
+    parser.add_argument("--evidence", type=_bounded(MAX_COUNT, "a count of words: beyond it every speaker's bias is 0, "
+                                                    "a memory that does nothing"), default=defaults.evidence,
                         help="a speaker's bias is scaled by m / (m + this), m the distinct words they said: the less "
                         "is known of a speaker, the less it moves their words")
     parser.add_argument("--add-to", choices=ADD_TO, default=defaults.add_to,
@@ -139,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="how the alternatives of a choice of the kinds are ranked: by the speaker's posterior "
                         f"predictive, their own choices first, every other word then only raised (default: "
                         f"{defaults.rank_choices}), or by their rate ratio as every other word (0.7.0)")
-    parser.add_argument("--kinds-prior", type=_positive, default=None, metavar="ALPHA",
+    parser.add_argument("--kinds-prior", type=_kinds_prior, default=None, metavar="ALPHA",
                         help="how many of a speaker's own choices the kinds' prediction of a choice counts as (below "
                         f"1: an alternative the speaker said outranks any they did not; default {defaults.kinds_prior})")
     parser.add_argument("--floor", action=argparse.BooleanOptionalAction, default=defaults.floor,

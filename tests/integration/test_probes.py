@@ -327,6 +327,9 @@ COMMAND_PROBES = {
          ["--path", "{ckpt}", "--user-dir", "{tmp}/nowhere"], 2, "--user-dir {tmp}/nowhere: no such folder"),
     ],
     "fairseq-speaker-refit": [
+        ("one-line-user-errors",  # a traceback: fairseq's import of the user dir was called directly
+         ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--user-dir", "{tmp}/nowhere"], 2,
+         "--user-dir {tmp}/nowhere: no such folder"),
         *TRAINED_SPEAKERS_TO_SAVE,
         ("numbers-checked", ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--max-cache-gb", "inf"], 2,
          "--max-cache-gb must be at most 1e+06, got inf"),  # an OverflowError after loading
@@ -413,8 +416,21 @@ COMMAND_PROBES = {
     ],
     "fairseq-speaker-words": [
         *TRAINED_SPEAKERS_TO_SAVE,
+        ("one-line-user-errors",  # a traceback: fairseq's import of the user dir was called directly
+         ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--user-dir", "{tmp}/nowhere"], 2,
+         "--user-dir {tmp}/nowhere: no such folder"),
+        ("one-line-user-errors",  # the package's own error ended in its traceback, in every command
+         ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--user-dir", "{raisingpkg}"], 2,
+         "--user-dir {raisingpkg}: importing the package failed at {raisingpkg}/__init__.py:2: RuntimeError: "
+         "registration failed: fix the package"),
         ("numbers-checked", ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--evidence", "1e308"], 2,
-         "evidence must be at most 1e+06"),  # every speaker's bias scaled to 0: a memory that did nothing, silently
+         "argument --evidence: expected a number between 0 and 1e+06, got '1e308' (a count of words"),
+        ("numbers-checked", ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--kinds-prior", "1e7"], 2,
+         "argument --kinds-prior: expected a number above 0 and at most 1e+06, got '1e7'"),
+        # every translation one word repeated to the length limit (BLEU 91.7 -> 4.5), written without a word
+        ("memory-weight-bounded", ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--window", "8"], 2,
+         "argument --window: expected a number between 0 and 4, got '8' (a wider window puts a speaker's bias on "
+         "nearly every word"),
         ("search-options-checked",
          ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--calibration-beam", "100000"], 2,
          "--calibration-beam 100000 is more hypotheses than the target dictionary's"),
@@ -539,6 +555,9 @@ COMMAND_PROBES = {
         ("memory-weight-bounded",
          ["{data}", "--path", "{badweight}", "--save", "{tmp}/o.pt"], 2,
          "have bad options (speaker words: weight must be at most 100, got 1e+30)"),
+        ("memory-weight-bounded",  # such a record was decoded, every translation one word repeated
+         ["{data}", "--path", "{badwindow}", "--save", "{tmp}/o.pt"], 2,
+         "have bad options (speaker words: window must be at most 4, got 30.0)"),
         ("not-a-checkpoint",
          ["{data}", "--path", "{badbuilt}", "--save", "{tmp}/o.pt"], 2,
          "are damaged (their build's rows do not add up)"),
@@ -1497,6 +1516,13 @@ class Places:
         return self.prefix("blankadapt", [b"i am tired .", b""], [b"je suis fatigu\xc3\xa9e .", b"je suis pr\xc3\xaat ."],
                            ["newbie"] * 2)
 
+    def make_raisingpkg(self):  # a --user-dir package whose import fails
+        folder = self.path("raisingpkg")
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, "__init__.py"), "w") as f:
+            f.write("x = 1\nraise RuntimeError('registration failed')\n")
+        return folder
+
     def make_fifo(self):  # a named pipe: reading it waits for a writer for ever
         path = self.path("fifo.pt")
         os.mkfifo(path)
@@ -1688,6 +1714,10 @@ class Places:
     def make_badweight(self):
         """A record of the speakers' words whose weight would turn every output into one repeated word."""
         return self._words("badweight.pt", lambda record: record["options"].update(weight=1e30))
+
+    def make_badwindow(self):
+        """A record of the speakers' words whose window puts the bias on nearly every word."""
+        return self._words("badwindow.pt", lambda record: record["options"].update(window=30.0))
 
     def make_badbuilt(self):
         """A record of the speakers' words whose build names a speaker row beyond its build."""

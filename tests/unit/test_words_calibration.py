@@ -164,3 +164,12 @@ def test_decoding_keeps_the_network_when_no_candidate_gains_significantly():
     result = calibrate.choose_by_decoding(result, decode, references)
     assert result.chosen.weight == 0
     assert result.decoded[1].z == pytest.approx(2 ** 0.5)
+
+
+def test_every_window_the_calibration_tries_is_one_a_record_may_hold():
+    """A window the calibration chooses is written in the record, which is refused beyond MAX_WINDOW on load."""
+    from fairseq_speaker.modules.words_options import MAX_WINDOW, WordOptions
+    windows = set(calibrate.WINDOWS) | set(calibrate.DECODE_WINDOWS) | {WordOptions().window}
+    assert max(windows) <= MAX_WINDOW
+    assert WordOptions(window=MAX_WINDOW).problems() == []
+    assert WordOptions(window=MAX_WINDOW + 0.5).problems() == [f"window must be at most {MAX_WINDOW:g}, got 4.5"]
