@@ -12,7 +12,6 @@ The task state records which speakers were onboarded, and from how many sentence
 gets it as it is read where it can be told (:func:`settle_onboarded_speakers`), and none where it cannot.
 """
 
-import argparse
 import logging
 import os
 from dataclasses import dataclass
