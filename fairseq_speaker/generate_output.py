@@ -1,7 +1,9 @@
 """Reading the output of ``fairseq-generate``."""
 
+import html
 import re
-from typing import Dict, List
+import unicodedata
+from typing import Dict, List, Optional, Sequence
 
 #: a source sentence's line: S-<id><TAB>the sentence
 _SOURCE = re.compile(r"^S-(\d+)\t")
@@ -54,3 +56,42 @@ def read_generate_output(text: str, source: str = "<fairseq-generate output>", k
 def _again(source: str, lineno: int, sentence: int, first: int) -> ValueError:
     return ValueError(f"{source}: line {lineno}: sentence id {sentence} again (first at line {first}): two outputs "
                       f"appended (>>)? give the output of one run")
+
+
+#: a reference's line: T-<id><TAB>the reference translation fairseq-generate read
+_TARGET = re.compile(r"^T-(\d+)\t(.*)$")
+
+
+def generate_targets(text: str) -> Dict[int, str]:
+    """The reference translations a ``fairseq-generate`` output holds (its ``T-`` lines), by sentence id."""
+    return {int(m.group(1)): m.group(2) for line in re.split(r"\r?\n", text) if (m := _TARGET.match(line))}
+
+
+def _comparable(sentence: str) -> str:
+    """``sentence`` as two writings of one sentence agree: no spaces (tokenized or not), no BPE marks (``@@``,
+    ``▁``), no HTML escapes (Moses' ``&apos;``), no case, in NFC."""
+    return re.sub(r"\s+|@@|\u2581", "", unicodedata.normalize("NFC", html.unescape(sentence))).casefold()
+
+
+#: an output whose references agree with the given ones on fewer than this share of its sentences is refused
+MIN_AGREEING = 0.2
+
+
+def other_sentences(targets: Dict[int, str], references: Sequence[str]) -> Optional[str]:
+    """Why a ``fairseq-generate`` output whose ``T-`` lines are ``targets`` is not a translation of the sentences of
+    ``references`` (another split or corpus of as many sentences was scored without a word), or None. Its references
+    agree with the given ones (:func:`_comparable`: the same sentence tokenized or not, BPE-encoded or not, cased or
+    not) on at least :data:`MIN_AGREEING` of the sentences, or the output holds no ``T-`` lines (fairseq-interactive's,
+    or ``--quiet``), or the ids do not fit (another check says so)."""
+    if not targets or len(targets) != len(references) or set(targets) != set(range(len(references))):
+        return None
+    differ = [i for i in range(len(references)) if "<unk>" not in targets[i]
+              and _comparable(targets[i]) != _comparable(references[i])]
+    if len(differ) <= (1 - MIN_AGREEING) * len(references):
+        return None
+    first = differ[0]
+    return (f"its references (T- lines, the sentences fairseq-generate translated) are not those of --references on "
+            f"{len(differ)} of {len(references)} sentences (sentence {first}: {targets[first][:60]!r} against "
+            f"{references[first][:60]!r}): an output of another split or corpus? give the output of the references' "
+            f"sentences")
+

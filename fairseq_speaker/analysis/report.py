@@ -239,7 +239,7 @@ def read_systems(references_path: str, systems: List[Tuple[str, str]],
         outputs = {}  # each read once: a pipe (<(command)) is empty the second time
         for name, path in systems:
             option = f"--system {name}={path}"
-            outputs[name] = read_hypotheses(path, lines)
+            outputs[name] = read_hypotheses(path, lines, references)
     except ValueError as e:  # a UserError, or a fairseq-generate output with missing sentences or an id twice
         raise UserError(f"{option}: {e}") from None
     references = _nfc(references, f"--references {references_path}")

@@ -10,22 +10,29 @@ from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.significance import PairedTest, Result
 
 from fairseq_speaker.data.text_files import read_lines
-from fairseq_speaker.generate_output import read_generate_output
+from fairseq_speaker.generate_output import generate_targets, other_sentences, read_generate_output
 
 GENERATE_LINE = re.compile(r"^[HD]-\d+\t")
 #: the paper marks differences with p < 0.05 as significant
 SIGNIFICANCE = 0.05
 
 
-def read_hypotheses(path: str, kind: str = "H") -> List[str]:
+def read_hypotheses(path: str, kind: str = "H", references: Optional[Sequence[str]] = None) -> List[str]:
     """A system's output: ``fairseq-generate`` output (its ``H-`` lines, or ``D-`` lines with
     ``kind="D"``, put back in input order) or a plain file with one hypothesis a line, read as the references are
     (:func:`~fairseq_speaker.data.text_files.read_lines`: lines end at ``\n`` alone, a byte-order mark is no text;
-    it was part of the first hypothesis' first word, and lowered its BLEU)."""
+    it was part of the first hypothesis' first word, and lowered its BLEU). ``references``: the sentences it is scored
+    against; a ``fairseq-generate`` output whose own references are other sentences is refused
+    (:func:`~fairseq_speaker.generate_output.other_sentences`)."""
     lines = read_lines(path)
     # fairseq-generate's lines are H-<id><TAB>...: a plain hypothesis that starts with "D-" is not one
     if any(GENERATE_LINE.match(line) for line in lines):
-        return read_generate_output("\n".join(lines), source=path, kind=kind)
+        text = "\n".join(lines)
+        hypotheses = read_generate_output(text, source=path, kind=kind)
+        problem = other_sentences(generate_targets(text), references) if references is not None else None
+        if problem:
+            raise ValueError(f"{path}: {problem}")
+        return hypotheses
     return lines
 
 

@@ -647,6 +647,11 @@ COMMAND_PROBES = {
          [*REPORT, "--references", "{refs}", "--system", "a={appended}"], 2,
          "--system a={appended}: {appended}: line 10: sentence id 1 again (first at line 7): two outputs appended "
          "(>>)? give the output of one run"),
+        ("one-line-user-errors",  # an output of another split, as many sentences: scored (BLEU 6.6) without a word
+         [*REPORT, "--references", "{refs}", "--system", "a={samesplit}", "--system", "b={othersplit}"], 2,
+         "--system b={othersplit}: {othersplit}: its references (T- lines, the sentences fairseq-generate translated) "
+         "are not those of --references on 3 of 3 sentences (sentence 0: 'g h .' against 'a b .'): an output of another "
+         "split or corpus?"),
         ("one-line-user-errors",  # report.md's row had a cell too many: BLEU under chrF
          [*REPORT, "--references", "{refs}", "--system", "a b|c={refs}"], 2,
          "--system 'a b|c': a NAME is a column of the report's tables, and this one holds '|' (U+007C VERTICAL LINE) "
@@ -1479,6 +1484,19 @@ class Places:
         first = "".join(run.format(i=i, h=h) for i, h in ((2, "e f ."), (0, "a b ."), (1, "c d .")))
         second = "".join(run.format(i=i, h=h) for i, h in ((1, "x y ."), (0, "a b ."), (2, "e f .")))
         return self.write("appended.txt", first + second)
+
+    def make_othersplit(self):
+        """A fairseq-generate output of three other sentences than :meth:`make_refs`' (its T- lines), as many."""
+        run = "S-{i}\tx .\nT-{i}\t{t}\nH-{i}\t-0.5\t{h}\nD-{i}\t-0.5\t{h}\n"
+        return self.write("othersplit.txt", "".join(run.format(i=i, t=t, h=t) for i, t in
+                                                    ((2, "k l ."), (0, "g h ."), (1, "i j ."))))
+
+    def make_samesplit(self):
+        """A fairseq-generate output of :meth:`make_refs`' sentences, its T- lines written otherwise (BPE, case,
+        spaces), one of them with an unknown word."""
+        run = "S-{i}\tx .\nT-{i}\t{t}\nH-{i}\t-0.5\t{h}\nD-{i}\t-0.5\t{h}\n"
+        return self.write("samesplit.txt", "".join(run.format(i=i, t=t, h="a b .") for i, t in
+                                                   ((2, "E f."), (0, "a@@ b ."), (1, "c <unk> ."))))
 
     def make_blanktail(self):
         """The references of :meth:`make_refs` with a blank line at the end (an editor's extra newline)."""
