@@ -4,6 +4,7 @@ suggest of them (:class:`SpeakerTrait`), the words of sentences as the memory ke
 forgotten (:class:`TranslatorWords`).
 """
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -37,13 +38,21 @@ class TranslatorWords(TranslatorBase):
     """A part of :class:`~fairseq_speaker.onboarding.translator.SpeakerTranslator`: see the module documentation."""
 
     @serialized
-    def speaker_traits(self, names: Optional[Sequence[str]] = None) -> Optional[Dict[str, List[SpeakerTrait]]]:
-        """What each speaker's words suggest of them (``names``, default every speaker; names the model does not know
-        are left out): for each trait of the model's kinds of speaker with more than one kind, of which the speaker
+    def speaker_traits(self, names: Optional[Sequence[str]] = None, known_only: bool = False
+                       ) -> Optional[Dict[str, List[SpeakerTrait]]]:
+        """What each speaker's words suggest of them (``names``, speakers of the model, each once; default every
+        speaker; a name the model does not know is refused, or left out with ``known_only``, as the service lists the
+        speakers of its store): for each trait of the model's kinds of speaker with more than one kind, of which the speaker
         said at least one alternative, a :class:`SpeakerTrait`. None for a model that keeps no kinds of speaker (no
         memory of its speakers' words, or one built with ``--no-kinds`` or where no trait has two kinds)."""
         if names is not None:
             names = name_list(names, "speaker_traits")
+            twice = [name for name, n in Counter(names).items() if n > 1]
+            if twice:  # each of its traits was listed twice: twice the evidence to a caller that counts them
+                raise OnboardingError(f"speaker_traits: speaker(s) {', '.join(map(repr, twice[:5]))} named twice: "
+                                      f"name each once")
+            if not known_only:
+                names = self._known_names(names, "speaker_traits", "described")
         memory = speaker_words_of(self.model)
         traits = [(i, trait) for i, trait in enumerate(memory.kinds if memory is not None else [], 1)
                   if len(trait.prior) > 1]

@@ -45,7 +45,7 @@ class SpeakerOnboarding(StoreSync, RequestChecks):
     def _with_traits(self, speakers: List[schema.Speaker]) -> List[schema.Speaker]:
         """``speakers`` with what their words suggest, where the model keeps kinds of speaker (read in one call of the
         translator, between two beam searches)."""
-        traits = self.translator.speaker_traits([s.name for s in speakers])
+        traits = self.translator.speaker_traits(list(dict.fromkeys(s.name for s in speakers)), known_only=True)
         if traits is None:
             return speakers
         return [s.model_copy(update={"traits": [schema.Trait(trait=t.trait, kind=t.kind, kinds=t.kinds,

@@ -138,6 +138,12 @@ API_PROBES = [
      "speaker_traits: give a list of speaker names, got str 'spk000' (speaker_traits(['spk000']) for one)"),
     ("refused-call-changes-nothing",
      "speaker_traits not names", lambda t: t.speaker_traits([3]), "speaker_traits: give a list of speaker names"),
+    ("refused-call-changes-nothing",  # each trait was listed twice: twice the evidence
+     "speaker_traits a name twice", lambda t: t.speaker_traits(["spk001", "spk001"]),
+     "speaker_traits: speaker(s) 'spk001' named twice: name each once"),
+    ("forget-words-checked",  # a typo read as "no traits"
+     "speaker_traits an unknown name", lambda t: t.speaker_traits(["nosuch", "spk001"]),
+     "speaker_traits: no speaker(s) 'nosuch' in the model (translator.speakers lists them): nothing was described"),
     ("empty-sentences-refused",
      "add_speaker empty pair", lambda t: t.add_speaker("e", [""], [""]), "sources[0] is empty"),
     ("empty-sentences-refused",
