@@ -35,6 +35,7 @@ from fairseq_speaker.atomic_write import atomic_path
 from fairseq_speaker.data.speaker_labels import (
     is_retired_name,
     label_problem,
+    retired_name,
     shown,
     surrounding_whitespace,
     visible_form,
@@ -268,11 +269,18 @@ class SpeakerDictionary:
                         f"{shown(twin)}, a speaker of the model, in another Unicode normalization (NFC/NFD): "
                         f"write the labels in the normalization of the training data (NFC)")
                 if unknown == "fail":
+                    where = f"{source}:{lines[i] if lines is not None else i + 1}"
+                    if retired_name(label) in self._index:  # its rows kept under another name: no other data helps
+                        raise SpeakerDataError(
+                            f"{where}: speaker {label!r} was a speaker of this model and was retired "
+                            f"(SpeakerTranslator.retire_speakers): restore it (restore_speakers, then save) to use "
+                            f"its sentences, or leave them out of this split")
                     advice = advice or ("use --unknown-speaker mean (the mean speaker) or none (no bias) to "
                                         "translate unseen speakers")
+                    speakers = sum(not is_retired_name(name) for name in self.names)
                     raise SpeakerDataError(
-                        f"{source}:{lines[i] if lines is not None else i + 1}: speaker {label!r} is not among "
-                        f"the {len(self)} speakers the model was trained on; {advice}"
+                        f"{where}: speaker {label!r} is not among the {speakers} speakers the model was trained on; "
+                        f"{advice}"
                     )
                 idx = fallback
             ids[i] = idx

@@ -10,7 +10,7 @@ checks of a sentence (:mod:`~fairseq_speaker.data.sentence_checks`).
 import functools
 import re
 import unicodedata
-from typing import List, Optional, Protocol
+from typing import Iterable, List, Optional, Protocol, Sequence
 
 import regex
 
@@ -88,6 +88,17 @@ def retired_name(name: str) -> str:
     """The name ``SpeakerTranslator.retire_speakers`` gives the rows of ``name``: one no speaker can have (its
     surrounding spaces: the label rules refuse them at every door), and whose look is not ``name``'s."""
     return f" {name} (deleted) "
+
+
+def retired_among(unknown: Sequence[str], names: Iterable[str]) -> str:
+    """``"; 'x' was retired ..."`` for the names of ``unknown`` whose rows ``names`` (a model's) keep as a retired
+    speaker's, for a message that says a name is not a speaker; empty if none."""
+    kept = set(names)
+    retired = [name for name in unknown if retired_name(name) in kept]
+    if not retired:
+        return ""
+    return (f"; {', '.join(map(shown, retired[:5]))} {'was a speaker' if len(retired) == 1 else 'were speakers'} of "
+            f"this model, since retired (SpeakerTranslator.retire_speakers; restore_speakers gives the rows back)")
 
 
 def is_retired_name(name: str) -> bool:

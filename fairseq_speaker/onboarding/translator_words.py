@@ -42,9 +42,10 @@ class TranslatorWords(TranslatorBase):
                        ) -> Optional[Dict[str, List[SpeakerTrait]]]:
         """What each speaker's words suggest of them (``names``, speakers of the model, each once; default every
         speaker; a name the model does not know is refused, or left out with ``known_only``, as the service lists the
-        speakers of its store): for each trait of the model's kinds of speaker with more than one kind, of which the speaker
-        said at least one alternative, a :class:`SpeakerTrait`. None for a model that keeps no kinds of speaker (no
-        memory of its speakers' words, or one built with ``--no-kinds`` or where no trait has two kinds)."""
+        speakers of its store): for each trait of the model's kinds of speaker with more than one kind, of which the
+        speaker said at least one alternative, a :class:`SpeakerTrait`. None for a model that keeps no kinds of
+        speaker (no memory of its speakers' words, or one built with ``--no-kinds`` or where no trait has two
+        kinds)."""
         if names is not None:
             names = name_list(names, "speaker_traits")
             twice = [name for name, n in Counter(names).items() if n > 1]

@@ -38,6 +38,7 @@ from torch import Tensor, nn
 
 from fairseq_speaker.atomic_write import atomic_path
 from fairseq_speaker.data import dictionary_hash
+from fairseq_speaker.data.speaker_labels import is_retired_name, retired_among
 from fairseq_speaker.modules.speaker_bias import SpeakerBias
 from fairseq_speaker.modules.speaker_words import SpeakerWords
 from fairseq_speaker.onboarding.checkpoint import (
@@ -171,11 +172,11 @@ def speaker_vectors(bias: SpeakerBias, names: Sequence[str], target_dictionary,
         raise OnboardingError(f"{where}: the {variant_spelling(bias)!r} speaker bias has no parameters per "
                               f"speaker: there is nothing to export")
     names = list(names)
-    ids = {name: i for i, name in enumerate(bias.speaker_names)}
-    unknown = [n for n in names if n not in ids]
+    ids = {name: i for i, name in enumerate(bias.speaker_names) if not is_retired_name(name)}
+    unknown = [n for n in names if n not in ids]  # a retired speaker's rows are no speaker's
     if unknown:
         raise OnboardingError(f"{where}: no speaker(s) {listing(unknown)} (it has {len(ids)} speakers: "
-                              f"{listing(bias.speaker_names)})")
+                              f"{listing(list(ids))}){retired_among(unknown, bias.speaker_names)}")
     duplicates = _duplicates(names)
     if duplicates:
         raise OnboardingError(f"speaker(s) {listing(duplicates)} named twice")

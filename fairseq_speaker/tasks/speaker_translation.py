@@ -22,7 +22,7 @@ from fairseq_speaker.data import (
     preprocessing,
     read_speaker_file,
 )
-from fairseq_speaker.data.speaker_labels import retired_name, shown
+from fairseq_speaker.data.speaker_labels import retired_among
 from fairseq_speaker.data.text_files import check_not_a_pipe
 from fairseq_speaker.errors import UserError
 from fairseq_speaker.fairseq_patches import epoch_iterator_is_cached, read_interactive_input
@@ -413,11 +413,8 @@ class SpeakerTranslationTask(SpeakerInferenceMixin, TranslationTask):
             speakers = self.speaker_dictionary.encode(labels, self.cfg.unknown_speaker, source=source)
         unseen = int((speakers < 0).sum())
         if unseen:
-            retired = [label for label in dict.fromkeys(labels) if label not in self.speaker_dictionary
-                       and retired_name(label) in self.speaker_dictionary]
-            also = (f"; {', '.join(map(shown, retired[:5]))}{', ...' if len(retired) > 5 else ''} "
-                    f"{'was a speaker' if len(retired) == 1 else 'were speakers'} of this model, since retired "
-                    f"(SpeakerTranslator.retire_speakers; restore_speakers gives the rows back)" if retired else "")
+            also = retired_among([label for label in dict.fromkeys(labels) if label not in self.speaker_dictionary],
+                                 self.speaker_dictionary.names)
             logger.warning(
                 f"{split}: {unseen} of {len(speakers)} sentences have speakers unseen in training "
                 f"(--unknown-speaker {self.cfg.unknown_speaker}){also}"

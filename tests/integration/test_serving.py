@@ -319,6 +319,18 @@ def test_a_label_shaped_like_a_retired_speakers_rows_is_a_label_and_those_rows_n
     proc = run_here("generate", generate_args(toy["bin"], saved, "--speaker-file", str(speaker_file)))
     assert (f"37 of 37 sentences have speakers unseen in training (--unknown-speaker mean); '{retired}' was a "
             f"speaker of this model, since retired (SpeakerTranslator.retire_speakers" in proc.log), proc.log
+    # the commands that read its training split, or name a speaker: the advice "give the data folder it was trained
+    # on" could not work, and an internal name exported the retired rows
+    from tests.cli import run
+    words = run("fairseq-speaker-words", [toy["bin"], "--path", saved, "--save", str(tmp_path / "w.pt")], check=False)
+    assert words.returncode == 2 and f"speaker '{retired}' was a speaker of this model and was retired" in \
+        words.stderr, words.stderr
+    for name, retired_said in ((retired, True), (f" {retired} (deleted) ", False)):
+        export = run("fairseq-speaker-vectors", ["export", toy["bin"], "--path", saved, "--speakers", name,
+                                                 "--out", str(tmp_path / "v.npz")], check=False)
+        assert export.returncode == 2 and f"no speaker(s) {name!r} (it has {len(translator.speakers)} speakers" \
+            in export.stderr, export.stderr
+        assert ("was a speaker of this model, since retired" in export.stderr) == retired_said, export.stderr
 
 
 def test_a_retired_speakers_rows_saved_with_the_model_are_no_speakers_of_it(toy, trained, tmp_path):
