@@ -349,6 +349,9 @@ def main(argv=None) -> None:
         raise UserError("the speaker classifier needs --train-text, --train-speakers and --test-speakers")
     if checkpoints and not args.data:
         raise UserError("--checkpoint needs --data, the data directory with the target dictionary")
+    if args.speaker and options_given(parser, args, ("inspect_speakers",)):  # the speakers named were inspected alone
+        raise UserError(f"--inspect-speakers {args.inspect_speakers} and --speaker both choose the speakers inspected: "
+                        f"give one")
     # the options of a section that is not written (they were taken without a word)
     for section, needs, written, options in (
             ("the speaker classifier", "--train-text, --train-speakers and --test-speakers", any(classifier_files),

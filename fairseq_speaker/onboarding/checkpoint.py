@@ -29,7 +29,7 @@ from fairseq_speaker.data.speaker_labels import new_label_problem, shown, visibl
 from fairseq_speaker.errors import UserError
 from fairseq_speaker.modules.speaker_bias import SpeakerBias
 from fairseq_speaker.modules.speaker_words import speaker_words_of
-from fairseq_speaker.tasks.speaker_translation import SplitNotFound
+from fairseq_speaker.tasks.speaker_translation import EmptySplit, SplitNotFound
 from fairseq_speaker.user_dir import check_registered, import_user_dir
 
 if TYPE_CHECKING:
@@ -330,6 +330,9 @@ def open_with_sentences(args) -> Tuple["SpeakerCheckpoint", Dict[str, List["Pair
     except (FileNotFoundError, SplitNotFound):  # other refusals (its speaker file, its text) say what is wrong
         raise OnboardingError(f"{args.data}: no binarized {args.subset!r} split; --subset names the split the "
                               f"speakers were trained on (default: train)") from None
+    except EmptySplit as e:  # its advice named fairseq-generate's and -train's options, which these commands lack
+        raise OnboardingError(f"{str(e).split('; ')[0]}; --subset names the split the speakers were trained on "
+                              f"(default: train): name one that holds sentences") from None
     if not sentences:
         raise OnboardingError(f"{args.data}: the {args.subset!r} split has no sentence of a speaker the model knows")
     return checkpoint, sentences

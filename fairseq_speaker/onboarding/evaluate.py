@@ -346,6 +346,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     check_threads(parser, args)
     if min(args.shots) < 0:
         parser.error("--shots: numbers of sentences must be 0 or more")
+    twice = sorted({n for n in args.shots if args.shots.count(n) > 1})
+    if twice:  # one row was written for them
+        parser.error(f"--shots: {', '.join(map(str, twice))} given twice: give each number once")
     check_at_least(parser, args, ["beam", "batch_size", "adapt_max_iter"])
     if not 0 <= args.adapt_l2 <= MAX_L2:
         parser.error(f"--adapt-l2 must be a number from 0 to {MAX_L2:g}, got {args.adapt_l2}")

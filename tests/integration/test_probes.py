@@ -327,6 +327,9 @@ COMMAND_PROBES = {
          ["--path", "{ckpt}", "--user-dir", "{tmp}/nowhere"], 2, "--user-dir {tmp}/nowhere: no such folder"),
     ],
     "fairseq-speaker-refit": [
+        ("empty-split",
+         ["{emptyvalid}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--subset", "valid"], 2,
+         "split of {emptyvalid} holds no sentences; --subset names the split the speakers were trained on"),
         ("one-line-user-errors",  # a traceback: fairseq's import of the user dir was called directly
          ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--user-dir", "{tmp}/nowhere"], 2,
          "--user-dir {tmp}/nowhere: no such folder"),
@@ -545,6 +548,10 @@ COMMAND_PROBES = {
          ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--weight", "0", "--calibrate", "cross-fit"], 2,
          "--calibrate cross-fit: --weight 0 writes a memory that does not act"),
         # odd data: an empty held-out split (a traceback of fairseq's), every speaker with one sentence (behaved)
+        ("empty-split",  # the advice named --gen-subset, --valid-subset and --train-subset, options of fairseq's
+         ["{emptyvalid}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--subset", "valid", "--calibrate", "off"], 2,
+         "split of {emptyvalid} holds no sentences; --subset names the split the speakers were trained on (default: "
+         "train): name one that holds sentences"),
         ("empty-split",
          ["{emptyvalid}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--calibrate", "split"], 2,
          "{emptyvalid}: the 'valid' split holds 0 sentences of the speakers of 'train', and --calibrate split needs"),
@@ -647,6 +654,10 @@ COMMAND_PROBES = {
          [*REPORT, "--references", "{refs}", "--system", "a={appended}"], 2,
          "--system a={appended}: {appended}: line 10: sentence id 1 again (first at line 7): two outputs appended "
          "(>>)? give the output of one run"),
+        ("ignored-options-refused",  # the speakers named were inspected, --inspect-speakers ignored
+         [*REPORT, "--references", "{refs}", "--system", "a={refs}", "--checkpoint", "m={ckpt}", "--data", "{data}",
+          "--speaker", "spk000", "--inspect-speakers", "5"], 2,
+         "--inspect-speakers 5 and --speaker both choose the speakers inspected: give one"),
         ("one-line-user-errors",  # an output of another split, as many sentences: scored (BLEU 6.6) without a word
          [*REPORT, "--references", "{refs}", "--system", "a={samesplit}", "--system", "b={othersplit}"], 2,
          "--system b={othersplit}: {othersplit}: its references (T- lines, the sentences fairseq-generate translated) "
@@ -873,6 +884,7 @@ COMMAND_PROBES = {
         ("dictionaries-compared", ["export", "{swapped}", "--path", "{ckpt}", "--out", "{tmp}/v.npz"], 2, SWAPPED),
     ],
     "fairseq-speaker-onboarding-eval": [
+        ("ignored-options-refused", [*EVAL, "--shots", "2", "2"], 2, "--shots: 2 given twice: give each number once"),
         ("numbers-checked", [*EVAL, "--max-len-b", "0"], 2,
          "--max-len-b must be at least 1 (a translation of at least one token), got 0"),
         ("numbers-checked", [*EVAL, "--adapt-l2", "nan"], 2, "--adapt-l2 must be a number from 0 to 1e+09, got nan"),
