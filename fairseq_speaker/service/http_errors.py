@@ -103,6 +103,10 @@ def check_path_line_ends(request: Request) -> None:
         name = name.removesuffix("/sentences")
     if found:
         raise ServiceError(422, "invalid_speaker", f"speaker name: {label_problem(name)}")
+    _, found, model = path.partition("/models/")
+    if found and model:  # an id holds no line end: the endpoint is there, the model is not
+        model = model.removesuffix("/reload") if request.method == "POST" else model
+        raise ServiceError(404, "unknown_model", f"no model {model!r}: GET /models lists the models served")
     raise ServiceError(404, "not_found", f"no endpoint {path!r}: see /docs")
 
 

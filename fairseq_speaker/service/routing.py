@@ -80,12 +80,24 @@ class CheckedRoute(APIRoute):
                 raise ServiceError(422, "invalid_request", f"the query parameter {name!r} is given {count} times "
                                    f"({values}): give it once")
 
+    def check_no_body(self, request: Request) -> None:
+        """Raise :class:`ServiceError` (422) for a body sent to a route that reads none (``DELETE /models/{id}`` with
+        ``{"x": 1}`` answered 200: fields a request does not define are refused, docs/serving.md)."""
+        if self.body_names or self.dependant.body_params:
+            return
+        length = request.headers.get("content-length")
+        if (length is not None and length.strip() not in ("", "0")) or "transfer-encoding" in request.headers:
+            where = self.path.replace(":path}", "}")
+            raise ServiceError(422, "invalid_request", f"{request.method} {where} takes no body: send the request "
+                               f"without one")
+
     def get_route_handler(self):
         handler = super().get_route_handler()
 
         async def checked(request: Request) -> Response:
             check_path_line_ends(request)  # the route may have matched the path without its last line feed
             self.check_query(request)
+            self.check_no_body(request)
             return await handler(request)
 
         return checked

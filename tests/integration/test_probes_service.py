@@ -385,6 +385,14 @@ HTTP_PROBES = [
     ("label-policy", "delete", "/speakers/dr-lee%0A", None, 422, "invalid_speaker", "'dr-lee\\n' contains '\\n'"),
     ("label-policy", "post", "/speakers/dr-lee%0A/sentences", PAIRS, 422, "invalid_speaker", "'dr-lee\\n' contains"),
     ("one-json-error", "get", "/health%0A", None, 404, "not_found", "no endpoint '/health\\n': see /docs"),
+    # the endpoint is there: "no endpoint" misled
+    ("one-json-error", "get", "/models/default%0A", None, 404, "unknown_model", "no model 'default\\n'"),
+    ("one-json-error", "post", "/v1/models/default%0A/reload", None, 404, "unknown_model", "no model 'default\\n'"),
+    # a body of a request that reads none was taken and ignored (200)
+    ("one-json-error", "delete", "/models/default", {"x": 1}, 422, "invalid_request",
+     "DELETE /models/{model_id} takes no body: send the request without one"),
+    ("one-json-error", "delete", "/speakers/dr-kim", {"replace": True}, 422, "invalid_request",
+     "DELETE /speakers/{name} takes no body"),
     # a name no speaker can have, on the endpoints that look a speaker up: a 404 told to PUT it, which is refused
     ("label-policy", "delete", "/v1/speakers/b%0D", None, 422, "invalid_speaker", "'b\\r' contains '\\r'"),
     ("label-policy", "post", "/v1/speakers/dr-lee%00/sentences", PAIRS, 422, "invalid_speaker",
