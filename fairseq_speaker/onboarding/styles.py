@@ -29,6 +29,7 @@ The cost is K evaluations of each speaker's sentences per iteration (cached scor
 output: matrix-vector products; decoder passes for one on the state), and K pooled fits.
 """
 
+import logging
 import math
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -43,6 +44,8 @@ from fairseq_speaker.onboarding.fit_loss import data_nll
 from fairseq_speaker.onboarding.fit_options import FitOptions
 from fairseq_speaker.onboarding.prior import MAX_COMPONENTS, SpeakerPrior, fit_mixture
 from fairseq_speaker.onboarding.scoring import Scored
+
+logger = logging.getLogger(__name__)
 
 Rows = Dict[str, Tensor]
 
@@ -99,6 +102,13 @@ def fit_styles(bias: SpeakerBias, problems: Sequence[Sequence[Scored]], rows: Se
             styles[j] = {name: value.float() for name, value in fitted[0].items()}
         log_w = _weights(assign, k).double()
     assert assign is not None  # one iteration at least
+    kept = [j for j in range(k) if (assign == j).any()]
+    if len(kept) < k:  # a style no speaker has: its add-one weight was prior mass on nothing (a fifth of it, 3 speakers)
+        logger.warning(f"styles: {k - len(kept)} of the {k} styles have no speaker after classification EM, and are "
+                       f"left out: the prior has {len(kept)}")
+        styles = [styles[j] for j in kept]
+        assign = np.searchsorted(np.array(kept), assign)
+        log_w = _weights(assign, len(kept)).double()
     means = {name: torch.cat([s[name] for s in styles]) for name in styles[0]}
     if precision == "fit":
         # the speakers' own rows around their style's: a tied spherical Gaussian, as fit_mixture's

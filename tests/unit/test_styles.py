@@ -129,3 +129,19 @@ def test_the_precision_is_the_rows_spread_around_their_style_or_the_number_given
         assert prior.precision == pytest.approx(1 / (2 * var), rel=1e-4)
     else:
         assert prior.precision == 3.0
+
+
+def test_a_style_no_speaker_has_is_left_out_of_the_prior_with_a_warning(caplog):
+    """Three speakers who said the same words, two styles asked: classification EM puts all three in one, and the
+    other style was saved with its add-one weight (a fifth of the prior, 0.2 with three speakers) on no one."""
+    bias = _bias()
+    _, problems = _speakers(bias, n_speakers=1, words=5, seed=0)
+    problems = problems * 3
+    sizes = []
+    with caplog.at_level("WARNING"):
+        prior, loglik = fit_styles(bias, problems, _own_rows(bias, problems), 2,
+                                   FitOptions(l2=0.01, max_iter=50), seed=1, progress=sizes.append)
+    assert sizes[-1].split("sizes ")[1].startswith("[3, 0]"), sizes  # the case: one style emptied
+    assert prior.components == 1 and prior.means["speaker_weights"].shape == (1, 2) and math.isfinite(loglik)
+    assert float(prior.log_weights.exp().sum()) == pytest.approx(1.0)
+    assert "1 of the 2 styles have no speaker after classification EM, and are left out" in caplog.text
