@@ -103,7 +103,7 @@ def fit_styles(bias: SpeakerBias, problems: Sequence[Sequence[Scored]], rows: Se
         log_w = _weights(assign, k).double()
     assert assign is not None  # one iteration at least
     kept = [j for j in range(k) if (assign == j).any()]
-    if len(kept) < k:  # a style no speaker has: its add-one weight was prior mass on nothing (a fifth of it, 3 speakers)
+    if len(kept) < k:  # an empty style: its add-one weight was prior mass on no one
         logger.warning(f"styles: {k - len(kept)} of the {k} styles have no speaker after classification EM, and are "
                        f"left out: the prior has {len(kept)}")
         styles = [styles[j] for j in kept]
