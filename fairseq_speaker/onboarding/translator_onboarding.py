@@ -41,14 +41,22 @@ class TranslatorOnboarding(TranslatorBase):
         and BPE-encoded as the model's inputs are); a known name needs ``replace=True``."""
         if not isinstance(replace, bool):  # "no" would replace
             raise OnboardingError(f"replace must be True or False, got {replace!r}")
-        heldout = self._heldout(name, heldout_sources, heldout_targets)
+        heldout = self._heldout(name, heldout_sources, heldout_targets, sources, targets)
         return self.adapter.adapt({name: self.encode_pairs(sources, targets)}, heldout, replace=replace)[name]
 
-    def _heldout(self, name: str, sources: Sentences, targets: Sentences):
+    def _heldout(self, name: str, sources: Sentences, targets: Sentences, fitted_sources: Sentences = (),
+                 fitted_targets: Sentences = ()):
         """The held-out pairs of ``name`` as a fit takes them, or None where none are given (sources without targets,
-        or targets without sources, are refused by :meth:`encode_pairs`)."""
-        return ({name: self.encode_pairs(sources, targets, ("heldout_sources", "heldout_targets"))}
-                if as_list(sources, "heldout_sources") or as_list(targets, "heldout_targets") else None)
+        or targets without sources, are refused by :meth:`encode_pairs`). Held-out pairs that are all among the pairs
+        fitted (``fitted_*``) are refused: the fit would stop early on its own sentences (fairseq-speaker-adapt refuses
+        a --heldout-prefix naming the adaptation files)."""
+        if not (as_list(sources, "heldout_sources") or as_list(targets, "heldout_targets")):
+            return None
+        pairs = set(zip(as_list(sources, "heldout_sources"), as_list(targets, "heldout_targets")))
+        if pairs and pairs <= set(zip(as_list(fitted_sources, "sources"), as_list(fitted_targets, "targets"))):
+            raise OnboardingError("heldout_sources and heldout_targets are pairs the speaker is fitted on: held-out "
+                                  "pairs judge the fit on sentences it did not see; give other pairs, or none")
+        return {name: self.encode_pairs(sources, targets, ("heldout_sources", "heldout_targets"))}
 
     def fit_speaker(self, name: str, sources: Sentences, targets: Sentences, heldout_sources: Sentences = (),
                     heldout_targets: Sentences = ()) -> Tuple["SpeakerVectors", FitReport]:
@@ -67,7 +75,7 @@ class TranslatorOnboarding(TranslatorBase):
             adapter = self._new_adapter(model, task)
             adapter.share_starts(self.adapter)  # the known speakers where a fit starts, made once for all copies
         pairs = self.encode_pairs(sources, targets)
-        heldout = self._heldout(name, heldout_sources, heldout_targets)
+        heldout = self._heldout(name, heldout_sources, heldout_targets, sources, targets)
         report = adapter.adapt({name: pairs}, heldout, replace=name in task.speaker_dictionary)[name]
         self.adapter.share_starts(adapter)
         return speaker_vectors(adapter.bias, [name], task.target_dictionary, model_label=self.checkpoint,

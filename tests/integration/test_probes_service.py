@@ -146,6 +146,9 @@ API_PROBES = [
      "speaker_traits: no speaker(s) 'nosuch' in the model (translator.speakers lists them): nothing was described"),
     ("empty-sentences-refused",
      "add_speaker empty pair", lambda t: t.add_speaker("e", [""], [""]), "sources[0] is empty"),
+    ("refused-call-changes-nothing",  # the fit stopped early on its own sentences (fairseq-speaker-adapt refuses it)
+     "add_speaker held out on its own pairs", lambda t: t.add_speaker("e", S, T, heldout_sources=S, heldout_targets=T),
+     "heldout_sources and heldout_targets are pairs the speaker is fitted on"),
     ("empty-sentences-refused",
      "add_speaker blank target", lambda t: t.add_speaker("e", S, [" "]), "targets[0] is only whitespace"),
     ("empty-sentences-refused",
