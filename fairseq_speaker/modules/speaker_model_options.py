@@ -59,15 +59,16 @@ SIZE_OPTIONS = (("encoder_", "decoder_", "attention_", "speaker_", "embed_"), ("
 
 def check_network_options(cfg) -> None:
     """Refuse, before a network is built, a dropout option (``--dropout``, ``--attention-dropout``, ...) outside
-    [0, 1] and a size (``--encoder-embed-dim``, ``--decoder-layers``, ``--encoder-attention-heads``, ...) below 1:
+    [0, 1) and a size (``--encoder-embed-dim``, ``--decoder-layers``, ``--encoder-attention-heads``, ...) below 1:
     torch's refusals (a negative dimension, 0 ** -0.5 in an initialization, oneDNN's failed primitive) name no option,
     and fairseq's own dropout takes any probability."""
     options = vars(cfg) if not hasattr(cfg, "keys") else {key: cfg[key] for key in cfg.keys()}
     for name, value in sorted(options.items()):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             continue
-        if "dropout" in name and not 0 <= value <= 1:  # nan too
-            raise UserError(f"--{name.replace('_', '-')} {value}: a dropout is a probability, from 0 to 1 "
-                            f"(0.1 to 0.3 are usual)")
+        if "dropout" in name and not 0 <= value < 1:  # nan too
+            raise UserError(f"--{name.replace('_', '-')} {value}: a dropout is a probability, from 0 to below 1 "
+                            f"(1 drops every unit: nothing is learned, and the LSTM's rescaling by 1 / (1 - p) ended "
+                            f"in NaN gradients; 0.1 to 0.3 are usual)")
         if name.startswith(SIZE_OPTIONS[0]) and name.endswith(SIZE_OPTIONS[1]) and isinstance(value, int) and value < 1:
             raise UserError(f"--{name.replace('_', '-')} {value}: a size of the network must be at least 1")

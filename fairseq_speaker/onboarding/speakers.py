@@ -262,10 +262,12 @@ def _sentences(speaker: Speaker) -> str:
 
 def format_table(listing: SpeakerListing, speakers: List[Speaker]) -> str:
     width = max([len("speaker")] + [len(s.name) for s in speakers])
+    variant = max([10] + [len(s.variant) for s in speakers])  # fact+hyper_lhuc overran a column of 10
     lines = [summary(listing), "",
-             f"{'speaker':<{width}}  {'kind':<9}  {'sentences':>9}  {'variant':<10}  {'parameters':>10}"]
+             f"{'speaker':<{width}}  {'kind':<9}  {'sentences':>9}  {'variant':<{variant}}  {'parameters':>10}"]
     for s in speakers:
-        lines.append(f"{s.name:<{width}}  {s.kind:<9}  {_sentences(s):>9}  {s.variant:<10}  {s.parameters:>10,}")
+        lines.append(f"{s.name:<{width}}  {s.kind:<9}  {_sentences(s):>9}  {s.variant:<{variant}}  "
+                     f"{s.parameters:>10,}")
     if len(speakers) != len(listing.speakers):
         lines.append(f"({len(speakers)} of {len(listing.speakers)} speakers listed)")
     if any(s.kind == ONBOARDED for s in speakers):

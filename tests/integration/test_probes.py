@@ -1083,7 +1083,14 @@ COMMAND_PROBES = {
         ("one-line-user-errors",
          [*TRAIN, "--preprocessing", "moses"], 2, "argument --preprocessing: invalid choice: 'moses'"),
         ("one-line-user-errors",
-         [*TRAIN, "--dropout", "1.5"], 2, "--dropout 1.5: a dropout is a probability, from 0 to 1"),
+         [*TRAIN, "--dropout", "1.5"], 2, "--dropout 1.5: a dropout is a probability, from 0 to below 1"),
+        ("one-line-user-errors",  # accepted, then the first update ended in NaN gradients (a traceback)
+         [*TRAIN, "--lstm-dropout", "1.0"], 2, "--lstm-dropout 1.0: a dropout is a probability, from 0 to below 1"),
+        ("one-line-user-errors",  # a KeyError: ' fact' passed the check stripped and was looked up unstripped
+         [*TRAIN, "--speaker-bias", " fact"], 2, "--speaker-bias ' fact': a variant's name holds no spaces: write "
+                                                 "'fact'"),
+        ("one-line-user-errors",  # the message named --speaker-bias, which was 'sum'
+         [*TRAIN, "--speaker-bias", "sum", "--sum-parts", "fact+nope"], 2, "unknown --sum-parts 'fact+nope'"),
         ("one-line-user-errors",
          [*TRAIN, "--lstm-dropout", "-0.1"], 2, "--lstm-dropout -0.1: a dropout is a probability"),
         ("one-line-user-errors",

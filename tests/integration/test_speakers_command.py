@@ -165,3 +165,7 @@ def test_a_custom_variant_is_exported_adapted_counted_and_listed_with_its_user_d
     assert listing["variant"] == "sparse_full" and listing["parameters_per_speaker"] == vocab
     assert (by_name(listing)["dr-lee"]["kind"], by_name(listing)["dr-lee"]["sentences"]) == ("onboarded", 4)
     assert listing["summary"]["trained"] == 8
+    table = run("fairseq-speaker-speakers", [adapted, "--user-dir", EXAMPLE]).stdout.splitlines()
+    header = next(i for i, line in enumerate(table) if line.startswith("speaker "))
+    rows = table[header:header + 10]  # the header and the 9 speakers: a variant name of 11 letters overran its column
+    assert len({len(line) for line in rows}) == 1 and all("sparse_full  " in line for line in rows[1:]), rows

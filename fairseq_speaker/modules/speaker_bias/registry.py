@@ -111,17 +111,21 @@ def speaker_option_fields() -> List[dataclasses.Field]:
     return [f for _, f in _OPTION_FIELDS.values()]
 
 
-def parse_variant_name(name: str) -> List[str]:
-    """``"fact+topic"`` -> ``["fact", "topic"]``; raises with the registered names if one is unknown."""
-    parts = [part.strip() for part in str(name).split("+")]
+def parse_variant_name(name: str, option: str = "--speaker-bias") -> List[str]:
+    """``"fact+topic"`` -> ``["fact", "topic"]``; raises with the registered names if one is unknown (``option``: the
+    option that gave ``name``, for the message)."""
+    parts = str(name).split("+")
+    if any(part != part.strip() for part in parts):  # ' fact' passed the check stripped and was looked up unstripped
+        raise UserError(f"{option} {name!r}: a variant's name holds no spaces: write "
+                        f"{'+'.join(part.strip() for part in parts)!r}")
     unknown = [part for part in parts if part not in SPEAKER_BIAS_REGISTRY]
     if unknown or not all(parts):
         raise UserError(
-            f"unknown --speaker-bias {name!r}; registered variants: {', '.join(sorted(SPEAKER_BIAS_REGISTRY))} "
+            f"unknown {option} {name!r}; registered variants: {', '.join(sorted(SPEAKER_BIAS_REGISTRY))} "
             f"(join two with '+' to add them, e.g. fact+topic)"
         )
     if len(parts) > 1 and len(set(parts)) < len(parts):
-        raise UserError(f"--speaker-bias {name!r} names a variant twice")
+        raise UserError(f"{option} {name!r} names a variant twice")
     return parts
 
 

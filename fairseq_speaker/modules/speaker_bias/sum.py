@@ -80,7 +80,7 @@ class SumSpeakerBias(SpeakerBias):
 
     @classmethod
     def build(cls, cfg, speaker_dictionary, target_dictionary, source_dictionary=None) -> "SumSpeakerBias":
-        return cls.build_parts(parse_variant_name(cls.options(cfg).sum_parts), cfg, speaker_dictionary,
+        return cls.build_parts(parse_variant_name(cls.options(cfg).sum_parts, "--sum-parts"), cfg, speaker_dictionary,
                                target_dictionary, source_dictionary)
 
     @classmethod
