@@ -85,6 +85,8 @@ class SpeakerTranslationTask(SpeakerInferenceMixin, TranslationTask):
         self.data_dictionaries = dictionaries_record(src_dict, tgt_dict)
         self.state.merge_state_dict({DICTIONARIES_KEY: self.data_dictionaries})
         self._speaker_dictionary: Optional[Tuple[dict, SpeakerDictionary]] = None
+        #: the split --speaker-file gave the speakers of (one file is one split's labels)
+        self._speaker_file_split: Optional[str] = None
         self._speaker_tokens: Optional[Tuple[SpeakerDictionary, torch.Tensor]] = None
         if cfg.speaker_token:
             # kept in the checkpoint, so that generation knows without being told
@@ -286,6 +288,13 @@ class SpeakerTranslationTask(SpeakerInferenceMixin, TranslationTask):
         """``{split}.{suffix}``; for fairseq's validation split (``valid``, ``valid1``, ...) without one,
         the same file under SATED's name for it (``dev.{suffix}``, ``dev1.{suffix}``) if there is one."""
         if self.cfg.speaker_file is not None and split != self.cfg.train_subset:
+            if self._speaker_file_split not in (None, split):  # test was scored with valid's speakers, silently
+                raise SpeakerDataError(f"--speaker-file {self.cfg.speaker_file} gives the speakers of one split, read "
+                                       f"for {self._speaker_file_split!r} and now asked for {split!r} too (--valid-subset "
+                                       f"or --gen-subset names two): give one split, or put each split's speaker "
+                                       f"file in the data folder ({split}.{self.cfg.speaker_suffix}) and leave the "
+                                       f"option out")
+            self._speaker_file_split = split
             return self.cfg.speaker_file
         path = os.path.join(data_path, f"{split}.{self.cfg.speaker_suffix}")
         dev = dev_name(split)

@@ -1084,6 +1084,10 @@ COMMAND_PROBES = {
          [*TRAIN, "--preprocessing", "moses"], 2, "argument --preprocessing: invalid choice: 'moses'"),
         ("one-line-user-errors",
          [*TRAIN, "--dropout", "1.5"], 2, "--dropout 1.5: a dropout is a probability, from 0 to below 1"),
+        ("speaker-file-fits-split",  # the test split was validated with the valid split's speakers, without a word
+         [*TRAIN, "--valid-subset", "valid,test", "--speaker-file", "{data}/valid.spk"], 2,
+         "--speaker-file {data}/valid.spk gives the speakers of one split, read for 'valid' and now asked for 'test' "
+         "too"),
         ("one-line-user-errors",  # accepted, then the first update ended in NaN gradients (a traceback)
          [*TRAIN, "--lstm-dropout", "1.0"], 2, "--lstm-dropout 1.0: a dropout is a probability, from 0 to below 1"),
         ("one-line-user-errors",  # a KeyError: ' fact' passed the check stripped and was looked up unstripped
