@@ -290,10 +290,10 @@ class SpeakerTranslationTask(SpeakerInferenceMixin, TranslationTask):
         if self.cfg.speaker_file is not None and split != self.cfg.train_subset:
             if self._speaker_file_split not in (None, split):  # test was scored with valid's speakers, silently
                 raise SpeakerDataError(f"--speaker-file {self.cfg.speaker_file} gives the speakers of one split, read "
-                                       f"for {self._speaker_file_split!r} and now asked for {split!r} too (--valid-subset "
-                                       f"or --gen-subset names two): give one split, or put each split's speaker "
-                                       f"file in the data folder ({split}.{self.cfg.speaker_suffix}) and leave the "
-                                       f"option out")
+                                       f"for {self._speaker_file_split!r} and now asked for {split!r} too "
+                                       f"(--valid-subset or --gen-subset names two): give one split, or put each "
+                                       f"split's speaker file in the data folder ({split}.{self.cfg.speaker_suffix}) "
+                                       f"and leave the option out")
             self._speaker_file_split = split
             return self.cfg.speaker_file
         path = os.path.join(data_path, f"{split}.{self.cfg.speaker_suffix}")
