@@ -4,6 +4,7 @@ import copy
 import logging
 import os
 import weakref
+from collections import Counter
 from typing import Dict, List, Optional, Tuple
 
 import torch
@@ -85,6 +86,9 @@ class SpeakerTranslationTask(SpeakerInferenceMixin, TranslationTask):
         self.data_dictionaries = dictionaries_record(src_dict, tgt_dict)
         self.state.merge_state_dict({DICTIONARIES_KEY: self.data_dictionaries})
         self._speaker_dictionary: Optional[Tuple[dict, SpeakerDictionary]] = None
+        #: the data folder's dict.spk.txt the speaker dictionary was read from, and what it held: its counts are the
+        #: training split's, while the task's dictionary is still it (a restored checkpoint's table replaces it)
+        self._speaker_dict_file: Optional[Tuple[str, dict]] = None
         #: the split --speaker-file gave the speakers of (one file is one split's labels)
         self._speaker_file_split: Optional[str] = None
         self._speaker_tokens: Optional[Tuple[SpeakerDictionary, torch.Tensor]] = None
@@ -135,6 +139,8 @@ class SpeakerTranslationTask(SpeakerInferenceMixin, TranslationTask):
         if os.path.exists(dict_path):
             dictionary = SpeakerDictionary.load(dict_path)
             logger.info(f"speaker dictionary: {len(dictionary)} speakers from {dict_path}")
+            if len(paths) == 1:  # its counts are the training split's (of one shard: checked as it is read)
+                self._speaker_dict_file = (dict_path, dictionary.state_dict())
             return dictionary.state_dict()
         labels = []
         for path in paths:
@@ -418,6 +424,9 @@ class SpeakerTranslationTask(SpeakerInferenceMixin, TranslationTask):
                 advice = (f"the {split} split's speakers are those of {self._checkpoint or 'the checkpoint'}: give "
                           f"the data folder it was trained on, with the speaker file of its training sentences")
             speakers = self.speaker_dictionary.encode(labels, "fail", source=source, advice=advice)
+            if self._speaker_dict_file is not None and not self._from_checkpoint \
+                    and self.speaker_dictionary.state_dict() == self._speaker_dict_file[1]:
+                self._check_counts(labels, source, self._speaker_dict_file[0])
         else:
             speakers = self.speaker_dictionary.encode(labels, self.cfg.unknown_speaker, source=source)
         unseen = int((speakers < 0).sum())
@@ -429,6 +438,19 @@ class SpeakerTranslationTask(SpeakerInferenceMixin, TranslationTask):
                 f"(--unknown-speaker {self.cfg.unknown_speaker}){also}"
             )
         return speakers
+
+    def _check_counts(self, labels: List[str], source: str, dict_path: str) -> None:
+        """Refuse a ``dict.spk.txt`` whose counts are not the training split's: written from other labels (a speaker
+        it lists with no training sentence kept an untrained row, listed as trained on its old count). A count of 0
+        is none recorded (a list of names written by hand, to set their order)."""
+        counts = Counter(labels)
+        dictionary = self.speaker_dictionary
+        for name, count in zip(dictionary.names, dictionary.counts):
+            if count and counts.get(name, 0) != count:
+                raise SpeakerDataError(
+                    f"{dict_path} was written from other training labels than {source}: it gives "
+                    f"speaker {name!r} {count} sentences, {source} {counts.get(name, 0)}: delete "
+                    f"{dict_path} to rebuild it from the training labels")
 
     def _target_prefix(self, speakers: torch.Tensor) -> Optional[torch.Tensor]:
         # a validation sentence of an unseen speaker starts with <unk>: there is no token to name them

@@ -1084,6 +1084,10 @@ COMMAND_PROBES = {
          [*TRAIN, "--preprocessing", "moses"], 2, "argument --preprocessing: invalid choice: 'moses'"),
         ("one-line-user-errors",
          [*TRAIN, "--dropout", "1.5"], 2, "--dropout 1.5: a dropout is a probability, from 0 to below 1"),
+        ("speaker-file-fits-split",  # spk001 kept an untrained row, listed as trained on its old count
+         ["{stalespkdict}", *TRAIN[1:], "--optimizer", "adam", "--lr", "0.001"], 2,
+         "{stalespkdict}/dict.spk.txt was written from other training labels than "
+         "{stalespkdict}/train.spk: it gives speaker 'spk001' "),
         ("speaker-file-fits-split",  # the test split was validated with the valid split's speakers, without a word
          [*TRAIN, "--valid-subset", "valid,test", "--speaker-file", "{data}/valid.spk"], 2,
          "--speaker-file {data}/valid.spk gives the speakers of one split, read for 'valid' and now asked for 'test' "
@@ -1642,6 +1646,16 @@ class Places:
     def make_strangerspk(self):
         """train.spk naming on its line 7 a speaker the model was not trained with."""
         return self._spk_lines("strangerspk", lambda lines: lines[:6] + [b"stranger\n"] + lines[7:])
+
+    def make_stalespkdict(self):
+        """train.spk whose spk001 lines are spk002's, dict.spk.txt written before: spk001 listed, with no sentence."""
+        from fairseq_speaker.data import SpeakerDictionary
+
+        def change(lines):
+            SpeakerDictionary.from_labels([line.decode().strip() for line in lines]).save(
+                os.path.join(self.path("stalespkdict"), "dict.spk.txt"))
+            return [b"spk002\n" if line == b"spk001\n" else line for line in lines]
+        return self._spk_lines("stalespkdict", change)
 
     def make_nospkdata(self):
         dest = self._data_copy("nospkdata")
