@@ -46,6 +46,8 @@ class TranslatorWords(TranslatorBase):
         speaker said at least one alternative, a :class:`SpeakerTrait`. None for a model that keeps no kinds of
         speaker (no memory of its speakers' words, or one built with ``--no-kinds`` or where no trait has two
         kinds)."""
+        if not isinstance(known_only, bool):  # "no" would be read as True
+            raise OnboardingError(f"speaker_traits: known_only must be True or False, got {known_only!r}")
         if names is not None:
             names = name_list(names, "speaker_traits")
             twice = [name for name, n in Counter(names).items() if n > 1]

@@ -55,13 +55,14 @@ def add_writes(router: APIRouter) -> None:
 
 
 def _loaded(request: Request, model: str, load: Callable[[], schema.ModelInfo]) -> schema.ModelInfo:
-    """The answer of a load of ``model``, counted by the metrics (loaded or failed)."""
+    """The answer of a load of ``model``, counted by the metrics (loaded or failed; a failed load of an id the
+    service does not serve is counted without it: such labels would be as many as the ids clients make up)."""
     metrics: Metrics = request.app.state.metrics
     try:
         info = load()
     except ServiceError as e:
         if e.code in ("load_failed", "load_refused", "store_unavailable", "timeout"):
-            metrics.loaded(model, "failed")
+            metrics.loaded(model if request.app.state.models.known(model) else "", "failed")
         raise
     metrics.loaded(model, "loaded")
     note_model(request.scope, model)

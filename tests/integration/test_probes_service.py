@@ -141,6 +141,9 @@ API_PROBES = [
     ("refused-call-changes-nothing",  # each trait was listed twice: twice the evidence
      "speaker_traits a name twice", lambda t: t.speaker_traits(["spk001", "spk001"]),
      "speaker_traits: speaker(s) 'spk001' named twice: name each once"),
+    ("refused-call-changes-nothing",
+     "speaker_traits known_only='no'", lambda t: t.speaker_traits(["spk001"], known_only="no"),
+     "speaker_traits: known_only must be True or False, got 'no'"),
     ("forget-words-checked",  # a typo read as "no traits"
      "speaker_traits an unknown name", lambda t: t.speaker_traits(["nosuch", "spk001"]),
      "speaker_traits: no speaker(s) 'nosuch' in the model (translator.speakers lists them): nothing was described"),

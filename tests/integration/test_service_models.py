@@ -270,8 +270,12 @@ def test_a_failed_reload_names_the_file_and_leaves_the_old_model_serving(toy, tw
                 assert f"model 'default' goes on serving {twins['dog']}" in answer.json()["error"]["message"]
             assert client.post("/translate", json=request).json() == before
         assert client.get("/models").json()["models"][0]["checkpoint"] == twins["dog"]
+        for i in range(2):  # a failed load of an id never served: a series each, as many as ids made up
+            assert client.post("/models", json={"id": f"made-up-{i}", "checkpoint": cut},
+                               headers=AUTH).status_code == 422
         metrics = client.get("/metrics").text
     assert 'fairseq_speaker_model_loads_total{model="default",outcome="failed"} 4' in metrics
+    assert 'fairseq_speaker_model_loads_total{outcome="failed"} 2' in metrics and "made-up" not in metrics
 
 
 def test_models_are_added_and_removed_without_a_restart_and_their_speakers_kept_in_the_store(toy, twins, tmp_path):
