@@ -201,14 +201,25 @@ def _format(rows: List[Tuple[str, Dict[str, float]]]) -> str:
     return "\n".join(lines)
 
 
+def _split(parser, raw: str, split: str):
+    """The speaker labels and traits of ``split``, one of each a sentence (else a parser error naming both files)."""
+    labels = _lines(os.path.join(raw, f"{split}.spk"))
+    traits = read_traits(os.path.join(raw, f"{split}.traits"))
+    if len(labels) != len(traits):  # a ValueError's traceback that named no file
+        parser.error(f"{os.path.join(raw, split + '.spk')} has {len(labels)} speaker labels but "
+                     f"{os.path.join(raw, split + '.traits')} {len(traits)} lines: one of each a sentence, in the "
+                     f"same order")
+    return labels, traits
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description="The Bayes limit of a styles corpus: the share of speaker words "
                                      "the Bayes decision gets right, for the test split and for held-out speakers "
                                      "known from their first n sentences.")
     parser.add_argument("raw", help="the corpus's folder (python -m fairseq_speaker.toy.corpus --styles K)")
-    parser.add_argument("--shots", type=int, nargs="+", default=[0, 1, 3, 10, 30], metavar="N",
+    parser.add_argument("--shots", type=int, nargs="+", default=None, metavar="N",
                         help="sentences of each held-out speaker learned from (heldout.*), each n scored on the "
-                        "speakers' sentences after their first max(N)")
+                        "speakers' sentences after their first max(N) (default: 0 1 3 10 30)")
     parser.add_argument("--score", choices=SCORES, default="decision",
                         help="decision: the Bayes decision against the test's words; posterior: its expected accuracy")
     parser.add_argument("--tables", choices=TABLES, default="known",
@@ -216,26 +227,37 @@ def main(argv=None) -> None:
                         "learned: as the training split shows them to an oracle told every other training speaker's "
                         "values (a corpus of the suite only; the limit of a learner of this corpus)")
     args = parser.parse_args(argv)
+    shots_given = args.shots is not None
+    args.shots = args.shots if shots_given else [0, 1, 3, 10, 30]
+    if min(args.shots) < 0:  # a ValueError's traceback
+        parser.error(f"--shots: numbers of sentences must be 0 or more, got {min(args.shots)}")
+    twice = sorted({n for n in args.shots if args.shots.count(n) > 1})
+    if twice:  # the row was printed twice
+        parser.error(f"--shots: {', '.join(map(str, twice))} given twice: give each number once")
+    if shots_given and not os.path.exists(os.path.join(args.raw, "heldout.spk")):
+        parser.error(f"--shots: {args.raw} has no held-out speakers (heldout.spk), whose first n sentences it counts: "
+                     f"write the corpus with held-out speakers, or leave --shots out")
     path = os.path.join(args.raw, "speakers.json")
     if not os.path.exists(path):
         parser.error(f"{path} not found: the Bayes oracle needs a corpus of the styles mode (--styles K) or of the "
                      f"corpus suite (--structure NAME)")
     styles = read_styles(path)
-    train_speakers = _lines(os.path.join(args.raw, "train.spk"))
-    train_traits = read_traits(os.path.join(args.raw, "train.traits"))
+    train_speakers, train_traits = _split(parser, args.raw, "train")
+    test_speakers, test_traits = _split(parser, args.raw, "test")
+    strangers = [(i, label) for i, label in enumerate(test_speakers, 1) if label not in set(train_speakers)]
+    if strangers:  # scored as a speaker known from no sentence, without a word
+        parser.error(f"{os.path.join(args.raw, 'test.spk')}:{strangers[0][0]}: speaker {strangers[0][1]!r} has no "
+                     f"training sentence (train.spk): the test split's speakers are the training speakers")
     tables = None
     if args.tables == "learned":
         if not isinstance(styles, StructureModel):
             parser.error(f"--tables learned: {path} is a corpus of the styles mode; learned tables are a reference of "
                          f"the corpus suite's structures (python -m fairseq_speaker.toy.corpus --structure NAME)")
         tables = learned_tables(path, train_speakers, train_traits)
-    rows = [("test", bayes_accuracy(
-        styles, train_speakers, train_traits,
-        _lines(os.path.join(args.raw, "test.spk")), read_traits(os.path.join(args.raw, "test.traits")), args.score,
-        tables))]
+    rows = [("test", bayes_accuracy(styles, train_speakers, train_traits, test_speakers, test_traits, args.score,
+                                    tables))]
     if os.path.exists(os.path.join(args.raw, "heldout.spk")):
-        labels = _lines(os.path.join(args.raw, "heldout.spk"))
-        traits = read_traits(os.path.join(args.raw, "heldout.traits"))
+        labels, traits = _split(parser, args.raw, "heldout")
         fewest = min(labels.count(s) for s in set(labels))
         if max(args.shots) >= fewest:
             parser.error(f"a held-out speaker has {fewest} sentences: --shots must stay below, to leave some to score")

@@ -2117,6 +2117,32 @@ def test_a_corpus_written_where_another_was_leaves_none_of_its_held_out_speakers
     assert open(os.path.join(out, "train.spk")).read().count("\n") == 48
 
 
+@pytest.mark.parametrize("heldout,change,args,message", [
+    (True, None, ["--shots", "-1"], "--shots: numbers of sentences must be 0 or more, got -1"),  # a traceback
+    (True, None, ["--shots", "1", "1"], "--shots: 1 given twice: give each number once"),  # the row printed twice
+    (False, None, ["--shots", "1"], "has no held-out speakers (heldout.spk), whose first n sentences it counts"),
+    (False, ("test.spk", lambda lines: lines[:30]), [],  # a ValueError that named no file
+     "test.spk has 30 speaker labels but {raw}/test.traits 60 lines: one of each a sentence"),
+    (False, ("test.spk", lambda lines: ["ghost"] + lines[1:]), [],  # scored as a speaker of no sentence, silently
+     "test.spk:1: speaker 'ghost' has no training sentence (train.spk)"),
+])
+def test_the_oracle_refuses_what_it_cannot_score_in_one_line(tmp_path, capsys, heldout, change, args, message):
+    from fairseq_speaker.toy import oracle
+
+    raw = str(tmp_path / "raw")
+    extra = ["--heldout", "--heldout-speakers", "2", "--heldout-sentences", "12"] if heldout else []
+    MAINS["fairseq-speaker-toy-corpus"](["--out", raw, "--styles", "2", "--speakers", "6", "--train", "60",
+                                         "--valid", "12", "--test", "60", *extra])
+    if change is not None:
+        path = os.path.join(raw, change[0])
+        lines = open(path, encoding="utf-8").read().splitlines()
+        open(path, "w", encoding="utf-8").write("\n".join(change[1](lines)) + "\n")
+    capsys.readouterr()
+    code, err = run_in_process(oracle.main, [raw, *args], capsys)
+    assert code == 2 and "Traceback" not in err, err
+    assert message.format(raw=raw) in err.strip().splitlines()[-1], err
+
+
 def test_params_counts_speakers_by_arithmetic(capsys):
     """A hundred million speakers are counted, not listed (the table is never built)."""
     parameter_accounting.main(["--tgt-vocab", "40000", "--speakers", "100000000"])
