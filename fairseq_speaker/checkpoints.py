@@ -201,6 +201,8 @@ AS_READ_KEY = "_fairseq_speaker_checkpoint_as_read"
 #: the task-state key (so in every checkpoint written after 0.8.0) of the dictionaries the model was built with, as
 #: its data folder's files hold them: side -> {"sha1": the SHA-1 of the symbols in order, "symbols": [...]}
 DICTIONARIES_KEY = "dictionaries"
+#: the key of the speakers' words' record in a checkpoint's model state (``fairseq_speaker.modules.words_record``)
+WORDS_KEY = "decoder.speaker_words._extra_state"
 #: the embedding tables whose rows are the words of the source and the target dictionary
 EMBEDDINGS = {"source": "encoder.embed_tokens.weight", "target": "decoder.embed_tokens.weight"}
 
@@ -234,4 +236,7 @@ def note_vocabulary(state: dict, path: Optional[str] = None) -> dict:
     extra = model.get(SPEAKER_NAMES_KEY)
     if isinstance(extra, dict):  # the same for the model, which fairseq-train restores without the task state
         extra["as_read"] = task_state[AS_READ_KEY]
+    words = model.get(WORDS_KEY)
+    if isinstance(words, dict) and path is not None:  # a damaged record refused naming its file
+        words["read_from"] = str(path)
     return state

@@ -328,7 +328,11 @@ class SpeakerWords(nn.Module):
 def from_state(state, vocab: int, where: str, speakers: Optional[int] = None) -> SpeakerWords:
     """The memory saved as ``state`` (:meth:`SpeakerWords.get_extra_state`), checked against a target vocabulary of
     ``vocab`` words and a table of ``speakers`` rows (None: any); a :class:`UserError` naming ``where`` when it cannot
-    be this model's (:func:`fairseq_speaker.modules.words_record.read_record`)."""
+    be this model's (:func:`fairseq_speaker.modules.words_record.read_record`): the file it was read from, where
+    :func:`fairseq_speaker.checkpoints.note_vocabulary` noted it."""
+    read_from = state.get("read_from") if isinstance(state, dict) else None
+    where = read_from if isinstance(read_from, str) else where
+
     def memory(options: Dict, ignored: List[int]) -> SpeakerWords:
         try:
             return SpeakerWords(vocab, WordOptions(**options), ignored)

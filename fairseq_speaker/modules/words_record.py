@@ -16,11 +16,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from fairseq_speaker.checkpoints import WORDS_KEY
 from fairseq_speaker.errors import UserError
 from fairseq_speaker.modules.word_kinds import TraitKinds
 
 #: where a checkpoint keeps the memory (the model's state dict)
-CHECKPOINT_KEY = "decoder.speaker_words._extra_state"
+CHECKPOINT_KEY = WORDS_KEY
 #: the format of the record this version writes and reads
 FORMAT_VERSION = 1
 
@@ -39,7 +40,8 @@ class Record:
 def record_error(where: str, what: str) -> UserError:
     """The refusal of a record read from ``where`` for ``what``."""
     return UserError(f"{where}: its speakers' words ({CHECKPOINT_KEY}) {what}; write them again with "
-                     f"fairseq-speaker-words from the checkpoint without them")
+                     f"fairseq-speaker-words from the checkpoint they were written from (the one without them), or "
+                     f"restore this file from a copy")
 
 
 def write_record(vocab: int, options: Dict, ignored: Sequence[int], words: List[np.ndarray],

@@ -1150,7 +1150,7 @@ COMMAND_PROBES = {
          "--arch lstm: LSTMModel is a model without speakers (fairseq's own), which the speaker task cannot feed"),
         ("not-a-checkpoint",
          ["{data}", "--path", "{badwords}", *GENERATE], 2,
-         "the checkpoint: its speakers' words (decoder.speaker_words._extra_state) are damaged"),
+         "{badwords}: its speakers' words (decoder.speaker_words._extra_state) are damaged"),
         ("memory-in-every-search",
          ["{data}", "--path", "{withwords}", *GENERATE, "--print-alignment"], 2,
          "this model remembers its speakers' words (fairseq-speaker-words), which only fairseq's beam search adds to "
@@ -1236,10 +1236,10 @@ COMMAND_PROBES = {
         ("empty-split",
          ["{emptyvalid}", "--path", "{ckpt}", *GENERATE[:-1], "valid"], 2,
          "{emptyvalid}/valid.en-fr.en.bin is empty: the 'valid' split of {emptyvalid} holds no sentences"),
-        ("not-a-checkpoint",
+        ("not-a-checkpoint",  # "the checkpoint", named no file
          ["{data}", "--path", "{badaddto}", *GENERATE], 2,
-         "its speakers' words (decoder.speaker_words._extra_state) have bad options (speaker words: add_to must be "
-         "one of log_probs, logits"),
+         "{badaddto}: its speakers' words (decoder.speaker_words._extra_state) have bad options (speaker words: add_to "
+         "must be one of log_probs, logits"),
         ("not-a-checkpoint",
          ["{data}", "--path", "{badrank}", *GENERATE], 2,
          "its speakers' words (decoder.speaker_words._extra_state) have bad options (speaker words: rank_choices must "
@@ -1250,7 +1250,7 @@ COMMAND_PROBES = {
          "distributions over the words of the model)"),
         ("not-a-checkpoint",
          ["{data}", "--path", "{otherwords}", *GENERATE], 2,
-         "the checkpoint: its speakers' words (decoder.speaker_words._extra_state) are over 99 target words, and "
+         "{otherwords}: its speakers' words (decoder.speaker_words._extra_state) are over 99 target words, and "
          "the model has"),
         ("not-utf8",
          ["{data}", "--path", "{ckpt}", *GENERATE, "--speaker-file", "{latin1}.spk"], 2,
