@@ -239,10 +239,21 @@ class SpeakerModelMixin:
         except RuntimeError as e:
             lines = [line.strip() for line in str(e).splitlines() if line.strip()]
             detail = "; ".join(lines[1:4]) if len(lines) > 1 else (lines[0] if lines else "")
+            if len(detail) > 400:  # cut at a word (it was cut inside one)
+                detail = detail[:400].rsplit(" ", 1)[0] + " ..."
+            as_read = (state_dict.get(SPEAKER_NAMES_KEY) or {}).get("as_read") or {}
+            path = as_read.get("path") or "the checkpoint"
+            saved = state_dict.get("decoder.embed_tokens.weight")
+            built = self.decoder.embed_tokens.weight if hasattr(self.decoder, "embed_tokens") else None
+            if as_read.get("speaker_token") is False and saved is not None and built is not None \
+                    and built.size(0) > saved.size(0):  # its target dictionary holds no speaker tokens
+                raise UserError(f"{path} was trained without --speaker-token (its target dictionary has no speaker "
+                                f"tokens, {saved.size(0)} rows against this model's {built.size(0)}): leave "
+                                f"--speaker-token out, or start from scratch in another --save-dir") from None
             raise UserError(
-                f"the checkpoint's parameters do not fit this model ({detail[:400]}): it was trained with another "
-                f"--arch, other sizes or another --speaker-bias; give the options it was trained with, or start "
-                f"from scratch in another --save-dir") from None
+                f"{path}: its parameters do not fit this model ({detail}): it was trained with another --arch, other "
+                f"sizes or another --speaker-bias; give the options it was trained with, or start from scratch in "
+                f"another --save-dir") from None
 
     def forward(self, src_tokens: Tensor, src_lengths: Tensor, prev_output_tokens: Tensor,
                 speakers: Optional[Tensor] = None, **kwargs):

@@ -2486,7 +2486,18 @@ def test_resuming_a_save_dir_with_another_arch_says_so(toy, trained, tmp_path):
     proc = run("train", train_args(toy["bin"], str(save), "lstm_fact_bias", "--max-epoch", "3"), check=False)
     assert proc.returncode == 2
     assert_user_error(proc)
-    assert "the checkpoint's parameters do not fit this model" in proc.stderr and "--save-dir" in proc.stderr
+    # the file named (it was "the checkpoint"), torch's message not cut inside a word
+    assert f"{save / 'checkpoint_last.pt'}: its parameters do not fit this model" in proc.stderr, proc.stderr
+    assert "--save-dir" in proc.stderr
+
+
+def test_resuming_with_speaker_token_a_checkpoint_trained_without_says_so(toy, trained, tmp_path):
+    """The message blamed --arch, sizes or --speaker-bias, and never named --speaker-token."""
+    proc = run("train", train_args(toy["bin"], str(tmp_path / "ckpt"), "lstm_fact_bias", "--speaker-token",
+                                   "--finetune-from-model", trained("lstm_fact_bias")), check=False)
+    assert proc.returncode == 2
+    assert_user_error(proc)
+    assert f"{trained('lstm_fact_bias')} was trained without --speaker-token" in proc.stderr, proc.stderr
 
 
 # -- the Python API ---------------------------------------------------------------------------------------
