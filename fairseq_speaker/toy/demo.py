@@ -51,6 +51,7 @@ from fairseq_speaker.generate_output import read_generate_output
 from fairseq_speaker.models import FAMILY_REGISTRY, get_family, speaker_presets
 from fairseq_speaker.modules.speaker_bias import parse_variant_name
 from fairseq_speaker.analysis.speaker_words import read_traits, trait_accuracy
+from fairseq_speaker.sequence_generator import check_beam_within
 from fairseq_speaker.toy.corpus import DEFAULT_DEVIATION, TRAITS, check_out_folder, read_styles, write_corpus
 from fairseq_speaker.toy.oracle import BAYES, bayes_accuracy, oracle_accuracy, oracle_rows
 from fairseq_speaker.runtime import add_runtime_arguments, check_at_least, check_threads, configure_output, parse_seed, start_threads
@@ -253,7 +254,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     for system in args.archs:
         choice = commands.system_args(system)
         if choice[1] not in presets:
-            parser.error(f"unknown system {system!r}: start it with a preset ({', '.join(sorted(presets))})")
+            parser.error(f"unknown system {system!r}: a system is PRESET, PRESET:VARIANT, or either with +spk_token "
+                         f"at the end; start it with a preset ({', '.join(sorted(presets))})")
         if "--speaker-bias" in choice:
             try:
                 parse_variant_name(choice[choice.index("--speaker-bias") + 1])
@@ -312,6 +314,9 @@ def main(argv=None) -> None:
                    args.speakers, args.threads, topics, styles=args.styles, deviation=args.deviation)
     references = read_lines(os.path.join(args.workdir, "raw", "test.fr"))
     traits = read_traits(os.path.join(args.workdir, "raw", "test.traits"))
+    from fairseq.data import Dictionary  # the beams against the target words, before any training (it was after)
+
+    check_beam_within(max(args.beams), len(Dictionary.load(os.path.join(data, "dict.fr.txt"))), "--beams")
 
     rows = []
     several = args.beams != [DEFAULT_BEAM]  # then a row per system and beam, and the beam in the table

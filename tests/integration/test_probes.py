@@ -210,7 +210,11 @@ COMMAND_PROBES = {
                                                          "classifier, and --no-report writes no report: drop one of "
                                                          "them"),
         ("one-line-user-errors",
-         ["--archs", "lstm_nonsense"], 2, "unknown system 'lstm_nonsense': start it with a preset"),
+         ["--archs", "lstm_nonsense"], 2, "unknown system 'lstm_nonsense': a system is PRESET, PRESET:VARIANT, or "
+                                          "either with +spk_token at the end; start it with a preset"),
+        ("one-line-user-errors",  # told to start with a preset, which it did
+         ["--archs", "lstm_base+spk_token:fact"], 2, "a system is PRESET, PRESET:VARIANT, or either with +spk_token "
+                                                     "at the end"),
         ("one-line-user-errors",
          ["--archs", "lstm_base:nope"], 2, "system 'lstm_base:nope': unknown --speaker-bias 'nope'"),
         ("numbers-checked", ["--styles", "-1"], 2, "--styles must be 0 (the default corpus) or more"),
@@ -231,6 +235,12 @@ COMMAND_PROBES = {
          ["--classifier-epochs", "0"], 2, "--classifier-epochs must be at least 1, got 0"),
         ("one-line-user-errors", ["--beams", "greedy"], 2, "argument --beams: invalid int value: 'greedy'"),
         ("numbers-checked", ["--threads", "0"], 2, "--threads must be at least 1, got 0"),
+        ("search-options-checked",  # found after training (exit 1, the results lost), the advice naming --beam
+         ["--workdir", "{tmp}/demo", "--speakers", "4", "--train", "40", "--test", "8", "--archs", "lstm_base",
+          "--beams", "5", "100000", "--threads", "1"], 2,
+         "--beams 100000 is more hypotheses than the target dictionary's"),
+        ("one-line-user-errors",  # a KeyError's traceback
+         ["--archs", "lstm_base: fact"], 2, "a variant's name holds no spaces: write 'fact'"),
     ],
     "fairseq-speaker-toy-corpus": [
         ("numbers-checked", ["--out", "{tmp}/c", "--speakers", "0"], 2, "--speakers must be at least 1, got 0"),
