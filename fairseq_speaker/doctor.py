@@ -19,12 +19,11 @@ import importlib
 import os
 import platform
 import sys
-import traceback
 from importlib import metadata
 from typing import List, Optional, Sequence, Tuple
 
 from fairseq_speaker.command_registry import program_name
-from fairseq_speaker.errors import UserError, command
+from fairseq_speaker.errors import command
 from fairseq_speaker.runtime import (
     THREADS_VARIABLE,
     add_runtime_arguments,
@@ -32,7 +31,7 @@ from fairseq_speaker.runtime import (
     configure_output,
     usable_cores,
 )
-from fairseq_speaker.user_dir import add_user_dir_argument, import_user_dir
+from fairseq_speaker.user_dir import UserDirImportFailed, add_user_dir_argument, import_user_dir, where_raised
 
 PROG = program_name(__name__)
 #: fairseq's compiled extensions the package needs: module -> what needs it
@@ -202,10 +201,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def user_dir_problem(user_dir: str, error: BaseException) -> str:
     """What to say of a ``--user-dir`` package whose import raised ``error`` (its own code failed)."""
-    frames = traceback.extract_tb(error.__traceback__)
-    where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
     detail = str(error).strip().splitlines()[0] if str(error).strip() else ""
-    return (f"--user-dir {user_dir} does not import: {type(error).__name__}{': ' + detail if detail else ''}{where}; "
+    return (f"--user-dir {user_dir} does not import: {type(error).__name__}{': ' + detail if detail else ''} at "
+            f"{where_raised(error)}; "
             f"fix the package (python -c 'import NAME' from its parent folder shows the traceback), then run the "
             f"doctor again; the lines above check the package without it")
 
@@ -217,10 +215,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     user_dir, broken = args.user_dir, None
     try:
         import_user_dir(user_dir)
-    except UserError:  # no such folder: the command line is wrong
-        raise
-    except Exception as e:  # noqa: BLE001  (the package's own code raised: a problem of the installation to report)
-        user_dir, broken = None, user_dir_problem(args.user_dir, e)
+    except UserDirImportFailed as e:  # the package's own code raised: a problem of the installation to report
+        user_dir, broken = None, user_dir_problem(args.user_dir, e.error)
     lines, problems = report(user_dir)
     if broken:
         problems.insert(0, broken)

@@ -43,12 +43,20 @@ def import_user_dir(user_dir: Optional[str]) -> None:
     except ImportError as e:  # fairseq refuses a folder named like another imported module
         raise UserError(f"--user-dir {user_dir}: {e}") from None
     except Exception as e:  # the package's own code fails as it is imported (a traceback that named no option)
-        raise UserError(f"--user-dir {user_dir}: importing the package failed at {_where(e)}: "
-                        f"{type(e).__name__}: {e}: fix the package (python -c 'import NAME' in its parent folder "
-                        f"shows the whole traceback)") from None
+        raise UserDirImportFailed(user_dir, e) from None
 
 
-def _where(error: Exception) -> str:
+class UserDirImportFailed(UserError):
+    """A ``--user-dir`` package whose own code raised ``error`` as it was imported."""
+
+    def __init__(self, user_dir: str, error: Exception):
+        super().__init__(f"--user-dir {user_dir}: importing the package failed at {where_raised(error)}: "
+                         f"{type(error).__name__}: {error}: fix the package (python -c 'import NAME' in its parent "
+                         f"folder shows the whole traceback)")
+        self.error = error
+
+
+def where_raised(error: BaseException) -> str:
     """The file and line where ``error`` was raised (for a syntax error, where the code is wrong)."""
     if isinstance(error, SyntaxError) and error.filename:
         return f"{error.filename}:{error.lineno}"

@@ -83,7 +83,12 @@ def _doctored(checkpoint: str, path: str, favourite: dict, vocab: int) -> str:
     return path
 
 
-def test_beam_hypotheses_keep_their_speakers_words_in_fairseq_interactive(remembered, toy, tmp_path):
+def test_beam_hypotheses_keep_their_speakers_words_in_fairseq_interactive(remembered, toy, tmp_path, monkeypatch):
+    from fairseq_speaker.modules import words_options
+
+    # a memory that wins every step (a window no record may hold since it was bounded): each hypothesis's words then
+    # show which speaker's bias row it was given, through the beam's reorderings
+    monkeypatch.setattr(words_options, "MAX_WINDOW", 1e7)
     checkpoint, _, _ = remembered
     ids = _dictionary(os.path.join(toy["bin"], "dict.fr.txt"))
     state = torch.load(checkpoint, weights_only=False)

@@ -75,7 +75,8 @@ def test_lstm_dropout_changes_training_only():
 
 def test_target_word_dropout_replaces_inputs_by_unk_in_training_only():
     task = make_task()
-    model = make_model("fact", task=task, lstm_dropout=0.0, target_word_dropout=1.0)
+    model = make_model("fact", task=task, lstm_dropout=0.0, target_word_dropout=0.5)
+    model.decoder.target_word_dropout = 1.0  # every word (an option of 1 is refused: nothing would be learned)
     src = random_batch(task.source_dictionary, [5, 3])
     prev = random_batch(task.target_dictionary, [4, 4], left_pad=False)
     speakers = torch.tensor([0, 1])
@@ -91,6 +92,7 @@ def test_target_word_dropout_replaces_inputs_by_unk_in_training_only():
 
 def test_word_dropout_keeps_bos_and_padding():
     task = make_task()
-    model = make_model("none", task=task, target_word_dropout=1.0)
+    model = make_model("none", task=task, target_word_dropout=0.5)
+    model.decoder.target_word_dropout = 1.0  # every word (an option of 1 is refused: nothing would be learned)
     prev = torch.tensor([[2, 7, 8, 1], [2, 9, 1, 1]])
     assert model.decoder.drop_words(prev).tolist() == [[2, 3, 3, 1], [2, 3, 1, 1]]
