@@ -139,8 +139,7 @@ class SpeakerTranslationTask(SpeakerInferenceMixin, TranslationTask):
         if os.path.exists(dict_path):
             dictionary = SpeakerDictionary.load(dict_path)
             logger.info(f"speaker dictionary: {len(dictionary)} speakers from {dict_path}")
-            if len(paths) == 1:  # its counts are the training split's (of one shard: checked as it is read)
-                self._speaker_dict_file = (dict_path, dictionary.state_dict())
+            self._speaker_dict_file = (dict_path, dictionary.state_dict())  # its counts: checked as train is read
             return dictionary.state_dict()
         labels = []
         for path in paths:
@@ -426,7 +425,7 @@ class SpeakerTranslationTask(SpeakerInferenceMixin, TranslationTask):
             speakers = self.speaker_dictionary.encode(labels, "fail", source=source, advice=advice)
             if self._speaker_dict_file is not None and not self._from_checkpoint \
                     and self.speaker_dictionary.state_dict() == self._speaker_dict_file[1]:
-                self._check_counts(labels, source, self._speaker_dict_file[0])
+                self._check_counts(split, labels, source, self._speaker_dict_file[0])
         else:
             speakers = self.speaker_dictionary.encode(labels, self.cfg.unknown_speaker, source=source)
         unseen = int((speakers < 0).sum())
@@ -439,18 +438,42 @@ class SpeakerTranslationTask(SpeakerInferenceMixin, TranslationTask):
             )
         return speakers
 
-    def _check_counts(self, labels: List[str], source: str, dict_path: str) -> None:
-        """Refuse a ``dict.spk.txt`` whose counts are not the training split's: written from other labels (a speaker
-        it lists with no training sentence kept an untrained row, listed as trained on its old count). A count of 0
-        is none recorded (a list of names written by hand, to set their order)."""
-        counts = Counter(labels)
+    def _check_counts(self, split: str, labels: List[str], source: str, dict_path: str) -> None:
+        """Refuse a ``dict.spk.txt`` whose counts are not the training split's (of every shard, as it is built): written
+        from other labels (a speaker it lists with no training sentence kept an untrained row, listed as trained on its
+        old count). A count of 0 is none recorded (a list of names written by hand, to set their order)."""
+        paths = utils.split_paths(self.cfg.data)
+        if len(paths) > 1:  # sharded data: the dictionary was built from every shard's training labels
+            labels = [label for path in paths for label in self._read_speakers(path, split)]
+            source = " and ".join(dict.fromkeys(self._speaker_path(path, split) for path in paths))
+        mismatch = self._count_mismatch(Counter(labels))
+        if mismatch is None:
+            return
+        name, count, found = mismatch
+        default = "train"
+        if split != default and self.cfg.speaker_file is None \
+                and all(os.path.exists(self._speaker_path(path, default)) for path in paths):
+            try:
+                other = Counter(label for path in paths for label in self._read_speakers(path, default))
+            except SpeakerDataError:
+                other = Counter()
+            if self._count_mismatch(other) is None:  # a correct file for train: deleting it would lose that
+                raise SpeakerDataError(
+                    f"{dict_path} holds the speakers of the {default} split with their counts, and --train-subset "
+                    f"{split} trains on {source}: the speaker dictionary must be the training split's; train on a copy "
+                    f"of the data folder without dict.spk.txt (it is rebuilt there from the {split} split), or on the "
+                    f"{default} split")
+        raise SpeakerDataError(
+            f"{dict_path} was written from other training labels than {source}: it gives speaker {name!r} {count} "
+            f"sentences, {source} {found}: delete {dict_path} to rebuild it from the training labels")
+
+    def _count_mismatch(self, counts: Counter) -> Optional[Tuple[str, int, int]]:
+        """The first speaker whose recorded count (not 0) is not ``counts``'s: (name, recorded, counted), or None."""
         dictionary = self.speaker_dictionary
         for name, count in zip(dictionary.names, dictionary.counts):
             if count and counts.get(name, 0) != count:
-                raise SpeakerDataError(
-                    f"{dict_path} was written from other training labels than {source}: it gives "
-                    f"speaker {name!r} {count} sentences, {source} {counts.get(name, 0)}: delete "
-                    f"{dict_path} to rebuild it from the training labels")
+                return name, count, counts.get(name, 0)
+        return None
 
     def _target_prefix(self, speakers: torch.Tensor) -> Optional[torch.Tensor]:
         # a validation sentence of an unseen speaker starts with <unk>: there is no token to name them

@@ -1098,6 +1098,15 @@ COMMAND_PROBES = {
          ["{stalespkdict}", *TRAIN[1:], "--optimizer", "adam", "--lr", "0.001"], 2,
          "{stalespkdict}/dict.spk.txt was written from other training labels than "
          "{stalespkdict}/train.spk: it gives speaker 'spk001' "),
+        ("speaker-file-fits-split",  # sharded data: checked for one folder only, the stale file trained
+         ["{stalespkdict}:{data}", *TRAIN[1:], "--optimizer", "adam", "--lr", "0.001"], 2,
+         "{stalespkdict}/dict.spk.txt was written from other training labels than {stalespkdict}/train.spk and "
+         "{data}/train.spk: it gives speaker "),
+        ("speaker-file-fits-split",  # told to delete the folder's correct dict.spk.txt
+         ["{trainspkdict}", *TRAIN[1:], "--optimizer", "adam", "--lr", "0.001", "--train-subset", "valid"], 2,
+         "{trainspkdict}/dict.spk.txt holds the speakers of the train split with their counts, and --train-subset "
+         "valid trains on {trainspkdict}/valid.spk: the speaker dictionary must be the training split's; train on a "
+         "copy of the data folder without dict.spk.txt"),
         ("speaker-file-fits-split",  # the test split was validated with the valid split's speakers, without a word
          [*TRAIN, "--valid-subset", "valid,test", "--speaker-file", "{data}/valid.spk"], 2,
          "--speaker-file {data}/valid.spk gives the speakers of one split, read for 'valid' and now asked for 'test' "
@@ -1666,6 +1675,16 @@ class Places:
                 os.path.join(self.path("stalespkdict"), "dict.spk.txt"))
             return [b"spk002\n" if line == b"spk001\n" else line for line in lines]
         return self._spk_lines("stalespkdict", change)
+
+    def make_trainspkdict(self):
+        """A copy of the toy data with the dict.spk.txt of its train split."""
+        from fairseq_speaker.data import SpeakerDictionary
+
+        def change(lines):
+            SpeakerDictionary.from_labels([line.decode().strip() for line in lines]).save(
+                os.path.join(self.path("trainspkdict"), "dict.spk.txt"))
+            return lines
+        return self._spk_lines("trainspkdict", change)
 
     def make_nospkdata(self):
         dest = self._data_copy("nospkdata")
