@@ -17,6 +17,7 @@ from typing import Callable, Dict, List, Tuple
 from fairseq import utils
 
 from fairseq_speaker.errors import UserError
+from fairseq_speaker.modules.speaker_bias import parse_variant_name
 
 #: preset suffix -> the speaker bias variant it chooses
 PRESET_VARIANTS: Dict[str, str] = {"base": "none", "full_bias": "full", "fact_bias": "fact"}
@@ -39,7 +40,10 @@ def preset_architecture(variant: str, base_architecture: Callable) -> Callable:
     defaults (``base_architecture``)."""
 
     def preset(args):
-        args.speaker_bias = utils.safe_getattr(args, "speaker_bias", None) or variant
+        given = utils.safe_getattr(args, "speaker_bias", None)
+        if given is not None and not str(given).strip():
+            parse_variant_name(given)  # refused: an empty one is not the preset's (an unset "$BIAS")
+        args.speaker_bias = given or variant
         base_architecture(args)
 
     preset.__doc__ = f"speaker bias {variant!r} unless --speaker-bias says otherwise; then the family's defaults"

@@ -57,6 +57,14 @@ def fill_defaults(args, config_class: Type[FairseqDataclass]) -> None:
 SIZE_OPTIONS = (("encoder_", "decoder_", "attention_", "speaker_", "embed_"), ("_dim", "_size", "_layers", "_heads"))
 
 
+#: what a dropout of 1 does, by option (the others drop units, as --dropout does)
+DROPOUT_OF_1 = {
+    "dropout": "1 drops every unit: nothing is learned, and a rescaling by 1 / (1 - p) ends in NaN gradients",
+    "target_word_dropout": "1 replaces every target word the decoder reads by <unk>: it learns no language model "
+                           "of the target, and decodes with one it never saw",
+}
+
+
 def check_network_options(cfg) -> None:
     """Refuse, before a network is built, a dropout option (``--dropout``, ``--attention-dropout``, ...) outside
     [0, 1) and a size (``--encoder-embed-dim``, ``--decoder-layers``, ``--encoder-attention-heads``, ...) below 1:
@@ -68,7 +76,6 @@ def check_network_options(cfg) -> None:
             continue
         if "dropout" in name and not 0 <= value < 1:  # nan too
             raise UserError(f"--{name.replace('_', '-')} {value}: a dropout is a probability, from 0 to below 1 "
-                            f"(1 drops every unit: nothing is learned, and the LSTM's rescaling by 1 / (1 - p) ended "
-                            f"in NaN gradients; 0.1 to 0.3 are usual)")
+                            f"({DROPOUT_OF_1.get(name, DROPOUT_OF_1['dropout'])}; 0.1 to 0.3 are usual)")
         if name.startswith(SIZE_OPTIONS[0]) and name.endswith(SIZE_OPTIONS[1]) and isinstance(value, int) and value < 1:
             raise UserError(f"--{name.replace('_', '-')} {value}: a size of the network must be at least 1")

@@ -27,6 +27,7 @@ from fairseq_speaker.data.speaker_labels import retired_among
 from fairseq_speaker.data.text_files import check_not_a_pipe
 from fairseq_speaker.errors import UserError
 from fairseq_speaker.fairseq_patches import epoch_iterator_is_cached, read_interactive_input
+from fairseq_speaker.modules.speaker_bias import parse_variant_name
 from fairseq_speaker.modules.speaker_plumbing import SpeakerModelMixin
 from fairseq_speaker.optim.speaker_progress import SpeakerProgress
 from fairseq_speaker.runtime import threads_for_fairseq_command
@@ -40,6 +41,20 @@ logger = logging.getLogger(__name__)
 PREPROCESSING_KEY = "preprocessing"
 #: the target-dictionary symbol naming a speaker with --speaker-token
 SPEAKER_TOKEN = "<spk:{}>"
+
+
+def check_training_options(cfg) -> None:
+    """Refuse the model options of a training command line that would be ignored: an empty ``--speaker-bias`` (a
+    model without speakers, or the preset's variant, without a word) and a ``--topic-model`` without the ``topic``
+    variant (release 0.7.0's checkpoints carry one, unused, in their options: not checked when they are read)."""
+    name = getattr(cfg, "speaker_bias", None)
+    if name is None:
+        return
+    parts = parse_variant_name(name)
+    topic_model = getattr(cfg, "topic_model", None)
+    if topic_model and "topic" not in parts:
+        raise UserError(f"--topic-model {topic_model} is read by the topic variant only, and --speaker-bias is "
+                        f"{name!r}: add topic to it (e.g. --speaker-bias {name}+topic), or leave --topic-model out")
 
 
 class SplitNotFound(SpeakerDataError):
@@ -229,6 +244,8 @@ class SpeakerTranslationTask(SpeakerInferenceMixin, TranslationTask):
         return tokens.masked_fill(speakers < 0, unknown)
 
     def build_model(self, cfg, from_checkpoint=False):
+        if not from_checkpoint:  # fairseq-train's command line (a checkpoint's options were checked when it trained)
+            check_training_options(cfg)
         if self.uses_speaker_token:
             self.speaker_token_ids()  # the embedding tables must include the speaker tokens
         model = super().build_model(cfg, from_checkpoint)

@@ -1113,6 +1113,20 @@ COMMAND_PROBES = {
          "too"),
         ("one-line-user-errors",  # accepted, then the first update ended in NaN gradients (a traceback)
          [*TRAIN, "--lstm-dropout", "1.0"], 2, "--lstm-dropout 1.0: a dropout is a probability, from 0 to below 1"),
+        ("one-line-user-errors",  # refused with the reason of a dropout of units (NaN gradients)
+         [*TRAIN, "--target-word-dropout", "1.0"], 2, "--target-word-dropout 1.0: a dropout is a probability, from 0 "
+                                                      "to below 1 (1 replaces every target word the decoder reads by "
+                                                      "<unk>"),
+        ("one-line-user-errors",  # an unset "$BIAS": the preset's variant, without a word
+         [*TRAIN, "--speaker-bias", ""], 2, "--speaker-bias '' names no variant: give one ("),
+        ("one-line-user-errors",  # the bare model trained without speakers, and saved speaker_bias ''
+         [*[("speaker_lstm" if a == "lstm_base" else a) for a in TRAIN], "--speaker-bias", ""], 2,
+         "--speaker-bias '' names no variant: give one ("),
+        ("one-line-user-errors",  # told to write '', the empty value
+         [*TRAIN, "--speaker-bias", " "], 2, "--speaker-bias ' ' names no variant: give one ("),
+        ("ignored-options-refused",  # the topic model was read by nothing
+         [*TRAIN, "--topic-model", "{tmp}/topics.npz"], 2, "--topic-model {tmp}/topics.npz is read by the topic "
+                                                           "variant only, and --speaker-bias is 'none': add topic"),
         ("one-line-user-errors",  # a KeyError: ' fact' passed the check stripped and was looked up unstripped
          [*TRAIN, "--speaker-bias", " fact"], 2, "--speaker-bias ' fact': a variant's name holds no spaces: write "
                                                  "'fact'"),

@@ -115,6 +115,9 @@ def parse_variant_name(name: str, option: str = "--speaker-bias") -> List[str]:
     """``"fact+topic"`` -> ``["fact", "topic"]``; raises with the registered names if one is unknown (``option``: the
     option that gave ``name``, for the message)."""
     parts = str(name).split("+")
+    if not str(name).strip():  # "$BIAS" unset: no speakers (a bare model) or the preset's, without a word
+        raise UserError(f"{option} {name!r} names no variant: give one ({', '.join(sorted(SPEAKER_BIAS_REGISTRY))}; "
+                        f"none for no speaker bias), or leave the option out for the --arch's own")
     if any(part != part.strip() for part in parts):  # ' fact' passed the check stripped and was looked up unstripped
         raise UserError(f"{option} {name!r}: a variant's name holds no spaces: write "
                         f"{'+'.join(part.strip() for part in parts)!r}")
