@@ -250,6 +250,11 @@ class SpeakerModelMixin:
                 raise UserError(f"{path} was trained without --speaker-token (its target dictionary has no speaker "
                                 f"tokens, {saved.size(0)} rows against this model's {built.size(0)}): leave "
                                 f"--speaker-token out, or start from scratch in another --save-dir") from None
+            if as_read.get("speaker_token") is True and saved is not None and built is not None \
+                    and saved.size(0) > built.size(0):  # its target dictionary holds the speaker tokens
+                raise UserError(f"{path} was trained with --speaker-token (its target dictionary has a token per "
+                                f"speaker, {saved.size(0)} rows against this model's {built.size(0)}): give "
+                                f"--speaker-token, or start from scratch in another --save-dir") from None
             raise UserError(
                 f"{path}: its parameters do not fit this model ({detail}): it was trained with another --arch, other "
                 f"sizes or another --speaker-bias; give the options it was trained with, or start from scratch in "

@@ -2543,6 +2543,16 @@ def test_resuming_with_speaker_token_a_checkpoint_trained_without_says_so(toy, t
     assert f"{trained('lstm_fact_bias')} was trained without --speaker-token" in proc.stderr, proc.stderr
 
 
+def test_resuming_without_speaker_token_a_checkpoint_trained_with_it_says_so(toy, trained, tmp_path):
+    """The reverse case: the message blamed --arch, sizes or --speaker-bias, and quoted torch's size mismatches."""
+    proc = run("train", train_args(toy["bin"], str(tmp_path / "ckpt"), "lstm_base", "--finetune-from-model",
+                                   trained("lstm_base+spk_token")), check=False)
+    assert proc.returncode == 2
+    assert_user_error(proc)
+    assert f"{trained('lstm_base+spk_token')} was trained with --speaker-token" in proc.stderr, proc.stderr
+    assert "give --speaker-token" in proc.stderr and "size mismatch" not in proc.stderr, proc.stderr
+
+
 # -- the Python API ---------------------------------------------------------------------------------------
 
 
