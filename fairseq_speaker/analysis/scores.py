@@ -1,5 +1,6 @@
 """System outputs, BLEU and chrF with sacrebleu, and paired bootstrap resampling against a baseline."""
 
+import logging
 import os
 import re
 from contextlib import contextmanager
@@ -11,6 +12,8 @@ from sacrebleu.significance import PairedTest, Result
 
 from fairseq_speaker.data.text_files import read_lines
 from fairseq_speaker.generate_output import generate_targets, other_sentences, read_generate_output
+
+logger = logging.getLogger(__name__)
 
 GENERATE_LINE = re.compile(r"^[HD]-\d+\t")
 #: the paper marks differences with p < 0.05 as significant
@@ -29,9 +32,14 @@ def read_hypotheses(path: str, kind: str = "H", references: Optional[Sequence[st
     if any(GENERATE_LINE.match(line) for line in lines):
         text = "\n".join(lines)
         hypotheses = read_generate_output(text, source=path, kind=kind)
-        problem = other_sentences(generate_targets(text), references) if references is not None else None
+        targets = generate_targets(text)
+        problem = other_sentences(targets, references) if references is not None else None
         if problem:
             raise ValueError(f"{path}: {problem}")
+        if references is not None and not targets:  # grep ^H-: another split's output was scored without a word
+            logger.warning(f"{path}: a fairseq-generate output with no T- lines (the references it translated): "
+                           f"whether it translated the sentences of --references is not checked; give the whole "
+                           f"output to have it checked")
         return hypotheses
     return lines
 

@@ -157,6 +157,26 @@ def test_an_output_in_nfd_is_scored_as_the_text_it_is_and_said(toy, tmp_path):
         "normal form NFC" in proc.stderr, proc.stderr
 
 
+def test_a_generate_output_without_its_references_is_scored_with_a_warning(toy, tmp_path):
+    """``grep ^H- gen.out``: an output of another split could not be checked against --references (scored BLEU 6.6
+    without a word); it is scored, with a warning that says so. With its T- lines kept, no warning."""
+    references = tmp_path / "refs.txt"
+    references.write_text("a b c d e .\nf g h i j .\n", encoding="utf-8")
+    whole = "S-{i}\tx .\nT-{i}\t{t}\nH-{i}\t-0.5\t{t}\n"
+    full = tmp_path / "full.txt"
+    full.write_text("".join(whole.format(i=i, t=t) for i, t in ((1, "f g h i j ."), (0, "a b c d e ."))),
+                    encoding="utf-8")
+    stripped = tmp_path / "h.txt"
+    stripped.write_text("".join(line + "\n" for line in full.read_text().splitlines() if line.startswith("H-")),
+                        encoding="utf-8")
+    options = ["--references", str(references), "--tokenize", "none", "--bootstrap", "10", "--threads", "1"]
+    proc = run("fairseq-speaker-report", ["--out", str(tmp_path / "r"), *options, "--system", f"h={stripped}"])
+    assert "| h | 100.00 | 100.00 | baseline |" in proc.stdout, proc.stdout
+    assert f"{stripped}: a fairseq-generate output with no T- lines" in proc.stderr, proc.stderr
+    proc = run("fairseq-speaker-report", ["--out", str(tmp_path / "f"), *options, "--system", f"f={full}"])
+    assert "| f | 100.00 | 100.00 | baseline |" in proc.stdout and "no T- lines" not in proc.stderr, proc.stderr
+
+
 def test_a_system_output_from_a_pipe_is_read_once(toy, tmp_path, capsys):
     """``--system a=<(command)``: the file was read twice (its encoding checked first), and the pipe was empty the
     second time ("0 hypotheses for the 800 references")."""
