@@ -203,8 +203,12 @@ def _format(rows: List[Tuple[str, Dict[str, float]]]) -> str:
 
 def _split(parser, raw: str, split: str):
     """The speaker labels and traits of ``split``, one of each a sentence (else a parser error naming both files)."""
-    labels = _lines(os.path.join(raw, f"{split}.spk"))
-    traits = read_traits(os.path.join(raw, f"{split}.traits"))
+    try:
+        labels = _lines(os.path.join(raw, f"{split}.spk"))
+        traits = read_traits(os.path.join(raw, f"{split}.traits"))
+    except OSError as e:  # a traceback
+        parser.error(f"{e.filename}: {e.strerror}: the oracle reads each split's speakers ({split}.spk) and traits "
+                     f"({split}.traits), as python -m fairseq_speaker.toy.corpus writes them")
     if len(labels) != len(traits):  # a ValueError's traceback that named no file
         parser.error(f"{os.path.join(raw, split + '.spk')} has {len(labels)} speaker labels but "
                      f"{os.path.join(raw, split + '.traits')} {len(traits)} lines: one of each a sentence, in the "
@@ -241,7 +245,11 @@ def main(argv=None) -> None:
     if not os.path.exists(path):
         parser.error(f"{path} not found: the Bayes oracle needs a corpus of the styles mode (--styles K) or of the "
                      f"corpus suite (--structure NAME)")
-    styles = read_styles(path)
+    try:
+        styles = read_styles(path)
+    except (ValueError, KeyError, TypeError) as e:  # not JSON (a traceback), or not a corpus's
+        parser.error(f"{path}: not the speakers.json of a corpus ({type(e).__name__}: {e}): write the corpus again "
+                     f"(python -m fairseq_speaker.toy.corpus)")
     train_speakers, train_traits = _split(parser, args.raw, "train")
     test_speakers, test_traits = _split(parser, args.raw, "test")
     strangers = [(i, label) for i, label in enumerate(test_speakers, 1) if label not in set(train_speakers)]

@@ -2168,6 +2168,11 @@ def test_a_corpus_written_where_another_was_leaves_none_of_its_held_out_speakers
      "test.spk has 30 speaker labels but {raw}/test.traits 60 lines: one of each a sentence"),
     (False, ("test.spk", lambda lines: ["ghost"] + lines[1:]), [],  # scored as a speaker of no sentence, silently
      "test.spk:1: speaker 'ghost' has no training sentence (train.spk)"),
+    (True, ("heldout.traits", lambda lines: None), [],  # a FileNotFoundError's traceback
+     "{raw}/heldout.traits: No such file or directory: the oracle reads each split's speakers (heldout.spk) and "
+     "traits (heldout.traits)"),
+    (False, ("speakers.json", lambda lines: ["{"]), [],  # a JSONDecodeError's traceback
+     "{raw}/speakers.json: not the speakers.json of a corpus (JSONDecodeError: "),
 ])
 def test_the_oracle_refuses_what_it_cannot_score_in_one_line(tmp_path, capsys, heldout, change, args, message):
     from fairseq_speaker.toy import oracle
@@ -2178,8 +2183,11 @@ def test_the_oracle_refuses_what_it_cannot_score_in_one_line(tmp_path, capsys, h
                                          "--valid", "12", "--test", "60", *extra])
     if change is not None:
         path = os.path.join(raw, change[0])
-        lines = open(path, encoding="utf-8").read().splitlines()
-        open(path, "w", encoding="utf-8").write("\n".join(change[1](lines)) + "\n")
+        changed = change[1](open(path, encoding="utf-8").read().splitlines())
+        if changed is None:
+            os.remove(path)
+        else:
+            open(path, "w", encoding="utf-8").write("\n".join(changed) + "\n")
     capsys.readouterr()
     code, err = run_in_process(oracle.main, [raw, *args], capsys)
     assert code == 2 and "Traceback" not in err, err
