@@ -62,9 +62,13 @@ def _kinds_prior(value: str) -> float:
     return number
 
 
-def _bounded(most: float, why: str = "beyond it the memory overrides every word the network proposes"):
+def _bounded(most: float, why: str = "beyond it the memory overrides every word the network proposes",
+             zero: Optional[str] = None):
+    """A number from 0 to ``most`` (``why``: the reason of the bound); above 0 where ``zero`` says why."""
     def parse(value: str) -> float:
         number = _non_negative(value)
+        if zero is not None and number == 0:
+            raise argparse.ArgumentTypeError(f"expected a number above 0 and at most {most:g}, got {value!r} ({zero})")
         if number > most:
             raise argparse.ArgumentTypeError(f"expected a number between 0 and {most:g}, got {value!r} ({why})")
         return number
@@ -119,7 +123,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="nats per unit of log ratio of a speaker's rate of a word to everyone's (0: no effect); "
                         "given, it is not chosen on held-out sentences")
     parser.add_argument("--window", type=_bounded(MAX_WINDOW, "a wider window puts a speaker's bias on nearly every "
-                                                  "word: every translation one word repeated"), default=None,
+                                                  "word: every translation one word repeated",
+                                         zero="at 0 no word is re-ranked against another; for a memory that does "
+                                              "nothing, give --weight 0"), default=None,
                         help="a generation step re-ranks the words within this many nats of its most probable word; "
                         "given, it is not chosen on held-out sentences")
     parser.add_argument("--own", type=_share, default=defaults.own,

@@ -444,6 +444,10 @@ COMMAND_PROBES = {
         ("memory-weight-bounded", ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--window", "8"], 2,
          "argument --window: expected a number between 0 and 4, got '8' (a wider window puts a speaker's bias on "
          "nearly every word"),
+        ("memory-weight-bounded",  # re-ranked no word against another, written without a word
+         ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--window", "-0"], 2,
+         "argument --window: expected a number above 0 and at most 4, got '-0' (at 0 no word is re-ranked against "
+         "another; for a memory that does nothing, give --weight 0)"),
         ("search-options-checked",
          ["{data}", "--path", "{ckpt}", "--save", "{tmp}/o.pt", "--calibration-beam", "100000"], 2,
          "--calibration-beam 100000 is more hypotheses than the target dictionary's"),
