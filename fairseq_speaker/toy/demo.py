@@ -48,7 +48,7 @@ from fairseq_speaker.commands import family
 from fairseq_speaker.commands import run_fairseq as fairseq
 from fairseq_speaker.data import read_lines
 from fairseq_speaker.generate_output import read_generate_output
-from fairseq_speaker.models import FAMILY_REGISTRY, get_family, speaker_presets
+from fairseq_speaker.models import FAMILY_REGISTRY, get_family, preset_variant, speaker_presets
 from fairseq_speaker.modules.speaker_bias import parse_variant_name
 from fairseq_speaker.analysis.speaker_words import read_traits, trait_accuracy
 from fairseq_speaker.sequence_generator import check_beam_within
@@ -246,6 +246,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _what_it_trains(system: str) -> tuple:
+    """A system as what it trains, however it is spelled: its family, its variant's parts, whether it has the speaker
+    token (``lstm_fact_bias`` and ``lstm_base:fact`` are one)."""
+    choice = commands.system_args(system)
+    variant = choice[choice.index("--speaker-bias") + 1] if "--speaker-bias" in choice else preset_variant(choice[1])
+    return family(system), frozenset(parse_variant_name(variant or "none")), "--speaker-token" in choice
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     """The demo's options, its systems checked: a preset, a registered variant."""
     parser = build_parser()
@@ -279,6 +287,12 @@ def parse_args(argv=None) -> argparse.Namespace:
                          f"speaker has one sentence in each split at least")
     if len(set(args.archs)) < len(args.archs):
         parser.error(f"--archs {' '.join(args.archs)} names a system twice")
+    spelled: Dict[tuple, str] = {}
+    for system in args.archs:  # lstm_fact_bias and lstm_base:fact: one model, trained twice under two names
+        first = spelled.setdefault(_what_it_trains(system), system)
+        if first != system:
+            parser.error(f"--archs: {first} and {system} are one system (the same family, speaker bias and speaker "
+                         f"token): give it once")
     if args.styles < 0:
         parser.error("--styles must be 0 (the default corpus) or more")
     if not 0.0 <= args.deviation <= 1.0:

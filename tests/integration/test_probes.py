@@ -225,6 +225,12 @@ COMMAND_PROBES = {
         ("numbers-checked", ["--epochs", "0"], 2, "--epochs must be at least 1, got 0"),
         ("ignored-options-refused", ["--archs", "lstm_base", "lstm_base"], 2, "--archs lstm_base lstm_base names a "
                                                                               "system twice"),
+        ("ignored-options-refused",  # one model trained twice, under two names
+         ["--archs", "lstm_fact_bias", "lstm_base:fact"], 2, "--archs: lstm_fact_bias and lstm_base:fact are one "
+                                                             "system (the same family, speaker bias and speaker token)"),
+        ("ignored-options-refused",
+         ["--archs", "lstm_base:fact+topic", "lstm_fact_bias:topic+fact"], 2,
+         "--archs: lstm_base:fact+topic and lstm_fact_bias:topic+fact are one system"),
         ("ignored-options-refused",
          ["--deviation", "0.2"], 2, "--deviation 0.2 is the styles corpus's: give --styles K too"),
         ("numbers-checked", ["--lr", "nan"], 2, "--lr must be a number above 0, got nan"),
