@@ -27,7 +27,7 @@ import fairseq_speaker.checkpoints  # noqa: F401  (weights_only loading of fairs
 from fairseq_speaker.checkpoint_dictionaries import dictionaries_record, dictionary_problems
 from fairseq_speaker.checkpoints import read_checkpoint, recorded_dictionaries
 from fairseq_speaker.data import SpeakerDictionary
-from fairseq_speaker.data.speaker_labels import is_retired_name, retired_among
+from fairseq_speaker.data.speaker_labels import is_retired_name, live_names, retired_among
 from fairseq_speaker.errors import UserError
 from fairseq_speaker.modules.speaker_bias import SpeakerBias, build_speaker_bias
 from fairseq_speaker.tasks.speaker_translation import SPEAKER_TOKEN
@@ -138,8 +138,7 @@ class BiasInspection:
     def _index(self, speaker: str) -> int:
         if speaker in self.speakers and not is_retired_name(speaker):
             return self.speakers.index(speaker)
-        count = sum(not is_retired_name(name) for name in self.speakers)
-        raise ValueError(f"speaker {speaker!r} is not among the model's {count} speakers"
+        raise ValueError(f"speaker {speaker!r} is not among the model's {len(live_names(self.speakers))} speakers"
                          f"{retired_among([speaker], self.speakers)}")
 
     def bias(self, speaker: str) -> Tensor:

@@ -28,7 +28,7 @@ from fairseq_speaker.analysis.scores import SIGNIFICANCE, SystemScore, detokeniz
 from fairseq_speaker.atomic_write import atomic_path, check_not_an_input, make_folder, write_json, write_text
 from fairseq_speaker.command_registry import program_name
 from fairseq_speaker.data import read_lines, read_speaker_file
-from fairseq_speaker.data.speaker_labels import visible_form
+from fairseq_speaker.data.speaker_labels import described_character, visible_form
 from fairseq_speaker.data.text_files import check_not_a_pipe
 from fairseq_speaker.errors import UserError, command
 from fairseq_speaker.runtime import (
@@ -55,12 +55,10 @@ def _pairs(values: Sequence[str], flag: str) -> List[Tuple[str, str]]:
             raise UserError(f"{flag} takes NAME=PATH, got {value!r}")
         bad = next((i for i, c in enumerate(name) if c == "|" or not c.isprintable()), None)
         if bad is not None:  # a '|' shifted the columns of report.md's row, a line end split it
-            c = name[bad]
-            described = f"{c!r} (U+{ord(c):04X}{' ' + unicodedata.name(c, '')})".replace(" )", ")")
             raise UserError(f"{flag} {name!r}: a NAME is a column of the report's tables, and this one holds "
-                            f"{described} at character {bad + 1}: give one without '|' or characters that do not "
-                            f"print (line ends, tabs and other control characters, invisible ones, spaces other than "
-                            f"U+0020)")
+                            f"{described_character(name[bad])} at character {bad + 1}: give one without '|' or "
+                            f"characters that do not print (line ends, tabs and other control characters, invisible "
+                            f"ones, spaces other than U+0020)")
         if not visible_form(name):  # a row whose name column is blank
             raise UserError(f"{flag} {name!r}: a NAME that shows nothing: give each a name a reader sees")
         if not os.path.exists(path):

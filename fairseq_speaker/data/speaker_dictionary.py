@@ -33,9 +33,10 @@ import torch
 
 from fairseq_speaker.atomic_write import atomic_path
 from fairseq_speaker.data.speaker_labels import (
-    is_retired_name,
     label_problem,
+    live_names,
     retired_name,
+    retired_said,
     shown,
     surrounding_whitespace,
     visible_form,
@@ -152,9 +153,8 @@ class SpeakerDictionary:
         self._nfc: Dict[str, str] = {}
         #: visible form (:func:`visible_form`) -> the label, to catch a new label that looks like a known one
         self._visible: Dict[str, str] = {}
-        for name in self.names:  # a retired speaker's rows are no one's: a label may look like their name
-            if not is_retired_name(name):
-                self._visible.setdefault(visible_form(name), name)
+        for name in live_names(self.names):  # a retired speaker's rows are no one's: a label may look like their name
+            self._visible.setdefault(visible_form(name), name)
         for name in self.names:
             twin = self._nfc.setdefault(unicodedata.normalize("NFC", name), name)
             if twin != name:
@@ -271,15 +271,13 @@ class SpeakerDictionary:
                 if unknown == "fail":
                     where = f"{source}:{lines[i] if lines is not None else i + 1}"
                     if retired_name(label) in self._index:  # its rows kept under another name: no other data helps
-                        raise SpeakerDataError(
-                            f"{where}: speaker {label!r} was a speaker of this model and was retired "
-                            f"(SpeakerTranslator.retire_speakers): restore it (restore_speakers, then save) to use "
-                            f"its sentences, or leave them out of this split")
+                        raise SpeakerDataError(f"{where}: speaker {retired_said([label])}: restore it (then save "
+                                               f"the model) to use its sentences, or leave them out of this split")
                     advice = advice or ("use --unknown-speaker mean (the mean speaker) or none (no bias) to "
                                         "translate unseen speakers")
-                    speakers = sum(not is_retired_name(name) for name in self.names)
                     raise SpeakerDataError(
-                        f"{where}: speaker {label!r} is not among the {speakers} speakers the model was trained on; "
+                        f"{where}: speaker {label!r} is not among the {len(live_names(self.names))} speakers the model "
+                        f"was trained on; "
                         f"{advice}"
                     )
                 idx = fallback

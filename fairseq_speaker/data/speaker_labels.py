@@ -79,9 +79,11 @@ def _invisible(c: str) -> bool:
             or 0xFDD0 <= o <= 0xFDEF)
 
 
-def _described(c: str) -> str:
+def described_character(c: str) -> str:
+    """A character as a message shows it: its ``repr``, code point and name, if it has one (``'\\u200b' (U+200B ZERO
+    WIDTH SPACE)``, ``'\\n' (U+000A)``)."""
     name = unicodedata.name(c, "")
-    return repr(c) if unicodedata.category(c) == "Cc" else f"{c!r} (U+{ord(c):04X}{' ' + name if name else ''})"
+    return f"{c!r} (U+{ord(c):04X}{' ' + name if name else ''})"
 
 
 def retired_name(name: str) -> str:
@@ -95,10 +97,19 @@ def retired_among(unknown: Sequence[str], names: Iterable[str]) -> str:
     speaker's, for a message that says a name is not a speaker; empty if none."""
     kept = set(names)
     retired = [name for name in unknown if retired_name(name) in kept]
-    if not retired:
-        return ""
-    return (f"; {', '.join(map(shown, retired[:5]))} {'was a speaker' if len(retired) == 1 else 'were speakers'} of "
-            f"this model, since retired (SpeakerTranslator.retire_speakers; restore_speakers gives the rows back)")
+    return f"; {retired_said(retired)}" if retired else ""
+
+
+def retired_said(names: Sequence[str]) -> str:
+    """``"'x' was a speaker of this model, since retired (...)"``: what a message says of retired speakers' names."""
+    return (f"{', '.join(map(shown, names[:5]))} {'was a speaker' if len(names) == 1 else 'were speakers'} of this "
+            f"model, since retired (SpeakerTranslator.retire_speakers; restore_speakers gives the rows back)")
+
+
+def live_names(names: Iterable[str]) -> List[str]:
+    """The speakers of a model whose rows are named ``names``: the rows of retired speakers (:func:`retired_name`)
+    left out."""
+    return [name for name in names if not is_retired_name(name)]
 
 
 def is_retired_name(name: str) -> bool:
@@ -113,7 +124,7 @@ def invisible_in(text: str) -> Optional[str]:
     9``), or None."""
     for i, c in enumerate(text):
         if unicodedata.category(c) == "Cf" or ord(c) in INVISIBLE:
-            return f"{_described(c)} at character {i + 1}"
+            return f"{described_character(c)} at character {i + 1}"
     return None
 
 
@@ -129,7 +140,7 @@ def label_problem(label: str) -> Optional[str]:
     invisible = sorted({c for c in label if c not in control and _invisible(c)})
     bad = control + invisible
     if bad:
-        listed = ", ".join(map(_described, bad[:5])) + (", ..." if len(bad) > 5 else "")
+        listed = ", ".join(map(described_character, bad[:5])) + (", ..." if len(bad) > 5 else "")
         why = ("tabs and control characters are not allowed in a label" if control else
                "invisible and format characters, and spaces other than U+0020, are not allowed in a label")
         return f"speaker label {shown(label)} contains {listed} ({why})"

@@ -16,7 +16,7 @@ from typing import Optional, Sequence
 
 from fairseq_speaker.atomic_write import check_not_an_input
 from fairseq_speaker.command_registry import program_name
-from fairseq_speaker.data.speaker_labels import is_retired_name
+from fairseq_speaker.data.speaker_labels import live_names
 from fairseq_speaker.errors import UserError, command, fail
 from fairseq_speaker.modules.speaker_words import speaker_words_of
 from fairseq_speaker.onboarding.checkpoint import (
@@ -88,8 +88,7 @@ def export_command(args) -> str:
         raise OnboardingError(f"--out {args.out}: the folder {out_dir} does not exist")
     checkpoint = _load(args)
     bias = checkpoint.check_adaptable()
-    names = args.speakers if args.speakers is not None else [
-        name for name in checkpoint.speaker_names if not is_retired_name(name)]  # a retired speaker's rows: no one's
+    names = args.speakers if args.speakers is not None else live_names(checkpoint.speaker_names)
     summary = save_speaker_vectors(args.out, bias, names, checkpoint.task.target_dictionary, model_label=args.path,
                                    words=speaker_words_of(checkpoint.model))
     return (f"exported {summary.speakers} speaker(s) of {args.path} ({variant_spelling(bias)} bias) to {args.out}\n"

@@ -11,6 +11,7 @@ import sys
 from typing import Dict, Optional, Sequence, Tuple
 
 from fairseq_speaker.data.speaker_dictionary import UNKNOWN_SPEAKER_POLICIES
+from fairseq_speaker.data.speaker_labels import described_character
 from fairseq_speaker.errors import UserError
 from fairseq_speaker.service.batcher import BatchOptions
 from fairseq_speaker.service.logs import LOG_FORMATS
@@ -328,7 +329,7 @@ def read_token(args: argparse.Namespace) -> Optional[str]:
         what = ("a byte-order mark (U+FEFF) at its start, which some editors write: save the file without it"
                 if c == "\ufeff" and bad == 0 else
                 "more than one line: give the token alone" if c in "\r\n" else
-                f"{c!r} (U+{ord(c):04X}) at character {bad + 1}")
+                f"{described_character(c)} at character {bad + 1}")
         raise UserError(f"{where}: the token must be printable ASCII without spaces (it travels in an HTTP header), "
                         f"and this one holds {what}")
     if len(token) < MIN_TOKEN_CHARS:

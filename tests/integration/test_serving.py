@@ -323,7 +323,7 @@ def test_a_label_shaped_like_a_retired_speakers_rows_is_a_label_and_those_rows_n
     # on" could not work, and an internal name exported the retired rows
     from tests.cli import run
     words = run("fairseq-speaker-words", [toy["bin"], "--path", saved, "--save", str(tmp_path / "w.pt")], check=False)
-    assert words.returncode == 2 and f"speaker '{retired}' was a speaker of this model and was retired" in \
+    assert words.returncode == 2 and f"speaker '{retired}' was a speaker of this model, since retired" in \
         words.stderr, words.stderr
     for name, retired_said in ((retired, True), (f" {retired} (deleted) ", False)):
         export = run("fairseq-speaker-vectors", ["export", toy["bin"], "--path", saved, "--speakers", name,
