@@ -51,6 +51,7 @@ class SpeakerInferenceMixin:
         self._pending: Deque[Tuple[torch.Tensor, torch.Tensor]] = deque()
         self._interactive_labels: Optional[List[str]] = None
         self._interactive_numbers: Optional[List[int]] = None  # their input line numbers
+        self._interactive_positions: Optional[List[int]] = None  # their places in fairseq-interactive's buffer
         self._input_lines = 0
         self._emptied_lines = 0  # input lines emptied (too long, not UTF-8) not yet answered
         self._model_positions: List = []  # each built model's max_positions()
@@ -87,6 +88,9 @@ class SpeakerInferenceMixin:
                 kept.append(number)
             self._interactive_labels, numbers, lines = labels, kept, sentences
         self._interactive_numbers = numbers
+        # a sentence's id is its line's place in the buffer, skipped lines counted (fairseq adds the buffer's start,
+        # which counts them): H-1 was the translation of the buffer's 3rd line, and line 1 the skipped one
+        self._interactive_positions = [number - first for number in numbers]
         tokens, lengths = super().get_interactive_tokens_and_lengths(lines, encode_fn)
         limit = self._source_positions()
         for k, (number, line) in enumerate(zip(numbers, lines)):
@@ -107,7 +111,7 @@ class SpeakerInferenceMixin:
         """The speakers of the sentences given to the next :meth:`build_dataset_for_inference` (as fairseq's
         hub interface builds it: ``GeneratorHubInterface.translate``), one label per sentence."""
         self._interactive_labels = list(labels)
-        self._interactive_numbers = None
+        self._interactive_numbers = self._interactive_positions = None
 
     def _default_labels(self, n: int) -> List[str]:
         if self.cfg.speaker is None:
@@ -139,8 +143,8 @@ class SpeakerInferenceMixin:
     def build_dataset_for_inference(self, src_tokens, src_lengths, constraints=None):
         self.take_restored_speakers()  # a model loaded since: its speakers are the ones the labels name
         dataset = super().build_dataset_for_inference(src_tokens, src_lengths, constraints=constraints)
-        labels, numbers = self._interactive_labels, self._interactive_numbers
-        self._interactive_labels = self._interactive_numbers = None
+        labels, numbers, positions = self._interactive_labels, self._interactive_numbers, self._interactive_positions
+        self._interactive_labels = self._interactive_numbers = self._interactive_positions = None
         if labels is None:
             labels = self._default_labels(len(dataset))
         elif len(labels) != len(dataset):
@@ -159,7 +163,9 @@ class SpeakerInferenceMixin:
             shown = ",".join(str(n) for n in where[:3]) + more
             logger.warning(f"<input>:{shown}: speaker {label!r} is not among the model's "
                            f"{len(self.speaker_dictionary)} speakers: translated with --unknown-speaker {policy}")
-        return _InferenceSpeakerDataset(dataset, ids, self._pending)
+        if positions is not None and (len(positions) != len(dataset) or positions == list(range(len(dataset)))):
+            positions = None  # not fairseq-interactive's lines, or none skipped: the ids are the sentences' places
+        return _InferenceSpeakerDataset(dataset, ids, self._pending, positions)
 
     def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
         _check_inference_input(generator, sample, constraints)
@@ -397,9 +403,12 @@ def _strip_first_token(hypo: dict) -> None:
 class _InferenceSpeakerDataset(SpeakerDataset):
     """Also queues each batch's speakers for :meth:`SpeakerTranslationTask.inference_step`."""
 
-    def __init__(self, dataset, speakers, pending: Deque):
+    def __init__(self, dataset, speakers, pending: Deque, positions: Optional[List[int]] = None):
         super().__init__(dataset, speakers)
         self.pending = pending
+        #: each sentence's place among the input lines (fairseq-interactive's buffer, skipped lines counted), the id
+        #: its batch gives it; None: its index
+        self.positions = None if positions is None else torch.tensor(positions, dtype=torch.long)
 
     def batch_by_size(self, indices, max_tokens=None, max_sentences=None, required_batch_size_multiple=1):
         if len(indices) == 0:  # every line of fairseq-interactive's buffer was skipped (each reported): none to do
@@ -410,4 +419,6 @@ class _InferenceSpeakerDataset(SpeakerDataset):
         batch = super().collater(samples)
         if "net_input" in batch:
             self.pending.append((batch["net_input"]["src_tokens"], batch["net_input"]["speakers"]))
+            if self.positions is not None:  # after the speakers, which are looked up by index
+                batch["id"] = self.positions.index_select(0, batch["id"])
         return batch

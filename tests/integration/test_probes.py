@@ -2306,6 +2306,22 @@ def test_fairseq_interactive_skips_a_bad_line_of_its_own_and_goes_on(toy, traine
     assert re.search(r"^H-2\t", proc.stdout, re.M), proc.stdout  # the third line, translated
 
 
+@pytest.mark.parametrize("buffer", ["1", "4"])
+def test_fairseq_interactive_numbers_each_translation_by_its_line_whatever_the_buffer(toy, trained, buffer):
+    """With --speaker-per-line and a buffer of 4, the lines kept were numbered among themselves and fairseq added the
+    buffer's start: the translation of line 3 came out as H-1, line 7's as H-4, both ids of skipped lines."""
+    stdin = "spk000\ti am tired .\nno tab here\nspk001\tyou are free .\n\nspk002\t\n\ti am tired .\nspk003\tyou are free .\n"
+    proc = run("interactive", [toy["bin"], "--user-dir", USER_DIR, "--task", "speaker_translation", "--path",
+                               trained("lstm_fact_bias"), "--speaker-per-line", "--buffer-size", buffer,
+                               "--batch-size", buffer], stdin=stdin, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(int(line.split("\t")[0][2:]) for line in proc.stdout.splitlines() if line.startswith("H-")) == \
+        [0, 2, 6], proc.stdout  # lines 1, 3 and 7, counted from 0 (2, 4, 5 and 6 skipped, each with a warning)
+    sources = {line.split("\t")[0][2:]: line.split("\t")[1] for line in proc.stdout.splitlines()
+               if line.startswith("S-")}
+    assert sources["2"] == sources["6"] == "you are free .", proc.stdout
+
+
 @pytest.mark.parametrize("stdin,extra,message", [row[1:] for row in INTERACTIVE_PROBES])
 def test_fairseq_interactive_refuses_bad_speakers(toy, trained, stdin, extra, message):
     """Both read the tab-separated fields of a line: fairseq would translate the speaker's label. (And the
