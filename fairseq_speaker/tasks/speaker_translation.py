@@ -117,6 +117,9 @@ class SpeakerTranslationTask(SpeakerInferenceMixin, TranslationTask):
         #: the checkpoint whose task state was loaded (None: a task being trained), for messages
         self._checkpoint: Optional[str] = None
         self._from_checkpoint = False
+        #: whether this task built a model from its options (fairseq-train), not from a checkpoint: its training
+        #: split's speakers are the data folder's, whatever --speaker-file says
+        self._trains = False
         #: the speaker models this task built, whose restored checkpoints it takes (take_restored_speakers); weak:
         #: the task does not keep a model alive
         self._built_models: List[weakref.ref] = []
@@ -158,7 +161,7 @@ class SpeakerTranslationTask(SpeakerInferenceMixin, TranslationTask):
             return dictionary.state_dict()
         labels = []
         for path in paths:
-            labels += self._read_speakers(path, self.cfg.train_subset)
+            labels += self._read_speakers(path, self.cfg.train_subset, training=True)
         dictionary = SpeakerDictionary.from_labels(labels)
         try:
             dictionary.save(dict_path)
@@ -246,6 +249,7 @@ class SpeakerTranslationTask(SpeakerInferenceMixin, TranslationTask):
     def build_model(self, cfg, from_checkpoint=False):
         if not from_checkpoint:  # fairseq-train's command line (a checkpoint's options were checked when it trained)
             check_training_options(cfg)
+            self._trains = True
         if self.uses_speaker_token:
             self.speaker_token_ids()  # the embedding tables must include the speaker tokens
         model = super().build_model(cfg, from_checkpoint)
@@ -306,10 +310,14 @@ class SpeakerTranslationTask(SpeakerInferenceMixin, TranslationTask):
                                    checkpoint=self._checkpoint)
 
     # -- datasets -------------------------------------------------------------------------
-    def _speaker_path(self, data_path: str, split: str) -> str:
+    def _speaker_path(self, data_path: str, split: str, training: Optional[bool] = None) -> str:
         """``{split}.{suffix}``; for fairseq's validation split (``valid``, ``valid1``, ...) without one,
-        the same file under SATED's name for it (``dev.{suffix}``, ``dev1.{suffix}``) if there is one."""
-        if self.cfg.speaker_file is not None and split != self.cfg.train_subset:
+        the same file under SATED's name for it (``dev.{suffix}``, ``dev1.{suffix}``) if there is one; ``--speaker-file``
+        for a split that is not trained on (``training``: whether the split is read as training data; by default,
+        whether it is the training split of a task that trains; fairseq-generate --gen-subset train reads the file)."""
+        if training is None:
+            training = self._trains and split == self.cfg.train_subset
+        if self.cfg.speaker_file is not None and not training:
             if self._speaker_file_split not in (None, split):  # test was scored with valid's speakers, silently
                 raise SpeakerDataError(f"--speaker-file {self.cfg.speaker_file} gives the speakers of one split, read "
                                        f"for {self._speaker_file_split!r} and now asked for {split!r} too "
@@ -335,8 +343,9 @@ class SpeakerTranslationTask(SpeakerInferenceMixin, TranslationTask):
                 return len(dataset)
         return None
 
-    def _read_speakers(self, data_path: str, split: str, num_sentences: Optional[int] = None) -> List[str]:
-        path = self._speaker_path(data_path, split)
+    def _read_speakers(self, data_path: str, split: str, num_sentences: Optional[int] = None,
+                       training: Optional[bool] = None) -> List[str]:
+        path = self._speaker_path(data_path, split, training)
         if num_sentences is None:
             num_sentences = self._num_sentences(data_path, split)
         suffix, dev = self.cfg.speaker_suffix, dev_name(split)
@@ -461,17 +470,17 @@ class SpeakerTranslationTask(SpeakerInferenceMixin, TranslationTask):
         old count). A count of 0 is none recorded (a list of names written by hand, to set their order)."""
         paths = utils.split_paths(self.cfg.data)
         if len(paths) > 1:  # sharded data: the dictionary was built from every shard's training labels
-            labels = [label for path in paths for label in self._read_speakers(path, split)]
-            source = " and ".join(dict.fromkeys(self._speaker_path(path, split) for path in paths))
+            labels = [label for path in paths for label in self._read_speakers(path, split, training=True)]
+            source = " and ".join(dict.fromkeys(self._speaker_path(path, split, training=True) for path in paths))
         mismatch = self._count_mismatch(Counter(labels))
         if mismatch is None:
             return
         name, count, found = mismatch
         default = "train"
         if split != default and self.cfg.speaker_file is None \
-                and all(os.path.exists(self._speaker_path(path, default)) for path in paths):
+                and all(os.path.exists(self._speaker_path(path, default, training=True)) for path in paths):
             try:
-                other = Counter(label for path in paths for label in self._read_speakers(path, default))
+                other = Counter(label for path in paths for label in self._read_speakers(path, default, training=True))
             except SpeakerDataError:
                 other = Counter()
             if self._count_mismatch(other) is None:  # a correct file for train: deleting it would lose that

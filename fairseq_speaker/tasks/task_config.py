@@ -23,7 +23,7 @@ class SpeakerTranslationConfig(TranslationConfig):
         default=None,
         metadata={
             "help": "speaker labels (one a line) of the split being generated; overrides "
-            "{data}/{split}.{suffix} for every split but the training one"
+            "{data}/{split}.{suffix} for every split but the one fairseq-train trains on"
         },
     )
     unknown_speaker: ChoiceEnum(UNKNOWN_SPEAKER_POLICIES) = field(  # type: ignore[valid-type]

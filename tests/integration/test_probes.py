@@ -1305,6 +1305,12 @@ COMMAND_PROBES = {
          ["{data}", "--path", "{ckpt}", *GENERATE, "--speaker-file", "{adapt}.spk"], 2,
          "{adapt}.spk: 3 speaker labels but the test split's text has 37 sentences; the speaker file needs exactly "
          "one label per sentence, in the same order"),
+        ("speaker-file-fits-split",  # ignored for the training split: scored with train.spk, without a word
+         ["{data}", "--path", "{ckpt}", *GENERATE, "--gen-subset", "train", "--speaker-file", "{adapt}.spk"], 2,
+         "{adapt}.spk: 3 speaker labels but the train split's text has 160 sentences"),
+        ("speaker-file-fits-split",
+         ["{data}", "--path", "{ckpt}", *GENERATE, "--gen-subset", "train", "--speaker-file", "{tmp}/none.spk"], 2,
+         "--speaker-file {tmp}/none.spk: no such file; put one speaker label per sentence of the train split there"),
         ("one-line-user-errors",
          ["{data}", "--path", "{ckpt}", *GENERATE, "--speaker-file", "{tmp}"], 2, "{tmp} is a directory, not a file"),
         ("one-line-user-errors",  # open() waited for a writer for ever
