@@ -120,6 +120,10 @@ NOT_FOR_THE_HUB = {
     "lm_path": "the hub does not read it (fairseq-generate loads the language model)",
     "lm_weight": "the hub does not read it (fairseq-generate fuses the language model)",
     "constraints": "the hub passes no constraints to the search",
+    # a binarized split and its speakers: read by none of its methods (a file that did not exist was taken)
+    **{name: "a translator reads no binarized split nor its speaker file; translate(sentences, speakers) names each "
+             "sentence's speaker" for name in ("speaker_file", "speaker_suffix", "gen_subset", "valid_subset",
+                                               "train_subset")},
     "skip_invalid_size_inputs": "a sentence longer than the model takes is refused, naming it; skipped, it would leave "
                                 "fewer translations than sentences, out of step with them",
     **{name: "this model's search does not read it (fairseq reads it for other kinds of models: speech translation's "

@@ -2989,6 +2989,10 @@ OVERRIDE_PROBES = [
     ("generation-keywords-checked", {"cpu": "no"}, "from_pretrained: cpu must be True or False, got str 'no'"),
     ("ignored-options-refused", {"nbest": 3}, "from_pretrained: nbest is not read here: translate gives each "
                                               "sentence's best translation"),
+    ("ignored-options-refused", {"speaker_file": "{tmp}/none.spk"},  # taken without a word, a missing file too
+     "from_pretrained: speaker_file is not read here: a translator reads no binarized split nor its speaker file"),
+    ("ignored-options-refused", {"gen_subset": "train"}, "from_pretrained: gen_subset is not read here"),
+    ("ignored-options-refused", {"speaker_suffix": "usr"}, "from_pretrained: speaker_suffix is not read here"),
 ]
 
 
@@ -3008,9 +3012,10 @@ def test_from_pretrained_refuses_an_override_that_is_no_option(places, overrides
     from fairseq_speaker.errors import UserError
     from fairseq_speaker.serving import SpeakerTranslator
 
+    overrides = {name: places.fill(value) if isinstance(value, str) else value for name, value in overrides.items()}
     with pytest.raises(UserError) as refused:
         SpeakerTranslator.from_pretrained(places["ckpt"], data=places["data"], **overrides)
-    assert message in str(refused.value)
+    assert places.fill(message) in str(refused.value)
 
 
 def test_a_checkpoint_whose_training_command_line_named_input_speakers_still_translates(places, tmp_path):
