@@ -42,6 +42,9 @@ FAIRSEQ_OPTION_ASSERTIONS = {
     "--sampling requires --nbest to be equal to --beam": "give --nbest N with --beam N (each sample is a hypothesis "
                                                          "of the beam)",
     "--batch-size cannot be larger than --buffer-size": "give a --buffer-size of at least --batch-size",
+    "--replace-unk requires a raw text dataset (--dataset-impl=raw)": "fairseq-generate copies the aligned source "
+        "word of an <unk> from raw text only: give --dataset-impl raw and a data folder of raw text, translate with "
+        "fairseq-interactive, or leave --replace-unk out",
 }
 
 #: fairseq's own refusals of a file named on the command line that end in an ``OSError``: the start of its message

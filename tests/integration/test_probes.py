@@ -1305,6 +1305,10 @@ COMMAND_PROBES = {
          ["{data}", "--path", "{ckpt}", *GENERATE, "--speaker-file", "{adapt}.spk"], 2,
          "{adapt}.spk: 3 speaker labels but the test split's text has 37 sentences; the speaker file needs exactly "
          "one label per sentence, in the same order"),
+        ("one-line-user-errors",  # fairseq's AssertionError, with its traceback
+         ["{data}", "--path", "{ckpt}", *GENERATE, "--replace-unk"], 2,
+         "--replace-unk requires a raw text dataset (--dataset-impl=raw): fairseq-generate copies the aligned source "
+         "word of an <unk> from raw text only"),
         ("speaker-file-fits-split",  # ignored for the training split: scored with train.spk, without a word
          ["{data}", "--path", "{ckpt}", *GENERATE, "--gen-subset", "train", "--speaker-file", "{adapt}.spk"], 2,
          "{adapt}.spk: 3 speaker labels but the train split's text has 160 sentences"),
