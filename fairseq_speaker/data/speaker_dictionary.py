@@ -248,12 +248,14 @@ class SpeakerDictionary:
 
     # -- mapping ---------------------------------------------------------------------------
     def encode(self, labels: Sequence[str], unknown: str = "mean", source: str = "<labels>",
-               advice: Optional[str] = None, lines: Optional[Sequence[int]] = None) -> torch.Tensor:
+               advice: Optional[str] = None, lines: Optional[Sequence[int]] = None,
+               places: Optional[Sequence[str]] = None) -> torch.Tensor:
         """Map labels to ids by name; ``unknown`` decides what labels outside the dictionary become.
 
         ``mean`` -> :data:`MEAN_SPEAKER`, ``none`` -> :data:`NO_SPEAKER`, ``fail`` raises
         :class:`SpeakerDataError` naming ``source`` and the line (label i is on line ``lines[i]``, by
-        default i + 1), ending with ``advice`` (by default: the other policies).
+        default i + 1), or label i's place as ``places[i]`` says it (``speakers[1]``), ending with ``advice`` (by
+        default: the other policies).
         """
         if unknown not in UNKNOWN_SPEAKER_POLICIES:
             raise ValueError(f"unknown-speaker policy must be one of {UNKNOWN_SPEAKER_POLICIES}, got {unknown!r}")
@@ -262,24 +264,20 @@ class SpeakerDictionary:
         for i, label in enumerate(labels):
             idx = self._index.get(label)
             if idx is None:
+                where = places[i] if places is not None else f"{source}:{lines[i] if lines is not None else i + 1}"
                 twin = self.normalization_twin(label)
                 if twin is not None:  # whatever the policy: this is the known speaker, written otherwise
                     raise SpeakerDataError(
-                        f"{source}:{lines[i] if lines is not None else i + 1}: speaker {shown(label)} is "
-                        f"{shown(twin)}, a speaker of the model, in another Unicode normalization (NFC/NFD): "
-                        f"write the labels in the normalization of the training data (NFC)")
+                        f"{where}: speaker {shown(label)} is {shown(twin)}, a speaker of the model, in another Unicode "
+                        f"normalization (NFC/NFD): write the labels in the normalization of the training data (NFC)")
                 if unknown == "fail":
-                    where = f"{source}:{lines[i] if lines is not None else i + 1}"
                     if retired_name(label) in self._index:  # its rows kept under another name: no other data helps
                         raise SpeakerDataError(f"{where}: speaker {retired_said([label])}: restore it (then save "
-                                               f"the model) to use its sentences, or leave them out of this split")
+                                               f"the model) to use its sentences, or leave them out")
                     advice = advice or ("use --unknown-speaker mean (the mean speaker) or none (no bias) to "
                                         "translate unseen speakers")
-                    raise SpeakerDataError(
-                        f"{where}: speaker {label!r} is not among the {len(live_names(self.names))} speakers the model "
-                        f"was trained on; "
-                        f"{advice}"
-                    )
+                    raise SpeakerDataError(f"{where}: speaker {label!r} is not among the model's "
+                                           f"{len(live_names(self.names))} speakers; {advice}")
                 idx = fallback
             ids[i] = idx
         return ids

@@ -20,7 +20,7 @@ from fairseq import utils
 from fairseq_speaker.allowed_tokens import check_ended, restricted
 from fairseq_speaker.data import SpeakerDataError, SpeakerDataset
 from fairseq_speaker.data.sentence_checks import sentence_problem
-from fairseq_speaker.data.speaker_labels import is_retired_name, label_problem
+from fairseq_speaker.data.speaker_labels import is_retired_name, label_problem, live_names, retired_among
 from fairseq_speaker.runtime import fairseq_command
 
 # the task's logger: its messages (the input's lines, the speakers) keep the name a user filters them by
@@ -150,19 +150,27 @@ class SpeakerInferenceMixin:
         elif len(labels) != len(dataset):
             raise SpeakerDataError(
                 f"{len(labels)} speakers for {len(dataset)} sentences: give one speaker per sentence")
-        if numbers is None or len(numbers) != len(labels):  # not fairseq-interactive: positions in the batch
-            numbers = list(range(1, len(labels) + 1))
         policy = self.cfg.unknown_speaker
-        ids = self.speaker_dictionary.encode(labels, policy, source="<input>", lines=numbers)
-        unknown: Dict[str, List[int]] = {}  # one warning per label, naming its lines
-        for number, label, i in zip(numbers, labels, ids.tolist()):
+        if numbers is None or len(numbers) != len(labels):  # the Python API's speakers: their places in its list
+            hub = True
+            places = [f"speakers[{i}]" for i in range(len(labels))]
+            ids = self.speaker_dictionary.encode(labels, policy, places=places, advice=(
+                "give from_pretrained unknown_speaker='mean' (the mean speaker) or 'none' (no bias) to translate "
+                "unseen speakers"))
+        else:  # fairseq-interactive's input lines
+            hub, places = False, [str(number) for number in numbers]
+            ids = self.speaker_dictionary.encode(labels, policy, source="<input>", lines=numbers)
+        unknown: Dict[str, List[str]] = {}  # one warning per label, naming its lines
+        for place, label, i in zip(places, labels, ids.tolist()):
             if i < 0:
-                unknown.setdefault(label, []).append(number)
+                unknown.setdefault(label, []).append(place)
+        speakers = self.speaker_dictionary
         for label, where in unknown.items():
-            more = f" and {len(where) - 3} more lines" if len(where) > 3 else ""
-            shown = ",".join(str(n) for n in where[:3]) + more
-            logger.warning(f"<input>:{shown}: speaker {label!r} is not among the model's "
-                           f"{len(self.speaker_dictionary)} speakers: translated with --unknown-speaker {policy}")
+            more = f" and {len(where) - 3} more{'' if hub else ' lines'}" if len(where) > 3 else ""
+            shown = ", ".join(where[:3]) + more if hub else "<input>:" + ",".join(where[:3]) + more
+            how = f"unknown_speaker='{policy}'" if hub else f"--unknown-speaker {policy}"
+            logger.warning(f"{shown}: speaker {label!r} is not among the model's {len(live_names(speakers.names))} "
+                           f"speakers: translated with {how}{retired_among([label], speakers.names)}")
         if positions is not None and (len(positions) != len(dataset) or positions == list(range(len(dataset)))):
             positions = None  # not fairseq-interactive's lines, or none skipped: the ids are the sentences' places
         return _InferenceSpeakerDataset(dataset, ids, self._pending, positions)

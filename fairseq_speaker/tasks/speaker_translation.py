@@ -312,9 +312,10 @@ class SpeakerTranslationTask(SpeakerInferenceMixin, TranslationTask):
     # -- datasets -------------------------------------------------------------------------
     def _speaker_path(self, data_path: str, split: str, training: Optional[bool] = None) -> str:
         """``{split}.{suffix}``; for fairseq's validation split (``valid``, ``valid1``, ...) without one,
-        the same file under SATED's name for it (``dev.{suffix}``, ``dev1.{suffix}``) if there is one; ``--speaker-file``
-        for a split that is not trained on (``training``: whether the split is read as training data; by default,
-        whether it is the training split of a task that trains; fairseq-generate --gen-subset train reads the file)."""
+        the same file under SATED's name for it (``dev.{suffix}``, ``dev1.{suffix}``) if there is one;
+        ``--speaker-file`` for a split that is not trained on (``training``: whether the split is read as training
+        data; by default, whether it is the training split of a task that trains; fairseq-generate --gen-subset train
+        reads the file)."""
         if training is None:
             training = self._trains and split == self.cfg.train_subset
         if self.cfg.speaker_file is not None and not training:

@@ -135,7 +135,7 @@ def test_unknown_speaker_policy_fail(toy, speaker_words, tmp_path):
     proc = run("generate", generate_args(toy["bin"], checkpoint, "--speaker-file", str(spk_file),
                                          "--unknown-speaker", "fail"), check=False)
     assert proc.returncode != 0
-    assert re.search(rf"{re.escape(str(spk_file))}:6: speaker 'nobody' is not among the 8 speakers", proc.stderr)
+    assert re.search(rf"{re.escape(str(spk_file))}:6: speaker 'nobody' is not among the model's 8 speakers", proc.stderr)
     assert "--unknown-speaker mean" in proc.stderr
     assert_user_error(proc)
 
@@ -172,7 +172,7 @@ def test_interactive_with_one_speaker_and_with_a_speaker_per_line(toy, speaker_w
     assert "<input>:1: speaker 'spk0001'" in proc.stderr and "<input>:2: speaker 'spk0001'" in proc.stderr
     proc = run("interactive", [*common, "--speaker-per-line", "--unknown-speaker", "fail", "--buffer-size", "2"],
                stdin="spk000\ti am tired .\nspk001\ti am tired .\nspk000\ti am tired .\nnobody\tx .\n", check=False)
-    assert proc.returncode != 0 and "<input>:4: speaker 'nobody' is not among the 8 speakers" in proc.stderr
+    assert proc.returncode != 0 and "<input>:4: speaker 'nobody' is not among the model's 8 speakers" in proc.stderr
     assert_user_error(proc)
 
     proc = run("interactive", common, stdin="i am tired .\n", check=False)
@@ -285,7 +285,7 @@ def test_stale_speaker_dictionary(toy, tmp_path):
         f.write("spk000\t20\nspk001\t20\n")
     proc = run("train", train_args(data, str(tmp_path / "ckpt"), "lstm_fact_bias"), check=False)
     assert proc.returncode != 0
-    assert re.search(r"train.spk:\d+: speaker 'spk00[2-7]' is not among the 2 speakers", proc.stderr)
+    assert re.search(r"train.spk:\d+: speaker 'spk00[2-7]' is not among the model's 2 speakers", proc.stderr)
     assert "delete" in proc.stderr and "dict.spk.txt to rebuild it" in proc.stderr
     assert "--unknown-speaker" not in proc.stderr  # a policy of translation, not of training
     assert_user_error(proc)

@@ -111,7 +111,7 @@ TRAINED_SPEAKERS_TO_SAVE = [
          "label per sentence, in the same order"),
         ("speaker-file-fits-split",
          ["{strangerspk}", "--path", "{ckpt}", "--save", "{tmp}/o.pt"], 2,
-         "{strangerspk}/train.spk:7: speaker 'stranger' is not among the 8 speakers the model was trained on; the "
+         "{strangerspk}/train.spk:7: speaker 'stranger' is not among the model's 8 speakers; the "
          "train split's speakers are those of {ckpt}: give the data folder it was trained on, with the speaker file "
          "of its training sentences"),
 ]
@@ -2263,7 +2263,7 @@ INTERACTIVE_PROBES = [
      "--nbest must be at least 1 (the translations given of each sentence), got -1"),
     ("one-line-user-errors", "i am tired .\n", [], "pass --speaker NAME, or --speaker-per-line"),
     ("one-line-user-errors", "nobody\ti am tired .\n", ["--speaker-per-line", "--unknown-speaker", "fail"],
-     "<input>:1: speaker 'nobody' is not among the 8 speakers"),
+     "<input>:1: speaker 'nobody' is not among the model's 8 speakers"),
     ("one-line-user-errors",
      "spk000\ti am tired .\n", ["--speaker-per-line", "--source-lang", "en", "--target-lang", "fr", "--tokenizer",
                                  "moses_lowercase", "--recase", "--truecase-model", "no/such/truecase.fr"],

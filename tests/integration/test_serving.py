@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from fairseq_speaker.data import SpeakerDataError
 from fairseq_speaker.onboarding.checkpoint import OnboardingError
 from fairseq_speaker.serving import SpeakerTranslator
 from tests.cli import generate_args, run
@@ -219,8 +220,29 @@ def test_an_unknown_speaker_is_warned_about_once_per_call_with_their_lines(toy, 
     with caplog.at_level("WARNING", logger="fairseq_speaker.tasks.speaker_translation"):
         translator.translate(sources, ["ghost"] * 5 + [translator.speakers[0]], beam=1, max_len_b=4)
     warned = [r.getMessage() for r in caplog.records if "is not among the model's" in r.getMessage()]
-    assert warned == ["<input>:1,2,3 and 2 more lines: speaker 'ghost' is not among the model's 8 speakers: "
-                      "translated with --unknown-speaker mean"]
+    assert warned == ["speakers[0], speakers[1], speakers[2] and 2 more: speaker 'ghost' is not among the model's 8 "
+                      "speakers: translated with unknown_speaker='mean'"]
+
+
+def test_the_python_apis_unknown_and_retired_speakers_are_told_in_its_own_terms(toy, trained, caplog):
+    """They were told as fairseq-interactive's (``<input>:2``, ``--unknown-speaker mean``), a retired speaker as one
+    never known, among a count of speakers that held the retired rows."""
+    translator = SpeakerTranslator.from_pretrained(trained("lstm_fact_bias"), data=toy["bin"], max_len_b=4)
+    retired = translator.speakers[0]
+    translator.retire_speakers([retired])
+    with caplog.at_level("WARNING", logger="fairseq_speaker.tasks.speaker_translation"):
+        translator.translate(["i am tired ."], [retired], beam=1)
+    warned = [r.getMessage() for r in caplog.records if "is not among the model's" in r.getMessage()]
+    assert warned == [f"speakers[0]: speaker {retired!r} is not among the model's 7 speakers: translated with "
+                      f"unknown_speaker='mean'; {retired!r} was a speaker of this model, since retired "
+                      f"(SpeakerTranslator.retire_speakers; restore_speakers gives the rows back)"], warned
+    strict = SpeakerTranslator.from_pretrained(trained("lstm_fact_bias"), data=toy["bin"], max_len_b=4,
+                                               unknown_speaker="fail")
+    with pytest.raises(SpeakerDataError) as refused:
+        strict.translate(["i am tired .", "you are free ."], [strict.speakers[0], "nobody"], beam=1)
+    assert str(refused.value) == ("speakers[1]: speaker 'nobody' is not among the model's 8 speakers; give "
+                                  "from_pretrained unknown_speaker='mean' (the mean speaker) or 'none' (no bias) to "
+                                  "translate unseen speakers")
 
 
 @pytest.mark.parametrize("sampling", [False, True], ids=["beam", "sampling"])

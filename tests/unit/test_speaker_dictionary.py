@@ -32,7 +32,7 @@ def test_encode_maps_by_name_with_the_unknown_policies():
     d = SpeakerDictionary(["ann", "bob"])
     assert d.encode(["bob", "ann", "zoe"], "mean").tolist() == [1, 0, MEAN_SPEAKER]
     assert d.encode(["zoe"], "none").tolist() == [NO_SPEAKER]
-    with pytest.raises(SpeakerDataError, match=r"test.spk:3: speaker 'zoe' is not among the 2 speakers"):
+    with pytest.raises(SpeakerDataError, match=r"test.spk:3: speaker 'zoe' is not among the model's 2 speakers"):
         d.encode(["bob", "ann", "zoe"], "fail", source="test.spk")
 
 
