@@ -377,6 +377,13 @@ class SpeakerTranslationTask(SpeakerInferenceMixin, TranslationTask):
         try:
             super().load_dataset(split, epoch=epoch, combine=combine, **kwargs)
         except FileNotFoundError as e:  # fairseq's "Dataset not found: SPLIT (DATA)", a traceback otherwise
+            if self.cfg.dataset_impl == "raw":  # its text files, one sentence a line: not fairseq-preprocess's
+                src, tgt = self.cfg.source_lang, self.cfg.target_lang
+                raise SplitNotFound(f"{e}: no raw text of the split {split!r} there (--dataset-impl raw reads "
+                                    f"{split}.{src}-{tgt}.{src} and {split}.{src}-{tgt}.{tgt}, one sentence a line); "
+                                    f"give the split's name (--gen-subset, --valid-subset, --train-subset) or the "
+                                    f"data folder that has it, or leave out --dataset-impl raw for a binarized "
+                                    f"one") from None
             raise SplitNotFound(f"{e}: no binarized split {split!r} there (fairseq-preprocess writes train, valid "
                                    f"and test); give the split's name (--gen-subset, --valid-subset, "
                                    f"--train-subset) or the data folder that has it") from None

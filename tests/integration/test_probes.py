@@ -1324,6 +1324,10 @@ COMMAND_PROBES = {
         ("one-line-user-errors",  # the split's own speaker file was read without a word
          ["{data}", "--path", "{ckpt}", *GENERATE, "--speaker-file", ""], 2,
          "--speaker-file is empty: give the speaker file of the test split, or leave the option out"),
+        ("speaker-file-fits-split",  # told to binarize it, though the command read raw text
+         ["{data}", "--path", "{ckpt}", *GENERATE, "--dataset-impl", "raw"], 2,
+         "Dataset not found: test ({data}): no raw text of the split 'test' there (--dataset-impl raw reads "
+         "test.en-fr.en and test.en-fr.fr, one sentence a line)"),
         ("speaker-file-fits-split",
          ["{data}", "--path", "{ckpt}", *GENERATE, "--gen-subset", "nosuch"], 2,
          "Dataset not found: nosuch ({data}): no binarized split 'nosuch' there (fairseq-preprocess writes train, "
