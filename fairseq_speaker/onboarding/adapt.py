@@ -33,6 +33,7 @@ import torch
 from fairseq_speaker.atomic_write import check_not_an_input, same_file
 from fairseq_speaker.command_registry import program_name
 from fairseq_speaker.data import preprocessing
+from fairseq_speaker.data.speaker_labels import live_names
 from fairseq_speaker.errors import UserError, command, fail
 from fairseq_speaker.onboarding.adaptation_sentences import group_by_speaker, read_adaptation_files
 from fairseq_speaker.onboarding.adapter import SpeakerAdapter
@@ -44,6 +45,7 @@ from fairseq_speaker.onboarding.fit import FitReport
 from fairseq_speaker.onboarding.fit_options import MAX_L2, FitOptions
 from fairseq_speaker.onboarding.prior import prior_of_checkpoint
 from fairseq_speaker.onboarding.scoring import Pair
+from fairseq_speaker.onboarding.vectors_file import variant_spelling
 from fairseq_speaker.runtime import MAX_SEED, add_runtime_arguments, check_threads, configure_output, start_threads
 from fairseq_speaker.user_dir import import_user_dir_early
 
@@ -218,13 +220,17 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                 raise OnboardingError(
                     f"{args.heldout_prefix}.{suffix}: speaker(s) {', '.join(map(repr, strangers[:5]))} have held-out "
                     f"lines but no adaptation lines in {args.adapt_prefix}.{suffix}")
+        known = set(live_names(task.speaker_dictionary.names))
         start = time.perf_counter()
         reports = adapter.adapt(sentences, heldout, replace=args.replace, fit_shared=args.adapt_shared)
         seconds = time.perf_counter() - start
         checkpoint.save(args.save)
     except (UserError, FloatingPointError) as e:
         fail(str(e), PROG)
-    print(format_reports(reports, sentences, seconds, checkpoint.speaker_bias.name, args.save))
+    print(format_reports(reports, sentences, seconds, variant_spelling(checkpoint.speaker_bias), args.save))
+    if args.replace and not known & set(sentences):  # the option did nothing: said, not refused (a script's default)
+        print(f"--replace: none of the {len(sentences)} speaker(s) of {args.adapt_prefix}.{suffix} was the model's, "
+              f"so none was replaced: each was added")
 
 
 def _same_sentences(heldout: str, adapt: str) -> bool:

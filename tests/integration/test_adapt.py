@@ -77,6 +77,17 @@ def test_new_speakers_are_added_and_old_ones_untouched(toy, trained, tmp_path, s
     assert "H-0" in interactive.stdout
 
 
+def test_an_idle_replace_is_said_and_the_variant_spelled_as_trained(toy, trained, tmp_path, capsys):
+    """--replace with only new speakers did nothing without a word; a fact+hyper_lhuc model's fit was called "(sum
+    bias)", its class, where fairseq-speaker-vectors says fact+hyper_lhuc."""
+    prefix = _adaptation_files(toy, str(tmp_path))
+    main([toy["bin"], "--path", trained("lstm_speaker"), "--adapt-prefix", prefix, "--save", str(tmp_path / "a.pt"),
+          "--replace", "--adapt-max-iter", "2"])
+    out = capsys.readouterr().out
+    assert "speaker(s) fitted (fact+hyper_lhuc bias)" in out, out
+    assert f"--replace: none of the 8 speaker(s) of {prefix}.spk was the model's, so none was replaced" in out, out
+
+
 def test_refusals(toy, trained, tmp_path, capsys):
     prefix = _adaptation_files(toy, str(tmp_path))
     fact = trained("lstm_fact_bias")
