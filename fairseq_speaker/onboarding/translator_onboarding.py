@@ -157,8 +157,13 @@ class TranslatorOnboarding(TranslatorBase):
         if twins:
             raise OnboardingError(f"restore_speakers: {twins[0][0]!r} looks like {twins[0][1]!r}, a speaker of the "
                                   f"model since it was retired: nothing was restored")
+        again = [name for name in names if name in dictionary and retired_name(name) in dictionary]
+        if again:  # the retired rows could not take the name: it was left out without a word
+            raise OnboardingError(f"restore_speakers: {again[0]!r} is a speaker of the model again, added after it "
+                                  f"was retired: retire it first to restore the earlier rows, or keep it as it is; "
+                                  f"nothing was restored")
         back = {retired_name(name): name for name in dict.fromkeys(names)
-                if retired_name(name) in self.task.speaker_dictionary and name not in self.task.speaker_dictionary}
+                if retired_name(name) in dictionary and name not in dictionary}
         if back:
             rename_speakers(self.model, self.task, back)
         return list(back.values())

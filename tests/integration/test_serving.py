@@ -299,6 +299,9 @@ def test_a_speaker_added_again_after_a_retire_can_be_retired_again(toy, trained)
     translator.add_speaker("y", ["i am tired ."], ["je suis fatiguée ."])
     translator.retire_speakers(["y"])
     translator.add_speaker("y", ["i am tired ."], ["je suis fatigué ."])
+    with pytest.raises(OnboardingError, match="restore_speakers: 'y' is a speaker of the model again, added after it "
+                                              "was retired: retire it first"):
+        translator.restore_speakers(["y"])  # it returned [] without a word
     latest = translator.speaker_vectors(["y"]).rows
     translator.retire_speakers(["y"])
     assert "y" not in translator.speakers
