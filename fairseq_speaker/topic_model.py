@@ -162,6 +162,11 @@ def fit(sentences, dictionary, num_topics: int, seed: int = 1, max_iter: int = 1
 
     if num_topics < 1:
         raise ValueError(f"--topics must be at least 1, got {num_topics}")
+    words = len(dictionary) - dictionary.nspecial
+    if num_topics > min(words, len(sentences)):  # fitted for ever (100000 on 104 words), and none identifiable
+        raise ValueError(f"--topics {num_topics}: more topics than the training sources have "
+                         f"{'words' if words <= len(sentences) else 'sentences'} ({min(words, len(sentences))}); a "
+                         f"topic is a distribution over the source words: give at most {min(words, len(sentences))}")
     counts = bag_of_words(sentences, len(dictionary), dictionary.nspecial)
     if counts.nnz == 0:
         raise SpeakerDataError("the training sources have no words to fit topics on")

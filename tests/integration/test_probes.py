@@ -738,6 +738,10 @@ COMMAND_PROBES = {
          "--out {owndata}/dict.en.txt is a file of the data folder ({owndata})"),
         ("numbers-checked", ["{data}", "--out", "{tmp}/t.npz", "--seed", "-1"], 2,
          "argument --seed: must be from 0 to 4294967295 (numpy's seeds), got -1"),
+        ("numbers-checked",  # fitted for ever, writing nothing
+         ["{data}", "--out", "{tmp}/t.npz", "--topics", "100000"], 2,
+         "--topics 100000: more topics than the training sources have words (60); a topic is a distribution over "
+         "the source words: give at most 60"),
         ("one-line-user-errors",
          ["{tmp}/missing", "--out", "{tmp}/t.npz"], 2, "data directory not found: {tmp}/missing (a folder binarized "
                                                         "by fairseq-preprocess)"),
