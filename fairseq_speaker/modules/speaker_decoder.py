@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from fairseq_speaker.modules import gemm
-from fairseq_speaker.modules.speaker_bias import SpeakerBias, SpeakerState, StateSites
+from fairseq_speaker.modules.speaker_bias import SpeakerBias, SpeakerState, StateSites, variant_spelling
 from fairseq_speaker.modules.speaker_encoder import EncoderOut, encoder_speakers
 
 IncrementalState = Dict[str, Dict[str, Optional[Tensor]]]
@@ -126,8 +126,8 @@ class SpeakerDecoderMixin:
         speakers = encoder_speakers(encoder_out)
         if speakers is None and self.speaker_bias.needs_speakers:
             raise ValueError(
-                f"this model has a {self.speaker_bias.name!r} speaker bias and was called without speakers: "
-                f"use --task speaker_translation (speakers from {{split}}.spk, --speaker-file, --speaker or "
+                f"this model has a {variant_spelling(self.speaker_bias)!r} speaker bias and was called without "
+                f"speakers: use --task speaker_translation (speakers from {{split}}.spk, --speaker-file, --speaker or "
                 f"--speaker-per-line), or pass speakers= to the model"
             )
         if incremental_state is None:  # teacher forcing: training and validation also need the regularizers

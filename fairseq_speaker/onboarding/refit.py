@@ -49,6 +49,7 @@ from fairseq_speaker.onboarding.fit_options import MAX_L2, FitOptions
 from fairseq_speaker.onboarding.prior import CHECKPOINT_KEY, SpeakerPrior, best_start, describe, fit_mixture
 from fairseq_speaker.onboarding.scoring import Pair, TokenScores
 from fairseq_speaker.onboarding.styles import candidate_counts, choose_styles, fit_styles
+from fairseq_speaker.onboarding.vectors_file import variant_spelling
 from fairseq_speaker.runtime import (
     add_runtime_arguments,
     check_at_least,
@@ -342,5 +343,5 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                            label_smoothing=smoothing, styles=args.styles, style_precision=args.style_precision)
     checkpoint.state[CHECKPOINT_KEY] = prior.state_dict()
     checkpoint.save(args.save)
-    print(f"{len(sentences)} speakers refitted ({checkpoint.speaker_bias.name} bias) in "
+    print(f"{len(sentences)} speakers refitted ({variant_spelling(checkpoint.speaker_bias)} bias) in "
           f"{time.perf_counter() - start:.1f} s; {describe(prior)}; saved to {args.save}")

@@ -34,12 +34,12 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from fairseq_speaker.atomic_write import atomic_path
 from fairseq_speaker.data import dictionary_hash
 from fairseq_speaker.data.speaker_labels import is_retired_name, retired_among
-from fairseq_speaker.modules.speaker_bias import SpeakerBias
+from fairseq_speaker.modules.speaker_bias import SpeakerBias, variant_spelling
 from fairseq_speaker.modules.speaker_words import SpeakerWords
 from fairseq_speaker.onboarding.checkpoint import (
     OnboardingError,
@@ -92,14 +92,6 @@ class ExportSummary:
     parameters_per_speaker: int
     bytes_per_speaker: int  # as float32
     file_bytes: int
-
-
-def variant_spelling(bias: SpeakerBias) -> str:
-    """The variant as ``--speaker-bias`` spells it: ``fact``, or ``fact+full`` for a sum."""
-    parts = getattr(bias, "parts", None)
-    if isinstance(parts, nn.ModuleDict):  # a combinator (sum) holds the variants it adds, by name
-        return "+".join(parts.keys())
-    return bias.name
 
 
 def shared_state_hash(bias: SpeakerBias) -> str:

@@ -144,3 +144,12 @@ def test_a_checkpoint_whose_training_command_line_named_an_input_speaker_is_stil
     proc = run("fairseq-speaker-refit", [toy["bin"], "--path", stray, "--save", out, "--components", "1",
                                          "--shared", "keep", "--threads", "1"])
     assert "8 speakers refitted (fact bias)" in proc.stdout
+
+
+def test_a_sum_of_variants_is_named_as_trained(trained, toy, tmp_path):
+    """A fact+hyper_lhuc model was "refitted (sum bias)": its class's name, which fairseq-speaker-vectors and
+    -speakers spell fact+hyper_lhuc."""
+    proc = run("fairseq-speaker-refit", [toy["bin"], "--path", trained("lstm_speaker"), "--save",
+                                         str(tmp_path / "refit.pt"), "--components", "1", "--shared", "keep",
+                                         "--threads", "1", "--max-iter", "2"])
+    assert "8 speakers refitted (fact+hyper_lhuc bias)" in proc.stdout, proc.stdout

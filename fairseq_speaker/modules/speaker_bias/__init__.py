@@ -29,6 +29,7 @@ from .registry import (
     speaker_bias_class,
     speaker_option_fields,
     unregister_speaker_bias,
+    variant_spelling,
 )
 
 
@@ -52,6 +53,7 @@ __all__ = [
     "build_speaker_bias",
     "on_register",
     "parse_variant_name",
+    "variant_spelling",
     "register_speaker_bias",
     "reserve_options",
     "source_tokens",

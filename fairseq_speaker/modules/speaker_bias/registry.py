@@ -9,6 +9,8 @@ import dataclasses
 import typing
 from typing import Any, Callable, Dict, List, Optional, Type
 
+from torch import nn
+
 from fairseq_speaker.errors import UserError
 
 from .base import SpeakerBias, SpeakerBiasConfig, StateSites
@@ -130,6 +132,15 @@ def parse_variant_name(name: str, option: str = "--speaker-bias") -> List[str]:
     if len(parts) > 1 and len(set(parts)) < len(parts):
         raise UserError(f"{option} {name!r} names a variant twice")
     return parts
+
+
+def variant_spelling(bias: SpeakerBias) -> str:
+    """A built variant as ``--speaker-bias`` spells it (:func:`parse_variant_name`'s inverse): ``fact``, or
+    ``fact+full`` for a sum (whose class's name is ``sum``)."""
+    parts = getattr(bias, "parts", None)
+    if isinstance(parts, nn.ModuleDict):  # a combinator (sum) holds the variants it adds, by name
+        return "+".join(parts.keys())
+    return bias.name
 
 
 def speaker_bias_class(name: str) -> Type[SpeakerBias]:
