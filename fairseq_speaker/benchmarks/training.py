@@ -199,6 +199,11 @@ def check_args(parser: argparse.ArgumentParser, args) -> None:
             check_config(config)
         except (UserError, KeyError) as e:
             parser.error(str(e).strip("'\""))
+    for option, values in (("--configs", args.configs or []), ("--speakers", args.speakers)):
+        twice = sorted({str(v) for v in values if values.count(v) > 1})
+        if twice:  # measured twice: two rows of one name and different figures, which no reader can tell apart
+            parser.error(f"{option} names {', '.join(twice)} twice: give each once (--repeats times a configuration "
+                         f"several times)")
     if args.configs and args.family is not None:
         parser.error(f"--family {args.family} chooses the configurations measured where --configs is not given, and "
                      f"--configs names each one's family: drop one of them")

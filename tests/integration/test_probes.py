@@ -120,6 +120,9 @@ TRAINED_SPEAKERS_TO_SAVE = [
 #: standard error contains)
 COMMAND_PROBES = {
     "fairseq-speaker-benchmark": [
+        ("ignored-options-refused",  # measured twice: two rows of one name, different figures
+         ["--configs", "lstm_fact_bias", "lstm_fact_bias"], 2, "--configs names lstm_fact_bias twice: give each once"),
+        ("ignored-options-refused", ["--speakers", "4", "8", "4"], 2, "--speakers names 4 twice: give each once"),
         ("numbers-checked", ["--seed", "-1"], 2, "argument --seed: must be from 0 to 4294967295 (numpy's seeds), got -1"),
         ("ignored-options-refused",
          ["--gen-sentences", "8", "--gen-batch", "4"], 2, "--gen-sentences 8 --gen-batch 4: sizes of the generation "
