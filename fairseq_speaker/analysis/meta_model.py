@@ -55,9 +55,15 @@ def dictionary_of(vocab: Union[int, Dictionary]) -> Dictionary:
 
 
 def model_options(arch: str, model_args: Sequence[str] = ()) -> argparse.Namespace:
-    """The options fairseq-train would build ``arch`` with, given the model flags ``model_args``."""
-    return options.parse_args_and_arch(options.get_training_parser(), [
-        "data-bin", "--task", "speaker_translation", "--arch", arch, *model_args])
+    """The options fairseq-train would build ``arch`` with, given the model flags ``model_args``; a flag that is no
+    option of fairseq-train with ``arch`` is refused naming it (fairseq's parser printed fairseq-train's whole usage,
+    with a ``data`` argument no command here has)."""
+    args, unknown = options.parse_args_and_arch(options.get_training_parser(), [
+        "data-bin", "--task", "speaker_translation", "--arch", arch, *model_args], parse_known=True)
+    if unknown:
+        raise UserError(f"{' '.join(unknown)}: no option of fairseq-train with --arch {arch} (fairseq-train --task "
+                        f"speaker_translation --arch {arch} --help lists them)")
+    return args
 
 
 def with_examples(args: argparse.Namespace, arch: str, workdir: str, source_dictionary: Dictionary,

@@ -4,7 +4,7 @@ Builds any speaker preset (``lstm_*``, ``transformer_*``, those of a family from
 ``--user-dir``) on PyTorch's ``meta``
 device (no memory is allocated, so the paper's 40k vocabulary and millions of
 speakers cost nothing), from a data directory or from vocabulary sizes and a
-speaker count, with any model flag of fairseq's own parser (``--encoder-layers 3``,
+speaker count, with any model flag of fairseq's own parser (``--encoder-layers 3`` of a Transformer,
 ``--speaker-bias simplex``, ``--speaker-rank 4``). Prints the parameters of every
 component, the speaker side (from the variant contract: the parameters that
 belong to speakers and those shared), what one more speaker costs, and every
@@ -143,8 +143,8 @@ def main(argv=None) -> None:
         import_user_dir_early(argv)
     except UserError as e:
         fail(str(e), PROG)
-    epilog = ("Any other flag is a flag of fairseq-train: of the model (--encoder-layers 3, --speaker-bias simplex, "
-              "--speaker-rank 4, ...) or of training (--momentum 0.9, --bf16, --fp16-no-flatten-grads, "
+    epilog = ("Any other flag is a flag of fairseq-train: of the --arch's model (--decoder-hidden-size 512 for an "
+              "LSTM, --encoder-layers 3 for a Transformer, --speaker-bias simplex, --speaker-rank 4, ...) or of training (--momentum 0.9, --bf16, --fp16-no-flatten-grads, "
               "--no-save-optimizer-state, ...).")
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],
                                      epilog=epilog)

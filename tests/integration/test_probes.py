@@ -304,6 +304,10 @@ COMMAND_PROBES = {
          ["--out", "{afile}/c", "--train", "48"], 2, "--out {afile}/c: {afile} is a file, so no folder can be made"),
     ],
     "fairseq-speaker-params": [
+        ("one-line-user-errors",  # the help's own example; refused after fairseq-train's whole usage, with 'data'
+         ["--arch", "lstm_fact_bias", "--tgt-vocab", "100", "--speakers", "10", "--encoder-layers", "3"], 2,
+         "--encoder-layers 3: no option of fairseq-train with --arch lstm_fact_bias (fairseq-train --task "
+         "speaker_translation --arch lstm_fact_bias --help lists them)"),
         ("numbers-checked",  # read as not given: "give --path, --data, or --tgt-vocab and --speakers"
          ["--arch", "lstm_fact_bias", "--tgt-vocab", "0", "--speakers", "5"], 2,
          "--tgt-vocab must be at least 5 (fairseq's 4 special symbols and a word), got 0"),
