@@ -144,8 +144,8 @@ def main(argv=None) -> None:
     except UserError as e:
         fail(str(e), PROG)
     epilog = ("Any other flag is a flag of fairseq-train: of the --arch's model (--decoder-hidden-size 512 for an "
-              "LSTM, --encoder-layers 3 for a Transformer, --speaker-bias simplex, --speaker-rank 4, ...) or of training (--momentum 0.9, --bf16, --fp16-no-flatten-grads, "
-              "--no-save-optimizer-state, ...).")
+              "LSTM, --encoder-layers 3 for a Transformer, --speaker-bias simplex, --speaker-rank 4, ...) or of "
+              "training (--momentum 0.9, --bf16, --fp16-no-flatten-grads, --no-save-optimizer-state, ...).")
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],
                                      epilog=epilog)
     parser.add_argument("--path", metavar="CHECKPOINT",
