@@ -22,7 +22,7 @@ import functools
 import os
 import re
 import sys
-from typing import Callable, NoReturn, Optional, Tuple, Type
+from typing import Callable, Dict, NoReturn, Optional, Tuple, Type
 
 from fairseq_speaker.command_registry import command_of_module
 
@@ -80,6 +80,22 @@ FAIRSEQ_VALUE_ERRORS = {
 }
 
 
+#: fairseq's own failures on a missing option, by where they raise (module, function) and the exception's type ->
+#: what to do (fairseq-validate without --task ended in ``KeyError: None``)
+FAIRSEQ_MISSING_OPTIONS: Dict[Tuple[str, str, Type[BaseException]], str] = {
+    ("fairseq.options", "parse_args_and_arch", KeyError): "no --task given: give --task speaker_translation (the "
+                                                          "task of fairseq-speaker's checkpoints)",
+}
+
+
+def _raised_in(exc: BaseException) -> Optional[Tuple[str, str]]:
+    """The (module, function) of the frame that raised ``exc``: its traceback's last."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return None if tb is None else (str(tb.tb_frame.f_globals.get("__name__")), tb.tb_frame.f_code.co_name)
+
+
 def _fairseq_reader(exc: OSError) -> Optional[UserError]:
     """The option whose file ``exc`` failed to open, where one of :data:`FAIRSEQ_FILE_READERS` raised it."""
     tb = exc.__traceback__
@@ -118,6 +134,9 @@ def user_error_in(exc: Optional[BaseException]) -> Optional[UserError]:
             return exc
         if isinstance(exc, AssertionError) and str(exc) in FAIRSEQ_OPTION_ASSERTIONS:
             return UserError(f"{exc}: {FAIRSEQ_OPTION_ASSERTIONS[str(exc)]}")
+        where = _raised_in(exc)
+        if where is not None and (*where, type(exc)) in FAIRSEQ_MISSING_OPTIONS and exc.args == (None,):
+            return UserError(FAIRSEQ_MISSING_OPTIONS[(*where, type(exc))])
         if isinstance(exc, OSError):
             for start, message in FAIRSEQ_FILE_ERRORS.items():
                 if str(exc).startswith(start):

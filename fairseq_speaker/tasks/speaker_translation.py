@@ -29,6 +29,7 @@ from fairseq_speaker.errors import UserError
 from fairseq_speaker.fairseq_patches import epoch_iterator_is_cached, read_interactive_input
 from fairseq_speaker.modules.speaker_bias import parse_variant_name
 from fairseq_speaker.modules.speaker_plumbing import SpeakerModelMixin
+from fairseq_speaker.modules.speaker_words import speaker_words_of
 from fairseq_speaker.optim.speaker_progress import SpeakerProgress
 from fairseq_speaker.runtime import threads_for_fairseq_command
 from fairseq_speaker.tasks.data_files import SPEAKER_DICT_FILE, check_dictionary_files, dev_name
@@ -120,6 +121,7 @@ class SpeakerTranslationTask(SpeakerInferenceMixin, TranslationTask):
         #: whether this task built a model from its options (fairseq-train), not from a checkpoint: its training
         #: split's speakers are the data folder's, whatever --speaker-file says
         self._trains = False
+        self._said_words_left_out = False  # valid_step's warning, once
         #: the speaker models this task built, whose restored checkpoints it takes (take_restored_speakers); weak:
         #: the task does not keep a model alive
         self._built_models: List[weakref.ref] = []
@@ -430,6 +432,15 @@ class SpeakerTranslationTask(SpeakerInferenceMixin, TranslationTask):
                     raise EmptySplit(f"{path} is empty: the {split!r} split of {data_path} holds no sentences; "
                                      f"binarize it from text that has some (fairseq-preprocess), or name another split "
                                      f"(--gen-subset, --valid-subset, --train-subset)")
+
+    def valid_step(self, sample, model, criterion):
+        """fairseq's; a model that remembers its speakers' words is said, once, to be scored without them (they act
+        in decoding only: fairseq-validate gave the loss of the model without its words, without a word)."""
+        if not self._said_words_left_out and speaker_words_of(model) is not None:
+            self._said_words_left_out = True
+            logger.warning("this model remembers its speakers' words (fairseq-speaker-words), which act in decoding "
+                           "only: the loss is the network's, without them")
+        return super().valid_step(sample, model, criterion)
 
     def get_batch_iterator(self, dataset, *args, **kwargs):
         """fairseq's batch iterator, whose batches do not depend on where a run was resumed.

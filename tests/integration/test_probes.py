@@ -2331,6 +2331,19 @@ def test_fairseq_interactive_skips_a_bad_line_of_its_own_and_goes_on(toy, traine
     assert re.search(r"^H-2\t", proc.stdout, re.M), proc.stdout  # the third line, translated
 
 
+def test_fairseq_validate_says_what_its_loss_leaves_out_and_what_it_lacks(places):
+    """Without --task it ended in fairseq's ``KeyError: None``; a model with its speakers' words was scored without
+    them (the same loss as without), without a word."""
+    options = ["--user-dir", USER_DIR, "--valid-subset", "valid", "--max-tokens", "1000", "--cpu"]
+    proc = run("validate", [places["data"], "--path", places["ckpt"], *options], check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "error: no --task given: give --task speaker_translation" in proc.stderr, proc.stderr
+    words = run("validate", [places["data"], "--path", places["withwords"], "--task", "speaker_translation", *options])
+    plain = run("validate", [places["data"], "--path", places["ckpt"], "--task", "speaker_translation", *options])
+    said = "remembers its speakers' words (fairseq-speaker-words), which act in decoding only: the loss is the network's"
+    assert said in words.stdout + words.stderr and said not in plain.stdout + plain.stderr, words.stdout
+
+
 @pytest.mark.parametrize("buffer", ["1", "4"])
 def test_fairseq_interactive_numbers_each_translation_by_its_line_whatever_the_buffer(toy, trained, buffer):
     """With --speaker-per-line and a buffer of 4, the lines kept were numbered among themselves and fairseq added the
