@@ -13,6 +13,7 @@ the corpus's ambiguous phrases were found with exactly their translations.
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -73,10 +74,16 @@ def main() -> None:
     print(f"{len(set(speakers))} speakers, {len(sources)} sentences: {len(choices)} choices")
     print("\n| trait | choices (source word: alternatives) | kinds | held-out gain | held-out by kinds |\n"
           "|---|---|---|---|---|")
+    unscored = 0
     for i, (trait, model) in enumerate(found, 1):
         listed = "; ".join(f"{choice.anchor}: {' '.join(choice.alternatives)}" for choice in trait)
         heldout = ", ".join(f"{k}: {value:.3f}" for k, value in model.heldout.items())
-        print(f"| {i} | {listed} | {model.k} | {model.gain:.3f} | {heldout} |")
+        gain = "-" if math.isnan(model.gain) else f"{model.gain:.3f}"  # it printed nan, unexplained
+        unscored += gain == "-"
+        print(f"| {i} | {listed} | {model.k} | {gain} | {heldout} |")
+    if unscored:
+        print(f"\n-: {unscored} trait(s) not scored on held-out speakers (too few speakers made its choices to hold "
+              f"some out)")
     if items is not None:
         truth = {phrase: {t.split()[-1] for t in translations} for phrase, translations in items.items()}
         alternatives = [set(c.alternatives) for c in choices]

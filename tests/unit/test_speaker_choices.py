@@ -109,6 +109,17 @@ def test_the_script_prints_each_trait_with_its_kinds(tmp_path, monkeypatch, caps
     assert "| 2 | happy: content contente; tired: fatigué fatiguée | 2 |" in out
 
 
+def test_the_script_says_a_trait_of_too_few_speakers_was_not_scored(tmp_path, monkeypatch, capsys):
+    """Three speakers: no held-out speakers to score the kinds on; the gain was printed as nan, unexplained."""
+    sources, targets, labels = corpus(speakers=3, sentences=10)
+    for ext, rows in (("en", sources), ("fr", targets), ("spk", [[label] for label in labels])):
+        (tmp_path / f"train.{ext}").write_text("".join(" ".join(row) + "\n" for row in rows), encoding="utf-8")
+    _script([str(tmp_path / "train")], monkeypatch)
+    out = capsys.readouterr().out
+    assert "nan" not in out and "| - |" in out, out
+    assert "not scored on held-out speakers (too few speakers made its choices to hold some out)" in out, out
+
+
 def test_the_script_names_a_missing_file_or_files_that_do_not_agree(tmp_path, monkeypatch, capsys):
     script = os.path.join(ROOT, "scripts", "speaker_choices.py")
     missing = subprocess.run([sys.executable, script, str(tmp_path / "train")], capture_output=True, text=True)
