@@ -373,8 +373,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         seen = sorted(set(labels) & set(translator.speakers))
         if seen:
             print(f"{PROG}: note: {len(seen)} speaker(s) of {args.heldout_prefix}.{cfg.speaker_suffix} were seen in "
-                  f"training ({', '.join(map(repr, seen[:3]))}{' ...' if len(seen) > 3 else ''}): they are evaluated "
-                  f"as new speakers all the same", file=sys.stderr)
+                  f"training or onboarded ({', '.join(map(repr, seen[:3]))}{' ...' if len(seen) > 3 else ''}): they "
+                  f"are evaluated as new speakers, but their own rows and words stay in the model, where a fit may "
+                  f"start from them: for figures of new speakers, evaluate a model that never saw them",
+                  file=sys.stderr)
         oracle = oracle_path(args.oracle, args.heldout_prefix, traits)
         # before the evaluation: a speakers.json that does not fit is said at once, not after every n is translated
         limits = bayes_oracle(oracle, labels, traits, shots) if oracle is not None else None

@@ -94,6 +94,15 @@ def test_user_errors_are_one_line(toy, trained, heldout, tmp_path):
         assert last.startswith("fairseq-speaker-onboarding-eval: ") and all(m in last for m in messages), last
 
 
+def test_held_out_speakers_the_model_has_are_said_to_keep_their_rows(toy, trained, tmp_path):
+    """The note said they were "evaluated as new speakers all the same", though their rows and words stay in the
+    model, where a fit may start from them."""
+    prefix = os.path.join(toy["raw"], "test")  # the training speakers' test sentences
+    proc = evaluate(toy, trained("lstm_full_bias"), prefix, tmp_path / "out", "--shots", "0", "1")
+    assert f"note: 8 speaker(s) of {prefix}.spk were seen in training or onboarded ('spk000', 'spk001', 'spk002' " \
+           f"...): they are evaluated as new speakers, but their own rows and words stay in the model" in proc.stderr
+
+
 def test_the_documented_command_parses():
     """docs/onboarding.md's evaluation of the demo's model (tests/system/test_onboarding.py runs it)."""
     from fairseq_speaker.onboarding.evaluate import build_parser
