@@ -29,6 +29,7 @@ from fairseq_speaker.onboarding.checkpoint import (
     adaptable_bias,
     add_speakers,
     replace_speakers,
+    speaker_counts,
     stacked_rows,
 )
 from fairseq_speaker.onboarding.curvature import Curvature
@@ -263,8 +264,14 @@ class SpeakerAdapter(SentenceEncoding, FitStarts):
                                        curvature_out=out if self.through_decoder and name in self.sentences else None)
         if out and out[0] is not None:
             self._curvatures[name] = out[0]
-        # the rows were refitted on all the speaker's sentences: they keep the words known, and take the new ones
-        replace_speakers(self.model, self.task, [name], rows[0], keep_words=True)
+        # the rows were refitted on all the speaker's sentences: they keep the words known, and take the new ones; the
+        # onboarding record counts them (it lost the count: "?" in fairseq-speaker-speakers after an update)
+        if name in self.sentences:
+            count: Optional[int] = len(self.sentences[name])
+        else:
+            before = speaker_counts(self.task).get(name) or None
+            count = before + len(pairs) if before is not None else None
+        replace_speakers(self.model, self.task, [name], rows[0], keep_words=True, counts=[count])
         words = speaker_words_of(self.model)
         if words is not None:
             words.add_words(index, [target for _, target in pairs])

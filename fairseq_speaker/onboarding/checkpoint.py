@@ -25,7 +25,7 @@ from torch import Tensor
 from fairseq_speaker.atomic_write import atomic_path
 from fairseq_speaker.checkpoints import ONBOARDED_KEY, SPEAKER_NAMES_KEY, not_a_file, on_checkpoint_load
 from fairseq_speaker.data import SpeakerDataError
-from fairseq_speaker.data.speaker_labels import new_label_problem, shown, visible_form
+from fairseq_speaker.data.speaker_labels import is_retired_name, new_label_problem, shown, visible_form
 from fairseq_speaker.errors import UserError
 from fairseq_speaker.modules.speaker_bias import SpeakerBias
 from fairseq_speaker.modules.speaker_words import speaker_words_of
@@ -168,9 +168,11 @@ def add_speakers(model, task, names: Sequence[str], rows: Dict[str, Tensor], cou
     _record_onboarded(task, names, counts)
 
 
-def replace_speakers(model, task, names: Sequence[str], rows: Dict[str, Tensor], keep_words: bool = False) -> None:
+def replace_speakers(model, task, names: Sequence[str], rows: Dict[str, Tensor], keep_words: bool = False,
+                     counts: Optional[Sequence[Optional[int]]] = None) -> None:
     """Overwrite the rows of speakers the model knows; the words the model remembers of them (if it does) are
-    forgotten, unless ``keep_words`` (the rows were refitted on the same sentences)."""
+    forgotten, unless ``keep_words`` (the rows were refitted on the same sentences). ``counts``: the sentence pairs
+    each was fitted on now, where known (an update: the earlier ones and the new), for the onboarding record."""
     ids = [task.speaker_dictionary.index(name) for name in names]
     unknown = [name for name, i in zip(names, ids) if i is None]
     if unknown:
@@ -181,8 +183,9 @@ def replace_speakers(model, task, names: Sequence[str], rows: Dict[str, Tensor],
         words.drop(ids)  # the other speakers' rows stay as they were built (forget_words takes them from everyone)
     record = task.state.state_dict.get(ONBOARDED_KEY)
     if isinstance(record, dict) and any(name in record["names"] for name in names):
-        # an onboarded speaker refitted: from how many sentence pairs is not passed here, so no longer known
-        sentences = [None if name in names else n for name, n in zip(record["names"], record["sentences"])]
+        # an onboarded speaker refitted: on the sentence pairs the caller says, else no longer known
+        now = dict(zip(names, counts)) if counts is not None else {}
+        sentences = [now.get(name) if name in names else n for name, n in zip(record["names"], record["sentences"])]
         task.state.merge_state_dict({ONBOARDED_KEY: dict(record, sentences=sentences)})
 
 
@@ -229,6 +232,18 @@ def adaptable_bias(model, task, where: str = "the model") -> SpeakerBias:
 # -- the onboarding record ------------------------------------------------------------------------------
 
 # the record's key, ONBOARDED_KEY, is defined with the checkpoint reader, which reads it too
+
+
+def speaker_counts(task) -> Dict[str, int]:
+    """Each live speaker of ``task``'s model (its retired rows left out) -> the sentences it was trained or fitted on:
+    the onboarding record's count for an onboarded speaker, where it has one, else the speaker dictionary's (0: not
+    recorded)."""
+    dictionary = task.speaker_dictionary
+    counts = {name: count for name, count in zip(dictionary.names, dictionary.counts) if not is_retired_name(name)}
+    for name, count in (onboarded_speakers({"task_state": task.state.state_dict}) or {}).items():
+        if name in counts and count is not None:
+            counts[name] = count
+    return counts
 
 
 def onboarded_speakers(state: dict) -> Optional[Dict[str, Optional[int]]]:

@@ -37,7 +37,7 @@ import threading
 from typing import Callable, Dict, List, Optional, Set
 
 from fairseq_speaker.errors import UserError
-from fairseq_speaker.onboarding.checkpoint import adaptable_bias
+from fairseq_speaker.onboarding.checkpoint import adaptable_bias, speaker_counts
 from fairseq_speaker.onboarding.translator import SpeakerTranslator
 from fairseq_speaker.onboarding.vectors_file import describe
 from fairseq_speaker.service import schema
@@ -93,7 +93,8 @@ class SpeakerService(SpeakerOnboarding, Translating):
         self._writing = threading.Lock()  # one write at a time: the order of a process's writes is the store's
         self.trained: List[str] = translator.speakers
         self._trained: Set[str] = set(self.trained)
-        self._counts = dict(zip(self.trained, translator.task.speaker_dictionary.counts))
+        # by name: zipped with the dictionary's counts, every speaker after a retired row took its neighbour's count
+        self._counts = speaker_counts(translator.task)
         policy = translator.task.cfg.unknown_speaker  # a fairseq ChoiceEnum member, or a str
         self.policy: str = str(getattr(policy, "value", policy))
         self._lock = threading.RLock()

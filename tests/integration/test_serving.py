@@ -245,6 +245,29 @@ def test_the_python_apis_unknown_and_retired_speakers_are_told_in_its_own_terms(
                                   "translate unseen speakers")
 
 
+def test_an_update_counts_its_sentences_and_the_counts_follow_their_names(toy, trained, tmp_path):
+    """An onboarded speaker updated and saved was listed with "?" sentences (the record lost its count); the
+    service's counts were zipped with the dictionary's, so that after a retired row every speaker took its
+    neighbour's."""
+    from fairseq_speaker.onboarding.checkpoint import onboarded_speakers, speaker_counts
+
+    translator = SpeakerTranslator.from_pretrained(trained("lstm_fact_bias"), data=toy["bin"], max_len_b=4)
+    translator.add_speaker("dr-lee", ["i am tired .", "you are free ."], ["je suis fatiguée .", "tu es libre ."])
+    translator.update_speaker("dr-lee", ["i am ready ."], ["je suis prête ."])
+    trained_count = speaker_counts(translator.task)["spk001"]
+    translator.update_speaker("spk001", ["i am ready ."], ["je suis prêt ."])
+    saved = str(tmp_path / "updated.pt")
+    translator.save(saved)
+    assert onboarded_speakers(torch.load(saved, weights_only=False))["dr-lee"] == 3
+    counts = speaker_counts(translator.task)
+    assert counts["dr-lee"] == 3 and counts["spk001"] == trained_count  # a trained speaker's: its training sentences
+    dictionary = translator.task.speaker_dictionary
+    expected = {name: dictionary.counts[dictionary.index(name)] for name in translator.speakers if name != "dr-lee"}
+    translator.retire_speakers(["spk000"])
+    after = speaker_counts(translator.task)
+    assert "spk000" not in after and all(after[name] == expected[name] for name in expected if name != "spk000")
+
+
 @pytest.mark.parametrize("sampling", [False, True], ids=["beam", "sampling"])
 def test_the_dictionarys_fillers_are_never_written(toy, trained, monkeypatch, sampling):
     """The words fairseq pads a dictionary with (madeupword0000, ...) are never a translation's: a tiny model
