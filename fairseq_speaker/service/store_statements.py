@@ -52,7 +52,13 @@ class StoreStatements:
                 db.execute("INSERT INTO models (id, fingerprint, made_for) VALUES (?, ?, ?)",
                            (model, json.dumps(fingerprint, sort_keys=True), made_for))
                 return
-        theirs = self._parsed_fingerprint(row[0], model)
+            theirs = self._parsed_fingerprint(row[0], model)
+            if theirs != fingerprint and not db.execute("SELECT COUNT(*) FROM speakers WHERE model = ?",
+                                                        (model,)).fetchone()[0]:
+                # no speaker of the id to keep from another model: it was refused at start, a reload took it
+                db.execute("UPDATE models SET fingerprint = ?, made_for = ? WHERE id = ?",
+                           (json.dumps(fingerprint, sort_keys=True), made_for, model))
+                return
         if theirs != fingerprint:
             differ = [key for key in FINGERPRINT_KEYS if theirs.get(key) != fingerprint.get(key)]
             if self.option != "--store":  # fairseq-speaker-store copy's --to

@@ -759,6 +759,10 @@ def test_a_process_sees_what_another_process_sharing_the_store_wrote(toy, traine
 
 def test_a_store_made_for_another_model_is_refused(toy, trained, tmp_path):
     store = str(tmp_path / "speakers.db")
+    with _client(_translator(trained("lstm_fact_bias"), toy), SpeakerStore(store)):
+        pass  # a store made for the fact model, holding no speaker: another model may take it (it was refused)
+    with _client(_translator(trained("lstm_full_bias"), toy), SpeakerStore(store)):
+        pass
     with _client(_translator(trained("lstm_fact_bias"), toy), SpeakerStore(store)) as client:
         client.put("/speakers/dr-lee", json=PAIRS, headers=AUTH)
     other = SpeakerStore(store)
