@@ -97,11 +97,16 @@ def _script(argv, monkeypatch):
     runpy.run_path(os.path.join(ROOT, "scripts", "speaker_choices.py"), run_name="__main__")
 
 
-def test_the_script_prints_each_trait_with_its_kinds(tmp_path, monkeypatch, capsys):
-    sources, targets, labels = corpus(speakers=60, sentences=20)
+def _script_on_corpus(tmp_path, monkeypatch, speakers: int, sentences: int) -> None:
+    """The script run on :func:`corpus`'s sentences, written as ``tmp_path/train.{en,fr,spk}``."""
+    sources, targets, labels = corpus(speakers=speakers, sentences=sentences)
     for ext, rows in (("en", sources), ("fr", targets), ("spk", [[label] for label in labels])):
         (tmp_path / f"train.{ext}").write_text("".join(" ".join(row) + "\n" for row in rows), encoding="utf-8")
     _script([str(tmp_path / "train")], monkeypatch)
+
+
+def test_the_script_prints_each_trait_with_its_kinds(tmp_path, monkeypatch, capsys):
+    _script_on_corpus(tmp_path, monkeypatch, speakers=60, sentences=20)
     out = capsys.readouterr().out
     assert "60 speakers, 1200 sentences: 6 choices" in out
     style = "bike: bicyclette bécane vélo; food: bouffe nourriture; guy: gars mec type; job: boulot taf travail"
@@ -111,10 +116,7 @@ def test_the_script_prints_each_trait_with_its_kinds(tmp_path, monkeypatch, caps
 
 def test_the_script_says_a_trait_of_too_few_speakers_was_not_scored(tmp_path, monkeypatch, capsys):
     """Three speakers: no held-out speakers to score the kinds on; the gain was printed as nan, unexplained."""
-    sources, targets, labels = corpus(speakers=3, sentences=10)
-    for ext, rows in (("en", sources), ("fr", targets), ("spk", [[label] for label in labels])):
-        (tmp_path / f"train.{ext}").write_text("".join(" ".join(row) + "\n" for row in rows), encoding="utf-8")
-    _script([str(tmp_path / "train")], monkeypatch)
+    _script_on_corpus(tmp_path, monkeypatch, speakers=3, sentences=10)
     out = capsys.readouterr().out
     assert "nan" not in out and "| - |" in out, out
     assert "not scored on held-out speakers (too few speakers made its choices to hold some out)" in out, out
