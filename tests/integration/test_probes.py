@@ -1061,8 +1061,9 @@ COMMAND_PROBES = {
         ("not-utf8", ["{latin1spk}", *TRAIN[1:]], 2, "{latin1spk}/train.spk:3: not valid UTF-8"),
         ("data-folder-has-dictionaries", ["{emptydir}", *TRAIN[1:]], 2, NO_DICTIONARIES),
         ("speaker-file-fits-split",
-         [*TRAIN, "--speaker-file", "{data}/train.spk"], 2, "{data}/train.spk: 160 speaker labels but the valid "
-                                                             "split's text has"),
+         [*TRAIN, "--speaker-file", "{data}/train.spk"], 2, "--speaker-file {data}/train.spk is the speaker file of "
+                                                             "the 'train' split of {data}, and the 'valid' split is "
+                                                             "read"),
         ("one-line-user-errors",
          [*TRAIN, "--optimizer", "adam", "--lr", "0.001", "--restore-file", "{tmp}/chekpoint_best.pt"], 2,
          "--restore-file {tmp}/chekpoint_best.pt: no such checkpoint; fairseq would train from scratch and write over "
@@ -1320,6 +1321,10 @@ COMMAND_PROBES = {
          ["{data}", "--path", "{ckpt}", *GENERATE, "--replace-unk"], 2,
          "--replace-unk requires a raw text dataset (--dataset-impl=raw): fairseq-generate copies the aligned source "
          "word of an <unk> from raw text only"),
+        ("speaker-file-fits-split",  # another split's file of as many lines: scored (BLEU 89.7 -> 69.6) without a word
+         ["{data}", "--path", "{ckpt}", *GENERATE, "--speaker-file", "{data}/valid.spk"], 2,
+         "--speaker-file {data}/valid.spk is the speaker file of the 'valid' split of {data}, and the 'test' split is "
+         "read: give the test split's speakers (or leave the option out: {data}/test.spk is read)"),
         ("speaker-file-fits-split",  # ignored for the training split: scored with train.spk, without a word
          ["{data}", "--path", "{ckpt}", *GENERATE, "--gen-subset", "train", "--speaker-file", "{adapt}.spk"], 2,
          "{adapt}.spk: 3 speaker labels but the train split's text has 160 sentences"),
