@@ -22,6 +22,7 @@ import functools
 import os
 import re
 import sys
+from types import TracebackType
 from typing import Callable, Dict, NoReturn, Optional, Tuple, Type
 
 from fairseq_speaker.command_registry import command_of_module
@@ -88,11 +89,17 @@ FAIRSEQ_MISSING_OPTIONS: Dict[Tuple[str, str, Type[BaseException]], str] = {
 }
 
 
-def _raised_in(exc: BaseException) -> Optional[Tuple[str, str]]:
-    """The (module, function) of the frame that raised ``exc``: its traceback's last."""
+def last_traceback(exc: BaseException) -> Optional[TracebackType]:
+    """The entry of ``exc``'s traceback where it was raised (its last), or None."""
     tb = exc.__traceback__
     while tb is not None and tb.tb_next is not None:
         tb = tb.tb_next
+    return tb
+
+
+def _raised_in(exc: BaseException) -> Optional[Tuple[str, str]]:
+    """The (module, function) of the frame that raised ``exc``."""
+    tb = last_traceback(exc)
     return None if tb is None else (str(tb.tb_frame.f_globals.get("__name__")), tb.tb_frame.f_code.co_name)
 
 

@@ -11,7 +11,7 @@ import argparse
 import os
 from typing import Optional, Sequence
 
-from fairseq_speaker.errors import UserError
+from fairseq_speaker.errors import UserError, last_traceback
 
 HELP = ("the folder of a package registering more speaker bias variants or model families, as given to "
         "fairseq-train's --user-dir (needed for a model of one of them)")
@@ -60,9 +60,7 @@ def where_raised(error: BaseException) -> str:
     """The file and line where ``error`` was raised (for a syntax error, where the code is wrong)."""
     if isinstance(error, SyntaxError) and error.filename:
         return f"{error.filename}:{error.lineno}"
-    tb = error.__traceback__
-    while tb is not None and tb.tb_next is not None:
-        tb = tb.tb_next
+    tb = last_traceback(error)
     return f"{tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}" if tb is not None else "its import"
 
 

@@ -35,6 +35,7 @@ from fairseq_speaker.command_registry import program_name
 from fairseq_speaker.data import preprocessing
 from fairseq_speaker.data.speaker_labels import live_names
 from fairseq_speaker.errors import UserError, command, fail
+from fairseq_speaker.modules.speaker_bias import variant_spelling
 from fairseq_speaker.onboarding.adaptation_sentences import group_by_speaker, read_adaptation_files
 from fairseq_speaker.onboarding.adapter import SpeakerAdapter
 from fairseq_speaker.onboarding.checkpoint import (
@@ -45,7 +46,6 @@ from fairseq_speaker.onboarding.fit import FitReport
 from fairseq_speaker.onboarding.fit_options import MAX_L2, FitOptions
 from fairseq_speaker.onboarding.prior import prior_of_checkpoint
 from fairseq_speaker.onboarding.scoring import Pair
-from fairseq_speaker.onboarding.vectors_file import variant_spelling
 from fairseq_speaker.runtime import MAX_SEED, add_runtime_arguments, check_threads, configure_output, start_threads
 from fairseq_speaker.user_dir import import_user_dir_early
 

@@ -35,6 +35,7 @@ from torch import Tensor
 from fairseq_speaker.atomic_write import check_not_an_input
 from fairseq_speaker.command_registry import program_name
 from fairseq_speaker.errors import command
+from fairseq_speaker.modules.speaker_bias import variant_spelling
 from fairseq_speaker.onboarding.adapter import SpeakerAdapter
 from fairseq_speaker.onboarding.checkpoint import (
     OnboardingError,
@@ -49,7 +50,6 @@ from fairseq_speaker.onboarding.fit_options import MAX_L2, FitOptions
 from fairseq_speaker.onboarding.prior import CHECKPOINT_KEY, SpeakerPrior, best_start, describe, fit_mixture
 from fairseq_speaker.onboarding.scoring import Pair, TokenScores
 from fairseq_speaker.onboarding.styles import candidate_counts, choose_styles, fit_styles
-from fairseq_speaker.onboarding.vectors_file import variant_spelling
 from fairseq_speaker.runtime import (
     add_runtime_arguments,
     check_at_least,
