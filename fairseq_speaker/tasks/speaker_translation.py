@@ -487,6 +487,7 @@ class SpeakerTranslationTask(SpeakerInferenceMixin, TranslationTask):
             if self._speaker_dict_file is not None and not self._from_checkpoint \
                     and self.speaker_dictionary.state_dict() == self._speaker_dict_file[1]:
                 self._check_counts(split, labels, source, self._speaker_dict_file[0])
+                self._speaker_dict_file = None  # checked: not again each epoch (sharded data read every shard's file)
         else:
             speakers = self.speaker_dictionary.encode(labels, self.cfg.unknown_speaker, source=source)
         unseen = int((speakers < 0).sum())
